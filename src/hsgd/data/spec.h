@@ -1,0 +1,27 @@
+// Data specs as given on the command line: fashion-mnist | synthetic |
+// idx:DIR | cifar10:DIR | csv:FILE | libsvm:FILE.
+#pragma once
+#include <optional>
+#include <string>
+
+#include "hsgd/data/readers.h"
+
+namespace hsgd {
+
+struct LoadedData {
+  Dataset train;
+  std::optional<Dataset> test;  // set when the spec has its own test split
+};
+
+// Loads a spec. `fashion-mnist` reads /usr/share/datasets/fashion-mnist (the
+// Debian package dataset-fashion-mnist) and returns both splits; idx:DIR and
+// cifar10:DIR return both splits when the test files exist; csv, libsvm and
+// synthetic return only `train`. Throws InputError for an unknown spec kind
+// (naming the spec and listing the kinds) or any reader error.
+LoadedData load_data(const std::string& spec, const SyntheticOptions& synthetic);
+
+// Loads a spec for use as a test set: the test split if it has one, else all
+// of it.
+Dataset load_test_data(const std::string& spec, const SyntheticOptions& synthetic);
+
+}  // namespace hsgd

@@ -1,0 +1,68 @@
+// The Model seam. A Model knows nothing of distribution: it computes a
+// gradient of the mean loss over a batch into the flat gradient buffer, given
+// the flat parameter buffer it is bound to, and evaluates a data set.
+// This header does not include torch.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hsgd/data/dataset.h"
+
+namespace hsgd {
+
+struct EvalResult {
+  double loss = 0.0;      // mean cross-entropy
+  double accuracy = 0.0;  // fraction in [0, 1]
+};
+
+// Thread-safety: a Model instance is used by one thread at a time. Different
+// instances may run concurrently on different threads.
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual int64_t num_params() const = 0;
+  // Makes the model read its parameters from `params` and write gradients to
+  // `grads` (both num_params() floats, owned by the caller, which must keep
+  // them alive while bound). Parameters are views: writing `params` changes
+  // the model with no further call.
+  virtual void bind(std::span<float> params, std::span<float> grads) = 0;
+  // Writes initial parameter values (seeded) into the bound parameters.
+  virtual void init_params(uint64_t seed) = 0;
+  // Computes d(mean loss over batch)/d(params) into the bound gradient
+  // buffer (overwriting it) and returns the mean loss.
+  virtual double gradient(const Batch& batch) = 0;
+  // Mean loss and accuracy over `data`, with the bound parameters.
+  virtual EvalResult evaluate(const Dataset& data) = 0;
+};
+
+// What a model is; enough to rebuild it (stored in saved model files).
+struct ModelSpec {
+  std::string name;                  // softmax | mlp | lenet5 | cifar-cnn | linear-test
+  std::vector<int64_t> sample_shape;  // per-sample input shape
+  int num_classes = 0;
+  std::vector<int64_t> hidden = {128};  // mlp hidden layer widths
+};
+
+// Builds a model. Throws InputError if the name is unknown or the input shape
+// does not suit the model (e.g. lenet5 needs {1,28,28} or {1,32,32};
+// cifar-cnn needs {3,32,32}). The model uses one intra-op thread.
+std::unique_ptr<Model> make_model(const ModelSpec& spec);
+
+// Names accepted by make_model, for help and error messages.
+std::vector<std::string> model_names();
+
+// Saves/loads a trained model: spec + parameters + checksum. Loading throws
+// InputError on a truncated or corrupt file (naming the file and offset).
+// save writes `path + ".partial"` then renames, so no half-written file
+// stands under the final name.
+void save_model(const std::string& path, const ModelSpec& spec, std::span<const float> params);
+void load_model(const std::string& path, ModelSpec* spec, std::vector<float>* params);
+
+// Call once per process before any model is built: one OpenBLAS thread, one
+// torch intra-op/inter-op thread (workers are the parallelism).
+void configure_math_threads();
+
+}  // namespace hsgd
