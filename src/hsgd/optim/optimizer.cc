@@ -1,1 +1,109 @@
-// placeholder
+#include "hsgd/optim/optimizer.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "hsgd/core/error.h"
+
+namespace hsgd {
+namespace {
+
+class Sgd final : public Optimizer {
+ public:
+  explicit Sgd(double wd) : wd_(static_cast<float>(wd)) {}
+  void step(std::span<float> w, std::span<float> g, double lr) override {
+    const float a = static_cast<float>(lr);
+    const size_t n = w.size();
+    if (wd_ != 0.0f) {
+      for (size_t i = 0; i < n; ++i) w[i] -= a * (g[i] + wd_ * w[i]);
+    } else {
+      for (size_t i = 0; i < n; ++i) w[i] -= a * g[i];
+    }
+  }
+
+ private:
+  float wd_;
+};
+
+// Heavy-ball momentum (PyTorch convention): v = mu v + g; w -= lr v.
+// Nesterov: w -= lr (g + mu v).
+class Momentum final : public Optimizer {
+ public:
+  Momentum(double mu, double wd, bool nesterov, size_t n)
+      : mu_(static_cast<float>(mu)),
+        wd_(static_cast<float>(wd)),
+        nesterov_(nesterov),
+        v_(n, 0.0f) {}
+  void step(std::span<float> w, std::span<float> g, double lr) override {
+    const float a = static_cast<float>(lr);
+    const size_t n = w.size();
+    for (size_t i = 0; i < n; ++i) {
+      const float gi = g[i] + wd_ * w[i];
+      v_[i] = mu_ * v_[i] + gi;
+      w[i] -= a * (nesterov_ ? gi + mu_ * v_[i] : v_[i]);
+    }
+  }
+  std::vector<float> save_state() const override { return v_; }
+  void restore_state(std::span<const float> s) override {
+    HSGD_ASSERT(s.size() == v_.size(), "optimizer state size mismatch");
+    v_.assign(s.begin(), s.end());
+  }
+
+ private:
+  float mu_, wd_;
+  bool nesterov_;
+  std::vector<float> v_;
+};
+
+}  // namespace
+
+double lr_at(const LrSchedule& s, double base, int64_t u) {
+  double lr = base;
+  if (s.kind == "step") {
+    lr = base * std::pow(s.gamma, static_cast<double>(u / s.step_size));
+  } else if (s.kind == "cosine") {
+    const double x = std::min(1.0, static_cast<double>(u) / static_cast<double>(s.horizon));
+    lr = s.min_lr + (base - s.min_lr) * (1.0 + std::cos(std::numbers::pi * x)) / 2.0;
+  }
+  if (s.warmup > 0 && u < s.warmup)
+    lr *= static_cast<double>(u + 1) / static_cast<double>(s.warmup);
+  return lr;
+}
+
+void validate(const OptimizerOptions& o, const LrSchedule& s) {
+  auto num = [](double v) { return std::to_string(v); };
+  if (o.kind != "sgd" && o.kind != "momentum" && o.kind != "nesterov") {
+    throw InputError("optim.kind = '" + o.kind + "': expected sgd, momentum or nesterov");
+  }
+  if (!(o.lr > 0) || !std::isfinite(o.lr))
+    throw InputError("optim.lr = " + num(o.lr) + ": expected > 0");
+  if (!(o.momentum >= 0 && o.momentum < 1)) {
+    throw InputError("optim.momentum = " + num(o.momentum) + ": expected in [0, 1)");
+  }
+  if (!(o.weight_decay >= 0)) {
+    throw InputError("optim.weight_decay = " + num(o.weight_decay) + ": expected >= 0");
+  }
+  if (s.kind != "constant" && s.kind != "step" && s.kind != "cosine") {
+    throw InputError("optim.lr_schedule = '" + s.kind + "': expected constant, step or cosine");
+  }
+  if (s.kind == "step" && s.step_size < 1) {
+    throw InputError("optim.lr_step_size = " + std::to_string(s.step_size) + ": expected >= 1");
+  }
+  if (s.kind == "step" && !(s.gamma > 0 && s.gamma <= 1)) {
+    throw InputError("optim.lr_gamma = " + num(s.gamma) + ": expected in (0, 1]");
+  }
+  if (s.kind == "cosine" && s.horizon < 1) {
+    throw InputError("optim.lr_horizon = " + std::to_string(s.horizon) +
+                     ": the cosine schedule needs the number of updates to decay over (>= 1)");
+  }
+  if (!(s.min_lr >= 0)) throw InputError("optim.lr_min = " + num(s.min_lr) + ": expected >= 0");
+  if (s.warmup < 0)
+    throw InputError("optim.warmup = " + std::to_string(s.warmup) + ": expected >= 0");
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& o, size_t n) {
+  if (o.kind == "sgd") return std::make_unique<Sgd>(o.weight_decay);
+  return std::make_unique<Momentum>(o.momentum, o.weight_decay, o.kind == "nesterov", n);
+}
+
+}  // namespace hsgd

@@ -1,1 +1,111 @@
-// placeholder
+#include "hsgd/policy/policy.h"
+
+#include <algorithm>
+
+#include "hsgd/core/error.h"
+
+namespace hsgd {
+namespace {
+
+int clamp_k(int k, int live) { return std::clamp(k, 1, std::max(1, live)); }
+
+// sync (BSP): every live worker's push; the pusher waits.
+class SyncPolicy final : public Policy {
+ public:
+  std::string name() const override { return "sync"; }
+  int threshold(const Progress&, int live) const override { return clamp_k(live, live); }
+  bool pusher_waits() const override { return true; }
+};
+
+// async (ASP): every push is an update.
+class AsyncPolicy final : public Policy {
+ public:
+  std::string name() const override { return "async"; }
+  int threshold(const Progress&, int) const override { return 1; }
+  bool pusher_waits() const override { return false; }
+};
+
+// kasync K (Dutta et al.): K pushes; each pusher waits for its update.
+// kbatch K: K pushes, possibly several from one worker; nobody waits.
+class FixedKPolicy final : public Policy {
+ public:
+  FixedKPolicy(int k, bool waits) : k_(k), waits_(waits) {}
+  std::string name() const override {
+    return std::string(waits_ ? "kasync:" : "kbatch:") + std::to_string(k_);
+  }
+  int threshold(const Progress&, int live) const override { return clamp_k(k_, live); }
+  bool pusher_waits() const override { return waits_; }
+
+ private:
+  int k_;
+  bool waits_;
+};
+
+// hybrid (the smooth switch): K(t) from a threshold schedule, kasync waiting.
+class HybridPolicy final : public Policy {
+ public:
+  HybridPolicy(ScheduleOptions s, int workers) : s_(std::move(s)), workers_(workers) {}
+  std::string name() const override { return "hybrid(" + s_.kind + ")"; }
+  int threshold(const Progress& p, int live) const override {
+    double t = 0;
+    switch (s_.clock) {
+      case ScheduleClock::kUpdates:
+        t = static_cast<double>(p.updates);
+        break;
+      case ScheduleClock::kSeconds:
+        t = p.seconds;
+        break;
+      case ScheduleClock::kEpochs:
+        t = p.epochs;
+        break;
+    }
+    return clamp_k(threshold_at(s_, t, workers_), live);
+  }
+  bool pusher_waits() const override { return true; }
+
+ private:
+  ScheduleOptions s_;
+  int workers_;
+};
+
+}  // namespace
+
+Aggregation parse_aggregation(const std::string& s) {
+  if (s == "mean") return Aggregation::kMean;
+  if (s == "sum") return Aggregation::kSum;
+  throw InputError("policy.aggregation = '" + s + "': expected mean or sum");
+}
+
+const char* to_string(Aggregation a) { return a == Aggregation::kMean ? "mean" : "sum"; }
+
+std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double lr) {
+  if (workers < 1)
+    throw InputError("train.workers = " + std::to_string(workers) + ": expected >= 1");
+  if (o.kind == "sync") return std::make_unique<SyncPolicy>();
+  if (o.kind == "async") return std::make_unique<AsyncPolicy>();
+  if (o.kind == "kasync" || o.kind == "kbatch") {
+    if (o.k < 1 || o.k > workers) {
+      throw InputError("policy.k = " + std::to_string(o.k) + ": " + o.kind +
+                       " expects K in [1, workers = " + std::to_string(workers) + "]");
+    }
+    return std::make_unique<FixedKPolicy>(o.k, o.kind == "kasync");
+  }
+  if (o.kind == "hybrid") {
+    const ScheduleOptions& s = o.schedule;
+    if (s.kind != "step" && s.kind != "linear" && s.kind != "exponential" && s.kind != "cosine") {
+      throw InputError("policy.schedule = '" + s.kind +
+                       "': expected step, linear, exponential or cosine");
+    }
+    if (s.k0 < 1 || s.k0 > workers) {
+      throw InputError("policy.k0 = " + std::to_string(s.k0) +
+                       ": expected K0 in [1, workers = " + std::to_string(workers) + "]");
+    }
+    if (s.step < 0) throw InputError("policy.step: expected > 0 (or 0 for the default 3/lr)");
+    if (s.ramp < 0) throw InputError("policy.ramp: expected > 0 (or 0 for the default)");
+    if (lr <= 0) throw InputError("optim.lr: expected > 0");
+    return std::make_unique<HybridPolicy>(resolve_schedule(s, lr, workers), workers);
+  }
+  throw InputError("policy = '" + o.kind + "': expected sync, async, hybrid, kasync:K or kbatch:K");
+}
+
+}  // namespace hsgd

@@ -1,0 +1,105 @@
+// The parameter server as a state machine. It takes events (push, pull, join,
+// leave) and returns decisions (an update was applied; these waiting workers
+// may go on). It owns no thread, reads no clock and does no I/O: the threads
+// runtime calls it under a lock, the simulator at virtual times, an MPI server
+// rank from its message loop. Time, where a policy needs it, comes in with the
+// event.
+//
+// Thread-safety: none. The caller serialises all calls on one Server.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "hsgd/optim/optimizer.h"
+#include "hsgd/policy/policy.h"
+
+namespace hsgd {
+
+struct ServerOptions {
+  int workers = 1;  // initial live workers: ids 0..workers-1
+  Aggregation aggregation = Aggregation::kMean;
+  double lr = 0.01;  // base learning rate
+  LrSchedule lr_schedule;
+  int64_t samples_per_epoch = 1;  // training-set size, for Progress::epochs
+};
+
+// What the runtime must do after an event.
+struct Decision {
+  bool applied = false;       // an update was applied during this event
+  uint64_t version = 0;       // the server's version after the event
+  bool caller_waits = false;  // the calling worker must wait until released
+  std::vector<int> released;  // workers whose wait ends now
+};
+
+// Counters since the last take_stats() call.
+struct ServerStats {
+  int64_t pushes = 0;
+  int64_t updates = 0;
+  int64_t samples = 0;       // sum of pushed batch sizes
+  double staleness_sum = 0;  // over applied pushes
+  int64_t staleness_count = 0;
+  int64_t staleness_max = 0;
+  int64_t dropped = 0;  // pushes discarded (staleness filter; later)
+  double loss_sum = 0;  // sum of pushed training losses
+  int64_t loss_count = 0;
+};
+
+class Server {
+ public:
+  // `params` is the server's parameter shard (owned by the caller, outlives
+  // the server); it is updated in place.
+  Server(std::span<float> params, const ServerOptions& o, std::unique_ptr<Policy> policy,
+         std::unique_ptr<Optimizer> optimizer);
+
+  // A worker asks for the parameters. When !caller_waits the runtime copies
+  // params() (at `version`) to the worker before any other event.
+  Decision on_pull(int worker);
+
+  // A worker pushes a gradient of the mean loss over `batch_size` samples,
+  // computed from parameters at `version`. `seconds` is the runtime's time
+  // since training started. May apply an update.
+  Decision on_push(int worker, uint64_t version, std::span<const float> grad, int64_t batch_size,
+                   double loss, double seconds);
+
+  // Membership. A worker that leaves is released if it was waiting and stops
+  // counting towards thresholds; its buffered push, if any, stays in the
+  // buffer. Leaving may make the buffer ready and apply an update.
+  Decision on_join(int worker, double seconds);
+  Decision on_leave(int worker, double seconds);
+
+  std::span<const float> params() const { return params_; }
+  uint64_t version() const { return version_; }
+  int live_workers() const { return live_count_; }
+  int64_t samples() const { return total_samples_; }
+  const Policy& policy() const { return *policy_; }
+  // The threshold K in force now.
+  int threshold(double seconds) const;
+  Progress progress(double seconds) const;
+  ServerStats take_stats();
+
+ private:
+  struct Pending {
+    int worker;
+    uint64_t version;
+  };
+  bool ready(double seconds) const;
+  void apply(Decision* d);
+  Decision decision() const;
+
+  std::span<float> params_;
+  ServerOptions opt_;
+  std::unique_ptr<Policy> policy_;
+  std::unique_ptr<Optimizer> optimizer_;
+  uint64_t version_ = 0;
+  std::vector<float> acc_;        // sum of buffered gradients
+  std::vector<Pending> pending_;  // buffered pushes
+  std::vector<bool> live_;
+  std::vector<bool> waiting_;
+  int live_count_ = 0;
+  int64_t total_samples_ = 0;
+  ServerStats stats_;
+};
+
+}  // namespace hsgd

@@ -1,0 +1,221 @@
+// Drives the server state machine with scripted pushes: no threads, no clock.
+#include "hsgd/server/server.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace hsgd {
+namespace {
+
+struct Rig {
+  std::vector<float> params;
+  std::unique_ptr<Server> server;
+  Rig(int workers, PolicyOptions po, double lr = 0.1, size_t n = 2,
+      Aggregation agg = Aggregation::kMean) {
+    params.assign(n, 0.0f);
+    ServerOptions so;
+    so.workers = workers;
+    so.lr = lr;
+    so.aggregation = agg;
+    so.samples_per_epoch = 100;
+    po.aggregation = agg;
+    server = std::make_unique<Server>(params, so, make_policy(po, workers, lr),
+                                      make_optimizer(OptimizerOptions{.kind = "sgd", .lr = lr}, n));
+  }
+  Decision push(int w, std::vector<float> g, uint64_t v = UINT64_MAX) {
+    if (v == UINT64_MAX) v = server->version();
+    return server->on_push(w, v, g, 1, 0.5, 0.0);
+  }
+};
+
+PolicyOptions kind(const char* k, int K = 0) {
+  PolicyOptions p;
+  p.kind = k;
+  p.k = K;
+  return p;
+}
+
+TEST(Server, AsyncAppliesEveryPushAndNobodyWaits) {
+  Rig r(3, kind("async"));
+  for (int i = 0; i < 6; ++i) {
+    Decision d = r.push(i % 3, {1.0f, 2.0f}, 0);
+    EXPECT_TRUE(d.applied);
+    EXPECT_FALSE(d.caller_waits);
+    EXPECT_TRUE(d.released.empty());
+    EXPECT_EQ(d.version, static_cast<uint64_t>(i + 1));
+  }
+  // All computed from version 0: staleness 0,1,...,5.
+  ServerStats s = r.server->take_stats();
+  EXPECT_EQ(s.updates, 6);
+  EXPECT_EQ(s.staleness_max, 5);
+  EXPECT_DOUBLE_EQ(s.staleness_sum, 15.0);
+  EXPECT_NEAR(r.params[0], -0.6f, 1e-6);
+}
+
+TEST(Server, SyncFiresOnePushFromEveryWorkerAndReleasesTheWaiters) {
+  Rig r(3, kind("sync"));
+  Decision a = r.push(0, {3.0f, 0.0f});
+  EXPECT_FALSE(a.applied);
+  EXPECT_TRUE(a.caller_waits);
+  Decision b = r.push(2, {0.0f, 3.0f});
+  EXPECT_FALSE(b.applied);
+  EXPECT_TRUE(b.caller_waits);
+  Decision c = r.push(1, {3.0f, 3.0f});
+  EXPECT_TRUE(c.applied);
+  EXPECT_FALSE(c.caller_waits);
+  EXPECT_EQ(c.released, (std::vector<int>{0, 2}));
+  EXPECT_EQ(c.version, 1u);
+  // Mean of the pushes: (2, 2) * lr.
+  EXPECT_NEAR(r.params[0], -0.2f, 1e-6);
+  EXPECT_NEAR(r.params[1], -0.2f, 1e-6);
+  EXPECT_EQ(r.server->take_stats().staleness_max, 0);
+}
+
+TEST(Server, SyncWithOneWorkerIsSequentialSgd) {
+  Rig r(1, kind("sync"), 0.05, 3);
+  std::vector<float> w(3, 0.0f);
+  for (int step = 0; step < 20; ++step) {
+    // Gradient of 0.5 * |w - t|^2 with a moving target.
+    std::vector<float> g(3);
+    for (int i = 0; i < 3; ++i) g[i] = r.params[i] - static_cast<float>(step % 4 + i);
+    Decision d = r.push(0, g);
+    ASSERT_TRUE(d.applied);
+    ASSERT_FALSE(d.caller_waits);
+    for (int i = 0; i < 3; ++i) w[i] -= 0.05f * (w[i] - static_cast<float>(step % 4 + i));
+    for (int i = 0; i < 3; ++i) ASSERT_FLOAT_EQ(r.params[i], w[i]) << "step " << step;
+  }
+}
+
+TEST(Server, SyncWithNWorkersIsOneStepOnTheMeanGradient) {
+  const int n = 4;
+  Rig r(n, kind("sync"), 0.1, 2);
+  std::vector<std::vector<float>> gs = {{1, 2}, {3, 4}, {5, 6}, {7, 8}};
+  for (int w = 0; w < n; ++w) r.push(w, gs[w]);
+  EXPECT_EQ(r.server->version(), 1u);
+  EXPECT_FLOAT_EQ(r.params[0], -0.1f * 4.0f);
+  EXPECT_FLOAT_EQ(r.params[1], -0.1f * 5.0f);
+}
+
+TEST(Server, SumAggregationKeepsEachGradientsFullStep) {
+  Rig r(2, kind("sync"), 0.1, 1, Aggregation::kSum);
+  r.push(0, {1.0f});
+  r.push(1, {3.0f});
+  EXPECT_FLOAT_EQ(r.params[0], -0.4f);
+}
+
+TEST(Server, KasyncWithKEqualOneBehavesAsAsync) {
+  Rig a(3, kind("async"));
+  Rig k(3, kind("kasync", 1));
+  const int order[] = {0, 2, 1, 1, 0, 2, 2};
+  for (int w : order) {
+    Decision da = a.push(w, {1.0f, -1.0f}, 0);
+    Decision dk = k.push(w, {1.0f, -1.0f}, 0);
+    EXPECT_EQ(da.applied, dk.applied);
+    EXPECT_EQ(da.caller_waits, dk.caller_waits);
+    EXPECT_EQ(da.released, dk.released);
+    EXPECT_EQ(da.version, dk.version);
+  }
+  EXPECT_EQ(a.params, k.params);
+}
+
+TEST(Server, KasyncWithKEqualNBehavesAsSync) {
+  Rig s(3, kind("sync"));
+  Rig k(3, kind("kasync", 3));
+  for (int round = 0; round < 3; ++round) {
+    for (int w : {2, 0, 1}) {
+      Decision ds = s.push(w, {static_cast<float>(w), 1.0f});
+      Decision dk = k.push(w, {static_cast<float>(w), 1.0f});
+      EXPECT_EQ(ds.applied, dk.applied);
+      EXPECT_EQ(ds.caller_waits, dk.caller_waits);
+      EXPECT_EQ(ds.released, dk.released);
+      EXPECT_EQ(ds.version, dk.version);
+    }
+  }
+  EXPECT_EQ(s.params, k.params);
+}
+
+TEST(Server, KasyncWaitsForTheUpdateContainingThePushOthersKeepGoing) {
+  Rig r(4, kind("kasync", 2));
+  Decision a = r.push(3, {1, 1});
+  EXPECT_TRUE(a.caller_waits);
+  EXPECT_FALSE(a.applied);
+  Decision b = r.push(1, {1, 1});
+  EXPECT_TRUE(b.applied);
+  EXPECT_FALSE(b.caller_waits);
+  EXPECT_EQ(b.released, std::vector<int>{3});
+  // Workers 0 and 2 computed from version 0; applied at version 1: staleness 1.
+  r.push(0, {1, 1}, 0);
+  Decision c = r.push(2, {1, 1}, 0);
+  EXPECT_TRUE(c.applied);
+  EXPECT_EQ(c.released, std::vector<int>{0});
+  ServerStats s = r.server->take_stats();
+  EXPECT_EQ(s.staleness_max, 1);
+  EXPECT_DOUBLE_EQ(s.staleness_sum, 2.0);
+  EXPECT_EQ(s.updates, 2);
+}
+
+TEST(Server, KbatchCountsSeveralPushesOfOneWorkerAndNobodyWaits) {
+  Rig r(4, kind("kbatch", 3));
+  EXPECT_FALSE(r.push(0, {1, 0}).applied);
+  EXPECT_FALSE(r.push(0, {1, 0}).caller_waits);
+  Decision d = r.push(0, {1, 0});
+  EXPECT_TRUE(d.applied);
+  EXPECT_TRUE(d.released.empty());
+  EXPECT_FLOAT_EQ(r.params[0], -0.1f);
+}
+
+TEST(Server, HybridStepScheduleRaisesKEveryStepUpdates) {
+  PolicyOptions p = kind("hybrid");
+  p.schedule.kind = "step";
+  p.schedule.step = 2;  // K = 1 + floor(V / 2)
+  Rig r(3, p);
+  std::vector<int> ks;
+  int w = 0;
+  while (r.server->version() < 8) {
+    ks.push_back(r.server->threshold(0));
+    Decision d = r.push(w, {1, 1});
+    // Release bookkeeping is the runtime's; here every worker pushes in turn.
+    w = (w + 1) % 3;
+    (void)d;
+  }
+  // K before each push: 1,1 (V=0,1) then 2,2 (V=2..3) then 3 (capped at n=3).
+  EXPECT_EQ(ks.front(), 1);
+  EXPECT_EQ(r.server->threshold(0), 3);
+  EXPECT_EQ(r.server->take_stats().updates, 8);
+}
+
+TEST(Server, LeavingReleasesTheLeaverAndMayFireTheBuffer) {
+  Rig r(3, kind("sync"));
+  r.push(0, {1, 1});
+  r.push(1, {1, 1});
+  EXPECT_EQ(r.server->version(), 0u);
+  Decision d = r.server->on_leave(2, 0.0);
+  EXPECT_TRUE(d.applied);
+  EXPECT_EQ(d.released, (std::vector<int>{0, 1}));
+  EXPECT_EQ(r.server->live_workers(), 2);
+  // Next round needs only the two live workers.
+  r.push(0, {1, 1});
+  EXPECT_TRUE(r.push(1, {1, 1}).applied);
+  // A waiting worker that leaves is released.
+  r.push(0, {1, 1});
+  Decision l = r.server->on_leave(0, 0.0);
+  EXPECT_EQ(l.released, std::vector<int>{0});
+  // Rejoin counts again.
+  r.server->on_join(0, 0.0);
+  EXPECT_EQ(r.server->live_workers(), 2);
+}
+
+TEST(Server, StatsCountSamplesAndLoss) {
+  Rig r(2, kind("async"));
+  r.server->on_push(0, 0, std::vector<float>{0, 0}, 32, 2.0, 0.0);
+  r.server->on_push(1, 0, std::vector<float>{0, 0}, 32, 1.0, 0.0);
+  ServerStats s = r.server->take_stats();
+  EXPECT_EQ(s.samples, 64);
+  EXPECT_DOUBLE_EQ(s.loss_sum / s.loss_count, 1.5);
+  EXPECT_DOUBLE_EQ(r.server->progress(0).epochs, 0.64);
+  EXPECT_EQ(r.server->take_stats().pushes, 0);
+}
+
+}  // namespace
+}  // namespace hsgd
