@@ -1,1 +1,359 @@
-// placeholder
+#include "hsgd/config/config.h"
+
+#include <toml++/toml.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "hsgd/core/error.h"
+
+namespace hsgd {
+namespace {
+
+// Where a value came from, for messages: "job.toml: train.workers" or
+// "--set train.workers".
+struct Where {
+  std::string origin;
+  std::string key;
+  std::string str() const { return origin.empty() ? key : origin + ": " + key; }
+};
+
+std::string describe(const toml::node& n) {
+  std::ostringstream os;
+  if (n.is_string()) {
+    os << "'" << n.as_string()->get() << "'";
+  } else {
+    n.visit([&os](const auto& v) {
+      if constexpr (toml::is_table<decltype(v)>) {
+        os << "a table";
+      } else {
+        os << v;
+      }
+    });
+  }
+  return os.str();
+}
+
+[[noreturn]] void bad(const Where& w, const toml::node& n, const std::string& expected) {
+  throw InputError(w.str() + " = " + describe(n) + ": expected " + expected);
+}
+
+int64_t as_int(const Where& w, const toml::node& n) {
+  if (auto v = n.value_exact<int64_t>()) return *v;
+  if (auto d = n.value_exact<double>(); d && std::floor(*d) == *d && std::abs(*d) < 9e15) {
+    return static_cast<int64_t>(*d);
+  }
+  bad(w, n, "an integer");
+}
+double as_double(const Where& w, const toml::node& n) {
+  if (auto v = n.value_exact<double>()) return *v;
+  if (auto i = n.value_exact<int64_t>()) return static_cast<double>(*i);
+  bad(w, n, "a number");
+}
+std::string as_string(const Where& w, const toml::node& n) {
+  if (auto v = n.value_exact<std::string>()) return *v;
+  if (auto i = n.value_exact<int64_t>()) return std::to_string(*i);
+  bad(w, n, "a string");
+}
+std::vector<int64_t> as_int_list(const Where& w, const toml::node& n) {
+  std::vector<int64_t> out;
+  if (const toml::array* a = n.as_array()) {
+    for (const toml::node& e : *a) out.push_back(as_int(w, e));
+    return out;
+  }
+  if (n.is_integer()) return {as_int(w, n)};
+  if (auto s = n.value_exact<std::string>()) {  // "256,128" from --set
+    std::stringstream ss(*s);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      try {
+        size_t used = 0;
+        out.push_back(std::stoll(item, &used));
+        if (used != item.size()) throw std::invalid_argument(item);
+      } catch (const std::exception&) {
+        bad(w, n, "a list of integers");
+      }
+    }
+    return out;
+  }
+  bad(w, n, "a list of integers");
+}
+
+using Setter = std::function<void(Config&, const Where&, const toml::node&)>;
+using Getter = std::function<toml::node_view<const toml::node>(void)>;
+
+struct Field {
+  Setter set;
+  std::function<void(const Config&, toml::table&)> put;
+};
+
+template <class T>
+void put_value(toml::table& t, const std::string& key, const T& v) {
+  t.insert_or_assign(key, v);
+}
+
+// The registry of every config key: section -> key -> setter/writer.
+const std::map<std::string, std::map<std::string, Field>>& fields() {
+  static const auto* f = [] {
+    auto* m = new std::map<std::string, std::map<std::string, Field>>();
+    auto& r = *m;
+#define HSGD_INT(sec, key, member)                                                                 \
+  r[sec][key] = Field {                                                                            \
+    [](Config& c, const Where& w, const toml::node& n) {                                           \
+      c.member = static_cast<decltype(c.member)>(as_int(w, n));                                    \
+    },                                                                                             \
+        [](const Config& c, toml::table& t) { put_value(t, key, static_cast<int64_t>(c.member)); } \
+  }
+#define HSGD_DBL(sec, key, member)                                                      \
+  r[sec][key] = Field {                                                                 \
+    [](Config& c, const Where& w, const toml::node& n) { c.member = as_double(w, n); }, \
+        [](const Config& c, toml::table& t) { put_value(t, key, c.member); }            \
+  }
+#define HSGD_STR(sec, key, member)                                                      \
+  r[sec][key] = Field {                                                                 \
+    [](Config& c, const Where& w, const toml::node& n) { c.member = as_string(w, n); }, \
+        [](const Config& c, toml::table& t) { put_value(t, key, c.member); }            \
+  }
+    HSGD_STR("data", "spec", data.spec);
+    HSGD_STR("data", "test", data.test);
+    HSGD_DBL("data", "test_fraction", data.test_fraction);
+    HSGD_INT("data", "synthetic_samples", data.synthetic.samples);
+    HSGD_INT("data", "synthetic_features", data.synthetic.features);
+    HSGD_INT("data", "synthetic_classes", data.synthetic.classes);
+    HSGD_DBL("data", "synthetic_separation", data.synthetic.class_sep);
+    HSGD_DBL("data", "synthetic_noise", data.synthetic.noise);
+    HSGD_STR("model", "name", model.name);
+    r["model"]["hidden"] = Field{
+        [](Config& c, const Where& w, const toml::node& n) { c.model.hidden = as_int_list(w, n); },
+        [](const Config& c, toml::table& t) {
+          toml::array a;
+          for (int64_t h : c.model.hidden) a.push_back(h);
+          t.insert_or_assign("hidden", a);
+        }};
+    HSGD_INT("train", "workers", train.workers);
+    HSGD_INT("train", "batch", train.batch);
+    HSGD_DBL("train", "budget", train.budget);
+    HSGD_DBL("train", "epochs", train.epochs);
+    HSGD_DBL("train", "eval_every", train.eval_every);
+    HSGD_INT("train", "eval_samples", train.eval_samples);
+    HSGD_INT("train", "seed", train.seed);
+    HSGD_STR("train", "runtime", train.runtime);
+    HSGD_STR("train", "out", train.out);
+    HSGD_STR("policy", "name", policy_name);
+    HSGD_INT("policy", "k", policy.k);
+    HSGD_STR("policy", "schedule", policy.schedule.kind);
+    HSGD_DBL("policy", "k0", policy.schedule.k0);
+    HSGD_DBL("policy", "step", policy.schedule.step);
+    HSGD_DBL("policy", "ramp", policy.schedule.ramp);
+    r["policy"]["clock"] = Field{[](Config& c, const Where& w, const toml::node& n) {
+                                   c.policy.schedule.clock = parse_schedule_clock(as_string(w, n));
+                                 },
+                                 [](const Config& c, toml::table& t) {
+                                   t.insert_or_assign("clock", to_string(c.policy.schedule.clock));
+                                 }};
+    r["policy"]["aggregation"] =
+        Field{[](Config& c, const Where& w, const toml::node& n) {
+                c.policy.aggregation = parse_aggregation(as_string(w, n));
+              },
+              [](const Config& c, toml::table& t) {
+                t.insert_or_assign("aggregation", to_string(c.policy.aggregation));
+              }};
+    HSGD_STR("optim", "kind", optim.kind);
+    HSGD_DBL("optim", "lr", optim.lr);
+    HSGD_DBL("optim", "momentum", optim.momentum);
+    HSGD_DBL("optim", "weight_decay", optim.weight_decay);
+    HSGD_STR("optim", "lr_schedule", lr_schedule.kind);
+    HSGD_INT("optim", "lr_step_size", lr_schedule.step_size);
+    HSGD_DBL("optim", "lr_gamma", lr_schedule.gamma);
+    HSGD_INT("optim", "lr_horizon", lr_schedule.horizon);
+    HSGD_DBL("optim", "lr_min", lr_schedule.min_lr);
+    HSGD_INT("optim", "warmup", lr_schedule.warmup);
+    HSGD_DBL("stragglers", "fraction", stragglers.fraction);
+    HSGD_DBL("stragglers", "sigma", stragglers.sigma);
+    HSGD_DBL("stragglers", "slowdown", stragglers.slowdown);
+#undef HSGD_INT
+#undef HSGD_DBL
+#undef HSGD_STR
+    return m;
+  }();
+  return *f;
+}
+
+std::string known_keys(const std::string& section) {
+  std::string s;
+  for (const auto& [k, _] : fields().at(section)) s += (s.empty() ? "" : ", ") + k;
+  return s;
+}
+std::string known_sections() {
+  std::string s;
+  for (const auto& [k, _] : fields()) s += (s.empty() ? "" : ", ") + k;
+  return s;
+}
+
+void set_key(Config& c, const std::string& origin, const std::string& dotted,
+             const toml::node& value) {
+  const size_t dot = dotted.find('.');
+  if (dot == std::string::npos) {
+    throw InputError((origin.empty() ? "" : origin + ": ") + "'" + dotted +
+                     "': expected section.key (sections: " + known_sections() + ")");
+  }
+  const std::string section = dotted.substr(0, dot);
+  const std::string key = dotted.substr(dot + 1);
+  auto s = fields().find(section);
+  if (s == fields().end()) {
+    throw InputError((origin.empty() ? "" : origin + ": ") + "unknown section '" + section +
+                     "' (expected one of " + known_sections() + ")");
+  }
+  auto f = s->second.find(key);
+  if (f == s->second.end()) {
+    throw InputError((origin.empty() ? "" : origin + ": ") + "unknown key '" + dotted +
+                     "' (keys of [" + section + "]: " + known_keys(section) + ")");
+  }
+  f->second.set(c, Where{origin, dotted}, value);
+}
+
+// "kasync:4" -> kind kasync, k 4.
+void resolve_policy_name(Config& c) {
+  const std::string& n = c.policy_name;
+  const size_t colon = n.find(':');
+  c.policy.kind = n.substr(0, colon);
+  if (colon != std::string::npos) {
+    const std::string k = n.substr(colon + 1);
+    try {
+      size_t used = 0;
+      const long v = std::stol(k, &used);
+      if (used != k.size()) throw std::invalid_argument(k);
+      c.policy.k = static_cast<int>(v);
+    } catch (const std::exception&) {
+      throw InputError("policy.name = '" + n + "': expected an integer K after ':'");
+    }
+  }
+  if ((c.policy.kind == "kasync" || c.policy.kind == "kbatch") && c.policy.k == 0) {
+    throw InputError("policy.name = '" + n + "': " + c.policy.kind + " needs K, as " +
+                     c.policy.kind + ":K or policy.k");
+  }
+}
+
+std::string num(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+}  // namespace
+
+Config load_config(const std::string& path, const std::vector<Override>& overrides) {
+  Config c;
+  if (!path.empty()) {
+    toml::table t;
+    try {
+      t = toml::parse_file(path);
+    } catch (const toml::parse_error& e) {
+      const auto& src = e.source();
+      throw InputError(path + ":" + std::to_string(src.begin.line) + ":" +
+                       std::to_string(src.begin.column) + ": " + std::string(e.description()));
+    }
+    for (const auto& [section, node] : t) {
+      const toml::table* st = node.as_table();
+      if (!st) {
+        throw InputError(path + ": '" + std::string(section.str()) +
+                         "' is not a [section] (sections: " + known_sections() + ")");
+      }
+      for (const auto& [key, value] : *st) {
+        set_key(c, path, std::string(section.str()) + "." + std::string(key.str()), value);
+      }
+    }
+  }
+  for (const auto& [key, text] : overrides) {
+    toml::table parsed;
+    bool ok = true;
+    try {
+      parsed = toml::parse("v = " + text);
+    } catch (const toml::parse_error&) {
+      ok = false;
+    }
+    if (ok) {
+      set_key(c, "--set", key, *parsed.get("v"));
+    } else {
+      set_key(c, "--set", key, toml::value<std::string>(text));
+    }
+  }
+  resolve_policy_name(c);
+  validate(c);
+  return c;
+}
+
+void validate(const Config& c) {
+  const TrainConfig& t = c.train;
+  if (t.workers < 1)
+    throw InputError("train.workers = " + std::to_string(t.workers) + ": expected >= 1");
+  if (t.workers > 4096) {
+    throw InputError("train.workers = " + std::to_string(t.workers) + ": expected <= 4096");
+  }
+  if (t.batch < 1) throw InputError("train.batch = " + std::to_string(t.batch) + ": expected >= 1");
+  if (!(t.budget >= 0) || !std::isfinite(t.budget)) {
+    throw InputError("train.budget = " + num(t.budget) + ": expected seconds >= 0");
+  }
+  if (!(t.epochs >= 0) || !std::isfinite(t.epochs)) {
+    throw InputError("train.epochs = " + num(t.epochs) + ": expected >= 0");
+  }
+  if (t.budget == 0 && t.epochs == 0) {
+    throw InputError(
+        "train.budget and train.epochs are both 0: give a time budget (--budget) or a number of "
+        "epochs (--epochs)");
+  }
+  if (!(t.eval_every > 0)) {
+    throw InputError("train.eval_every = " + num(t.eval_every) + ": expected seconds > 0");
+  }
+  if (t.eval_samples < 0) {
+    throw InputError("train.eval_samples = " + std::to_string(t.eval_samples) + ": expected >= 0");
+  }
+  if (t.runtime != "threads") {
+    if (t.runtime == "sim" || t.runtime == "mpi") {
+      throw InputError("train.runtime = '" + t.runtime +
+                       "': this runtime is not built yet; available: threads");
+    }
+    throw InputError("train.runtime = '" + t.runtime + "': expected threads");
+  }
+  if (t.out.empty()) throw InputError("train.out: expected a directory name");
+  if (!(c.data.test_fraction > 0 && c.data.test_fraction < 1)) {
+    throw InputError("data.test_fraction = " + num(c.data.test_fraction) + ": expected in (0, 1)");
+  }
+  const SyntheticOptions& s = c.data.synthetic;
+  if (s.samples < 2) throw InputError("data.synthetic_samples: expected >= 2");
+  if (s.features < 1) throw InputError("data.synthetic_features: expected >= 1");
+  if (s.classes < 2) throw InputError("data.synthetic_classes: expected >= 2");
+  if (!(s.class_sep > 0)) throw InputError("data.synthetic_separation: expected > 0");
+  if (!(s.noise >= 0)) throw InputError("data.synthetic_noise: expected >= 0");
+  for (int64_t h : c.model.hidden) {
+    if (h < 1) throw InputError("model.hidden: expected widths >= 1, got " + std::to_string(h));
+  }
+  validate(c.optim, c.lr_schedule);
+  make_policy(c.policy, t.workers, c.optim.lr);  // throws for bad policy keys
+  const StragglerConfig& g = c.stragglers;
+  if (!(g.fraction >= 0 && g.fraction <= 1)) {
+    throw InputError("stragglers.fraction = " + num(g.fraction) + ": expected in [0, 1]");
+  }
+  if (!(g.sigma >= 0) || !std::isfinite(g.sigma)) {
+    throw InputError("stragglers.sigma = " + num(g.sigma) + ": expected seconds >= 0");
+  }
+  if (!(g.slowdown >= 1) || !std::isfinite(g.slowdown)) {
+    throw InputError("stragglers.slowdown = " + num(g.slowdown) + ": expected a factor >= 1");
+  }
+}
+
+std::string to_toml(const Config& c) {
+  toml::table root;
+  for (const auto& [section, keys] : fields()) {
+    toml::table t;
+    for (const auto& [key, field] : keys) field.put(c, t);
+    root.insert_or_assign(section, t);
+  }
+  std::ostringstream os;
+  os << root << "\n";
+  return os.str();
+}
+
+}  // namespace hsgd

@@ -1,0 +1,76 @@
+// The typed job configuration: built from a TOML file, command-line flags and
+// `--set section.key=value` overrides (in that order of precedence, lowest
+// first), validated once. Unknown sections or keys, wrong types and impossible
+// values throw InputError naming the key and what was expected.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hsgd/data/readers.h"
+#include "hsgd/optim/optimizer.h"
+#include "hsgd/policy/policy.h"
+
+namespace hsgd {
+
+struct DataConfig {
+  std::string spec = "fashion-mnist";  // see data/spec.h
+  std::string test;                    // a separate test-set spec, or "" for a held-out fraction
+  double test_fraction = 0.2;
+  SyntheticOptions synthetic;
+};
+
+struct ModelConfig {
+  std::string name = "lenet5";
+  std::vector<int64_t> hidden = {128};
+};
+
+struct TrainConfig {
+  int workers = 4;
+  int batch = 64;            // per worker
+  double budget = 0;         // seconds of training; 0 = no time limit
+  double epochs = 0;         // passes over the training set; 0 = no limit
+  double eval_every = 5;     // seconds between evaluations
+  int64_t eval_samples = 0;  // evaluate on at most this many test samples; 0 = all
+  uint64_t seed = 1;
+  std::string runtime = "threads";
+  std::string out = "runs/latest";
+};
+
+struct StragglerConfig {
+  // Workers 0 .. round(fraction * workers) - 1 are stragglers.
+  double fraction = 0;
+  // Each straggler gradient is delayed by |N(0, sigma)| seconds (the paper).
+  double sigma = 0;
+  // Each straggler computes `slowdown` times slower (>= 1).
+  double slowdown = 1;
+};
+
+struct Config {
+  DataConfig data;
+  ModelConfig model;
+  TrainConfig train;
+  PolicyOptions policy;
+  std::string policy_name = "hybrid";  // as written: sync | async | hybrid | kasync:K | kbatch:K
+  OptimizerOptions optim;
+  LrSchedule lr_schedule;
+  StragglerConfig stragglers;
+};
+
+// One override: "section.key" and its value as text (parsed as a TOML value;
+// bare words are strings).
+using Override = std::pair<std::string, std::string>;
+
+// Builds a config: defaults, then the TOML file (if `path` is not empty), then
+// the overrides in order. Validates the result. Throws InputError.
+Config load_config(const std::string& path, const std::vector<Override>& overrides);
+
+// Checks every value (called by load_config; callable after edits).
+void validate(const Config& c);
+
+// The resolved config as TOML text, every key written (round-trips through
+// load_config).
+std::string to_toml(const Config& c);
+
+}  // namespace hsgd

@@ -1,0 +1,94 @@
+#include "hsgd/config/config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "hsgd/core/error.h"
+
+namespace hsgd {
+namespace {
+
+std::string write_file(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string error_of(const std::string& path, std::vector<Override> o) {
+  try {
+    load_config(path, o);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, FileThenOverridesAndPolicyNames) {
+  const std::string p = write_file("a.toml",
+                                   "[train]\nworkers = 8\nbudget = 30\n[policy]\nname = "
+                                   "\"kasync:3\"\n[model]\nhidden = [64, 32]\n");
+  Config c =
+      load_config(p, {{"train.batch", "16"}, {"optim.lr", "0.05"}, {"data.spec", "synthetic"}});
+  EXPECT_EQ(c.train.workers, 8);
+  EXPECT_EQ(c.train.batch, 16);
+  EXPECT_DOUBLE_EQ(c.optim.lr, 0.05);
+  EXPECT_EQ(c.policy.kind, "kasync");
+  EXPECT_EQ(c.policy.k, 3);
+  EXPECT_EQ(c.data.spec, "synthetic");
+  EXPECT_EQ(c.model.hidden, (std::vector<int64_t>{64, 32}));
+  Config d = load_config("", {{"train.budget", "1"},
+                              {"model.hidden", "256,128"},
+                              {"policy.aggregation", "sum"},
+                              {"policy.clock", "seconds"}});
+  EXPECT_EQ(d.model.hidden, (std::vector<int64_t>{256, 128}));
+  EXPECT_EQ(d.policy.aggregation, Aggregation::kSum);
+}
+
+TEST(Config, ResolvedTomlRoundTrips) {
+  Config c = load_config("", {{"train.budget", "12.5"},
+                              {"policy.name", "kbatch:2"},
+                              {"optim.kind", "nesterov"},
+                              {"stragglers.sigma", "0.25"}});
+  const std::string text = to_toml(c);
+  Config d = load_config(write_file("round.toml", text), {});
+  EXPECT_EQ(to_toml(d), text);
+  EXPECT_EQ(d.policy.k, 2);
+  EXPECT_DOUBLE_EQ(d.stragglers.sigma, 0.25);
+}
+
+TEST(Config, BadInputNamesTheKeyAndWhatWasExpected) {
+  const std::string base_budget = "1";
+  auto expect_error = [&](std::vector<Override> o, const std::string& needle) {
+    o.insert(o.begin(), {"train.budget", base_budget});
+    const std::string e = error_of("", o);
+    EXPECT_NE(e.find(needle), std::string::npos) << "got: '" << e << "'";
+  };
+  expect_error({{"train.wrokers", "2"}}, "unknown key 'train.wrokers'");
+  expect_error({{"trian.workers", "2"}}, "unknown section 'trian'");
+  expect_error({{"train.workers", "0"}}, "train.workers = 0: expected >= 1");
+  expect_error({{"train.workers", "two"}}, "train.workers = 'two': expected an integer");
+  expect_error({{"optim.lr", "0"}}, "optim.lr");
+  expect_error({{"optim.lr", "-0.1"}}, "optim.lr");
+  expect_error({{"policy.name", "kasync:5"}, {"train.workers", "4"}}, "policy.k = 5");
+  expect_error({{"policy.name", "kasync"}}, "needs K");
+  expect_error({{"policy.name", "kasync:x"}}, "expected an integer K");
+  expect_error({{"policy.name", "fastest"}}, "policy = 'fastest'");
+  expect_error({{"stragglers.fraction", "1.5"}}, "stragglers.fraction");
+  expect_error({{"stragglers.sigma", "-1"}}, "stragglers.sigma");
+  expect_error({{"train.eval_every", "0"}}, "train.eval_every");
+  expect_error({{"train.runtime", "sim"}}, "not built yet");
+  expect_error({{"data.test_fraction", "1"}}, "data.test_fraction");
+  expect_error({{"train.budget", "0"}}, "both 0");
+  EXPECT_NE(error_of(write_file("bad.toml", "[train]\nworkers = \n"), {}).find("bad.toml:2"),
+            std::string::npos);
+  EXPECT_NE(error_of(write_file("unk.toml", "[train]\nbudget = 1\nspeed = 3\n"), {})
+                .find("unk.toml: unknown key 'train.speed'"),
+            std::string::npos);
+  EXPECT_NE(error_of(write_file("top.toml", "workers = 3\n"), {}).find("not a [section]"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace hsgd
