@@ -1,1 +1,150 @@
-// placeholder
+#include "hsgd/metrics/recorder.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "hsgd/core/error.h"
+
+namespace hsgd {
+namespace {
+
+std::FILE* open_or_throw(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) throw InputError(path + ": cannot write (" + std::strerror(errno) + ")");
+  return f;
+}
+
+void rename_or_throw(const std::string& from, const std::string& to) {
+  std::error_code ec;
+  std::filesystem::rename(from, to, ec);
+  if (ec) throw InputError(to + ": cannot write (" + ec.message() + ")");
+}
+
+// JSON has no NaN: a missing value is null.
+nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
+
+}  // namespace
+
+const std::string& csv_header() {
+  static const std::string h =
+      "time_s,updates,samples,epoch,k,train_loss,test_loss,test_acc,staleness_mean,"
+      "staleness_max,dropped,idle_frac,live_workers,policy,seed";
+  return h;
+}
+
+Recorder::Recorder(const std::string& dir) : dir_(dir) {
+  csv_ = open_or_throw(dir + "/metrics.csv.partial");
+  jsonl_ = open_or_throw(dir + "/metrics.jsonl.partial");
+  std::fprintf(csv_, "%s\n", csv_header().c_str());
+}
+
+Recorder::~Recorder() {
+  if (csv_) std::fclose(csv_);
+  if (jsonl_) std::fclose(jsonl_);
+}
+
+void Recorder::write(const MetricsRow& r) {
+  rows_.push_back(r);
+  const std::string line = fmt::format(
+      "{:.3f},{},{},{:.4f},{},{:.6f},{:.6f},{:.6f},{:.4f},{},{},{:.4f},{},{},{}\n", r.time_s,
+      r.updates, r.samples, r.epoch, r.k, r.train_loss, r.test_loss, r.test_acc, r.staleness_mean,
+      r.staleness_max, r.dropped, r.idle_frac, r.live_workers, r.policy, r.seed);
+  std::fputs(line.c_str(), csv_);
+  nlohmann::json j = {{"time_s", r.time_s},
+                      {"updates", r.updates},
+                      {"samples", r.samples},
+                      {"epoch", r.epoch},
+                      {"k", r.k},
+                      {"train_loss", num(r.train_loss)},
+                      {"test_loss", num(r.test_loss)},
+                      {"test_acc", num(r.test_acc)},
+                      {"staleness_mean", r.staleness_mean},
+                      {"staleness_max", r.staleness_max},
+                      {"dropped", r.dropped},
+                      {"idle_frac", r.idle_frac},
+                      {"live_workers", r.live_workers},
+                      {"policy", r.policy},
+                      {"seed", r.seed}};
+  std::fputs((j.dump() + "\n").c_str(), jsonl_);
+  std::fflush(csv_);
+  std::fflush(jsonl_);
+}
+
+void Recorder::finish() {
+  if (!csv_) return;
+  std::fclose(csv_);
+  std::fclose(jsonl_);
+  csv_ = jsonl_ = nullptr;
+  rename_or_throw(dir_ + "/metrics.csv.partial", dir_ + "/metrics.csv");
+  rename_or_throw(dir_ + "/metrics.jsonl.partial", dir_ + "/metrics.jsonl");
+}
+
+std::vector<MetricsRow> read_metrics_csv(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path + ": cannot open (" + std::strerror(errno) + ")");
+  std::string line;
+  if (!std::getline(in, line) || line != csv_header()) {
+    throw InputError(path + ":1: expected the hsgd metrics header '" + csv_header() + "'");
+  }
+  std::vector<MetricsRow> rows;
+  int lineno = 1;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.empty()) continue;
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    std::string cell;
+    while (std::getline(ss, cell, ',')) f.push_back(cell);
+    if (f.size() != 15) {
+      throw InputError(fmt::format("{}:{}: expected 15 fields, got {}", path, lineno, f.size()));
+    }
+    auto d = [&](int i) {
+      try {
+        size_t used = 0;
+        double v = std::stod(f[i], &used);
+        if (used != f[i].size()) throw std::invalid_argument(f[i]);
+        return v;
+      } catch (const std::exception&) {
+        if (f[i] == "nan" || f[i] == "-nan") return std::nan("");
+        throw InputError(
+            fmt::format("{}:{}: field {}: expected a number, got '{}'", path, lineno, i + 1, f[i]));
+      }
+    };
+    MetricsRow r;
+    r.time_s = d(0);
+    r.updates = static_cast<int64_t>(d(1));
+    r.samples = static_cast<int64_t>(d(2));
+    r.epoch = d(3);
+    r.k = static_cast<int>(d(4));
+    r.train_loss = d(5);
+    r.test_loss = d(6);
+    r.test_acc = d(7);
+    r.staleness_mean = d(8);
+    r.staleness_max = static_cast<int64_t>(d(9));
+    r.dropped = static_cast<int64_t>(d(10));
+    r.idle_frac = d(11);
+    r.live_workers = static_cast<int>(d(12));
+    r.policy = f[13];
+    r.seed = static_cast<uint64_t>(d(14));
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+void write_file_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".partial";
+  std::FILE* f = open_or_throw(tmp);
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok) throw InputError(path + ": write failed");
+  rename_or_throw(tmp, path);
+}
+
+}  // namespace hsgd

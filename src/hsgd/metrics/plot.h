@@ -1,0 +1,15 @@
+// Plots of metrics.csv files with gnuplot.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace hsgd {
+
+// Draws test accuracy and test loss against time for each run directory
+// (each holding metrics.csv) into `png`, one curve per run labelled by its
+// policy (and the directory name when two runs share a policy). Runs gnuplot;
+// throws InputError for a missing or malformed metrics.csv and
+// std::runtime_error if gnuplot fails.
+void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png);
+
+}  // namespace hsgd

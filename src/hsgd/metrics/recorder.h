@@ -1,0 +1,62 @@
+// Metrics rows, written as CSV and JSONL. Files are written under
+// `<name>.partial` and renamed by finish(), so an interrupted run never leaves
+// a file that looks complete.
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace hsgd {
+
+// One evaluation. Column meanings: README, "Output".
+struct MetricsRow {
+  double time_s = 0;      // training time (wall or virtual), evaluation excluded
+  int64_t updates = 0;    // server version
+  int64_t samples = 0;    // samples in pushed gradients
+  double epoch = 0;       // samples / training-set size
+  int k = 0;              // threshold in force
+  double train_loss = 0;  // mean loss of the pushes since the previous row (NaN if none)
+  double test_loss = 0;
+  double test_acc = 0;        // fraction in [0, 1]
+  double staleness_mean = 0;  // over pushes applied since the previous row
+  int64_t staleness_max = 0;
+  int64_t dropped = 0;
+  double idle_frac = 0;  // fraction of worker time spent waiting since the previous row
+  int live_workers = 0;
+  std::string policy;
+  uint64_t seed = 0;
+};
+
+// The CSV header line (no newline).
+const std::string& csv_header();
+
+// Thread-safety: none (one writer).
+class Recorder {
+ public:
+  // Creates `dir/metrics.csv.partial` and `dir/metrics.jsonl.partial`.
+  explicit Recorder(const std::string& dir);
+  ~Recorder();
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  void write(const MetricsRow& r);
+  // Flushes, closes and renames the files to their final names.
+  void finish();
+  const std::vector<MetricsRow>& rows() const { return rows_; }
+
+ private:
+  std::string dir_;
+  std::FILE* csv_ = nullptr;
+  std::FILE* jsonl_ = nullptr;
+  std::vector<MetricsRow> rows_;
+};
+
+// Reads a metrics.csv written by Recorder. Throws InputError naming the file
+// and line on anything else.
+std::vector<MetricsRow> read_metrics_csv(const std::string& path);
+
+// Writes `text` to `path` atomically (path.partial, then rename).
+void write_file_atomic(const std::string& path, const std::string& text);
+
+}  // namespace hsgd
