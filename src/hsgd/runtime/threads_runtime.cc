@@ -1,1 +1,334 @@
-// placeholder
+#include "hsgd/runtime/threads_runtime.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "hsgd/core/error.h"
+#include "hsgd/core/rng.h"
+#include "hsgd/runtime/gate.h"
+#include "hsgd/server/server.h"
+
+namespace hsgd {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+double seconds_between(SteadyClock::time_point a, SteadyClock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Training time: wall time since start minus time spent paused for evaluation.
+class TrainClock {
+ public:
+  void start() { start_ = SteadyClock::now(); }
+  double seconds() const {
+    return seconds_between(start_, SteadyClock::now()) - paused_.load(std::memory_order_relaxed);
+  }
+  void add_paused(double s) { paused_.fetch_add(s, std::memory_order_relaxed); }
+
+ private:
+  SteadyClock::time_point start_;
+  std::atomic<double> paused_{0.0};
+};
+
+struct Shared {
+  std::mutex mu;  // guards everything below and the server
+  std::condition_variable cv;
+  Server* server = nullptr;
+  std::vector<char> released;
+  std::vector<double> idle_s;  // per worker, cumulative
+  bool stop = false;
+  std::exception_ptr error;
+  Gate gate;
+  TrainClock clock;
+};
+
+void request_stop(Shared& s) {
+  s.stop = true;
+  s.cv.notify_all();
+}
+
+struct WorkerArgs {
+  int id;
+  const Job* job;
+  Shared* shared;
+  int64_t epoch_target_samples;  // 0 = none
+};
+
+void worker_loop(const WorkerArgs& a) {
+  const Config& c = *a.job->config;
+  Shared& s = *a.shared;
+  const int n = c.train.workers;
+  const int stragglers = static_cast<int>(std::lround(c.stragglers.fraction * n));
+  const bool straggler = a.id < stragglers;
+  Rng delay_rng(c.train.seed, 2000 + static_cast<uint64_t>(a.id));
+  ShardSampler sampler(*a.job->train, a.id, n, c.train.seed);
+  std::unique_ptr<Model> model = a.job->make_model();
+  const size_t np = a.job->initial_params.size();
+  std::vector<float> params(np), grads(np);
+  model->bind(params, grads);
+  Batch batch;
+  GateScope inside(s.gate);  // exits on every path, exceptions included
+  while (inside.enter()) {
+    uint64_t version = 0;
+    {
+      std::lock_guard lk(s.mu);
+      if (s.stop) break;
+      version = s.server->on_pull(a.id).version;
+      std::span<const float> p = s.server->params();
+      std::copy(p.begin(), p.end(), params.begin());
+    }
+    sampler.next(c.train.batch, &batch);
+    const auto t0 = SteadyClock::now();
+    const double loss = model->gradient(batch);
+    if (straggler) {
+      double delay = (c.stragglers.slowdown - 1.0) * seconds_between(t0, SteadyClock::now());
+      if (c.stragglers.sigma > 0) delay += std::abs(delay_rng.normal()) * c.stragglers.sigma;
+      if (delay > 0) {
+        std::unique_lock lk(s.mu);
+        s.cv.wait_for(lk, std::chrono::duration<double>(delay), [&] { return s.stop; });
+      }
+    }
+    bool wait = false;
+    {
+      std::lock_guard lk(s.mu);
+      if (s.stop) break;
+      Decision d =
+          s.server->on_push(a.id, version, grads, batch.size(), loss, s.clock.seconds());
+      for (int r : d.released) s.released[static_cast<size_t>(r)] = 1;
+      if (!d.released.empty()) s.cv.notify_all();
+      if (a.epoch_target_samples > 0 && s.server->samples() >= a.epoch_target_samples) {
+        request_stop(s);
+      }
+      wait = d.caller_waits;
+    }
+    inside.exit();
+    if (wait) {
+      const auto w0 = SteadyClock::now();
+      std::unique_lock lk(s.mu);
+      s.cv.wait(lk, [&] { return s.released[static_cast<size_t>(a.id)] || s.stop; });
+      s.released[static_cast<size_t>(a.id)] = 0;
+      s.idle_s[static_cast<size_t>(a.id)] += seconds_between(w0, SteadyClock::now());
+      if (s.stop) break;
+    }
+  }
+}
+
+// Evaluates the server's current parameters while the workers are paused
+// and builds a metrics row. Called on the driving thread.
+class Evaluator {
+ public:
+  Evaluator(const Job& job, Shared& s, const Dataset& test)
+      : job_(job), s_(s), test_(test), params_(job.initial_params.size()),
+        grads_(job.initial_params.size()) {
+    model_ = job.make_model();
+    model_->bind(params_, grads_);
+  }
+
+  MetricsRow evaluate(bool paused_already = false) {
+    const auto p0 = SteadyClock::now();
+    if (!paused_already) s_.gate.pause();
+    MetricsRow r;
+    ServerStats st;
+    double idle_total = 0;
+    {
+      std::lock_guard lk(s_.mu);
+      r.time_s = s_.clock.seconds();
+      std::span<const float> p = s_.server->params();
+      std::copy(p.begin(), p.end(), params_.begin());
+      st = s_.server->take_stats();
+      r.updates = static_cast<int64_t>(s_.server->version());
+      r.samples = s_.server->samples();
+      r.k = s_.server->threshold(r.time_s);
+      r.live_workers = s_.server->live_workers();
+      r.epoch = static_cast<double>(r.samples) / static_cast<double>(job_.train->size());
+      for (double v : s_.idle_s) idle_total += v;
+    }
+    const EvalResult e = model_->evaluate(test_);
+    r.test_loss = e.loss;
+    r.test_acc = e.accuracy;
+    r.train_loss = st.loss_count ? st.loss_sum / static_cast<double>(st.loss_count) : std::nan("");
+    r.staleness_mean =
+        st.staleness_count ? st.staleness_sum / static_cast<double>(st.staleness_count) : 0.0;
+    r.staleness_max = st.staleness_max;
+    r.dropped = st.dropped;
+    const double interval = r.time_s - last_time_;
+    const double workers = static_cast<double>(job_.config->train.workers);
+    r.idle_frac =
+        interval > 0 ? std::clamp((idle_total - last_idle_) / (interval * workers), 0.0, 1.0) : 0.0;
+    last_time_ = r.time_s;
+    last_idle_ = idle_total;
+    r.policy = s_.server->policy().name();
+    r.seed = job_.config->train.seed;
+    if (!paused_already) {
+      s_.clock.add_paused(seconds_between(p0, SteadyClock::now()));
+      s_.gate.resume();
+    }
+    return r;
+  }
+
+  std::vector<float> params() const { return params_; }
+
+ private:
+  const Job& job_;
+  Shared& s_;
+  const Dataset& test_;
+  std::vector<float> params_, grads_;
+  std::unique_ptr<Model> model_;
+  double last_time_ = 0;
+  double last_idle_ = 0;
+};
+
+Dataset head(const Dataset& d, int64_t n) {
+  if (n <= 0 || n >= d.size()) return d;
+  Dataset h;
+  h.name = d.name;
+  h.sample_shape = d.sample_shape;
+  h.num_classes = d.num_classes;
+  h.labels.assign(d.labels.begin(), d.labels.begin() + n);
+  h.features.assign(d.features.begin(), d.features.begin() + n * d.sample_size());
+  return h;
+}
+
+}  // namespace
+
+RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* observer) {
+  const Config& c = *job.config;
+  const int n = c.train.workers;
+  HSGD_ASSERT(job.train && job.test && job.make_model, "incomplete job");
+  if (job.train->size() < n) {
+    throw InputError("train.workers = " + std::to_string(n) + ": the training set has only " +
+                     std::to_string(job.train->size()) + " samples");
+  }
+  Observer quiet;
+  if (!observer) observer = &quiet;
+  const auto wall0 = SteadyClock::now();
+
+  std::vector<float> params = job.initial_params;
+  ServerOptions so;
+  so.workers = n;
+  so.aggregation = c.policy.aggregation;
+  so.lr = c.optim.lr;
+  so.lr_schedule = c.lr_schedule;
+  so.samples_per_epoch = job.train->size();
+  Server server(params, so, make_policy(c.policy, n, c.optim.lr),
+                make_optimizer(c.optim, params.size()));
+
+  Shared s;
+  s.server = &server;
+  s.released.assign(static_cast<size_t>(n), 0);
+  s.idle_s.assign(static_cast<size_t>(n), 0.0);
+  const Dataset test = head(*job.test, c.train.eval_samples);
+  Evaluator evaluator(job, s, test);
+
+  // The row at t = 0: the initial model.
+  s.clock.start();
+  s.gate.pause();
+  MetricsRow first = evaluator.evaluate(/*paused_already=*/true);
+  recorder->write(first);
+  observer->on_row(first);
+  s.clock.start();  // training time starts after the first evaluation
+  s.gate.resume();
+
+  const int64_t epoch_target =
+      c.train.epochs > 0 ? static_cast<int64_t>(std::ceil(c.train.epochs * static_cast<double>(job.train->size())))
+                         : 0;
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(n));
+  // On any exit from here, exceptions included: stop, open the gate, join.
+  struct Joiner {
+    Shared& s;
+    std::vector<std::thread>& threads;
+    ~Joiner() {
+      {
+        std::lock_guard lk(s.mu);
+        request_stop(s);
+      }
+      s.gate.close();
+      for (std::thread& t : threads) {
+        if (t.joinable()) t.join();
+      }
+    }
+  } joiner{s, threads};
+  for (int w = 0; w < n; ++w) {
+    threads.emplace_back([&, w] {
+      try {
+        worker_loop(WorkerArgs{w, &job, &s, epoch_target});
+      } catch (...) {
+        std::lock_guard lk(s.mu);
+        if (!s.error) s.error = std::current_exception();
+        request_stop(s);
+      }
+    });
+  }
+
+  double next_eval = c.train.eval_every;
+  double last_acc = first.test_acc;
+  double tick_time = 0;
+  int64_t tick_samples = 0;
+  const double tick = 0.5;
+  for (;;) {
+    double now = s.clock.seconds();
+    const double budget = c.train.budget > 0 ? c.train.budget : 1e300;
+    const double wake = std::min({next_eval, budget, now + tick});
+    {
+      std::unique_lock lk(s.mu);
+      s.cv.wait_for(lk, std::chrono::duration<double>(std::max(0.0, wake - now)),
+                    [&] { return s.stop; });
+      now = s.clock.seconds();
+      if (now >= budget) request_stop(s);
+      if (s.stop) break;
+    }
+    if (now >= next_eval) {
+      MetricsRow r = evaluator.evaluate();
+      recorder->write(r);
+      observer->on_row(r);
+      last_acc = r.test_acc;
+      while (next_eval <= r.time_s) next_eval += c.train.eval_every;
+    }
+    Status st;
+    {
+      std::lock_guard lk(s.mu);
+      st.time_s = s.clock.seconds();
+      st.updates = static_cast<int64_t>(server.version());
+      st.samples = server.samples();
+      st.k = server.threshold(st.time_s);
+    }
+    st.test_acc = last_acc;
+    st.samples_per_s = st.time_s > tick_time
+                           ? static_cast<double>(st.samples - tick_samples) / (st.time_s - tick_time)
+                           : 0.0;
+    tick_time = st.time_s;
+    tick_samples = st.samples;
+    observer->on_status(st);
+  }
+  const double train_s = s.clock.seconds();
+  s.gate.close();
+  for (std::thread& t : threads) t.join();
+  threads.clear();
+  if (s.error) std::rethrow_exception(s.error);
+
+  MetricsRow last = evaluator.evaluate(/*paused_already=*/true);
+  last.time_s = train_s;
+  recorder->write(last);
+  observer->on_row(last);
+
+  RunResult result;
+  result.params = evaluator.params();
+  result.last = last;
+  result.train_s = train_s;
+  result.wall_s = seconds_between(wall0, SteadyClock::now());
+  return result;
+}
+
+std::unique_ptr<Runtime> make_runtime(const std::string& name) {
+  if (name == "threads") return std::make_unique<ThreadsRuntime>();
+  throw InputError("train.runtime = '" + name + "': expected threads");
+}
+
+}  // namespace hsgd

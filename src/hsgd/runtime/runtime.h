@@ -1,0 +1,70 @@
+// The Runtime seam: drives workers and the server state machine over some
+// notion of time and transport. `threads` (here) runs one thread per worker
+// with the server in-process; `sim` and `mpi` come later on the same seam.
+#pragma once
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hsgd/config/config.h"
+#include "hsgd/data/dataset.h"
+#include "hsgd/metrics/recorder.h"
+#include "hsgd/model/model.h"
+
+namespace hsgd {
+
+// Builds one model instance; called once per worker and once for evaluation,
+// from the thread that will use it.
+using ModelFactory = std::function<std::unique_ptr<Model>()>;
+
+// Everything a run needs. The runtime reads but does not own these.
+struct Job {
+  const Config* config = nullptr;
+  const Dataset* train = nullptr;
+  const Dataset* test = nullptr;
+  ModelFactory make_model;
+  std::vector<float> initial_params;  // every worker and the server start here
+};
+
+// A live view of a running job, for progress lines.
+struct Status {
+  double time_s = 0;
+  int64_t updates = 0;
+  int64_t samples = 0;
+  int k = 0;
+  double train_loss = 0;      // mean over the last interval (NaN if none)
+  double test_acc = 0;        // last evaluation
+  double samples_per_s = 0;   // over the last interval
+};
+
+// Receives rows and status while a job runs (on the runtime's driving
+// thread). Default: ignore.
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  virtual void on_row(const MetricsRow&) {}
+  virtual void on_status(const Status&) {}
+};
+
+struct RunResult {
+  std::vector<float> params;  // final parameters
+  MetricsRow last;            // the final evaluation
+  double wall_s = 0;          // real seconds, evaluation included
+  double train_s = 0;         // training seconds, evaluation excluded
+};
+
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+  // Runs the job to its budget (time or epochs), writing one row per
+  // evaluation to `recorder` (at t = 0, every eval_every seconds, and at the
+  // end). Blocks until done. Errors from worker threads are rethrown here.
+  virtual RunResult run(const Job& job, Recorder* recorder, Observer* observer) = 0;
+};
+
+// "threads". Throws InputError for an unknown or unavailable runtime.
+std::unique_ptr<Runtime> make_runtime(const std::string& name);
+
+}  // namespace hsgd
