@@ -1,5 +1,12 @@
 // Data set readers. Each throws InputError with one line naming the file, the
-// byte offset or line number, and what was expected, on any malformed input.
+// byte offset or line number, and what was expected, on any malformed input:
+//   "<file>: offset <n>: expected ..., got ..."          (binary formats)
+//   "<file>:line <n> field <m>: expected ..., got '...'"  (text formats)
+// A file that cannot be opened gives "<file>: cannot open (<reason>)".
+// Every reader accepts a gzip-compressed file (detected by magic bytes); the
+// offsets in messages then count uncompressed bytes, except for a corrupt
+// gzip stream, whose offset is in the compressed file.
+// Readers set Dataset::name to the file (or, for CIFAR-10, the directory).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -17,33 +24,50 @@ Dataset read_idx(const std::string& images_path, const std::string& labels_path)
 // names (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz],
 // t10k-images-idx3-ubyte[.gz], t10k-labels-idx1-ubyte[.gz]).
 Dataset read_idx_dir(const std::string& dir, bool train);
+// Whether `dir` holds both files of the train or test pair (either spelling).
+bool has_idx_split(const std::string& dir, bool train);
 
 // CIFAR-10 binary batches (data_batch_1..5.bin / test_batch.bin in `dir`):
 // records of 1 label byte + 3072 pixel bytes, scaled to [0,1], shape {3,32,32}.
+// Every file must be a whole number of records; labels must be < 10.
 Dataset read_cifar10_dir(const std::string& dir, bool train);
+// Whether `dir` holds data_batch_1.bin (train) or test_batch.bin (test).
+bool has_cifar10_split(const std::string& dir, bool train);
 
 // CSV: `label,f1,...,fn` per line, no header; every row the same width.
-// Labels are integers >= 0; num_classes = max label + 1.
+// Labels are integers >= 0; num_classes = max label + 1; sample_shape {n}.
+// Features must be finite numbers. Blank lines may only trail the data.
 Dataset read_csv(const std::string& path);
 
-// LIBSVM: `label idx:val idx:val ...`, 1-based strictly increasing indices.
-// Labels are integers >= 0; num_features = max index seen.
+// LIBSVM: `label idx:val idx:val ...`, 1-based strictly increasing indices,
+// `#` starts a comment. Labels are integers >= 0; num_features = max index
+// seen; the result is dense (absent entries are 0), sample_shape {features}.
 Dataset read_libsvm(const std::string& path);
 
 struct SyntheticOptions {
   int64_t samples = 10000;
   int64_t features = 20;
   int classes = 10;
-  double class_sep = 1.0;  // distance scale between class centres
-  double noise = 1.0;      // std of the per-sample Gaussian noise
+  // Std of each coordinate of the class centres. 0.6 with the other defaults
+  // gives a linear classifier 77-84 % test accuracy (nearest centroid, seeds
+  // 1-5): learnable, not trivial.
+  double class_sep = 0.6;
+  double noise = 1.0;  // std of the per-sample Gaussian noise
   uint64_t seed = 1;
 };
 // A Gaussian-mixture classification set like the paper's (20 dims, 10
-// classes, 10 000 samples): class centres drawn once, samples around them.
+// classes, 10 000 samples): class centres ~ N(0, class_sep^2) per feature,
+// drawn once; balanced labels (i % classes, shuffled); each sample is its
+// centre plus N(0, noise^2) per feature. Deterministic for a seed. Throws
+// InputError for samples < 1, features < 1, classes < 2, negative sep/noise.
 Dataset make_synthetic(const SyntheticOptions& o);
 
-// Checks labels are in [0, expected_classes) and shapes agree with `like`
-// (used for a separate --test-data). Throws InputError naming `what`.
+// Checks that `test` can be evaluated by a model trained on `train` (used for
+// a separate --test-data): equal sample shapes, test labels below
+// train.num_classes (the test set may hold fewer classes). Throws InputError
+// naming both data sets.
 void check_compatible(const Dataset& train, const Dataset& test);
+// Same check, then sets test->num_classes = train.num_classes.
+void check_compatible(const Dataset& train, Dataset* test);
 
 }  // namespace hsgd

@@ -17,11 +17,14 @@ struct LoadedData {
 // Debian package dataset-fashion-mnist) and returns both splits; idx:DIR and
 // cifar10:DIR return both splits when the test files exist; csv, libsvm and
 // synthetic return only `train`. Throws InputError for an unknown spec kind
-// (naming the spec and listing the kinds) or any reader error.
+// ("--data 'xyz': expected one of fashion-mnist, synthetic, idx:DIR, ...") or
+// any reader error. Dataset::name is the file or directory read, or
+// "synthetic".
 LoadedData load_data(const std::string& spec, const SyntheticOptions& synthetic);
 
 // Loads a spec for use as a test set: the test split if it has one, else all
-// of it.
+// of it. Messages name the option "--test-data". Callers then run
+// check_compatible(train, &test).
 Dataset load_test_data(const std::string& spec, const SyntheticOptions& synthetic);
 
 }  // namespace hsgd

@@ -1,0 +1,113 @@
+// LIBSVM reader: `label idx:val idx:val ...`, densified.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string_view>
+#include <vector>
+
+#include "hsgd/core/error.h"
+#include "hsgd/data/file_bytes.h"
+#include "hsgd/data/readers.h"
+#include "hsgd/data/text_lines.h"
+
+namespace hsgd {
+namespace {
+
+// Dense output is rows * max index floats; refuse more than 2^30 of them.
+constexpr int64_t kMaxDenseValues = int64_t{1} << 30;
+
+[[noreturn]] void fail_token(const std::string& path, int64_t line, const std::string& expected,
+                             std::string_view token) {
+  throw InputError(fmt::format("{}:line {}: expected {}, got '{}'", path, line, expected, token));
+}
+
+bool is_space(char c) { return c == ' ' || c == '\t'; }
+
+// Splits off the next whitespace-separated token; empty at the end.
+std::string_view next_token(std::string_view* rest) {
+  size_t b = 0;
+  while (b < rest->size() && is_space((*rest)[b])) ++b;
+  size_t e = b;
+  while (e < rest->size() && !is_space((*rest)[e])) ++e;
+  std::string_view token = rest->substr(b, e - b);
+  rest->remove_prefix(e);
+  return token;
+}
+
+struct Entry {
+  int64_t row;
+  int64_t index;  // 1-based
+  float value;
+};
+
+}  // namespace
+
+Dataset read_libsvm(const std::string& path) {
+  const std::string text = data_internal::read_file(path);
+  Dataset d;
+  d.name = path;
+  std::vector<Entry> entries;
+  int64_t max_index = 0;
+  int32_t max_label = -1;
+  int64_t blank_line = 0;
+  data_internal::LineReader lines(text);
+  std::string_view line;
+  int64_t line_no = 0;
+  while (lines.next(&line, &line_no)) {
+    line = line.substr(0, line.find('#'));
+    if (data_internal::is_blank(line)) {
+      if (blank_line == 0) blank_line = line_no;
+      continue;
+    }
+    if (blank_line != 0) {
+      throw InputError(fmt::format(
+          "{}:line {}: expected a data row, got a blank line (blank lines may only end the file)",
+          path, blank_line));
+    }
+    std::string_view rest = line;
+    std::string_view label_token = next_token(&rest);
+    auto label = data_internal::parse_label(label_token);
+    if (!label) fail_token(path, line_no, "a non-negative integer label", label_token);
+    const int64_t row = d.size();
+    d.labels.push_back(*label);
+    max_label = std::max(max_label, *label);
+    int64_t last = 0;
+    for (std::string_view token = next_token(&rest); !token.empty(); token = next_token(&rest)) {
+      size_t colon = token.find(':');
+      if (colon == std::string_view::npos) fail_token(path, line_no, "index:value", token);
+      auto index = data_internal::parse_int(token.substr(0, colon));
+      if (!index || *index < 1) fail_token(path, line_no, "an index >= 1", token);
+      if (*index <= last) {
+        fail_token(path, line_no,
+                   fmt::format("an index above {} (indices must be strictly increasing)", last),
+                   token);
+      }
+      if (*index > kMaxDenseValues) {
+        fail_token(path, line_no, fmt::format("an index <= {}", kMaxDenseValues), token);
+      }
+      auto value = data_internal::parse_float(token.substr(colon + 1));
+      if (!value) fail_token(path, line_no, "a number after ':'", token);
+      last = *index;
+      entries.push_back({row, *index, *value});
+    }
+    max_index = std::max(max_index, last);
+  }
+  if (d.labels.empty()) {
+    throw InputError(fmt::format("{}:line 1: expected a data row, got {}", path,
+                                 text.empty() ? "an empty file" : "only blank lines"));
+  }
+  if (max_index == 0) {
+    throw InputError(fmt::format("{}: expected at least one feature, got none on any line", path));
+  }
+  if (d.size() > kMaxDenseValues / max_index) {
+    throw InputError(fmt::format("{}: expected at most {} dense values, got {} rows x {} features",
+                                 path, kMaxDenseValues, d.size(), max_index));
+  }
+  d.sample_shape = {max_index};
+  d.num_classes = max_label + 1;
+  d.features.assign(static_cast<size_t>(d.size() * max_index), 0.0f);
+  for (const Entry& e : entries) d.features[e.row * max_index + e.index - 1] = e.value;
+  return d;
+}
+
+}  // namespace hsgd

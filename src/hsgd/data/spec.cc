@@ -1,0 +1,115 @@
+// Data specs: fashion-mnist | synthetic | idx:DIR | cifar10:DIR | csv:FILE | libsvm:FILE.
+#include "hsgd/data/spec.h"
+
+#include <fmt/format.h>
+
+#include <string_view>
+
+#include "hsgd/core/error.h"
+#include "hsgd/data/readers.h"
+
+namespace hsgd {
+namespace {
+
+constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
+enum class Kind { kFashionMnist, kSynthetic, kIdx, kCifar10, kCsv, kLibsvm };
+
+struct Spec {
+  Kind kind;
+  std::string path;  // DIR or FILE; empty for fashion-mnist and synthetic
+};
+
+// `option` names the flag in messages ("--data", "--test-data").
+Spec parse_spec(const std::string& spec, const char* option) {
+  if (spec == "fashion-mnist") return {Kind::kFashionMnist, kFashionMnistDir};
+  if (spec == "synthetic") return {Kind::kSynthetic, {}};
+  const size_t colon = spec.find(':');
+  if (colon != std::string::npos) {
+    const std::string_view kind = std::string_view(spec).substr(0, colon);
+    std::string path = spec.substr(colon + 1);
+    const struct {
+      std::string_view name;
+      Kind kind;
+      const char* what;
+    } kinds[] = {{"idx", Kind::kIdx, "a directory"},
+                 {"cifar10", Kind::kCifar10, "a directory"},
+                 {"csv", Kind::kCsv, "a file"},
+                 {"libsvm", Kind::kLibsvm, "a file"}};
+    for (const auto& k : kinds) {
+      if (kind != k.name) continue;
+      if (path.empty()) {
+        throw InputError(fmt::format("{} '{}': expected {} after '{}:', got nothing", option, spec,
+                                     k.what, k.name));
+      }
+      return {k.kind, std::move(path)};
+    }
+  }
+  throw InputError(fmt::format(
+      "{} '{}': expected one of fashion-mnist, synthetic, idx:DIR, cifar10:DIR, csv:FILE, "
+      "libsvm:FILE",
+      option, spec));
+}
+
+Dataset read_fashion_mnist(bool train) {
+  if (!has_idx_split(kFashionMnistDir, train)) {
+    throw InputError(fmt::format(
+        "{}/{}-images-idx3-ubyte.gz: cannot open (No such file or directory; install the Debian "
+        "package dataset-fashion-mnist)",
+        kFashionMnistDir, train ? "train" : "t10k"));
+  }
+  return read_idx_dir(kFashionMnistDir, train);
+}
+
+}  // namespace
+
+LoadedData load_data(const std::string& spec_text, const SyntheticOptions& synthetic) {
+  const Spec spec = parse_spec(spec_text, "--data");
+  LoadedData out;
+  switch (spec.kind) {
+    case Kind::kFashionMnist:
+      out.train = read_fashion_mnist(true);
+      out.test = read_fashion_mnist(false);
+      break;
+    case Kind::kSynthetic:
+      out.train = make_synthetic(synthetic);
+      break;
+    case Kind::kIdx:
+      out.train = read_idx_dir(spec.path, true);
+      if (has_idx_split(spec.path, false)) out.test = read_idx_dir(spec.path, false);
+      break;
+    case Kind::kCifar10:
+      out.train = read_cifar10_dir(spec.path, true);
+      if (has_cifar10_split(spec.path, false)) out.test = read_cifar10_dir(spec.path, false);
+      break;
+    case Kind::kCsv:
+      out.train = read_csv(spec.path);
+      break;
+    case Kind::kLibsvm:
+      out.train = read_libsvm(spec.path);
+      break;
+  }
+  return out;
+}
+
+Dataset load_test_data(const std::string& spec_text, const SyntheticOptions& synthetic) {
+  const Spec spec = parse_spec(spec_text, "--test-data");
+  switch (spec.kind) {
+    case Kind::kFashionMnist:
+      return read_fashion_mnist(false);
+    case Kind::kSynthetic:
+      return make_synthetic(synthetic);
+    case Kind::kIdx:
+      return read_idx_dir(spec.path, !has_idx_split(spec.path, false));
+    case Kind::kCifar10:
+      return read_cifar10_dir(spec.path, !has_cifar10_split(spec.path, false));
+    case Kind::kCsv:
+      return read_csv(spec.path);
+    case Kind::kLibsvm:
+      return read_libsvm(spec.path);
+  }
+  HSGD_ASSERT(false, "load_test_data: unhandled spec kind");
+  return {};
+}
+
+}  // namespace hsgd

@@ -1,0 +1,16 @@
+// Internal to hsgd/data: the Rng stream ids used by the data module, kept in
+// one place so no two consumers of one seed ever draw the same numbers.
+#pragma once
+#include <cstdint>
+
+namespace hsgd::data_internal {
+
+inline constexpr uint64_t kSyntheticCentresStream = 1;
+inline constexpr uint64_t kSyntheticLabelsStream = 2;
+inline constexpr uint64_t kSyntheticNoiseStream = 3;
+inline constexpr uint64_t kSplitStream = 10;
+inline constexpr uint64_t kShardPermutationStream = 20;
+// Worker w reshuffles its shard every epoch with stream kWorkerEpochStream + w.
+inline constexpr uint64_t kWorkerEpochStream = 1000;
+
+}  // namespace hsgd::data_internal
