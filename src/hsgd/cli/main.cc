@@ -1,1 +1,112 @@
-int main() { return 0; }
+// hsgd: data-parallel SGD through a parameter server with pluggable
+// synchronization. Environment variables are read here only.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+
+#include "hsgd/cli/commands.h"
+#include "hsgd/core/error.h"
+#include "hsgd/model/model.h"
+
+int main(int argc, char** argv) {
+  using hsgd::Override;
+  CLI::App app{"hsgd: data-parallel SGD through a parameter server (sync, async, hybrid, ...)"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "hsgd 0.1");
+
+  // ---- train
+  hsgd::cli::TrainArgs ta;
+  CLI::App* train =
+      app.add_subcommand("train", "Train a model; writes metrics, config and model to --out");
+  train->add_option("--config", ta.config_path, "TOML config file")->check(CLI::ExistingFile);
+  std::vector<std::string> sets;
+  struct Flag {
+    const char* name;
+    const char* key;
+    const char* help;
+    std::string value;
+  };
+  std::vector<Flag> flags = {
+      {"--data",
+       "data.spec",
+       "fashion-mnist | synthetic | idx:DIR | cifar10:DIR | csv:FILE | libsvm:FILE",
+       {}},
+      {"--test-data",
+       "data.test",
+       "test set spec (default: the data's own test split or a held-out fraction)",
+       {}},
+      {"--test-fraction",
+       "data.test_fraction",
+       "held-out fraction when the data has no test split (0.2)",
+       {}},
+      {"--model", "model.name", "softmax | mlp | lenet5 | cifar-cnn | linear-test", {}},
+      {"--policy", "policy.name", "sync | async | hybrid | kasync:K | kbatch:K", {}},
+      {"--workers", "train.workers", "number of workers (4)", {}},
+      {"--batch", "train.batch", "batch size per worker (64)", {}},
+      {"--lr", "optim.lr", "learning rate (0.01)", {}},
+      {"--budget", "train.budget", "training seconds (evaluation excluded)", {}},
+      {"--epochs", "train.epochs", "passes over the training set", {}},
+      {"--eval-every", "train.eval_every", "seconds between evaluations (5)", {}},
+      {"--seed", "train.seed", "random seed (1)", {}},
+      {"--out", "train.out", "output directory (runs/latest)", {}},
+      {"--runtime", "train.runtime", "threads (sim and mpi: later)", {}},
+  };
+  for (Flag& f : flags) train->add_option(f.name, f.value, f.help);
+  train->add_option("--set", sets, "override any config key: section.key=value (repeatable)");
+  train->add_flag("--quiet", ta.quiet, "no progress output");
+
+  // ---- eval
+  hsgd::cli::EvalArgs ea;
+  CLI::App* eval = app.add_subcommand("eval", "Evaluate a saved model on a data set");
+  eval->add_option("--model", ea.model_path, "model file written by train (model.bin)")->required();
+  eval->add_option("--data", ea.data, "data spec (its test split if it has one)")->required();
+  eval->add_flag("--json", ea.json, "print one JSON object");
+
+  // ---- plot
+  std::vector<std::string> plot_dirs;
+  std::string plot_out;
+  CLI::App* plot = app.add_subcommand("plot", "Plot test accuracy and loss against time for runs");
+  plot->add_option("dirs", plot_dirs, "run directories (each with metrics.csv)")->required();
+  plot->add_option("-o,--out", plot_out, "PNG file (default: DIR/plot.png for one run, plot.png)");
+
+  // ---- bench
+  hsgd::cli::BenchArgs ba;
+  CLI::App* bench = app.add_subcommand("bench", "Print throughput figures (see BENCHMARKS.md)");
+  bench->add_option("--data", ba.data, "data spec for the model benchmarks");
+  bench->add_option("--seconds", ba.seconds, "seconds per runtime throughput measurement");
+  bench->add_option("--repeats", ba.repeats, "rounds per compute-only figure (median)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  try {
+    hsgd::configure_math_threads();
+    if (*train) {
+      for (const Flag& f : flags) {
+        if (!f.value.empty()) ta.overrides.push_back({f.key, f.value});
+      }
+      for (const std::string& s : sets) {
+        const size_t eq = s.find('=');
+        if (eq == std::string::npos) {
+          throw hsgd::InputError("--set '" + s + "': expected section.key=value");
+        }
+        ta.overrides.push_back({s.substr(0, eq), s.substr(eq + 1)});
+      }
+      return hsgd::cli::train(ta);
+    }
+    if (*eval) return hsgd::cli::eval(ea);
+    if (*plot) return hsgd::cli::plot(plot_dirs, plot_out);
+    if (*bench) return hsgd::cli::bench(ba);
+  } catch (const hsgd::InputError& e) {
+    std::fprintf(stderr, "hsgd: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hsgd: failed: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

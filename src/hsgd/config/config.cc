@@ -124,6 +124,7 @@ const std::map<std::string, std::map<std::string, Field>>& fields() {
     HSGD_INT("data", "synthetic_classes", data.synthetic.classes);
     HSGD_DBL("data", "synthetic_separation", data.synthetic.class_sep);
     HSGD_DBL("data", "synthetic_noise", data.synthetic.noise);
+    HSGD_INT("data", "synthetic_seed", data.synthetic.seed);
     HSGD_STR("model", "name", model.name);
     r["model"]["hidden"] = Field{
         [](Config& c, const Where& w, const toml::node& n) { c.model.hidden = as_int_list(w, n); },

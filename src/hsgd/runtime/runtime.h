@@ -34,9 +34,10 @@ struct Status {
   int64_t updates = 0;
   int64_t samples = 0;
   int k = 0;
-  double train_loss = 0;      // mean over the last interval (NaN if none)
-  double test_acc = 0;        // last evaluation
-  double samples_per_s = 0;   // over the last interval
+  double train_loss = 0;     // mean over the last interval (NaN if none)
+  double test_acc = 0;       // last evaluation
+  double samples_per_s = 0;  // over the last interval
+  double epochs = 0;
 };
 
 // Receives rows and status while a job runs (on the runtime's driving

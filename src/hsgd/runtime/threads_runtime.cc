@@ -98,8 +98,7 @@ void worker_loop(const WorkerArgs& a) {
     {
       std::lock_guard lk(s.mu);
       if (s.stop) break;
-      Decision d =
-          s.server->on_push(a.id, version, grads, batch.size(), loss, s.clock.seconds());
+      Decision d = s.server->on_push(a.id, version, grads, batch.size(), loss, s.clock.seconds());
       for (int r : d.released) s.released[static_cast<size_t>(r)] = 1;
       if (!d.released.empty()) s.cv.notify_all();
       if (a.epoch_target_samples > 0 && s.server->samples() >= a.epoch_target_samples) {
@@ -124,7 +123,10 @@ void worker_loop(const WorkerArgs& a) {
 class Evaluator {
  public:
   Evaluator(const Job& job, Shared& s, const Dataset& test)
-      : job_(job), s_(s), test_(test), params_(job.initial_params.size()),
+      : job_(job),
+        s_(s),
+        test_(test),
+        params_(job.initial_params.size()),
         grads_(job.initial_params.size()) {
     model_ = job.make_model();
     model_->bind(params_, grads_);
@@ -236,8 +238,9 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   s.gate.resume();
 
   const int64_t epoch_target =
-      c.train.epochs > 0 ? static_cast<int64_t>(std::ceil(c.train.epochs * static_cast<double>(job.train->size())))
-                         : 0;
+      c.train.epochs > 0
+          ? static_cast<int64_t>(std::ceil(c.train.epochs * static_cast<double>(job.train->size())))
+          : 0;
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(n));
   // On any exit from here, exceptions included: stop, open the gate, join.
@@ -298,11 +301,12 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
       st.updates = static_cast<int64_t>(server.version());
       st.samples = server.samples();
       st.k = server.threshold(st.time_s);
+      st.epochs = static_cast<double>(st.samples) / static_cast<double>(job.train->size());
     }
     st.test_acc = last_acc;
-    st.samples_per_s = st.time_s > tick_time
-                           ? static_cast<double>(st.samples - tick_samples) / (st.time_s - tick_time)
-                           : 0.0;
+    st.samples_per_s = st.time_s > tick_time ? static_cast<double>(st.samples - tick_samples) /
+                                                   (st.time_s - tick_time)
+                                             : 0.0;
     tick_time = st.time_s;
     tick_samples = st.samples;
     observer->on_status(st);

@@ -1,0 +1,155 @@
+// hsgd bench: the throughput figures of BENCHMARKS.md, measured side by side
+// in one run. Reports medians; the machine is shared and noisy.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include "hsgd/cli/commands.h"
+#include "hsgd/data/spec.h"
+#include "hsgd/runtime/runtime.h"
+#include "hsgd/server/server.h"
+
+namespace hsgd::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+ModelSpec spec_for(const std::string& name, const Dataset& d) {
+  ModelSpec s;
+  s.name = name;
+  s.sample_shape = d.sample_shape;
+  s.num_classes = d.num_classes;
+  return s;
+}
+
+// Single-thread gradient throughput (samples/s), median over rounds.
+double compute_only(const ModelSpec& spec, const Dataset& train, int batch, int repeats) {
+  std::unique_ptr<Model> m = make_model(spec);
+  std::vector<float> p(static_cast<size_t>(m->num_params())), g(p.size());
+  m->bind(p, g);
+  m->init_params(1);
+  ShardSampler sampler(train, 0, 1, 1);
+  Batch b;
+  for (int i = 0; i < 10; ++i) {
+    sampler.next(batch, &b);
+    m->gradient(b);
+  }
+  std::vector<double> rates;
+  for (int r = 0; r < repeats; ++r) {
+    int steps = 0;
+    const auto t0 = Clock::now();
+    double el = 0;
+    while (el < 0.5) {
+      sampler.next(batch, &b);
+      m->gradient(b);
+      ++steps;
+      el = std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    rates.push_back(steps * batch / el);
+  }
+  return median(rates);
+}
+
+// Threads-runtime throughput (samples per training second).
+double runtime_rate(const ModelSpec& spec, const Dataset& train, const Dataset& test,
+                    const std::string& policy, int workers, int batch, double seconds) {
+  Config c = load_config("", {{"train.workers", std::to_string(workers)},
+                              {"train.batch", std::to_string(batch)},
+                              {"train.budget", fmt::format("{}", seconds)},
+                              {"train.eval_every", "1000000"},
+                              {"train.eval_samples", "64"},
+                              {"policy.name", policy}});
+  Job job;
+  job.config = &c;
+  job.train = &train;
+  job.test = &test;
+  job.make_model = [spec] { return make_model(spec); };
+  std::unique_ptr<Model> m = make_model(spec);
+  job.initial_params.resize(static_cast<size_t>(m->num_params()));
+  std::vector<float> g(job.initial_params.size());
+  m->bind(job.initial_params, g);
+  m->init_params(1);
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           fmt::format("hsgd-bench-{}", static_cast<long>(getpid())))
+                              .string();
+  std::filesystem::create_directories(dir);
+  double rate = 0;
+  {
+    Recorder rec(dir);
+    RunResult r = make_runtime("threads")->run(job, &rec, nullptr);
+    rate = static_cast<double>(r.last.samples) / r.train_s;
+  }
+  std::filesystem::remove_all(dir);
+  return rate;
+}
+
+// Server cost of one async update (accumulate + SGD step) per parameter.
+double server_ns_per_param(const std::string& optimizer, size_t n, int repeats) {
+  std::vector<float> params(n, 0.0f), grad(n, 1e-6f);
+  ServerOptions so;
+  so.workers = 1;
+  PolicyOptions po;
+  po.kind = "async";
+  OptimizerOptions oo;
+  oo.kind = optimizer;
+  Server server(params, so, make_policy(po, 1, 0.01), make_optimizer(oo, n));
+  std::vector<double> ns;
+  for (int r = 0; r < repeats; ++r) {
+    const int pushes = 20;
+    const auto t0 = Clock::now();
+    for (int i = 0; i < pushes; ++i) server.on_push(0, server.version(), grad, 1, 0.0, 0.0);
+    const double el = std::chrono::duration<double>(Clock::now() - t0).count();
+    ns.push_back(el * 1e9 / (pushes * static_cast<double>(n)));
+  }
+  return median(ns);
+}
+
+}  // namespace
+
+int bench(const BenchArgs& a) {
+  LoadedData loaded = load_data(a.data, SyntheticOptions{});
+  Dataset train = std::move(loaded.train);
+  Dataset test = loaded.test ? std::move(*loaded.test) : train;
+  const int batch = 64;
+  std::printf(
+      "hsgd bench: data %s (%lld samples, shape %s), batch %d, %d rounds of 0.5 s per "
+      "compute figure (median), %.1f s per runtime figure\n\n",
+      train.name.c_str(), static_cast<long long>(train.size()),
+      fmt::format("{{{}}}", fmt::join(train.sample_shape, ",")).c_str(), batch, a.repeats,
+      a.seconds);
+  std::printf("%-10s %10s %16s %16s %16s %10s %10s\n", "model", "params", "compute-only/s",
+              "async 1 worker/s", "async 2 workers/s", "eff(1)", "eff(2)");
+  for (const char* name : {"softmax", "mlp", "lenet5"}) {
+    const ModelSpec spec = spec_for(name, train);
+    if ((std::string(name) == "lenet5") && train.sample_shape != std::vector<int64_t>{1, 28, 28} &&
+        train.sample_shape != std::vector<int64_t>{1, 32, 32}) {
+      continue;
+    }
+    const int64_t np = make_model(spec)->num_params();
+    const double c = compute_only(spec, train, batch, a.repeats);
+    const double r1 = runtime_rate(spec, train, test, "async", 1, batch, a.seconds);
+    const double r2 = runtime_rate(spec, train, test, "async", 2, batch, a.seconds);
+    std::printf("%-10s %10lld %16.0f %16.0f %16.0f %10.3f %10.3f\n", name,
+                static_cast<long long>(np), c, r1, r2, r1 / c, r2 / (2 * c));
+    std::fflush(stdout);
+  }
+  std::printf(
+      "\neff(1) = async samples/s with 1 worker / compute-only samples/s\n"
+      "eff(2) = async samples/s with 2 workers / (2 x compute-only samples/s)\n\n");
+  const size_t n = 1 << 20;
+  std::printf("server update cost (async push of %zu params: accumulate, step, clear):\n", n);
+  for (const char* o : {"sgd", "momentum"}) {
+    std::printf("  %-9s %.3f ns/param\n", o, server_ns_per_param(o, n, a.repeats));
+  }
+  return 0;
+}
+
+}  // namespace hsgd::cli

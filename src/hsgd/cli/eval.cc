@@ -1,0 +1,60 @@
+// hsgd eval and hsgd plot.
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "hsgd/cli/commands.h"
+#include "hsgd/core/error.h"
+#include "hsgd/data/spec.h"
+#include "hsgd/metrics/plot.h"
+#include "hsgd/model/model.h"
+
+namespace hsgd::cli {
+
+int eval(const EvalArgs& a) {
+  ModelSpec spec;
+  std::vector<float> params;
+  load_model(a.model_path, &spec, &params);
+  Dataset data = load_test_data(a.data, SyntheticOptions{});
+  if (data.sample_shape != spec.sample_shape) {
+    throw InputError(fmt::format(
+        "--data {}: samples have shape {{{}}}, the model {} expects {{{}}}", a.data,
+        fmt::join(data.sample_shape, ","), a.model_path, fmt::join(spec.sample_shape, ",")));
+  }
+  for (int32_t l : data.labels) {
+    if (l >= spec.num_classes) {
+      throw InputError(fmt::format("--data {}: label {} is outside the model's {} classes", a.data,
+                                   l, spec.num_classes));
+    }
+  }
+  data.num_classes = spec.num_classes;
+  std::unique_ptr<Model> m = make_model(spec);
+  if (m->num_params() != static_cast<int64_t>(params.size())) {
+    throw InputError(fmt::format("{}: holds {} parameters, a {} model has {}", a.model_path,
+                                 params.size(), spec.name, m->num_params()));
+  }
+  std::vector<float> grads(params.size());
+  m->bind(params, grads);
+  const EvalResult e = m->evaluate(data);
+  if (a.json) {
+    nlohmann::json j = {{"model", a.model_path},
+                        {"data", data.name},
+                        {"samples", data.size()},
+                        {"test_loss", e.loss},
+                        {"test_acc", e.accuracy}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("%s on %s (%lld samples): test_acc %.2f%%  test_loss %.4f\n", spec.name.c_str(),
+                data.name.c_str(), static_cast<long long>(data.size()), 100.0 * e.accuracy, e.loss);
+  }
+  return 0;
+}
+
+int plot(const std::vector<std::string>& dirs, std::string out) {
+  if (out.empty()) out = dirs.size() == 1 ? dirs[0] + "/plot.png" : "plot.png";
+  plot_runs(dirs, out);
+  std::printf("wrote %s\n", out.c_str());
+  return 0;
+}
+
+}  // namespace hsgd::cli
