@@ -40,7 +40,7 @@ class Model {
 
 // What a model is; enough to rebuild it (stored in saved model files).
 struct ModelSpec {
-  std::string name;                  // softmax | mlp | lenet5 | cifar-cnn | linear-test
+  std::string name;                   // softmax | mlp | lenet5 | cifar-cnn | linear-test
   std::vector<int64_t> sample_shape;  // per-sample input shape
   int num_classes = 0;
   std::vector<int64_t> hidden = {128};  // mlp hidden layer widths
@@ -62,7 +62,12 @@ void save_model(const std::string& path, const ModelSpec& spec, std::span<const 
 void load_model(const std::string& path, ModelSpec* spec, std::vector<float>* params);
 
 // Call once per process before any model is built: one OpenBLAS thread, one
-// torch intra-op/inter-op thread (workers are the parallelism).
+// torch intra-op/inter-op thread (workers are the parallelism). With glibc it
+// also sets malloc to keep freed blocks of up to 32 MiB in the heap rather
+// than returning them to the OS (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD): torch
+// allocates each batch's activations afresh, and re-faulting their pages
+// cost up to 3x the gradient time of the CNNs. Process-wide; safe to call
+// again. Defined in hsgd_models (torch).
 void configure_math_threads();
 
 }  // namespace hsgd

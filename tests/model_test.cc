@@ -1,0 +1,257 @@
+#include "hsgd/model/model.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "hsgd/core/error.h"
+#include "hsgd/core/rng.h"
+#include "hsgd/model/reference.h"
+#include "hsgd/model/torch_model.h"
+
+namespace hsgd {
+namespace {
+
+ModelSpec spec_of(const std::string& name, std::vector<int64_t> shape, int classes = 10) {
+  ModelSpec s;
+  s.name = name;
+  s.sample_shape = std::move(shape);
+  s.num_classes = classes;
+  return s;
+}
+
+int64_t product(const std::vector<int64_t>& shape) {
+  int64_t p = 1;
+  for (int64_t d : shape) p *= d;
+  return p;
+}
+
+// Samples whose label shows in their features: class y brightens the y-th
+// block of values. Separable, so every model can learn it.
+Batch toy_batch(int64_t n, const std::vector<int64_t>& shape, int classes, uint64_t seed) {
+  const int64_t size = product(shape);
+  Rng rng(seed, 7);
+  Batch b;
+  for (int64_t i = 0; i < n; ++i) {
+    const int y = static_cast<int>(rng.below(classes));
+    b.labels.push_back(y);
+    for (int64_t f = 0; f < size; ++f) {
+      const bool on = (f * classes / size) == y;
+      b.features.push_back(static_cast<float>((on ? 1.0 : 0.0) + 0.2 * rng.normal()));
+    }
+  }
+  return b;
+}
+
+Dataset as_dataset(const Batch& b, const std::vector<int64_t>& shape, int classes) {
+  Dataset d;
+  d.name = "toy";
+  d.sample_shape = shape;
+  d.num_classes = classes;
+  d.features = b.features;
+  d.labels = b.labels;
+  return d;
+}
+
+// A model bound to its own flat buffers.
+struct Bound {
+  std::unique_ptr<Model> model;
+  std::vector<float> params, grads;
+  explicit Bound(const ModelSpec& spec, uint64_t seed = 1) : model(make_model(spec)) {
+    params.assign(model->num_params(), 0.0f);
+    grads.assign(model->num_params(), 0.0f);
+    model->bind(params, grads);
+    model->init_params(seed);
+  }
+};
+
+class ModelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { configure_math_threads(); }
+};
+
+TEST_F(ModelTest, NumParams) {
+  EXPECT_EQ(make_model(spec_of("softmax", {1, 28, 28}))->num_params(), 7850);
+  EXPECT_EQ(make_model(spec_of("linear-test", {1, 28, 28}))->num_params(), 7850);
+  EXPECT_EQ(make_model(spec_of("mlp", {1, 28, 28}))->num_params(), 784 * 128 + 128 + 1290);
+  ModelSpec mlp2 = spec_of("mlp", {20}, 3);
+  mlp2.hidden = {16, 8};
+  EXPECT_EQ(make_model(mlp2)->num_params(), 20 * 16 + 16 + 16 * 8 + 8 + 8 * 3 + 3);
+  EXPECT_EQ(make_model(spec_of("lenet5", {1, 28, 28}))->num_params(), 61706);
+  EXPECT_EQ(make_model(spec_of("lenet5", {1, 32, 32}))->num_params(), 61706);
+  EXPECT_EQ(make_model(spec_of("cifar-cnn", {3, 32, 32}))->num_params(),
+            896 + 9248 + 18496 + 131200 + 1290);
+}
+
+TEST_F(ModelTest, WrongShapeOrNameIsInputError) {
+  try {
+    make_model(spec_of("lenet5", {20}));
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(),
+                 "--model lenet5: expects input shape {1,28,28} or {1,32,32}, the data has {20}");
+  }
+  EXPECT_THROW(make_model(spec_of("cifar-cnn", {1, 28, 28})), InputError);
+  EXPECT_THROW(make_model(spec_of("nope", {20})), InputError);
+  EXPECT_THROW(make_model(spec_of("softmax", {20}, 0)), InputError);
+  EXPECT_THROW(make_model(spec_of("softmax", {})), InputError);
+  ModelSpec bad_mlp = spec_of("mlp", {20});
+  bad_mlp.hidden = {0};
+  EXPECT_THROW(make_model(bad_mlp), InputError);
+  // A batch or data set that does not fit the model.
+  Bound m(spec_of("softmax", {20}, 3));
+  Batch b = toy_batch(4, {20}, 3, 1);
+  b.features.pop_back();
+  EXPECT_THROW(m.model->gradient(b), InputError);
+  b = toy_batch(4, {20}, 3, 1);
+  b.labels[0] = 3;
+  EXPECT_THROW(m.model->gradient(b), InputError);
+  Dataset d = as_dataset(toy_batch(4, {21}, 3, 1), {21}, 3);
+  EXPECT_THROW(m.model->evaluate(d), InputError);
+  for (const auto& name : model_names()) EXPECT_FALSE(name.empty());
+}
+
+// Writing the flat parameter buffer changes the model with no further call.
+TEST_F(ModelTest, BindMakesParamsViews) {
+  for (const auto& spec : {spec_of("softmax", {1, 28, 28}), spec_of("mlp", {1, 28, 28}),
+                           spec_of("lenet5", {1, 28, 28}), spec_of("cifar-cnn", {3, 32, 32})}) {
+    SCOPED_TRACE(spec.name);
+    Bound m(spec);
+    const Dataset d = as_dataset(toy_batch(8, spec.sample_shape, 10, 2), spec.sample_shape, 10);
+    const double before = m.model->evaluate(d).loss;
+    EXPECT_GT(std::abs(before - std::log(10.0)), 1e-6);
+    std::fill(m.params.begin(), m.params.end(), 0.0f);  // all logits 0
+    EXPECT_NEAR(m.model->evaluate(d).loss, std::log(10.0), 1e-6);
+    // The module's tensors point into the caller's buffers.
+    auto& module = dynamic_cast<TorchModel&>(*m.model).module();
+    int64_t offset = 0;
+    for (const auto& p : module.parameters()) {
+      EXPECT_EQ(p.data_ptr<float>(), m.params.data() + offset);
+      EXPECT_EQ(p.grad().data_ptr<float>(), m.grads.data() + offset);
+      offset += p.numel();
+    }
+    EXPECT_EQ(offset, m.model->num_params());
+  }
+}
+
+// backward() writes straight into the flat gradient buffer, which matches a
+// central finite difference of the mean loss.
+TEST_F(ModelTest, SoftmaxGradientLandsInFlatBufferAndMatchesFiniteDifferences) {
+  const std::vector<int64_t> shape = {12};
+  Bound m(spec_of("softmax", shape, 4), 3);
+  const Batch b = toy_batch(16, shape, 4, 4);
+  const double loss = m.model->gradient(b);
+  EXPECT_GT(loss, 0.0);
+  const std::vector<float> analytic = m.grads;
+  double norm = 0;
+  for (float g : analytic) norm += g * g;
+  EXPECT_GT(norm, 1e-6);
+  // The module's .grad tensors still alias the buffer after backward().
+  auto& module = dynamic_cast<TorchModel&>(*m.model).module();
+  EXPECT_EQ(module.parameters()[0].grad().data_ptr<float>(), m.grads.data());
+
+  const float eps = 1e-2f;
+  for (int64_t i :
+       {int64_t{0}, int64_t{5}, int64_t{13}, int64_t{30}, int64_t{47}, int64_t{48}, int64_t{51}}) {
+    const float saved = m.params[i];
+    m.params[i] = saved + eps;
+    const double up = m.model->gradient(b);
+    m.params[i] = saved - eps;
+    const double down = m.model->gradient(b);
+    m.params[i] = saved;
+    EXPECT_NEAR(analytic[i], (up - down) / (2 * eps), 2e-3) << "param " << i;
+  }
+}
+
+TEST_F(ModelTest, GradientOverwritesRatherThanAccumulates) {
+  for (const auto& spec : {spec_of("softmax", {1, 28, 28}), spec_of("lenet5", {1, 28, 28})}) {
+    SCOPED_TRACE(spec.name);
+    Bound m(spec);
+    std::fill(m.grads.begin(), m.grads.end(), 7.0f);
+    const Batch b = toy_batch(8, spec.sample_shape, 10, 5);
+    const double l1 = m.model->gradient(b);
+    const std::vector<float> g1 = m.grads;
+    const double l2 = m.model->gradient(b);
+    EXPECT_EQ(l1, l2);
+    EXPECT_EQ(g1, m.grads);
+  }
+}
+
+TEST_F(ModelTest, InitParamsIsDeterministicForASeed) {
+  for (const auto& spec : {spec_of("softmax", {20}, 3), spec_of("lenet5", {1, 32, 32})}) {
+    SCOPED_TRACE(spec.name);
+    Bound a(spec, 9), b(spec, 9), c(spec, 10);
+    EXPECT_EQ(a.params, b.params);
+    EXPECT_NE(a.params, c.params);
+    a.model->init_params(10);
+    EXPECT_EQ(a.params, c.params);
+  }
+}
+
+TEST_F(ModelTest, EvaluateChunksAgreeWithOneBatch) {
+  const std::vector<int64_t> shape = {1, 28, 28};
+  Bound m(spec_of("mlp", shape));
+  const Batch b = toy_batch(2 * TorchModel::kEvalChunk + 37, shape, 10, 6);
+  const double batch_loss = m.model->gradient(b);
+  const EvalResult r = m.model->evaluate(as_dataset(b, shape, 10));
+  EXPECT_NEAR(r.loss, batch_loss, 1e-4);
+  EXPECT_GE(r.accuracy, 0.0);
+  EXPECT_LE(r.accuracy, 1.0);
+}
+
+TEST_F(ModelTest, SgdOnTheFlatBufferReducesLossForLenet5) {
+  const std::vector<int64_t> shape = {1, 28, 28};
+  Bound m(spec_of("lenet5", shape), 2);
+  const Batch b = toy_batch(64, shape, 10, 8);
+  const double first = m.model->gradient(b);
+  double last = first;
+  for (int step = 0; step < 30; ++step) {
+    for (size_t i = 0; i < m.params.size(); ++i) m.params[i] -= 0.1f * m.grads[i];
+    last = m.model->gradient(b);
+  }
+  EXPECT_LT(last, 0.9 * first) << "first " << first << " last " << last;
+}
+
+TEST_F(ModelTest, ReferenceSoftmaxLearnsSeparableSet) {
+  const std::vector<int64_t> shape = {1, 6, 6};
+  const Dataset train = as_dataset(toy_batch(600, shape, 4, 10), shape, 4);
+  const Dataset test = as_dataset(toy_batch(200, shape, 4, 11), shape, 4);
+  // Zero epochs: the initial weights are the zoo softmax's for the same seed.
+  const EvalResult untrained = train_reference_softmax(train, test, 32, 0.1, 0, 5);
+  Bound m(spec_of("softmax", shape, 4), 5);
+  EXPECT_NEAR(untrained.loss, m.model->evaluate(test).loss, 1e-6);
+
+  const EvalResult r = train_reference_softmax(train, test, 32, 0.1, 5, 5);
+  EXPECT_GT(r.accuracy, 0.95);
+  EXPECT_LT(r.loss, 0.5 * untrained.loss);
+  const EvalResult again = train_reference_softmax(train, test, 32, 0.1, 5, 5);
+  EXPECT_EQ(r.loss, again.loss);
+  EXPECT_EQ(r.accuracy, again.accuracy);
+}
+
+// Not a check: prints the gradient time per batch of 64 on one thread, the
+// number the simulator's cost model is calibrated from.
+TEST_F(ModelTest, GradientTimePerBatchOf64) {
+  for (const auto& spec : {spec_of("linear-test", {1, 28, 28}), spec_of("softmax", {1, 28, 28}),
+                           spec_of("mlp", {1, 28, 28}), spec_of("lenet5", {1, 28, 28}),
+                           spec_of("cifar-cnn", {3, 32, 32})}) {
+    Bound m(spec);
+    const Batch b = toy_batch(64, spec.sample_shape, 10, 12);
+    for (int i = 0; i < 3; ++i) m.model->gradient(b);
+    const int reps = spec.name == "cifar-cnn" ? 10 : 50;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) m.model->gradient(b);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
+        reps;
+    std::printf("gradient time, batch 64, 1 thread: %-12s %8.3f ms\n", spec.name.c_str(), ms);
+  }
+}
+
+}  // namespace
+}  // namespace hsgd
