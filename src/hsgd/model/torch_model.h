@@ -59,7 +59,8 @@ class TorchModel final : public Model {
   // Throws InputError on a batch whose feature count is not a multiple of
   // the sample size or with a label outside [0, num_classes).
   double gradient(const Batch& batch) override;
-  // Evaluates in chunks of kEvalChunk samples, without autograd.
+  // Evaluates in chunks of kEvalChunk samples, without autograd. The data's
+  // samples are read as the model's sample shape: only their sizes must agree.
   EvalResult evaluate(const Dataset& data) override;
 
   // The wrapped module (for tests and for callers that want torch access).
