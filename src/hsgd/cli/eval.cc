@@ -28,6 +28,7 @@ int eval(const EvalArgs& a) {
     }
   }
   data.num_classes = spec.num_classes;
+  standardize(&data, spec.input_mean, spec.input_std);
   std::unique_ptr<Model> m = make_model(spec);
   if (m->num_params() != static_cast<int64_t>(params.size())) {
     throw InputError(fmt::format("{}: holds {} parameters, a {} model has {}", a.model_path,

@@ -59,6 +59,11 @@ int train(const TrainArgs& a) {
                                  c.train.workers, train_set.name, train_set.size()));
   }
   ModelSpec spec;
+  if (c.data.normalize) {
+    feature_moments(train_set, &spec.input_mean, &spec.input_std);
+    standardize(&train_set, spec.input_mean, spec.input_std);
+    standardize(&test_set, spec.input_mean, spec.input_std);
+  }
   spec.name = c.model.name;
   spec.sample_shape = train_set.sample_shape;
   spec.num_classes = train_set.num_classes;

@@ -52,6 +52,10 @@ double as_double(const Where& w, const toml::node& n) {
   if (auto i = n.value_exact<int64_t>()) return static_cast<double>(*i);
   bad(w, n, "a number");
 }
+bool as_bool(const Where& w, const toml::node& n) {
+  if (auto v = n.value_exact<bool>()) return *v;
+  bad(w, n, "true or false");
+}
 std::string as_string(const Where& w, const toml::node& n) {
   if (auto v = n.value_exact<std::string>()) return *v;
   if (auto i = n.value_exact<int64_t>()) return std::to_string(*i);
@@ -119,6 +123,9 @@ const std::map<std::string, std::map<std::string, Field>>& fields() {
     HSGD_STR("data", "spec", data.spec);
     HSGD_STR("data", "test", data.test);
     HSGD_DBL("data", "test_fraction", data.test_fraction);
+    r["data"]["normalize"] = Field{
+        [](Config& c, const Where& w, const toml::node& n) { c.data.normalize = as_bool(w, n); },
+        [](const Config& c, toml::table& t) { t.insert_or_assign("normalize", c.data.normalize); }};
     HSGD_INT("data", "synthetic_samples", data.synthetic.samples);
     HSGD_INT("data", "synthetic_features", data.synthetic.features);
     HSGD_INT("data", "synthetic_classes", data.synthetic.classes);

@@ -18,6 +18,9 @@ struct DataConfig {
   std::string spec = "fashion-mnist";  // see data/spec.h
   std::string test;                    // a separate test-set spec, or "" for a held-out fraction
   double test_fraction = 0.2;
+  // Standardize features with the training set's mean and std (recorded in
+  // the saved model, so `hsgd eval` applies the same).
+  bool normalize = true;
   SyntheticOptions synthetic;
 };
 

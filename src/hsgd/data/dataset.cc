@@ -58,6 +58,25 @@ void split_train_test(Dataset all, double test_fraction, uint64_t seed, Dataset*
   *train = subset(all, all_order.first(static_cast<size_t>(n - n_test)));
 }
 
+void feature_moments(const Dataset& d, double* mean, double* std) {
+  double sum = 0, sq = 0;
+  for (float v : d.features) {
+    sum += v;
+    sq += static_cast<double>(v) * v;
+  }
+  const double n = std::max<double>(1.0, static_cast<double>(d.features.size()));
+  *mean = sum / n;
+  const double var = std::max(0.0, sq / n - *mean * *mean);
+  *std = var > 1e-24 ? std::sqrt(var) : 1.0;
+}
+
+void standardize(Dataset* d, double mean, double std) {
+  HSGD_ASSERT(std > 0, "standardize: std must be > 0");
+  const float m = static_cast<float>(mean);
+  const float inv = static_cast<float>(1.0 / std);
+  for (float& v : d->features) v = (v - m) * inv;
+}
+
 void gather(const Dataset& d, std::span<const int64_t> indices, Batch* out) {
   const size_t ss = static_cast<size_t>(d.sample_size());
   out->features.resize(indices.size() * ss);

@@ -41,6 +41,13 @@ struct Batch {
 void split_train_test(Dataset all, double test_fraction, uint64_t seed, Dataset* train,
                       Dataset* test);
 
+// The mean and standard deviation over every feature value of `d` (one
+// scalar each; std is 1 when all values are equal).
+void feature_moments(const Dataset& d, double* mean, double* std);
+
+// Replaces every feature x by (x - mean) / std (std > 0).
+void standardize(Dataset* d, double mean, double std);
+
 // Copies the samples `indices` of `d` into `out`.
 void gather(const Dataset& d, std::span<const int64_t> indices, Batch* out);
 

@@ -44,6 +44,12 @@ struct ModelSpec {
   std::vector<int64_t> sample_shape;  // per-sample input shape
   int num_classes = 0;
   std::vector<int64_t> hidden = {128};  // mlp hidden layer widths
+  // The input standardization the model was trained with: every feature x
+  // was fed as (x - input_mean) / input_std. Applied to the data by the
+  // caller (train and eval), recorded here so a saved model is evaluated on
+  // the same scale.
+  double input_mean = 0.0;
+  double input_std = 1.0;
 };
 
 // Builds a model. Throws InputError if the name is unknown or the input shape

@@ -87,6 +87,8 @@ void save_model(const std::string& path, const ModelSpec& spec, std::span<const 
       {"num_classes", spec.num_classes},
       {"hidden", spec.hidden},
       {"num_params", params.size()},
+      {"input_mean", spec.input_mean},
+      {"input_std", spec.input_std},
   };
   const std::string header_text = header.dump();
   std::string prefix(kMagic, kMagicLen);
@@ -134,6 +136,9 @@ void load_model(const std::string& path, ModelSpec* spec, std::vector<float>* pa
     s.num_classes = header.at("num_classes").get<int>();
     s.hidden = header.at("hidden").get<std::vector<int64_t>>();
     num_params = header.at("num_params").get<uint64_t>();
+    s.input_mean = header.value("input_mean", 0.0);
+    s.input_std = header.value("input_std", 1.0);
+    if (!(s.input_std > 0)) throw nlohmann::json::other_error::create(0, "input_std <= 0", nullptr);
   } catch (const nlohmann::json::exception& e) {
     r.fail_at(header_at, std::string("bad header: ") + e.what());
   }

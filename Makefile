@@ -1,0 +1,39 @@
+# The two front-door commands (README): `make demo` and `make test`.
+# Both install the Debian packages first (scripts/install-deps.sh, idempotent).
+PRESET ?= release
+BUILD := build/$(PRESET)
+JOBS ?= 2
+
+.PHONY: deps build demo test test-asan test-tsan bench format clean
+
+deps:
+	bash scripts/install-deps.sh
+
+build: deps
+	cmake --preset $(PRESET)
+	cmake --build --preset $(PRESET) -j $(JOBS)
+
+demo: build
+	$(BUILD)/hsgd train --config examples/demo.toml
+
+test: build
+	ctest --preset $(PRESET) -j $(JOBS)
+
+test-asan: deps
+	cmake --preset asan
+	cmake --build --preset asan -j $(JOBS)
+	ctest --preset asan -j $(JOBS)
+
+test-tsan: deps
+	cmake --preset tsan
+	cmake --build --preset tsan -j $(JOBS)
+	ctest --preset tsan -j 1
+
+bench: build
+	$(BUILD)/hsgd bench
+
+format:
+	clang-format -i $$(git ls-files '*.cc' '*.h')
+
+clean:
+	rm -rf build

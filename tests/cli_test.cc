@@ -1,0 +1,233 @@
+// End-to-end tests of the hsgd binary: bad input of every kind, learning on
+// real data, agreement with a single-process LibTorch loop, eval and plot.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <zlib.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "hsgd/data/readers.h"
+#include "hsgd/model/model.h"
+#include "hsgd/model/reference.h"
+
+namespace hsgd {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kHsgd = HSGD_BINARY_DIR "/hsgd";
+
+struct Outcome {
+  int code = -1;
+  std::string err;  // stderr
+  std::string out;  // stdout
+};
+
+std::string tmp(const std::string& name) {
+  return (fs::path(::testing::TempDir()) / name).string();
+}
+
+Outcome run(const std::string& args) {
+  const std::string err_file = tmp("stderr.txt");
+  const std::string cmd = kHsgd + " " + args + " 2> " + err_file;
+  Outcome o;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) o.out.append(buf, n);
+  const int status = pclose(p);
+  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(err_file);
+  o.err.assign(std::istreambuf_iterator<char>(e), {});
+  return o;
+}
+
+std::string write(const std::string& name, const std::string& text) {
+  const std::string p = tmp(name);
+  std::ofstream(p, std::ios::binary) << text;
+  return p;
+}
+
+void write_csv(const std::string& path, const Dataset& d) {
+  std::ofstream f(path);
+  for (int64_t i = 0; i < d.size(); ++i) {
+    f << d.labels[static_cast<size_t>(i)];
+    for (float v : d.sample(i)) f << ',' << v;
+    f << '\n';
+  }
+}
+
+nlohmann::json summary(const std::string& dir) {
+  std::ifstream f(dir + "/summary.json");
+  return nlohmann::json::parse(f);
+}
+
+// ---------------------------------------------------------------- bad input
+
+struct BadCase {
+  const char* name;
+  std::string args;    // after "train" (or a whole command for eval)
+  std::string needle;  // must appear in the one error line
+};
+
+class BadInput : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BadInput, OneClearLineExitCodeTwoAndNoCompleteOutput) {
+  const BadCase& c = GetParam();
+  const std::string out = tmp(std::string("bad_out_") + c.name);
+  fs::remove_all(out);
+  const bool is_train = c.args.rfind("train", 0) == 0;
+  Outcome o = run(c.args + (is_train ? " --quiet --out " + out : ""));
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+  EXPECT_EQ(o.err.rfind("hsgd: error: ", 0), 0u) << o.err;
+  EXPECT_NE(o.err.find(c.needle), std::string::npos)
+      << "expected '" << c.needle << "' in: " << o.err;
+  for (const char* f : {"metrics.csv", "model.bin", "config.toml", "summary.json"}) {
+    EXPECT_FALSE(fs::exists(fs::path(out) / f)) << f;
+  }
+}
+
+std::vector<BadCase> bad_cases() {
+  // Fixtures.
+  const std::string good_csv = write("good.csv", "0,1,2\n1,3,4\n0,1,1\n1,4,4\n0,0,1\n1,5,5\n");
+  const std::string ragged = write("ragged.csv", "0,1,2\n1,3\n");
+  const std::string nonnum = write("nonnum.csv", "0,1,2\n1,3,abc\n");
+  const std::string labels12 = write("labels12.csv", "0,1,2\n12,3,4\n");
+  const std::string svm0 = write("zero.svm", "1 1:0.5 2:1\n0 0:1\n");
+  const std::string svmneg = write("neg.svm", "1 1:0.5\n0 -3:1\n");
+  const std::string svmorder = write("order.svm", "1 2:0.5 1:1\n");
+  const std::string unknown = write("unknown.toml", "[train]\nworkers = 2\nspeed = 3\n");
+  // IDX: a header that promises 10 images of 28x28, and only 100 bytes.
+  std::string idx;
+  for (unsigned char b : {0, 0, 8, 3, 0, 0, 0, 10, 0, 0, 0, 28, 0, 0, 0, 28})
+    idx += static_cast<char>(b);
+  idx += std::string(100, '\x10');
+  const std::string idx_dir = tmp("idx_trunc");
+  fs::create_directories(idx_dir);
+  write("idx_trunc/train-images-idx3-ubyte", idx);
+  std::string labels;
+  for (unsigned char b : {0, 0, 8, 1, 0, 0, 0, 10}) labels += static_cast<char>(b);
+  labels += std::string(10, '\x01');
+  write("idx_trunc/train-labels-idx1-ubyte", labels);
+  // A gz file with a valid header and garbage after it.
+  const std::string gz_dir = tmp("idx_gz");
+  fs::create_directories(gz_dir);
+  write("idx_gz/train-images-idx3-ubyte.gz",
+        std::string("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03", 10) + std::string(64, '\x7f'));
+  write("idx_gz/train-labels-idx1-ubyte", labels);
+  const std::string bad_model = write("bad_model.bin", "HSGDMODEL1\n\x05\x00");
+  const std::string syn = "train --data synthetic --model softmax --budget 1 ";
+  return {
+      {"idx_truncated", "train --data idx:" + idx_dir + " --budget 1", "offset"},
+      {"gz_corrupt", "train --data idx:" + gz_dir + " --budget 1", "train-images-idx3-ubyte.gz"},
+      {"csv_ragged", "train --data csv:" + ragged + " --budget 1", "ragged.csv:line 2"},
+      {"csv_nonnumber", "train --data csv:" + nonnum + " --budget 1", "nonnum.csv:line 2"},
+      {"csv_label_out_of_range",
+       "train --data csv:" + good_csv + " --test-data csv:" + labels12 + " --budget 1", "label"},
+      {"libsvm_index0", "train --data libsvm:" + svm0 + " --budget 1", "zero.svm:line 2"},
+      {"libsvm_negative", "train --data libsvm:" + svmneg + " --budget 1", "neg.svm:line 2"},
+      {"libsvm_unordered", "train --data libsvm:" + svmorder + " --budget 1", "order.svm:line 1"},
+      {"unknown_key", "train --config " + unknown + " --budget 1", "unknown key 'train.speed'"},
+      {"unknown_set_key", syn + "--set optim.speed=3", "unknown key 'optim.speed'"},
+      {"k_above_workers", syn + "--workers 4 --policy kasync:5", "policy.k = 5"},
+      {"kbatch_above_workers", syn + "--workers 2 --policy kbatch:3", "policy.k = 3"},
+      {"lr_zero", syn + "--lr 0", "optim.lr"},
+      {"lr_negative", syn + "--lr -0.5", "optim.lr"},
+      {"zero_workers", syn + "--workers 0", "train.workers = 0"},
+      {"unknown_policy", syn + "--policy fastest", "fastest"},
+      {"unknown_model", "train --data synthetic --model resnet --budget 1", "resnet"},
+      {"lenet_on_tabular", "train --data synthetic --model lenet5 --budget 1", "lenet5"},
+      {"unknown_data", "train --data mnist --budget 1", "--data 'mnist'"},
+      {"missing_file", "train --data csv:/nonexistent/x.csv --budget 1", "/nonexistent/x.csv"},
+      {"no_budget", "train --data synthetic --model softmax", "train.budget"},
+      {"bad_set_syntax", syn + "--set optim.lr", "--set 'optim.lr'"},
+      {"eval_corrupt_model", "eval --data synthetic --model " + bad_model, "bad_model.bin"},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(Cli, BadInput, ::testing::ValuesIn(bad_cases()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// ---------------------------------------------------------------- end to end
+
+TEST(Cli, TrainWritesEveryOutputAndEvalAgrees) {
+  const std::string out = tmp("e2e");
+  fs::remove_all(out);
+  Outcome o =
+      run("train --data synthetic --model mlp --workers 2 --policy hybrid --epochs 2 "
+          "--eval-every 0.5 --batch 32 --lr 0.1 --out " +
+          out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  for (const char* f :
+       {"metrics.csv", "metrics.jsonl", "config.toml", "model.bin", "summary.json", "plot.png"}) {
+    EXPECT_TRUE(fs::exists(fs::path(out) / f)) << f;
+  }
+  EXPECT_NE(o.err.find("hsgd: done"), std::string::npos) << o.err;
+  const double acc = summary(out)["test_acc"];
+  EXPECT_GT(acc, 0.6);
+  Outcome e = run("eval --json --data synthetic --model " + out + "/model.bin");
+  ASSERT_EQ(e.code, 0) << e.err;
+  // eval reads the whole synthetic set (train + test), so compare loosely.
+  EXPECT_NEAR(nlohmann::json::parse(e.out)["test_acc"].get<double>(), acc, 0.1);
+  // The resolved config reproduces the run's settings.
+  Outcome again = run("train --quiet --config " + out + "/config.toml --out " + out + "_again");
+  ASSERT_EQ(again.code, 0) << again.err;
+  Outcome p = run("plot " + out + " " + out + "_again -o " + tmp("two.png"));
+  EXPECT_EQ(p.code, 0) << p.err;
+  EXPECT_TRUE(fs::exists(tmp("two.png")));
+}
+
+TEST(Cli, SoftmaxOnCsvMatchesASingleProcessLibTorchLoop) {
+  configure_math_threads();
+  SyntheticOptions so;
+  so.samples = 6000;
+  Dataset train, test;
+  split_train_test(make_synthetic(so), 0.25, 3, &train, &test);
+  const std::string train_csv = tmp("syn_train.csv"), test_csv = tmp("syn_test.csv");
+  write_csv(train_csv, train);
+  write_csv(test_csv, test);
+  const int epochs = 5, batch = 32;
+  const double lr = 0.05;
+  const EvalResult ref = train_reference_softmax(train, test, batch, lr, epochs, 1);
+  const std::string out = tmp("csv_softmax");
+  fs::remove_all(out);
+  // Sync over 2 workers of batch 16 is one step on the mean of 32 gradients.
+  Outcome o = run("train --quiet --data csv:" + train_csv + " --test-data csv:" + test_csv +
+                  " --model softmax --policy sync --workers 2 --batch 16 --lr 0.05 --epochs 5 "
+                  "--set optim.kind=sgd --set data.normalize=false --out " +
+                  out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  const double acc = summary(out)["test_acc"];
+  EXPECT_GT(ref.accuracy, 0.5);
+  EXPECT_NEAR(acc, ref.accuracy, 0.01) << "hsgd " << acc << " vs LibTorch " << ref.accuracy;
+}
+
+class FashionMnist : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FashionMnist, LeNet5With2WorkersReaches85PercentIn3Epochs) {
+  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  }
+  const std::string out = tmp("fmnist_" + GetParam());
+  fs::remove_all(out);
+  Outcome o =
+      run("train --quiet --data fashion-mnist --model lenet5 --workers 2 --batch 32 "
+          "--policy " +
+          GetParam() +
+          " --lr 0.01 --set optim.kind=momentum "
+          "--set policy.step=300 --epochs 3 --eval-every 1000 --out " +
+          out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  const nlohmann::json s = summary(out);
+  EXPECT_GE(s["test_acc"].get<double>(), 0.85) << s.dump();
+  EXPECT_LE(s["epoch"].get<double>(), 3.01);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, FashionMnist, ::testing::Values("sync", "async", "hybrid"));
+
+}  // namespace
+}  // namespace hsgd
