@@ -2,6 +2,7 @@
 // real data, agreement with a single-process LibTorch loop, eval and plot.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cstdio>
@@ -26,8 +27,19 @@ struct Outcome {
   std::string out;  // stdout
 };
 
+// A directory of this process's own: CTest runs the tests of this file as
+// separate processes, in parallel, and each writes the fixtures.
 std::string tmp(const std::string& name) {
-  return (fs::path(::testing::TempDir()) / name).string();
+  struct Dir {
+    fs::path path = fs::path(::testing::TempDir()) / ("hsgd_cli_" + std::to_string(getpid()));
+    Dir() { fs::create_directories(path); }
+    ~Dir() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static const Dir dir;
+  return (dir.path / name).string();
 }
 
 Outcome run(const std::string& args) {
@@ -72,6 +84,8 @@ struct BadCase {
   std::string args;    // after "train" (or a whole command for eval)
   std::string needle;  // must appear in the one error line
 };
+
+void PrintTo(const BadCase& c, std::ostream* os) { *os << c.name; }
 
 class BadInput : public ::testing::TestWithParam<BadCase> {};
 
