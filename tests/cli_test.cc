@@ -220,6 +220,53 @@ TEST(Cli, SoftmaxOnCsvMatchesASingleProcessLibTorchLoop) {
   EXPECT_NEAR(acc, ref.accuracy, 0.01) << "hsgd " << acc << " vs LibTorch " << ref.accuracy;
 }
 
+// ---------------------------------------------------------------- compare
+
+TEST(Cli, CompareRunsEveryPolicyAndRoundAndWritesTheTable) {
+  const std::string out = tmp("compare");
+  fs::remove_all(out);
+  Outcome o = run("compare --policies sync,async,hybrid --rounds 2 --out " + out +
+                  " --set data.spec=synthetic --set model.name=softmax --set train.workers=2 "
+                  "--set train.budget=0.4 --set train.eval_every=0.1 --set optim.lr=0.1");
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 3 * 2 + 1) << o.err;
+  for (const char* f : {"compare.md", "compare.json", "compare.png", "sync/round-1/metrics.csv",
+                        "hybrid/round-0/summary.json"}) {
+    EXPECT_TRUE(fs::exists(fs::path(out) / f)) << f;
+  }
+  std::ifstream md(out + "/compare.md");
+  const std::string table((std::istreambuf_iterator<char>(md)), {});
+  EXPECT_EQ(table.rfind("Compare: config (defaults), 2 rounds, baseline async, runtime threads", 0),
+            0u)
+      << table;
+  for (const char* p : {"| sync |", "| async (baseline) |", "| hybrid |"}) {
+    EXPECT_NE(table.find(p), std::string::npos) << p << " in " << table;
+  }
+  EXPECT_NE(o.out.find("| hybrid |"), std::string::npos) << o.out;
+  // Round r of every policy starts from seed 1 + r.
+  EXPECT_EQ(summary(out + "/sync/round-1")["seed"], 2);
+}
+
+TEST(Cli, CompareRejectsBadArgumentsBeforeAnyRun) {
+  const std::string out = tmp("compare_bad");
+  fs::remove_all(out);
+  const std::string syn =
+      " --set data.spec=synthetic --set model.name=softmax --set train.budget=1";
+  for (const auto& [args, needle] : std::vector<std::pair<std::string, std::string>>{
+           {"--policies sync,hybrid", "--baseline = 'async'"},
+           {"--policies sync,async,sync", "'sync' is listed twice"},
+           {"--policies sync,async --rounds 0", "--rounds = 0"},
+           {"--policies sync,async,fastest", "fastest"},
+       }) {
+    Outcome o = run("compare " + args + " --out " + out + syn);
+    EXPECT_EQ(o.code, 2) << args << ": " << o.err;
+    EXPECT_EQ(o.err.rfind("hsgd: error: ", 0), 0u) << o.err;
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+    EXPECT_NE(o.err.find(needle), std::string::npos) << "expected '" << needle << "' in " << o.err;
+    EXPECT_FALSE(fs::exists(out)) << args << ": nothing is run";
+  }
+}
+
 class FashionMnist : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FashionMnist, LeNet5With2WorkersReaches85PercentIn3Epochs) {

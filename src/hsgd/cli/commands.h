@@ -24,6 +24,22 @@ int eval(const EvalArgs& a);
 
 int plot(const std::vector<std::string>& dirs, std::string out);
 
+// hsgd compare: runs every policy for `rounds` rounds through train() (round
+// r of every policy with seed = train.seed + r, so the policies of a round
+// share initial weights, data order and delay draws), into
+// out/<policy with ':' -> '-'>/round-<r>, then writes out/compare.{md,json,png}
+// (see metrics/compare.h). Everything, every policy's config included, is
+// validated before the first run.
+struct CompareArgs {
+  std::string config_path;
+  std::vector<std::string> policies;  // e.g. sync, async, hybrid, kasync:12
+  int rounds = 1;
+  std::string out = "runs/compare";
+  std::string baseline = "async";   // one of `policies`
+  std::vector<Override> overrides;  // applied to every run, before the per-run keys
+};
+int compare(const CompareArgs& a);
+
 struct BenchArgs {
   std::string data = "fashion-mnist";
   double seconds = 3;  // per throughput measurement

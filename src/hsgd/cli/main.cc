@@ -69,6 +69,22 @@ int main(int argc, char** argv) {
   plot->add_option("dirs", plot_dirs, "run directories (each with metrics.csv)")->required();
   plot->add_option("-o,--out", plot_out, "PNG file (default: DIR/plot.png for one run, plot.png)");
 
+  // ---- compare
+  hsgd::cli::CompareArgs ca;
+  std::vector<std::string> compare_sets;
+  std::string compare_runtime;
+  CLI::App* compare = app.add_subcommand(
+      "compare", "Run several policies for several rounds and compare them against a baseline");
+  compare->add_option("--config", ca.config_path, "TOML config file")->check(CLI::ExistingFile);
+  compare->add_option("--policies", ca.policies, "comma-separated, e.g. sync,async,hybrid,kasync:2")
+      ->required()
+      ->delimiter(',');
+  compare->add_option("--rounds", ca.rounds, "rounds per policy; round r uses seed train.seed + r");
+  compare->add_option("--out", ca.out, "output directory (runs/compare)");
+  compare->add_option("--baseline", ca.baseline, "the policy to compare against (async)");
+  compare->add_option("--runtime", compare_runtime, "train.runtime for every run");
+  compare->add_option("--set", compare_sets, "override any config key for every run (repeatable)");
+
   // ---- bench
   hsgd::cli::BenchArgs ba;
   CLI::App* bench = app.add_subcommand("bench", "Print throughput figures (see BENCHMARKS.md)");
@@ -101,6 +117,17 @@ int main(int argc, char** argv) {
     if (*eval) return hsgd::cli::eval(ea);
     if (*plot) return hsgd::cli::plot(plot_dirs, plot_out);
     if (*bench) return hsgd::cli::bench(ba);
+    if (*compare) {
+      if (!compare_runtime.empty()) ca.overrides.push_back({"train.runtime", compare_runtime});
+      for (const std::string& s : compare_sets) {
+        const size_t eq = s.find('=');
+        if (eq == std::string::npos) {
+          throw hsgd::InputError("--set '" + s + "': expected section.key=value");
+        }
+        ca.overrides.push_back({s.substr(0, eq), s.substr(eq + 1)});
+      }
+      return hsgd::cli::compare(ca);
+    }
   } catch (const hsgd::InputError& e) {
     std::fprintf(stderr, "hsgd: error: %s\n", e.what());
     return 2;

@@ -1,0 +1,225 @@
+// The arithmetic of `hsgd compare` on hand-made metrics rows: interpolation,
+// differences against the baseline, statistics over rounds, the table.
+#include "hsgd/metrics/compare.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+
+#include "hsgd/core/error.h"
+
+namespace hsgd {
+namespace {
+
+namespace fs = std::filesystem;
+
+const double kNaN = std::nan("");
+
+MetricsRow row(double t, double acc, double loss, double train) {
+  MetricsRow r;
+  r.time_s = t;
+  r.test_acc = acc;
+  r.test_loss = loss;
+  r.train_loss = train;
+  return r;
+}
+
+// Two policies, two rounds. Round 0: sync evaluates at other times than the
+// baseline (interpolated); round 1: at the same times.
+CompareInput example() {
+  CompareInput in;
+  in.policies = {"sync", "async"};
+  in.baseline = 1;
+  in.config = "x.toml";
+  in.runtime = "threads";
+  in.runs = {
+      {{row(0, 0.1, 2.0, kNaN), row(0.5, 0.3, 1.6, 1.9), row(1.5, 0.7, 0.8, 1.0),
+        row(2.5, 0.9, 0.4, 0.5)},
+       {row(0, 0.2, 2.0, kNaN), row(1, 0.6, 1.0, 1.2), row(2, 0.6, 0.5, 0.7)}},
+      {{row(0, 0.1, 2.0, kNaN), row(1, 0.5, 1.0, 1.5), row(2, 0.7, 0.6, 0.8)},
+       {row(0, 0.2, 2.0, kNaN), row(1, 0.6, 0.9, 1.2), row(2, 0.8, 0.5, 0.7)}},
+  };
+  return in;
+}
+
+TEST(Interpolate, LinearBetweenPointsAndHeldOutside) {
+  const std::vector<double> t = {0, 1, 3}, v = {10, 20, 0};
+  EXPECT_DOUBLE_EQ(interpolate(t, v, 0), 10);
+  EXPECT_DOUBLE_EQ(interpolate(t, v, 0.25), 12.5);
+  EXPECT_DOUBLE_EQ(interpolate(t, v, 1), 20);
+  EXPECT_DOUBLE_EQ(interpolate(t, v, 2.5), 5);
+  EXPECT_DOUBLE_EQ(interpolate(t, v, 3), 0);
+  EXPECT_DOUBLE_EQ(interpolate(t, v, 7), 0);    // after the end: the last value
+  EXPECT_DOUBLE_EQ(interpolate(t, v, -1), 10);  // before the start: the first value
+}
+
+TEST(Interpolate, SkipsNanPoints) {
+  const std::vector<double> t = {0, 1, 2, 3}, v = {kNaN, 4, kNaN, 8};
+  EXPECT_DOUBLE_EQ(interpolate(t, v, 0), 4);  // held back to the first finite point
+  EXPECT_DOUBLE_EQ(interpolate(t, v, 2), 6);  // across the NaN point
+  EXPECT_TRUE(std::isnan(interpolate({0, 1}, {kNaN, kNaN}, 0.5)));
+  EXPECT_TRUE(std::isnan(interpolate({}, {}, 0.5)));
+}
+
+TEST(Interpolate, EqualTimesTakeTheLaterPoint) {
+  const std::vector<double> t = {0, 1, 1, 2}, v = {0, 5, 7, 9};
+  EXPECT_DOUBLE_EQ(interpolate(t, v, 1), 7);
+  EXPECT_DOUBLE_EQ(interpolate(t, v, 1.5), 8);
+  EXPECT_DOUBLE_EQ(interpolate(t, v, 0.5), 2.5);
+}
+
+TEST(MeanStd, SampleStdZeroForOneNanLeftOut) {
+  Stat s = mean_std({1, 2, 3});
+  EXPECT_DOUBLE_EQ(s.mean, 2);
+  EXPECT_DOUBLE_EQ(s.std, 1);
+  s = mean_std({4});
+  EXPECT_DOUBLE_EQ(s.mean, 4);
+  EXPECT_DOUBLE_EQ(s.std, 0);
+  s = mean_std({1, kNaN, 3});
+  EXPECT_DOUBLE_EQ(s.mean, 2);
+  EXPECT_DOUBLE_EQ(s.std, std::sqrt(2.0));
+  s = mean_std({kNaN});
+  EXPECT_TRUE(std::isnan(s.mean));
+  EXPECT_TRUE(std::isnan(s.std));
+}
+
+TEST(DiffRound, UnequalGridsAreInterpolatedOntoTheBaselineTimes) {
+  const CompareInput in = example();
+  const RoundDiff d = diff_round(in.runs[1][0], in.runs[0][0]);
+  // sync on {0, 1, 2}: acc 0.1, 0.5, 0.8 vs 0.1, 0.5, 0.7.
+  EXPECT_NEAR(d.test_acc.avg, 0.1 / 3, 1e-12);
+  EXPECT_NEAR(d.test_acc.end, 0.1, 1e-12);
+  // loss 2.0, 1.2, 0.6 vs 2.0, 1.0, 0.6.
+  EXPECT_NEAR(d.test_loss.avg, 0.2 / 3, 1e-12);
+  EXPECT_NEAR(d.test_loss.end, 0.0, 1e-12);
+  // train loss: the baseline's NaN first row is left out; 1.45, 0.75 vs 1.5, 0.8.
+  EXPECT_NEAR(d.train_loss.avg, -0.05, 1e-12);
+  EXPECT_NEAR(d.train_loss.end, -0.05, 1e-12);
+  EXPECT_DOUBLE_EQ(d.final_test_acc, 0.9);
+}
+
+TEST(DiffRound, AgainstItselfIsZero) {
+  const CompareInput in = example();
+  const RoundDiff d = diff_round(in.runs[1][0], in.runs[1][0]);
+  EXPECT_DOUBLE_EQ(d.test_acc.avg, 0);
+  EXPECT_DOUBLE_EQ(d.test_loss.end, 0);
+  EXPECT_DOUBLE_EQ(d.train_loss.avg, 0);
+}
+
+TEST(DiffRound, EmptyRunsAreInputErrors) {
+  const CompareInput in = example();
+  EXPECT_THROW(diff_round({}, in.runs[0][0]), InputError);
+  EXPECT_THROW(diff_round(in.runs[1][0], {}), InputError);
+}
+
+TEST(CompareRuns, StatisticsOverRounds) {
+  const CompareResult r = compare_runs(example());
+  ASSERT_EQ(r.policies.size(), 2u);
+  EXPECT_EQ(r.baseline, "async");
+  EXPECT_EQ(r.rounds, 2u);
+  const PolicyResult& sync = r.policies[0];
+  const double s2 = std::sqrt(2.0);
+  // Round 0 (above) and round 1: acc 0, 0, -0.2; loss 0, 0.1, 0; train 0, 0.
+  EXPECT_NEAR(sync.acc_avg.mean, (0.1 / 3 - 0.2 / 3) / 2, 1e-12);
+  EXPECT_NEAR(sync.acc_avg.std, 0.1 / s2, 1e-12);
+  EXPECT_NEAR(sync.acc_end.mean, -0.05, 1e-12);
+  EXPECT_NEAR(sync.acc_end.std, 0.3 / s2, 1e-12);
+  EXPECT_NEAR(sync.test_loss_avg.mean, 0.05, 1e-12);
+  EXPECT_NEAR(sync.train_loss_avg.mean, -0.025, 1e-12);
+  EXPECT_NEAR(sync.train_loss_avg.std, 0.05 / s2, 1e-12);
+  EXPECT_NEAR(sync.final_test_acc.mean, 0.75, 1e-12);
+  const PolicyResult& async = r.policies[1];
+  EXPECT_DOUBLE_EQ(async.acc_avg.mean, 0);
+  EXPECT_DOUBLE_EQ(async.acc_end.std, 0);
+  EXPECT_NEAR(async.final_test_acc.mean, 0.75, 1e-12);
+  EXPECT_NEAR(async.final_test_acc.std, 0.1 / s2, 1e-12);
+  // Plot curves on round 0's baseline times: mean and min..max over rounds.
+  EXPECT_EQ(r.plot_grid, (std::vector<double>{0, 1, 2}));
+  EXPECT_NEAR(sync.acc_mean[2], 0.7, 1e-12);
+  EXPECT_NEAR(sync.acc_min[2], 0.6, 1e-12);
+  EXPECT_NEAR(sync.acc_max[2], 0.8, 1e-12);
+  EXPECT_NEAR(sync.loss_mean[1], 1.1, 1e-12);
+}
+
+TEST(CompareRuns, OneRoundHasZeroStd) {
+  CompareInput in = example();
+  for (auto& runs : in.runs) runs.resize(1);
+  const CompareResult r = compare_runs(in);
+  EXPECT_DOUBLE_EQ(r.policies[0].acc_end.std, 0);
+  EXPECT_NEAR(r.policies[0].acc_end.mean, 0.1, 1e-12);
+}
+
+TEST(CompareRuns, BadShapesAreInputErrors) {
+  CompareInput in = example();
+  in.runs[0].pop_back();  // sync has one round, async two
+  EXPECT_THROW(compare_runs(in), InputError);
+  in = example();
+  in.baseline = 2;
+  EXPECT_THROW(compare_runs(in), InputError);
+  in = example();
+  in.runs[1][1].clear();
+  EXPECT_THROW(compare_runs(in), InputError);
+}
+
+TEST(MarkdownTable, HeaderAndExpectedNumbers) {
+  const std::string t = markdown_table(compare_runs(example()));
+  EXPECT_EQ(t.rfind("Compare: config `x.toml`, 2 rounds, baseline async, runtime threads\n", 0), 0u)
+      << t;
+  EXPECT_NE(t.find("| sync | 75.00 ± 21.21 | -1.67 ± 7.07 | -5.00 ± 21.21 | +0.0500 ± 0.0236 |"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("| -0.0250 ± 0.0354 |"), std::string::npos) << t;
+  EXPECT_NE(t.find("| async (baseline) | 75.00 ± 7.07 | +0.00 ± 0.00 |"), std::string::npos) << t;
+}
+
+TEST(MarkdownTable, NanIsNotAvailable) {
+  CompareInput in = example();
+  // A policy whose runs never have a train loss.
+  for (auto& run : in.runs[0]) {
+    for (MetricsRow& r : run) r.train_loss = kNaN;
+  }
+  const CompareResult r = compare_runs(in);
+  EXPECT_TRUE(std::isnan(r.policies[0].train_loss_avg.mean));
+  EXPECT_NE(markdown_table(r).find("| n/a | n/a |"), std::string::npos);
+  const nlohmann::json j = to_json(r);
+  EXPECT_TRUE(j["policies"][0]["diff_train_loss"]["avg"]["mean"].is_null()) << j.dump();
+}
+
+TEST(ToJson, EveryNumberPerRound) {
+  const nlohmann::json j = to_json(compare_runs(example()));
+  EXPECT_EQ(j["baseline"], "async");
+  EXPECT_EQ(j["rounds"], 2);
+  EXPECT_EQ(j["policies"][0]["policy"], "sync");
+  EXPECT_NEAR(j["policies"][0]["diff_test_acc"]["end"]["rounds"][0].get<double>(), 0.1, 1e-12);
+  EXPECT_NEAR(j["policies"][0]["final_test_acc"]["mean"].get<double>(), 0.75, 1e-12);
+}
+
+TEST(CurveData, OneLinePerGridPoint) {
+  const CompareResult r = compare_runs(example());
+  const std::string d = curve_data(r, 0);
+  EXPECT_NE(d.find("\n2 0.7 0.6 0.8 "), std::string::npos) << d;
+  EXPECT_EQ(std::count(d.begin(), d.end(), '\n'), 2 + 3);
+}
+
+TEST(PlotCompare, DrawsAPng) {
+  if (std::system("command -v gnuplot > /dev/null") != 0) GTEST_SKIP() << "no gnuplot";
+  const fs::path dir = fs::path(::testing::TempDir()) / "hsgd_compare_plot";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const CompareResult r = compare_runs(example());
+  std::vector<std::string> files;
+  for (size_t p = 0; p < r.policies.size(); ++p) {
+    files.push_back((dir / (r.policies[p].policy + ".curve.dat")).string());
+    write_file_atomic(files.back(), curve_data(r, p));
+  }
+  const std::string png = (dir / "compare.png").string();
+  plot_compare(r, files, png);
+  EXPECT_GT(fs::file_size(png), 1000u);
+  EXPECT_FALSE(fs::exists(png + ".partial"));
+}
+
+}  // namespace
+}  // namespace hsgd
