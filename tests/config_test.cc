@@ -78,7 +78,14 @@ TEST(Config, BadInputNamesTheKeyAndWhatWasExpected) {
   expect_error({{"stragglers.fraction", "1.5"}}, "stragglers.fraction");
   expect_error({{"stragglers.sigma", "-1"}}, "stragglers.sigma");
   expect_error({{"train.eval_every", "0"}}, "train.eval_every");
-  expect_error({{"train.runtime", "sim"}}, "not built yet");
+  expect_error({{"train.runtime", "mpi"}}, "not built yet");
+  expect_error({{"train.runtime", "gpu"}}, "expected threads or sim");
+  expect_error({{"sim.bandwidth", "0"}}, "sim.bandwidth = 0");
+  expect_error({{"sim.latency", "-1"}}, "sim.latency");
+  expect_error({{"sim.compute_time", "-0.1"}}, "sim.compute_time");
+  expect_error({{"stragglers.delay", "gamma"}}, "stragglers.delay");
+  expect_error({{"stragglers.delay", "exponential"}, {"stragglers.fraction", "0.5"}},
+               "stragglers.scale");
   expect_error({{"data.test_fraction", "1"}}, "data.test_fraction");
   expect_error({{"train.budget", "0"}}, "both 0");
   EXPECT_NE(error_of(write_file("bad.toml", "[train]\nworkers = \n"), {}).find("bad.toml:2"),

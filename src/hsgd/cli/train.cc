@@ -106,7 +106,10 @@ int train(const TrainArgs& a) {
 
   // 3. Outputs, each complete or absent.
   save_model(out + "/model.bin", spec, r.params);
-  write_file_atomic(out + "/config.toml", to_toml(c));
+  // The config as run: with the values the runtime resolved (calibrations).
+  std::vector<Override> as_run = a.overrides;
+  as_run.insert(as_run.end(), r.resolved.begin(), r.resolved.end());
+  write_file_atomic(out + "/config.toml", to_toml(load_config(a.config_path, as_run)));
   const MetricsRow& last = r.last;
   const double sps = r.train_s > 0 ? static_cast<double>(last.samples) / r.train_s : 0.0;
   nlohmann::json summary = {{"policy", last.policy},
@@ -115,7 +118,10 @@ int train(const TrainArgs& a) {
                             {"model", spec.name},
                             {"data", train_set.name},
                             {"workers", c.train.workers},
+                            {"runtime", c.train.runtime},
                             {"train_s", r.train_s},
+                            {"real_train_s", r.real_train_s},
+                            {"gradients", r.gradients},
                             {"wall_s", r.wall_s},
                             {"updates", last.updates},
                             {"samples", last.samples},

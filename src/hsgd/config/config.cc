@@ -180,6 +180,12 @@ const std::map<std::string, std::map<std::string, Field>>& fields() {
     HSGD_INT("optim", "warmup", lr_schedule.warmup);
     HSGD_DBL("stragglers", "fraction", stragglers.fraction);
     HSGD_DBL("stragglers", "sigma", stragglers.sigma);
+    HSGD_STR("stragglers", "delay", stragglers.delay);
+    HSGD_DBL("stragglers", "scale", stragglers.scale);
+    HSGD_DBL("sim", "compute_time", sim.compute_time);
+    HSGD_DBL("sim", "server_ns_per_param", sim.server_ns_per_param);
+    HSGD_DBL("sim", "latency", sim.latency);
+    HSGD_DBL("sim", "bandwidth", sim.bandwidth);
     HSGD_DBL("stragglers", "slowdown", stragglers.slowdown);
 #undef HSGD_INT
 #undef HSGD_DBL
@@ -318,12 +324,12 @@ void validate(const Config& c) {
   if (t.eval_samples < 0) {
     throw InputError("train.eval_samples = " + std::to_string(t.eval_samples) + ": expected >= 0");
   }
-  if (t.runtime != "threads") {
-    if (t.runtime == "sim" || t.runtime == "mpi") {
-      throw InputError("train.runtime = '" + t.runtime +
-                       "': this runtime is not built yet; available: threads");
+  if (t.runtime != "threads" && t.runtime != "sim") {
+    if (t.runtime == "mpi") {
+      throw InputError(
+          "train.runtime = 'mpi': this runtime is not built yet; available: threads, sim");
     }
-    throw InputError("train.runtime = '" + t.runtime + "': expected threads");
+    throw InputError("train.runtime = '" + t.runtime + "': expected threads or sim");
   }
   if (t.out.empty()) throw InputError("train.out: expected a directory name");
   if (!(c.data.test_fraction > 0 && c.data.test_fraction < 1)) {
@@ -346,6 +352,34 @@ void validate(const Config& c) {
   }
   if (!(g.sigma >= 0) || !std::isfinite(g.sigma)) {
     throw InputError("stragglers.sigma = " + num(g.sigma) + ": expected seconds >= 0");
+  }
+  if (g.delay != "none" && g.delay != "halfnormal" && g.delay != "exponential" &&
+      g.delay != "lognormal") {
+    throw InputError("stragglers.delay = '" + g.delay +
+                     "': expected none, halfnormal, exponential or lognormal");
+  }
+  if (!(g.scale >= 0) || !std::isfinite(g.scale)) {
+    throw InputError("stragglers.scale = " + num(g.scale) + ": expected seconds >= 0");
+  }
+  if ((g.delay == "exponential" || g.delay == "lognormal") && g.fraction > 0 && g.scale == 0) {
+    throw InputError("stragglers.scale = 0: the " + g.delay +
+                     " delay needs a scale in seconds > 0");
+  }
+  const SimConfig& m = c.sim;
+  if (!(m.compute_time >= 0) || !std::isfinite(m.compute_time)) {
+    throw InputError("sim.compute_time = " + num(m.compute_time) +
+                     ": expected seconds >= 0 (0 = calibrate)");
+  }
+  if (!(m.server_ns_per_param >= 0 || m.server_ns_per_param == -1) ||
+      !std::isfinite(m.server_ns_per_param)) {
+    throw InputError("sim.server_ns_per_param = " + num(m.server_ns_per_param) +
+                     ": expected nanoseconds >= 0, or -1 to calibrate");
+  }
+  if (!(m.latency >= 0) || !std::isfinite(m.latency)) {
+    throw InputError("sim.latency = " + num(m.latency) + ": expected seconds >= 0");
+  }
+  if (!(m.bandwidth > 0) || !std::isfinite(m.bandwidth)) {
+    throw InputError("sim.bandwidth = " + num(m.bandwidth) + ": expected bytes per second > 0");
   }
   if (!(g.slowdown >= 1) || !std::isfinite(g.slowdown)) {
     throw InputError("stragglers.slowdown = " + num(g.slowdown) + ": expected a factor >= 1");

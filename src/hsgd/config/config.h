@@ -44,10 +44,27 @@ struct TrainConfig {
 struct StragglerConfig {
   // Workers 0 .. round(fraction * workers) - 1 are stragglers.
   double fraction = 0;
-  // Each straggler gradient is delayed by |N(0, sigma)| seconds (the paper).
+  // The delay added to each straggler gradient, in seconds:
+  //   none; halfnormal: |N(0, sigma)| (the paper); exponential: mean `scale`;
+  //   lognormal: scale * exp(N(0, sigma)).
+  std::string delay = "halfnormal";
   double sigma = 0;
+  double scale = 0;
   // Each straggler computes `slowdown` times slower (>= 1).
   double slowdown = 1;
+};
+
+// The simulator's cost model (runtime = "sim"). Times in seconds.
+struct SimConfig {
+  // Compute time of one batch on a full-speed worker; 0 = calibrate by timing
+  // the model's real gradient on this machine (the value found is written to
+  // the run's config.toml, so rerunning that file reproduces the run).
+  double compute_time = 0;
+  // Server time per update and per push, per parameter, in nanoseconds;
+  // -1 = calibrate (likewise recorded).
+  double server_ns_per_param = -1;
+  double latency = 50e-6;     // one-way network latency per message
+  double bandwidth = 1.25e9;  // bytes per second (10 Gbit/s); a message carries 4 bytes/param
 };
 
 struct Config {
@@ -59,6 +76,7 @@ struct Config {
   OptimizerOptions optim;
   LrSchedule lr_schedule;
   StragglerConfig stragglers;
+  SimConfig sim;
 };
 
 // One override: "section.key" and its value as text (parsed as a TOML value;

@@ -53,7 +53,12 @@ struct RunResult {
   std::vector<float> params;  // final parameters
   MetricsRow last;            // the final evaluation
   double wall_s = 0;          // real seconds, evaluation included
-  double train_s = 0;         // training seconds, evaluation excluded
+  double train_s = 0;         // training seconds (wall or virtual), evaluation excluded
+  double real_train_s = 0;    // real seconds spent training, evaluation excluded
+  int64_t gradients = 0;      // pushes made
+  // Config values the runtime resolved itself (the simulator's calibrated
+  // costs), as overrides: applying them to the config reproduces the run.
+  std::vector<std::pair<std::string, std::string>> resolved;
 };
 
 class Runtime {
@@ -65,7 +70,7 @@ class Runtime {
   virtual RunResult run(const Job& job, Recorder* recorder, Observer* observer) = 0;
 };
 
-// "threads". Throws InputError for an unknown or unavailable runtime.
+// "threads" or "sim". Throws InputError for an unknown or unavailable runtime.
 std::unique_ptr<Runtime> make_runtime(const std::string& name);
 
 }  // namespace hsgd

@@ -10,7 +10,9 @@
 
 #include "hsgd/core/error.h"
 #include "hsgd/core/rng.h"
+#include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/gate.h"
+#include "hsgd/runtime/row.h"
 #include "hsgd/server/server.h"
 
 namespace hsgd {
@@ -46,6 +48,7 @@ struct Shared {
   std::exception_ptr error;
   Gate gate;
   TrainClock clock;
+  DelayModel* delays = nullptr;
 };
 
 void request_stop(Shared& s) {
@@ -64,9 +67,7 @@ void worker_loop(const WorkerArgs& a) {
   const Config& c = *a.job->config;
   Shared& s = *a.shared;
   const int n = c.train.workers;
-  const int stragglers = static_cast<int>(std::lround(c.stragglers.fraction * n));
-  const bool straggler = a.id < stragglers;
-  Rng delay_rng(c.train.seed, 2000 + static_cast<uint64_t>(a.id));
+  DelayModel& delays = *s.delays;
   ShardSampler sampler(*a.job->train, a.id, n, c.train.seed);
   std::unique_ptr<Model> model = a.job->make_model();
   const size_t np = a.job->initial_params.size();
@@ -86,9 +87,9 @@ void worker_loop(const WorkerArgs& a) {
     sampler.next(c.train.batch, &batch);
     const auto t0 = SteadyClock::now();
     const double loss = model->gradient(batch);
-    if (straggler) {
-      double delay = (c.stragglers.slowdown - 1.0) * seconds_between(t0, SteadyClock::now());
-      if (c.stragglers.sigma > 0) delay += std::abs(delay_rng.normal()) * c.stragglers.sigma;
+    if (delays.is_straggler(a.id)) {
+      const double delay = (delays.slowdown(a.id) - 1.0) * seconds_between(t0, SteadyClock::now()) +
+                           delays.draw(a.id);
       if (delay > 0) {
         std::unique_lock lk(s.mu);
         s.cv.wait_for(lk, std::chrono::duration<double>(delay), [&] { return s.stop; });
@@ -135,38 +136,28 @@ class Evaluator {
   MetricsRow evaluate(bool paused_already = false) {
     const auto p0 = SteadyClock::now();
     if (!paused_already) s_.gate.pause();
-    MetricsRow r;
+    double time_s = 0, idle_total = 0;
     ServerStats st;
-    double idle_total = 0;
     {
       std::lock_guard lk(s_.mu);
-      r.time_s = s_.clock.seconds();
+      time_s = s_.clock.seconds();
       std::span<const float> p = s_.server->params();
       std::copy(p.begin(), p.end(), params_.begin());
       st = s_.server->take_stats();
-      r.updates = static_cast<int64_t>(s_.server->version());
-      r.samples = s_.server->samples();
-      r.k = s_.server->threshold(r.time_s);
-      r.live_workers = s_.server->live_workers();
-      r.epoch = static_cast<double>(r.samples) / static_cast<double>(job_.train->size());
       for (double v : s_.idle_s) idle_total += v;
     }
     const EvalResult e = model_->evaluate(test_);
-    r.test_loss = e.loss;
-    r.test_acc = e.accuracy;
-    r.train_loss = st.loss_count ? st.loss_sum / static_cast<double>(st.loss_count) : std::nan("");
-    r.staleness_mean =
-        st.staleness_count ? st.staleness_sum / static_cast<double>(st.staleness_count) : 0.0;
-    r.staleness_max = st.staleness_max;
-    r.dropped = st.dropped;
-    const double interval = r.time_s - last_time_;
+    const double interval = time_s - last_time_;
     const double workers = static_cast<double>(job_.config->train.workers);
-    r.idle_frac =
+    const double idle =
         interval > 0 ? std::clamp((idle_total - last_idle_) / (interval * workers), 0.0, 1.0) : 0.0;
-    last_time_ = r.time_s;
+    last_time_ = time_s;
     last_idle_ = idle_total;
-    r.policy = s_.server->policy().name();
-    r.seed = job_.config->train.seed;
+    MetricsRow r;
+    {
+      std::lock_guard lk(s_.mu);  // the server is read while workers may run
+      r = build_row(*s_.server, st, e, time_s, idle, job_);
+    }
     if (!paused_already) {
       s_.clock.add_paused(seconds_between(p0, SteadyClock::now()));
       s_.gate.resume();
@@ -186,17 +177,6 @@ class Evaluator {
   double last_idle_ = 0;
 };
 
-Dataset head(const Dataset& d, int64_t n) {
-  if (n <= 0 || n >= d.size()) return d;
-  Dataset h;
-  h.name = d.name;
-  h.sample_shape = d.sample_shape;
-  h.num_classes = d.num_classes;
-  h.labels.assign(d.labels.begin(), d.labels.begin() + n);
-  h.features.assign(d.features.begin(), d.features.begin() + n * d.sample_size());
-  return h;
-}
-
 }  // namespace
 
 RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* observer) {
@@ -212,17 +192,13 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   const auto wall0 = SteadyClock::now();
 
   std::vector<float> params = job.initial_params;
-  ServerOptions so;
-  so.workers = n;
-  so.aggregation = c.policy.aggregation;
-  so.lr = c.optim.lr;
-  so.lr_schedule = c.lr_schedule;
-  so.samples_per_epoch = job.train->size();
-  Server server(params, so, make_policy(c.policy, n, c.optim.lr),
+  Server server(params, server_options(job), make_policy(c.policy, n, c.optim.lr),
                 make_optimizer(c.optim, params.size()));
 
+  DelayModel delays(c.stragglers, n, c.train.seed);
   Shared s;
   s.server = &server;
+  s.delays = &delays;
   s.released.assign(static_cast<size_t>(n), 0);
   s.idle_s.assign(static_cast<size_t>(n), 0.0);
   const Dataset test = head(*job.test, c.train.eval_samples);
@@ -327,12 +303,9 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   result.last = last;
   result.train_s = train_s;
   result.wall_s = seconds_between(wall0, SteadyClock::now());
+  result.real_train_s = train_s;
+  result.gradients = server.pushes();
   return result;
-}
-
-std::unique_ptr<Runtime> make_runtime(const std::string& name) {
-  if (name == "threads") return std::make_unique<ThreadsRuntime>();
-  throw InputError("train.runtime = '" + name + "': expected threads");
 }
 
 }  // namespace hsgd

@@ -87,6 +87,7 @@ Decision Server::on_push(int worker, uint64_t version, std::span<const float> gr
   for (size_t i = 0; i < acc_.size(); ++i) acc_[i] += grad[i];
   pending_.push_back({worker, version});
   total_samples_ += batch_size;
+  ++total_pushes_;
   stats_.pushes += 1;
   stats_.samples += batch_size;
   stats_.loss_sum += loss;

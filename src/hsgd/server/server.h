@@ -73,6 +73,7 @@ class Server {
   uint64_t version() const { return version_; }
   int live_workers() const { return live_count_; }
   int64_t samples() const { return total_samples_; }
+  int64_t pushes() const { return total_pushes_; }
   const Policy& policy() const { return *policy_; }
   // The threshold K in force now.
   int threshold(double seconds) const;
@@ -99,6 +100,7 @@ class Server {
   std::vector<bool> waiting_;
   int live_count_ = 0;
   int64_t total_samples_ = 0;
+  int64_t total_pushes_ = 0;
   ServerStats stats_;
 };
 

@@ -1,0 +1,30 @@
+// Which workers straggle and by how much: the per-gradient delay and the
+// compute slow-down of StragglerConfig. Every worker draws from its own
+// random stream (seed, 2000 + worker), so worker w's k-th delay is the same
+// whatever the policy, the runtime or the other workers do.
+#pragma once
+#include <vector>
+
+#include "hsgd/config/config.h"
+#include "hsgd/core/rng.h"
+
+namespace hsgd {
+
+// Thread-safety: draw(w) touches only worker w's stream; different workers
+// may draw concurrently.
+class DelayModel {
+ public:
+  DelayModel(const StragglerConfig& c, int workers, uint64_t seed);
+  bool is_straggler(int w) const { return w < stragglers_; }
+  // Compute-time factor of worker w (>= 1).
+  double slowdown(int w) const { return is_straggler(w) ? c_.slowdown : 1.0; }
+  // The extra delay of worker w's next gradient, in seconds (0 for others).
+  double draw(int w);
+
+ private:
+  StragglerConfig c_;
+  int stragglers_;
+  std::vector<Rng> rngs_;
+};
+
+}  // namespace hsgd

@@ -1,0 +1,51 @@
+#include "hsgd/runtime/row.h"
+
+#include <cmath>
+
+namespace hsgd {
+
+MetricsRow build_row(const Server& server, const ServerStats& st, const EvalResult& e,
+                     double time_s, double idle_frac, const Job& job) {
+  MetricsRow r;
+  r.time_s = time_s;
+  r.updates = static_cast<int64_t>(server.version());
+  r.samples = server.samples();
+  r.epoch = static_cast<double>(r.samples) / static_cast<double>(job.train->size());
+  r.k = server.threshold(time_s);
+  r.train_loss = st.loss_count ? st.loss_sum / static_cast<double>(st.loss_count) : std::nan("");
+  r.test_loss = e.loss;
+  r.test_acc = e.accuracy;
+  r.staleness_mean =
+      st.staleness_count ? st.staleness_sum / static_cast<double>(st.staleness_count) : 0.0;
+  r.staleness_max = st.staleness_max;
+  r.dropped = st.dropped;
+  r.idle_frac = idle_frac;
+  r.live_workers = server.live_workers();
+  r.policy = server.policy().name();
+  r.seed = job.config->train.seed;
+  return r;
+}
+
+Dataset head(const Dataset& d, int64_t n) {
+  if (n <= 0 || n >= d.size()) return d;
+  Dataset h;
+  h.name = d.name;
+  h.sample_shape = d.sample_shape;
+  h.num_classes = d.num_classes;
+  h.labels.assign(d.labels.begin(), d.labels.begin() + n);
+  h.features.assign(d.features.begin(), d.features.begin() + n * d.sample_size());
+  return h;
+}
+
+ServerOptions server_options(const Job& job) {
+  const Config& c = *job.config;
+  ServerOptions so;
+  so.workers = c.train.workers;
+  so.aggregation = c.policy.aggregation;
+  so.lr = c.optim.lr;
+  so.lr_schedule = c.lr_schedule;
+  so.samples_per_epoch = job.train->size();
+  return so;
+}
+
+}  // namespace hsgd

@@ -1,0 +1,36 @@
+// The simulator: one thread, an event queue and a virtual clock. Gradients
+// are really computed (by one model instance, on the parameters each
+// simulated worker pulled); time comes from a cost model (SimConfig and
+// StragglerConfig):
+//   pull:    request latency; the server answers at once with the parameters
+//            it holds then; the reply takes latency + 4 * params / bandwidth;
+//   compute: compute_time * slowdown(worker) + the worker's delay draw;
+//   push:    latency + 4 * params / bandwidth to reach the server, then a
+//            single FIFO server queue: each push costs
+//            server_ns_per_param * params, and an update that fires costs as
+//            much again; the pusher's next pull (or its wait) and any
+//            released workers' pulls start when the server is done.
+// Evaluation costs no virtual time. The run is deterministic: events at the
+// same virtual time are taken in the order they were scheduled, and every
+// random draw comes from a seeded stream. Calibrated costs (compute_time = 0,
+// server_ns_per_param = -1) are measured once and returned in
+// RunResult::resolved, so the written config.toml reproduces the run.
+#pragma once
+#include "hsgd/runtime/runtime.h"
+
+namespace hsgd {
+
+class SimRuntime final : public Runtime {
+ public:
+  RunResult run(const Job& job, Recorder* recorder, Observer* observer) override;
+};
+
+// Median real seconds of one gradient of `model` on batches of `batch` from
+// `data` (after a warm-up).
+double calibrate_compute_time(Model& model, const Dataset& data, int batch, uint64_t seed);
+
+// Median nanoseconds per parameter of one async push+update on a server of
+// `num_params` parameters with this job's optimizer.
+double calibrate_server_ns(const Config& c, size_t num_params);
+
+}  // namespace hsgd
