@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "hsgd/cli/commands.h"
+#include "hsgd/data/readers.h"
 #include "hsgd/data/spec.h"
 #include "hsgd/runtime/runtime.h"
 #include "hsgd/server/server.h"
@@ -112,6 +113,45 @@ double server_ns_per_param(const std::string& optimizer, size_t n, int repeats) 
   return median(ns);
 }
 
+// The simulator's rate in simulated gradients per real second, evaluation
+// excluded, for `workers` workers of softmax on the synthetic set.
+double sim_rate(int workers, int batch, double virtual_seconds, int64_t* gradients) {
+  SyntheticOptions so;
+  Dataset all = make_synthetic(so), train, test;
+  split_train_test(std::move(all), 0.2, 1, &train, &test);
+  Config c = load_config("", {{"train.runtime", "sim"},
+                              {"train.workers", std::to_string(workers)},
+                              {"train.batch", std::to_string(batch)},
+                              {"train.budget", fmt::format("{}", virtual_seconds)},
+                              {"train.eval_every", "1000000"},
+                              {"policy.name", "hybrid"},
+                              {"sim.compute_time", "0.01"},
+                              {"sim.server_ns_per_param", "1"}});
+  ModelSpec spec = spec_for("softmax", train);
+  Job job;
+  job.config = &c;
+  job.train = &train;
+  job.test = &test;
+  job.make_model = [spec] { return make_model(spec); };
+  std::unique_ptr<Model> m = make_model(spec);
+  job.initial_params.resize(static_cast<size_t>(m->num_params()));
+  std::vector<float> g(job.initial_params.size());
+  m->bind(job.initial_params, g);
+  m->init_params(1);
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           fmt::format("hsgd-bench-sim-{}", static_cast<long>(getpid())))
+                              .string();
+  std::filesystem::create_directories(dir);
+  RunResult r;
+  {
+    Recorder rec(dir);
+    r = make_runtime("sim")->run(job, &rec, nullptr);
+  }
+  std::filesystem::remove_all(dir);
+  *gradients = r.gradients;
+  return static_cast<double>(r.gradients) / r.real_train_s;
+}
+
 }  // namespace
 
 int bench(const BenchArgs& a) {
@@ -148,6 +188,26 @@ int bench(const BenchArgs& a) {
   std::printf("server update cost (async push of %zu params: accumulate, step, clear):\n", n);
   for (const char* o : {"sgd", "momentum"}) {
     std::printf("  %-9s %.3f ns/param\n", o, server_ns_per_param(o, n, a.repeats));
+  }
+
+  // The simulator adds little beyond the gradients it must compute.
+  {
+    SyntheticOptions so;
+    Dataset all = make_synthetic(so), train, test;
+    split_train_test(std::move(all), 0.2, 1, &train, &test);
+    const int sb = 32;
+    const double c = compute_only(spec_for("softmax", train), train, sb, a.repeats) / sb;
+    std::vector<double> rates;
+    int64_t grads = 0;
+    for (int r = 0; r < 3; ++r) rates.push_back(sim_rate(256, sb, 20.0, &grads));
+    const double s = median(rates);
+    std::printf(
+        "\nsimulator, 256 workers, softmax on synthetic (20 features, 10 classes), batch %d:\n"
+        "  compute-only     %10.0f gradients/s (1 thread)\n"
+        "  sim              %10.0f simulated gradients per real second "
+        "(%lld gradients, median of 3)\n"
+        "  ratio            %10.3f\n",
+        sb, c, s, static_cast<long long>(grads), s / c);
   }
   return 0;
 }
