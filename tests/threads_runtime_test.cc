@@ -47,11 +47,7 @@ struct Fixture {
     const int64_t f = train.sample_size();
     const int k = train.num_classes;
     j.make_model = [f, k] { return make_linear_model(f, k); };
-    auto m = make_linear_model(f, k);
-    j.initial_params.resize(static_cast<size_t>(m->num_params()));
-    std::vector<float> g(j.initial_params.size());
-    m->bind(j.initial_params, g);
-    m->init_params(config.train.seed);
+    j.initial_params = initial_params(j.make_model, config.train.seed);
     return j;
   }
 

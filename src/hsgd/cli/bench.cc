@@ -73,11 +73,7 @@ double runtime_rate(const ModelSpec& spec, const Dataset& train, const Dataset& 
   job.train = &train;
   job.test = &test;
   job.make_model = [spec] { return make_model(spec); };
-  std::unique_ptr<Model> m = make_model(spec);
-  job.initial_params.resize(static_cast<size_t>(m->num_params()));
-  std::vector<float> g(job.initial_params.size());
-  m->bind(job.initial_params, g);
-  m->init_params(1);
+  job.initial_params = initial_params(job.make_model, 1);
   const std::string dir = (std::filesystem::temp_directory_path() /
                            fmt::format("hsgd-bench-{}", static_cast<long>(getpid())))
                               .string();
@@ -133,11 +129,7 @@ double sim_rate(int workers, int batch, double virtual_seconds, int64_t* gradien
   job.train = &train;
   job.test = &test;
   job.make_model = [spec] { return make_model(spec); };
-  std::unique_ptr<Model> m = make_model(spec);
-  job.initial_params.resize(static_cast<size_t>(m->num_params()));
-  std::vector<float> g(job.initial_params.size());
-  m->bind(job.initial_params, g);
-  m->init_params(1);
+  job.initial_params = initial_params(job.make_model, 1);
   const std::string dir = (std::filesystem::temp_directory_path() /
                            fmt::format("hsgd-bench-sim-{}", static_cast<long>(getpid())))
                               .string();

@@ -73,13 +73,7 @@ int train(const TrainArgs& a) {
   job.train = &train_set;
   job.test = &test_set;
   job.make_model = [spec] { return make_model(spec); };
-  {
-    std::unique_ptr<Model> m = make_model(spec);  // validates the shape
-    job.initial_params.assign(static_cast<size_t>(m->num_params()), 0.0f);
-    std::vector<float> g(job.initial_params.size());
-    m->bind(job.initial_params, g);
-    m->init_params(c.train.seed);
-  }
+  job.initial_params = initial_params(job.make_model, c.train.seed);  // validates the shape
   std::unique_ptr<Runtime> runtime = make_runtime(c.train.runtime);
 
   // 2. Run.

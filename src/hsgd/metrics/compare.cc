@@ -10,18 +10,14 @@
 #include <stdexcept>
 
 #include "hsgd/core/error.h"
+#include "hsgd/metrics/plot.h"
 
 namespace hsgd {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// Single-quoted gnuplot string.
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += (c == '\'') ? std::string("''") : std::string(1, c);
-  return out + "'";
-}
+std::string quote(const std::string& s) { return gnuplot_quote(s); }
 
 // Mean of the finite entries; NaN if none.
 double finite_mean(const std::vector<double>& v) {
@@ -306,14 +302,7 @@ void plot_compare(const CompareResult& r, const std::vector<std::string>& data_f
   panel("test loss", "cross-entropy", 5, "top right");
   script += "unset multiplot\n";
 
-  std::FILE* g = popen("gnuplot 2>&1", "w");
-  if (!g) throw std::runtime_error("cannot run gnuplot (install gnuplot-nox)");
-  std::fputs(script.c_str(), g);
-  const int rc = pclose(g);
-  if (rc != 0) throw std::runtime_error("gnuplot failed (exit " + std::to_string(rc) + ")");
-  std::error_code ec;
-  std::filesystem::rename(tmp, png, ec);
-  if (ec) throw std::runtime_error(png + ": cannot write (" + ec.message() + ")");
+  run_gnuplot(script, png);
 }
 
 }  // namespace hsgd

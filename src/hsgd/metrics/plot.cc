@@ -13,13 +13,26 @@
 namespace hsgd {
 namespace {
 
-std::string quote(const std::string& s) {
+std::string quote(const std::string& s) { return gnuplot_quote(s); }
+
+}  // namespace
+
+std::string gnuplot_quote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += (c == '\'') ? std::string("''") : std::string(1, c);
   return out + "'";
 }
 
-}  // namespace
+void run_gnuplot(const std::string& script, const std::string& png) {
+  std::FILE* g = popen("gnuplot 2>&1", "w");
+  if (!g) throw std::runtime_error("cannot run gnuplot (install gnuplot-nox)");
+  std::fputs(script.c_str(), g);
+  const int rc = pclose(g);
+  if (rc != 0) throw std::runtime_error("gnuplot failed (exit " + std::to_string(rc) + ")");
+  std::error_code ec;
+  std::filesystem::rename(png + ".partial", png, ec);
+  if (ec) throw InputError(png + ": cannot write (" + ec.message() + ")");
+}
 
 void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png) {
   if (run_dirs.empty()) throw InputError("hsgd plot: expected at least one run directory");
@@ -62,15 +75,7 @@ void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png)
   panel("test accuracy", "accuracy", 8, "bottom right");
   panel("test loss", "cross-entropy", 7, "top right");
   script += "unset multiplot\n";
-
-  std::FILE* g = popen("gnuplot 2>&1", "w");
-  if (!g) throw std::runtime_error("cannot run gnuplot (install gnuplot-nox)");
-  std::fputs(script.c_str(), g);
-  const int rc = pclose(g);
-  if (rc != 0) throw std::runtime_error("gnuplot failed (exit " + std::to_string(rc) + ")");
-  std::error_code ec;
-  std::filesystem::rename(tmp, png, ec);
-  if (ec) throw InputError(png + ": cannot write (" + ec.message() + ")");
+  run_gnuplot(script, png);
 }
 
 }  // namespace hsgd

@@ -12,4 +12,12 @@ namespace hsgd {
 // std::runtime_error if gnuplot fails.
 void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png);
 
+// A single-quoted gnuplot string.
+std::string gnuplot_quote(const std::string& s);
+
+// Runs gnuplot on `script`, which must set its output to `png + ".partial"`,
+// then renames that file to `png`. Throws std::runtime_error if gnuplot is
+// missing or fails, InputError if the PNG cannot be put in place.
+void run_gnuplot(const std::string& script, const std::string& png);
+
 }  // namespace hsgd

@@ -6,6 +6,14 @@
 
 namespace hsgd {
 
+std::vector<float> initial_params(const ModelFactory& make_model, uint64_t seed) {
+  std::unique_ptr<Model> m = make_model();
+  std::vector<float> params(static_cast<size_t>(m->num_params())), grads(params.size());
+  m->bind(params, grads);
+  m->init_params(seed);
+  return params;
+}
+
 std::unique_ptr<Runtime> make_runtime(const std::string& name) {
   if (name == "threads") return std::make_unique<ThreadsRuntime>();
   if (name == "sim") return std::make_unique<SimRuntime>();

@@ -19,6 +19,9 @@ namespace hsgd {
 // from the thread that will use it.
 using ModelFactory = std::function<std::unique_ptr<Model>()>;
 
+// The seeded initial parameters of the model `make_model` builds.
+std::vector<float> initial_params(const ModelFactory& make_model, uint64_t seed);
+
 // Everything a run needs. The runtime reads but does not own these.
 struct Job {
   const Config* config = nullptr;
