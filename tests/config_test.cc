@@ -58,6 +58,48 @@ TEST(Config, ResolvedTomlRoundTrips) {
   EXPECT_DOUBLE_EQ(d.stragglers.sigma, 0.25);
 }
 
+TEST(Config, StalenessAndOptimizerKeys) {
+  Config d = load_config("", {{"train.budget", "1"}});
+  EXPECT_FALSE(d.staleness.scaled_lr);
+  EXPECT_EQ(d.staleness.tau_max, -1);
+  EXPECT_FALSE(d.staleness.dc_on());
+  EXPECT_FALSE(d.staleness.gap_aware);
+  EXPECT_EQ(d.optim.kind, "sgd");
+  EXPECT_DOUBLE_EQ(d.optim.beta1, 0.9);
+  EXPECT_DOUBLE_EQ(d.optim.beta2, 0.999);
+  EXPECT_DOUBLE_EQ(d.optim.eps, 1e-8);
+  EXPECT_FALSE(d.optim.scale_lr);
+  EXPECT_EQ(d.optim.base_batch, 32);
+  const std::string p = write_file("stale.toml",
+                                   "[train]\nbudget = 1\n[staleness]\nscaled_lr = true\n"
+                                   "tau_max = 8\ndc_asgd = true\ngap_aware = true\n"
+                                   "[optim]\nkind = \"adam\"\nbeta2 = 0.99\neps = 1e-6\n"
+                                   "scale_lr = true\nbase_batch = 256\n");
+  Config c = load_config(p, {{"staleness.dc_lambda", "0.1"}, {"optim.beta1", "0.8"}});
+  EXPECT_TRUE(c.staleness.scaled_lr);
+  EXPECT_EQ(c.staleness.tau_max, 8);
+  EXPECT_TRUE(c.staleness.dc_asgd);
+  EXPECT_DOUBLE_EQ(c.staleness.lambda(), 0.1);
+  EXPECT_TRUE(c.staleness.gap_aware);
+  EXPECT_EQ(c.optim.kind, "adam");
+  EXPECT_DOUBLE_EQ(c.optim.beta1, 0.8);
+  EXPECT_DOUBLE_EQ(c.optim.beta2, 0.99);
+  EXPECT_DOUBLE_EQ(c.optim.eps, 1e-6);
+  EXPECT_TRUE(c.optim.scale_lr);
+  EXPECT_EQ(c.optim.base_batch, 256);
+  // Every new key round-trips through the resolved config.
+  const std::string text = to_toml(c);
+  EXPECT_NE(text.find("[staleness]"), std::string::npos);
+  Config e = load_config(write_file("stale-round.toml", text), {});
+  EXPECT_EQ(to_toml(e), text);
+  EXPECT_DOUBLE_EQ(e.optim.eps, 1e-6);
+  EXPECT_EQ(e.staleness.tau_max, 8);
+  // The default dc lambda when only switched on.
+  EXPECT_DOUBLE_EQ(
+      load_config("", {{"train.budget", "1"}, {"staleness.dc_asgd", "true"}}).staleness.lambda(),
+      0.04);
+}
+
 TEST(Config, BadInputNamesTheKeyAndWhatWasExpected) {
   const std::string base_budget = "1";
   auto expect_error = [&](std::vector<Override> o, const std::string& needle) {
@@ -88,6 +130,16 @@ TEST(Config, BadInputNamesTheKeyAndWhatWasExpected) {
                "stragglers.scale");
   expect_error({{"data.test_fraction", "1"}}, "data.test_fraction");
   expect_error({{"train.budget", "0"}}, "both 0");
+  expect_error({{"staleness.tau_max", "-2"}}, "staleness.tau_max = -2: expected an integer >= 0");
+  expect_error({{"staleness.tau_max", "2.5"}}, "staleness.tau_max = 2.5: expected an integer");
+  expect_error({{"staleness.dc_lambda", "-0.1"}}, "staleness.dc_lambda = -0.1: expected >= 0");
+  expect_error({{"staleness.scaled_lr", "yes"}}, "staleness.scaled_lr = 'yes': expected true");
+  expect_error({{"staleness.tau", "1"}}, "unknown key 'staleness.tau'");
+  expect_error({{"optim.kind", "adagrad"}}, "expected sgd, momentum, nesterov or adam");
+  expect_error({{"optim.beta1", "1"}}, "optim.beta1 = 1: expected in [0, 1)");
+  expect_error({{"optim.beta2", "-0.5"}}, "optim.beta2 = -0.5: expected in [0, 1)");
+  expect_error({{"optim.eps", "0"}}, "optim.eps = 0: expected > 0");
+  expect_error({{"optim.base_batch", "0"}}, "optim.base_batch = 0: expected >= 1");
   EXPECT_NE(error_of(write_file("bad.toml", "[train]\nworkers = \n"), {}).find("bad.toml:2"),
             std::string::npos);
   EXPECT_NE(error_of(write_file("unk.toml", "[train]\nbudget = 1\nspeed = 3\n"), {})

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "hsgd/core/error.h"
 #include "hsgd/optim/optimizer.h"
 
@@ -32,6 +34,70 @@ TEST(Optimizer, MomentumAndNesterovMatchHandComputedSteps) {
   }
 }
 
+TEST(Optimizer, AdamMatchesHandComputedBiasCorrectedSteps) {
+  // Two coordinates, weight decay 0.1, three steps, against double-precision
+  // arithmetic written out here.
+  const double b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.1, lr = 0.01;
+  auto opt =
+      make_optimizer({.kind = "adam", .weight_decay = wd, .beta1 = b1, .beta2 = b2, .eps = eps}, 2);
+  std::vector<float> w = {1.0f, -0.5f};
+  double rw[2] = {1.0, -0.5}, m[2] = {0, 0}, v[2] = {0, 0};
+  const float grads[3][2] = {{0.5f, -1.0f}, {0.25f, 2.0f}, {-0.75f, 0.0f}};
+  for (int t = 1; t <= 3; ++t) {
+    std::vector<float> g = {grads[t - 1][0], grads[t - 1][1]};
+    opt->step(w, g, lr);
+    for (int i = 0; i < 2; ++i) {
+      const double gi = grads[t - 1][i] + wd * rw[i];
+      m[i] = b1 * m[i] + (1 - b1) * gi;
+      v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+      const double mh = m[i] / (1 - std::pow(b1, t)), vh = v[i] / (1 - std::pow(b2, t));
+      rw[i] -= lr * mh / (std::sqrt(vh) + eps);
+      EXPECT_NEAR(w[i], rw[i], 1e-6) << "step " << t << " coordinate " << i;
+    }
+  }
+  // The first step of Adam moves every coordinate by lr * sign(g) (|g| >> eps).
+  auto fresh = make_optimizer({.kind = "adam"}, 1);
+  std::vector<float> w1 = {0.0f}, g1 = {-3.0f};
+  fresh->step(w1, g1, 0.01);
+  EXPECT_NEAR(w1[0], 0.01f, 1e-7);
+}
+
+TEST(Optimizer, AdamStateRestoresExactly) {
+  auto a = make_optimizer({.kind = "adam"}, 3);
+  std::vector<float> wa = {0.1f, 0.2f, 0.3f};
+  for (int t = 0; t < 4; ++t) {
+    std::vector<float> g = {1.0f * t, -0.5f, 0.25f * t};
+    a->step(wa, g, 0.01);
+  }
+  const std::vector<float> state = a->save_state();
+  ASSERT_EQ(state.size(), 2u + 2 * 3);
+  EXPECT_EQ(state[0], 0.0f);  // t = 4: high half 0, low half 4
+  EXPECT_EQ(state[1], 4.0f);
+  auto b = make_optimizer({.kind = "adam"}, 3);
+  b->restore_state(state);
+  std::vector<float> wb = wa;
+  std::vector<float> g = {0.3f, 0.3f, -0.3f}, h = g;
+  a->step(wa, g, 0.01);
+  b->step(wb, h, 0.01);
+  EXPECT_EQ(wa, wb);
+  EXPECT_EQ(a->save_state(), b->save_state());
+}
+
+TEST(Optimizer, LinearScalingRule) {
+  OptimizerOptions o{.lr = 0.1};
+  EXPECT_DOUBLE_EQ(scaled_lr(o, 8, 64), 0.1);  // off by default
+  o.scale_lr = true;
+  EXPECT_DOUBLE_EQ(scaled_lr(o, 8, 64), 0.1 * 8 * 64 / 32);
+  o.base_batch = 256;
+  EXPECT_DOUBLE_EQ(scaled_lr(o, 4, 64), 0.1);
+  EXPECT_DOUBLE_EQ(scaled_lr(o, 1, 32), 0.1 / 8);
+  // Warm-up then ramps from the scaled value.
+  LrSchedule w{.kind = "constant", .warmup = 2};
+  o.base_batch = 32;
+  EXPECT_DOUBLE_EQ(lr_at(w, scaled_lr(o, 2, 32), 0), 0.1);
+  EXPECT_DOUBLE_EQ(lr_at(w, scaled_lr(o, 2, 32), 1), 0.2);
+}
+
 TEST(LrSchedule, StepCosineWarmup) {
   LrSchedule s{.kind = "step", .step_size = 10, .gamma = 0.5};
   EXPECT_DOUBLE_EQ(lr_at(s, 1.0, 9), 1.0);
@@ -62,6 +128,13 @@ TEST(Optimizer, ValidationNamesTheKey) {
   EXPECT_NE(message({.kind = "adamw"}, {}).find("optim.kind"), std::string::npos);
   EXPECT_NE(message({.momentum = 1.0}, {}).find("optim.momentum"), std::string::npos);
   EXPECT_NE(message({}, {.kind = "cosine"}).find("optim.lr_horizon"), std::string::npos);
+  EXPECT_NE(message({.beta1 = 1.0}, {}).find("optim.beta1 = 1: expected in [0, 1)"),
+            std::string::npos);
+  EXPECT_NE(message({.beta2 = -0.1}, {}).find("optim.beta2"), std::string::npos);
+  EXPECT_NE(message({.eps = 0}, {}).find("optim.eps = 0: expected > 0"), std::string::npos);
+  EXPECT_NE(message({.base_batch = 0}, {}).find("optim.base_batch = 0: expected >= 1"),
+            std::string::npos);
+  EXPECT_EQ(message({.kind = "adam"}, {}), "");
   EXPECT_EQ(message({}, {}), "");
 }
 

@@ -115,6 +115,11 @@ const std::map<std::string, std::map<std::string, Field>>& fields() {
     [](Config& c, const Where& w, const toml::node& n) { c.member = as_double(w, n); }, \
         [](const Config& c, toml::table& t) { put_value(t, key, c.member); }            \
   }
+#define HSGD_BOOL(sec, key, member)                                                   \
+  r[sec][key] = Field {                                                               \
+    [](Config& c, const Where& w, const toml::node& n) { c.member = as_bool(w, n); }, \
+        [](const Config& c, toml::table& t) { put_value(t, key, c.member); }          \
+  }
 #define HSGD_STR(sec, key, member)                                                      \
   r[sec][key] = Field {                                                                 \
     [](Config& c, const Where& w, const toml::node& n) { c.member = as_string(w, n); }, \
@@ -178,6 +183,16 @@ const std::map<std::string, std::map<std::string, Field>>& fields() {
     HSGD_INT("optim", "lr_horizon", lr_schedule.horizon);
     HSGD_DBL("optim", "lr_min", lr_schedule.min_lr);
     HSGD_INT("optim", "warmup", lr_schedule.warmup);
+    HSGD_DBL("optim", "beta1", optim.beta1);
+    HSGD_DBL("optim", "beta2", optim.beta2);
+    HSGD_DBL("optim", "eps", optim.eps);
+    HSGD_BOOL("optim", "scale_lr", optim.scale_lr);
+    HSGD_INT("optim", "base_batch", optim.base_batch);
+    HSGD_BOOL("staleness", "scaled_lr", staleness.scaled_lr);
+    HSGD_INT("staleness", "tau_max", staleness.tau_max);
+    HSGD_BOOL("staleness", "dc_asgd", staleness.dc_asgd);
+    HSGD_DBL("staleness", "dc_lambda", staleness.dc_lambda);
+    HSGD_BOOL("staleness", "gap_aware", staleness.gap_aware);
     HSGD_DBL("stragglers", "fraction", stragglers.fraction);
     HSGD_DBL("stragglers", "sigma", stragglers.sigma);
     HSGD_STR("stragglers", "delay", stragglers.delay);
@@ -190,6 +205,7 @@ const std::map<std::string, std::map<std::string, Field>>& fields() {
 #undef HSGD_INT
 #undef HSGD_DBL
 #undef HSGD_STR
+#undef HSGD_BOOL
     return m;
   }();
   return *f;
@@ -345,6 +361,7 @@ void validate(const Config& c) {
     if (h < 1) throw InputError("model.hidden: expected widths >= 1, got " + std::to_string(h));
   }
   validate(c.optim, c.lr_schedule);
+  validate(c.staleness);
   make_policy(c.policy, t.workers, c.optim.lr);  // throws for bad policy keys
   const StragglerConfig& g = c.stragglers;
   if (!(g.fraction >= 0 && g.fraction <= 1)) {

@@ -10,6 +10,7 @@
 
 #include "hsgd/data/readers.h"
 #include "hsgd/optim/optimizer.h"
+#include "hsgd/policy/mitigation.h"
 #include "hsgd/policy/policy.h"
 
 namespace hsgd {
@@ -75,6 +76,7 @@ struct Config {
   std::string policy_name = "hybrid";  // as written: sync | async | hybrid | kasync:K | kbatch:K
   OptimizerOptions optim;
   LrSchedule lr_schedule;
+  MitigationOptions staleness;  // [staleness]
   StragglerConfig stragglers;
   SimConfig sim;
 };

@@ -1,6 +1,8 @@
 #include "hsgd/optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numbers>
 
 #include "hsgd/core/error.h"
@@ -55,7 +57,63 @@ class Momentum final : public Optimizer {
   std::vector<float> v_;
 };
 
+// Adam with bias correction. State: t (as two exact float halves), m, v.
+class Adam final : public Optimizer {
+ public:
+  Adam(const OptimizerOptions& o, size_t n)
+      : b1_(o.beta1),
+        b2_(o.beta2),
+        eps_(o.eps),
+        wd_(static_cast<float>(o.weight_decay)),
+        m_(n, 0.0f),
+        v_(n, 0.0f) {}
+  void step(std::span<float> w, std::span<float> g, double lr) override {
+    ++t_;
+    const double t = static_cast<double>(t_);
+    const float c1 = static_cast<float>(1.0 - std::pow(b1_, t));
+    const float c2 = static_cast<float>(1.0 - std::pow(b2_, t));
+    const float b1 = static_cast<float>(b1_), b2 = static_cast<float>(b2_);
+    const float a = static_cast<float>(lr), eps = static_cast<float>(eps_);
+    const size_t n = w.size();
+    for (size_t i = 0; i < n; ++i) {
+      const float gi = g[i] + wd_ * w[i];
+      m_[i] = b1 * m_[i] + (1.0f - b1) * gi;
+      v_[i] = b2 * v_[i] + (1.0f - b2) * gi * gi;
+      w[i] -= a * (m_[i] / c1) / (std::sqrt(v_[i] / c2) + eps);
+    }
+  }
+  // [t / 2^24, t mod 2^24, m..., v...]: both halves are exact in a float.
+  std::vector<float> save_state() const override {
+    std::vector<float> s;
+    s.reserve(2 + 2 * m_.size());
+    s.push_back(static_cast<float>(t_ >> 24));
+    s.push_back(static_cast<float>(t_ & 0xFFFFFF));
+    s.insert(s.end(), m_.begin(), m_.end());
+    s.insert(s.end(), v_.begin(), v_.end());
+    return s;
+  }
+  void restore_state(std::span<const float> s) override {
+    HSGD_ASSERT(s.size() == 2 + 2 * m_.size(), "optimizer state size mismatch");
+    t_ = (static_cast<uint64_t>(s[0]) << 24) + static_cast<uint64_t>(s[1]);
+    const size_t n = m_.size();
+    std::copy(s.begin() + 2, s.begin() + 2 + static_cast<ptrdiff_t>(n), m_.begin());
+    std::copy(s.begin() + 2 + static_cast<ptrdiff_t>(n), s.end(), v_.begin());
+  }
+
+ private:
+  double b1_, b2_, eps_;
+  float wd_;
+  uint64_t t_ = 0;
+  std::vector<float> m_, v_;
+};
+
 }  // namespace
+
+double scaled_lr(const OptimizerOptions& o, int workers, int64_t batch) {
+  if (!o.scale_lr) return o.lr;
+  return o.lr * static_cast<double>(workers) * static_cast<double>(batch) /
+         static_cast<double>(o.base_batch);
+}
 
 double lr_at(const LrSchedule& s, double base, int64_t u) {
   double lr = base;
@@ -71,14 +129,30 @@ double lr_at(const LrSchedule& s, double base, int64_t u) {
 }
 
 void validate(const OptimizerOptions& o, const LrSchedule& s) {
-  auto num = [](double v) { return std::to_string(v); };
-  if (o.kind != "sgd" && o.kind != "momentum" && o.kind != "nesterov") {
-    throw InputError("optim.kind = '" + o.kind + "': expected sgd, momentum or nesterov");
+  auto num = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return std::string(buf);
+  };
+  if (o.kind != "sgd" && o.kind != "momentum" && o.kind != "nesterov" && o.kind != "adam") {
+    throw InputError("optim.kind = '" + o.kind + "': expected sgd, momentum, nesterov or adam");
   }
   if (!(o.lr > 0) || !std::isfinite(o.lr))
     throw InputError("optim.lr = " + num(o.lr) + ": expected > 0");
   if (!(o.momentum >= 0 && o.momentum < 1)) {
     throw InputError("optim.momentum = " + num(o.momentum) + ": expected in [0, 1)");
+  }
+  if (!(o.beta1 >= 0 && o.beta1 < 1)) {
+    throw InputError("optim.beta1 = " + num(o.beta1) + ": expected in [0, 1)");
+  }
+  if (!(o.beta2 >= 0 && o.beta2 < 1)) {
+    throw InputError("optim.beta2 = " + num(o.beta2) + ": expected in [0, 1)");
+  }
+  if (!(o.eps > 0) || !std::isfinite(o.eps)) {
+    throw InputError("optim.eps = " + num(o.eps) + ": expected > 0");
+  }
+  if (o.base_batch < 1) {
+    throw InputError("optim.base_batch = " + std::to_string(o.base_batch) + ": expected >= 1");
   }
   if (!(o.weight_decay >= 0)) {
     throw InputError("optim.weight_decay = " + num(o.weight_decay) + ": expected >= 0");
@@ -103,6 +177,7 @@ void validate(const OptimizerOptions& o, const LrSchedule& s) {
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& o, size_t n) {
   if (o.kind == "sgd") return std::make_unique<Sgd>(o.weight_decay);
+  if (o.kind == "adam") return std::make_unique<Adam>(o, n);
   return std::make_unique<Momentum>(o.momentum, o.weight_decay, o.kind == "nesterov", n);
 }
 

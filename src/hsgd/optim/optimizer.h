@@ -1,7 +1,7 @@
 // Server-side optimizers and learning-rate schedules. An Optimizer applies one
 // aggregated gradient to one shard's flat parameter buffer. Hyperparameters
 // (OptimizerOptions, LrSchedule) are separate from per-run state (the
-// velocity buffer held by the Optimizer object).
+// velocity / moment buffers held by the Optimizer object).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -12,10 +12,17 @@
 namespace hsgd {
 
 struct OptimizerOptions {
-  std::string kind = "sgd";  // sgd | momentum | nesterov
+  std::string kind = "sgd";  // sgd | momentum | nesterov | adam
   double lr = 0.01;
   double momentum = 0.9;      // momentum, nesterov
-  double weight_decay = 0.0;  // L2, added to the gradient: g + wd * w
+  double weight_decay = 0.0;  // L2, added to the gradient: g + wd * w (every kind)
+  double beta1 = 0.9;         // adam: first-moment decay, [0, 1)
+  double beta2 = 0.999;       // adam: second-moment decay, [0, 1)
+  double eps = 1e-8;          // adam: denominator epsilon, > 0
+  // Large-batch linear scaling rule (Goyal et al. 2017): when true the base
+  // lr is lr * workers * batch / base_batch (see scaled_lr).
+  bool scale_lr = false;
+  int64_t base_batch = 32;  // >= 1
 };
 
 struct LrSchedule {
@@ -30,8 +37,14 @@ struct LrSchedule {
 // The learning rate for update number `update` (0-based).
 double lr_at(const LrSchedule& s, double base_lr, int64_t update);
 
+// The server's base learning rate for a job of `workers` workers with batch
+// `batch` each: o.lr, or o.lr * workers * batch / o.base_batch when
+// o.scale_lr. The schedule (warm-up included) then applies to this value.
+double scaled_lr(const OptimizerOptions& o, int workers, int64_t batch);
+
 // Throws InputError naming the optim.* key for bad values (lr <= 0,
-// momentum outside [0, 1), negative weight decay, unknown kinds, ...).
+// momentum, beta1 or beta2 outside [0, 1), eps <= 0, base_batch < 1,
+// negative weight decay, unknown kinds, ...).
 void validate(const OptimizerOptions& o, const LrSchedule& s);
 
 // Thread-safety: none; the server calls it under its shard's lock.
@@ -40,11 +53,15 @@ class Optimizer {
   virtual ~Optimizer() = default;
   // params -= lr * direction(grad). `grad` may be modified (scratch).
   virtual void step(std::span<float> params, std::span<float> grad, double lr) = 0;
-  // Per-run state (velocity) for checkpoints.
+  // Per-run state (velocity; Adam: step count, m, v) for checkpoints.
+  // restore_state takes what save_state of the same kind and size returned.
   virtual std::vector<float> save_state() const { return {}; }
   virtual void restore_state(std::span<const float>) {}
 };
 
+// Adam (Kingma & Ba 2015), bias-corrected, with g + wd * w as its gradient:
+//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;  t += 1
+//   w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& o, size_t num_params);
 
 }  // namespace hsgd

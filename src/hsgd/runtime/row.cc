@@ -42,7 +42,8 @@ ServerOptions server_options(const Job& job) {
   ServerOptions so;
   so.workers = c.train.workers;
   so.aggregation = c.policy.aggregation;
-  so.lr = c.optim.lr;
+  so.lr = scaled_lr(c.optim, c.train.workers, c.train.batch);
+  so.staleness = c.staleness;
   so.lr_schedule = c.lr_schedule;
   so.samples_per_epoch = job.train->size();
   return so;

@@ -1,6 +1,7 @@
 #include "hsgd/server/server.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "hsgd/core/error.h"
 
@@ -18,6 +19,22 @@ Server::Server(std::span<float> params, const ServerOptions& o, std::unique_ptr<
       live_count_(o.workers) {
   HSGD_ASSERT(o.workers >= 1, "server needs at least one worker");
   HSGD_ASSERT(opt_.samples_per_epoch >= 1, "samples_per_epoch must be >= 1");
+  validate(opt_.staleness);
+  const MitigationOptions& m = opt_.staleness;
+  if (m.transforms()) scratch_.assign(params.size(), 0.0f);
+  if (m.needs_pulled_copy()) grow(live_.size());
+  if (m.gap_aware) {
+    step_ema_.assign(params.size(), 0.0f);
+    before_.assign(params.size(), 0.0f);
+  }
+}
+
+void Server::grow(size_t workers) {
+  if (!opt_.staleness.needs_pulled_copy()) return;
+  if (pulled_.size() < workers) {
+    pulled_.resize(workers);
+    pulled_version_.resize(workers, kNoCopy);
+  }
 }
 
 Progress Server::progress(double seconds) const {
@@ -39,7 +56,29 @@ Decision Server::decision() const {
 Decision Server::on_pull(int worker) {
   HSGD_ASSERT(worker >= 0 && static_cast<size_t>(worker) < live_.size(),
               "pull from unknown worker");
+  if (opt_.staleness.needs_pulled_copy()) {
+    const auto w = static_cast<size_t>(worker);
+    pulled_[w].assign(params_.begin(), params_.end());  // allocated on the first pull
+    pulled_version_[w] = version_;
+  }
   return decision();
+}
+
+std::span<const float> Server::mitigate(size_t w, uint64_t version, int64_t tau,
+                                        std::span<const float> grad) {
+  const MitigationOptions& m = opt_.staleness;
+  std::copy(grad.begin(), grad.end(), scratch_.begin());
+  // At tau = 0 the parameters have not moved since the pull: no gap.
+  if (tau > 0 && m.needs_pulled_copy() && pulled_version_[w] == version) {
+    const std::span<const float> now = params_, then = pulled_[w];
+    if (m.dc_on()) dc_compensate(scratch_, now, then, m.lambda());
+    if (m.gap_aware && tracked_updates_ > 0) {
+      const double correction = 1.0 - std::pow(m.gap_decay, static_cast<double>(tracked_updates_));
+      gap_aware_divide(scratch_, now, then, step_ema_, correction);
+    }
+  }
+  if (m.scaled_lr) scale_by_staleness(scratch_, tau);
+  return scratch_;
 }
 
 bool Server::ready(double seconds) const {
@@ -61,7 +100,12 @@ void Server::apply(Decision* d) {
     const float inv = 1.0f / static_cast<float>(n);
     for (float& g : acc_) g *= inv;
   }
+  if (opt_.staleness.gap_aware) std::copy(params_.begin(), params_.end(), before_.begin());
   optimizer_->step(params_, acc_, lr_at(opt_.lr_schedule, opt_.lr, static_cast<int64_t>(version_)));
+  if (opt_.staleness.gap_aware) {
+    track_step(step_ema_, before_, params_, opt_.staleness.gap_decay);
+    ++tracked_updates_;
+  }
   std::fill(acc_.begin(), acc_.end(), 0.0f);
   ++version_;
   ++stats_.updates;
@@ -84,14 +128,24 @@ Decision Server::on_push(int worker, uint64_t version, std::span<const float> gr
   HSGD_ASSERT(!waiting_[w], "push from a worker that is waiting");
   HSGD_ASSERT(grad.size() == acc_.size(), "gradient size differs from the parameter count");
   HSGD_ASSERT(version <= version_, "push from the future");
-  for (size_t i = 0; i < acc_.size(); ++i) acc_[i] += grad[i];
-  pending_.push_back({worker, version});
   total_samples_ += batch_size;
   ++total_pushes_;
   stats_.pushes += 1;
   stats_.samples += batch_size;
   stats_.loss_sum += loss;
   stats_.loss_count += 1;
+  // The version changes only in apply(), which empties the buffer: tau now
+  // is the staleness this push will have when its update is applied.
+  const int64_t tau = static_cast<int64_t>(version_ - version);
+  if (drop_push(opt_.staleness, tau)) {
+    // Not buffered: no share of K, no update, and the pusher goes on.
+    stats_.dropped += 1;
+    return decision();
+  }
+  const std::span<const float> g =
+      opt_.staleness.transforms() ? mitigate(w, version, tau, grad) : grad;
+  for (size_t i = 0; i < acc_.size(); ++i) acc_[i] += g[i];
+  pending_.push_back({worker, version});
   Decision d = decision();
   if (policy_->pusher_waits()) waiting_[w] = true;
   if (ready(seconds)) apply(&d);
@@ -110,6 +164,7 @@ Decision Server::on_join(int worker, double seconds) {
   if (w >= live_.size()) {
     live_.resize(w + 1, false);
     waiting_.resize(w + 1, false);
+    grow(w + 1);
   }
   if (!live_[w]) {
     live_[w] = true;

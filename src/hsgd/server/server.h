@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "hsgd/optim/optimizer.h"
+#include "hsgd/policy/mitigation.h"
 #include "hsgd/policy/policy.h"
 
 namespace hsgd {
@@ -20,9 +21,14 @@ namespace hsgd {
 struct ServerOptions {
   int workers = 1;  // initial live workers: ids 0..workers-1
   Aggregation aggregation = Aggregation::kMean;
-  double lr = 0.01;  // base learning rate
+  double lr = 0.01;  // base learning rate (after optim.scale_lr: see scaled_lr)
   LrSchedule lr_schedule;
   int64_t samples_per_epoch = 1;  // training-set size, for Progress::epochs
+  // Staleness mitigations applied to each push before aggregation. With
+  // DC-ASGD or Gap-Aware on, the server keeps a copy of the parameters each
+  // worker last pulled: workers x params floats (plus 2 x params for
+  // Gap-Aware's average step and scratch).
+  MitigationOptions staleness;
 };
 
 // What the runtime must do after an event.
@@ -41,7 +47,7 @@ struct ServerStats {
   double staleness_sum = 0;  // over applied pushes
   int64_t staleness_count = 0;
   int64_t staleness_max = 0;
-  int64_t dropped = 0;  // pushes discarded (staleness filter; later)
+  int64_t dropped = 0;  // pushes discarded by the staleness filter (also counted in pushes)
   double loss_sum = 0;  // sum of pushed training losses
   int64_t loss_count = 0;
 };
@@ -54,12 +60,24 @@ class Server {
          std::unique_ptr<Optimizer> optimizer);
 
   // A worker asks for the parameters. When !caller_waits the runtime copies
-  // params() (at `version`) to the worker before any other event.
+  // params() (at `version`) to the worker before any other event. With
+  // DC-ASGD or Gap-Aware on, the server records its own copy of params()
+  // as the worker's pulled parameters.
   Decision on_pull(int worker);
 
   // A worker pushes a gradient of the mean loss over `batch_size` samples,
   // computed from parameters at `version`. `seconds` is the runtime's time
   // since training started. May apply an update.
+  //
+  // Staleness mitigations (ServerOptions::staleness) act here, on the push's
+  // tau = version() - version, before it joins the buffer. A push the filter
+  // drops (tau > tau_max) is counted (pushes, samples, loss, dropped) but
+  // never buffered: it does not count toward K, applies nothing, and its
+  // pusher does not wait (caller_waits = false) even under a waiting policy;
+  // the runtime lets it pull fresh parameters at once. DC-ASGD and Gap-Aware
+  // use the copy recorded by the worker's last on_pull if that was at
+  // `version`; without one (a runtime that pushes without pulling) the push
+  // is left uncompensated.
   Decision on_push(int worker, uint64_t version, std::span<const float> grad, int64_t batch_size,
                    double loss, double seconds);
 
@@ -88,6 +106,10 @@ class Server {
   bool ready(double seconds) const;
   void apply(Decision* d);
   Decision decision() const;
+  // The push after DC-ASGD, Gap-Aware and staleness scaling (in scratch_).
+  std::span<const float> mitigate(size_t worker, uint64_t version, int64_t tau,
+                                  std::span<const float> grad);
+  void grow(size_t workers);
 
   std::span<float> params_;
   ServerOptions opt_;
@@ -102,6 +124,14 @@ class Server {
   int64_t total_samples_ = 0;
   int64_t total_pushes_ = 0;
   ServerStats stats_;
+  // Mitigation state (empty unless the mitigation needing it is on).
+  static constexpr uint64_t kNoCopy = UINT64_MAX;
+  std::vector<std::vector<float>> pulled_;  // per worker: params at its last pull
+  std::vector<uint64_t> pulled_version_;    // per worker: that pull's version, or kNoCopy
+  std::vector<float> scratch_;              // the mitigated push
+  std::vector<float> step_ema_;             // Gap-Aware: average |dw| (biased EMA)
+  std::vector<float> before_;               // Gap-Aware: params before the update
+  int64_t tracked_updates_ = 0;             // Gap-Aware: updates folded into step_ema_
 };
 
 }  // namespace hsgd
