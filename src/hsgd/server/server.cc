@@ -138,9 +138,13 @@ Decision Server::on_push(int worker, uint64_t version, std::span<const float> gr
   // is the staleness this push will have when its update is applied.
   const int64_t tau = static_cast<int64_t>(version_ - version);
   if (drop_push(opt_.staleness, tau)) {
-    // Not buffered: no share of K, no update, and the pusher goes on.
+    // Not buffered: no share of K, and the pusher goes on. K may still have
+    // changed since the last event (a schedule on the seconds clock), so the
+    // buffer is checked as at any event.
     stats_.dropped += 1;
-    return decision();
+    Decision d = decision();
+    if (ready(seconds)) apply(&d);
+    return d;
   }
   const std::span<const float> g =
       opt_.staleness.transforms() ? mitigate(w, version, tau, grad) : grad;

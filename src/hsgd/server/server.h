@@ -72,9 +72,10 @@ class Server {
   // Staleness mitigations (ServerOptions::staleness) act here, on the push's
   // tau = version() - version, before it joins the buffer. A push the filter
   // drops (tau > tau_max) is counted (pushes, samples, loss, dropped) but
-  // never buffered: it does not count toward K, applies nothing, and its
-  // pusher does not wait (caller_waits = false) even under a waiting policy;
-  // the runtime lets it pull fresh parameters at once. DC-ASGD and Gap-Aware
+  // never buffered: it does not count toward K, and its pusher does not
+  // wait (caller_waits = false) even under a waiting policy; the runtime
+  // lets it pull fresh parameters at once. (Like any event it may still fire
+  // the buffered pushes of others if the threshold fell meanwhile.) DC-ASGD and Gap-Aware
   // use the copy recorded by the worker's last on_pull if that was at
   // `version`; without one (a runtime that pushes without pulling) the push
   // is left uncompensated.
