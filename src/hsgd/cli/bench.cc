@@ -59,15 +59,10 @@ double compute_only(const ModelSpec& spec, const Dataset& train, int batch, int 
   return median(rates);
 }
 
-// Threads-runtime throughput (samples per training second).
-double runtime_rate(const ModelSpec& spec, const Dataset& train, const Dataset& test,
-                    const std::string& policy, int workers, int batch, double seconds) {
-  Config c = load_config("", {{"train.workers", std::to_string(workers)},
-                              {"train.batch", std::to_string(batch)},
-                              {"train.budget", fmt::format("{}", seconds)},
-                              {"train.eval_every", "1000000"},
-                              {"train.eval_samples", "64"},
-                              {"policy.name", policy}});
+// Runs a job of `spec` on the data with config `c`, its metrics in a scratch
+// directory that is removed afterwards.
+RunResult run_job(const Config& c, const ModelSpec& spec, const Dataset& train,
+                  const Dataset& test) {
   Job job;
   job.config = &c;
   job.train = &train;
@@ -78,14 +73,26 @@ double runtime_rate(const ModelSpec& spec, const Dataset& train, const Dataset& 
                            fmt::format("hsgd-bench-{}", static_cast<long>(getpid())))
                               .string();
   std::filesystem::create_directories(dir);
-  double rate = 0;
+  RunResult r;
   {
     Recorder rec(dir);
-    RunResult r = make_runtime("threads")->run(job, &rec, nullptr);
-    rate = static_cast<double>(r.last.samples) / r.train_s;
+    r = make_runtime(c.train.runtime)->run(job, &rec, nullptr);
   }
   std::filesystem::remove_all(dir);
-  return rate;
+  return r;
+}
+
+// Threads-runtime throughput (samples per training second).
+double runtime_rate(const ModelSpec& spec, const Dataset& train, const Dataset& test,
+                    const std::string& policy, int workers, int batch, double seconds) {
+  Config c = load_config("", {{"train.workers", std::to_string(workers)},
+                              {"train.batch", std::to_string(batch)},
+                              {"train.budget", fmt::format("{}", seconds)},
+                              {"train.eval_every", "1000000"},
+                              {"train.eval_samples", "64"},
+                              {"policy.name", policy}});
+  RunResult r = run_job(c, spec, train, test);
+  return static_cast<double>(r.last.samples) / r.train_s;
 }
 
 // Server cost of one async update (accumulate + SGD step) per parameter.
@@ -110,11 +117,9 @@ double server_ns_per_param(const std::string& optimizer, size_t n, int repeats) 
 }
 
 // The simulator's rate in simulated gradients per real second, evaluation
-// excluded, for `workers` workers of softmax on the synthetic set.
-double sim_rate(int workers, int batch, double virtual_seconds, int64_t* gradients) {
-  SyntheticOptions so;
-  Dataset all = make_synthetic(so), train, test;
-  split_train_test(std::move(all), 0.2, 1, &train, &test);
+// excluded, for `workers` workers of softmax.
+double sim_rate(const Dataset& train, const Dataset& test, int workers, int batch,
+                double virtual_seconds, int64_t* gradients) {
   Config c = load_config("", {{"train.runtime", "sim"},
                               {"train.workers", std::to_string(workers)},
                               {"train.batch", std::to_string(batch)},
@@ -123,23 +128,7 @@ double sim_rate(int workers, int batch, double virtual_seconds, int64_t* gradien
                               {"policy.name", "hybrid"},
                               {"sim.compute_time", "0.01"},
                               {"sim.server_ns_per_param", "1"}});
-  ModelSpec spec = spec_for("softmax", train);
-  Job job;
-  job.config = &c;
-  job.train = &train;
-  job.test = &test;
-  job.make_model = [spec] { return make_model(spec); };
-  job.initial_params = initial_params(job.make_model, 1);
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           fmt::format("hsgd-bench-sim-{}", static_cast<long>(getpid())))
-                              .string();
-  std::filesystem::create_directories(dir);
-  RunResult r;
-  {
-    Recorder rec(dir);
-    r = make_runtime("sim")->run(job, &rec, nullptr);
-  }
-  std::filesystem::remove_all(dir);
+  RunResult r = run_job(c, spec_for("softmax", train), train, test);
   *gradients = r.gradients;
   return static_cast<double>(r.gradients) / r.real_train_s;
 }
@@ -194,7 +183,7 @@ int bench(const BenchArgs& a) {
     int64_t grads = 0;
     for (int r = 0; r < 3; ++r) {
       c_rates.push_back(compute_only(spec_for("softmax", train), train, sb, a.repeats) / sb);
-      s_rates.push_back(sim_rate(256, sb, 20.0, &grads));
+      s_rates.push_back(sim_rate(train, test, 256, sb, 20.0, &grads));
       ratios.push_back(s_rates.back() / c_rates.back());
     }
     std::printf(
