@@ -51,6 +51,10 @@ TEST(Server, AsyncAppliesEveryPushAndNobodyWaits) {
   EXPECT_EQ(s.staleness_max, 5);
   EXPECT_DOUBLE_EQ(s.staleness_sum, 15.0);
   EXPECT_NEAR(r.params[0], -0.6f, 1e-6);
+  const std::vector<int64_t>& h = r.server->staleness_histogram();
+  ASSERT_EQ(h.size(), Server::kStalenessBuckets);
+  for (int tau = 0; tau < 6; ++tau) EXPECT_EQ(h[static_cast<size_t>(tau)], 1) << tau;
+  EXPECT_EQ(h[6], 0);
 }
 
 TEST(Server, SyncFiresOnePushFromEveryWorkerAndReleasesTheWaiters) {

@@ -123,7 +123,8 @@ int train(const TrainArgs& a) {
                             {"samples_per_s", sps},
                             {"test_acc", last.test_acc},
                             {"test_loss", last.test_loss},
-                            {"final_k", last.k}};
+                            {"final_k", last.k},
+                            {"staleness_histogram", r.staleness_histogram}};
   write_file_atomic(out + "/summary.json", summary.dump(2) + "\n");
   recorder.finish();
   std::string plot_note;

@@ -55,12 +55,12 @@ void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png)
   }
   const std::string tmp = png + ".partial";
   std::string script = fmt::format(
-      "set terminal pngcairo size 1200,500 font 'sans,10'\n"
+      "set terminal pngcairo size 1200,900 font 'sans,10'\n"
       "set output {}\n"
       "set datafile separator ','\n"
       "set key autotitle columnhead\n"
       "set grid\n"
-      "set multiplot layout 1,2\n",
+      "set multiplot layout 2,2\n",
       quote(tmp));
   auto panel = [&](const char* title, const char* ylabel, int column, const char* key) {
     script += fmt::format("set title '{}'\nset xlabel 'time (s)'\nset ylabel '{}'\nset key {}\n",
@@ -74,6 +74,8 @@ void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png)
   };
   panel("test accuracy", "accuracy", 8, "bottom right");
   panel("test loss", "cross-entropy", 7, "top right");
+  panel("mean staleness of applied pushes", "updates", 9, "top right");
+  panel("worker idle fraction (waiting for an update)", "fraction", 12, "top right");
   script += "unset multiplot\n";
   run_gnuplot(script, png);
 }

@@ -5,7 +5,8 @@
 
 namespace hsgd {
 
-// Draws test accuracy and test loss against time for each run directory
+// Draws test accuracy, test loss, mean staleness and worker idle fraction
+// against time for each run directory
 // (each holding metrics.csv) into `png`, one curve per run labelled by its
 // policy (and the directory name when two runs share a policy). Runs gnuplot;
 // throws InputError for a missing or malformed metrics.csv and

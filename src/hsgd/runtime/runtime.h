@@ -59,6 +59,8 @@ struct RunResult {
   double train_s = 0;         // training seconds (wall or virtual), evaluation excluded
   double real_train_s = 0;    // real seconds spent training, evaluation excluded
   int64_t gradients = 0;      // pushes made
+  // Applied pushes by staleness 0, 1, ..., the last bucket for 64 and above.
+  std::vector<int64_t> staleness_histogram;
   // Config values the runtime resolved itself (the simulator's calibrated
   // costs), as overrides: applying them to the config reproduces the run.
   std::vector<std::pair<std::string, std::string>> resolved;

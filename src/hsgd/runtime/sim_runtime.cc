@@ -285,6 +285,7 @@ RunResult SimRuntime::run(const Job& job, Recorder* recorder, Observer* observer
   result.params.assign(server.params().begin(), server.params().end());
   result.train_s = end_time;
   result.gradients = server.pushes();
+  result.staleness_histogram = server.staleness_histogram();
   result.wall_s = since(wall0);
   result.real_train_s = result.wall_s - eval_real;
   return result;

@@ -305,6 +305,7 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   result.wall_s = seconds_between(wall0, SteadyClock::now());
   result.real_train_s = train_s;
   result.gradients = server.pushes();
+  result.staleness_histogram = server.staleness_histogram();
   return result;
 }
 

@@ -95,6 +95,7 @@ void Server::apply(Decision* d) {
     stats_.staleness_sum += static_cast<double>(tau);
     stats_.staleness_count += 1;
     stats_.staleness_max = std::max(stats_.staleness_max, tau);
+    staleness_hist_[std::min<size_t>(static_cast<size_t>(tau), kStalenessBuckets - 1)] += 1;
   }
   if (opt_.aggregation == Aggregation::kMean && n > 1) {
     const float inv = 1.0f / static_cast<float>(n);

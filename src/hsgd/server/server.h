@@ -93,6 +93,10 @@ class Server {
   int live_workers() const { return live_count_; }
   int64_t samples() const { return total_samples_; }
   int64_t pushes() const { return total_pushes_; }
+  // How many applied pushes had staleness 0, 1, ...; the last bucket
+  // (kStalenessBuckets - 1) counts that staleness and above. Since the start.
+  static constexpr size_t kStalenessBuckets = 65;
+  const std::vector<int64_t>& staleness_histogram() const { return staleness_hist_; }
   const Policy& policy() const { return *policy_; }
   // The threshold K in force now.
   int threshold(double seconds) const;
@@ -124,6 +128,7 @@ class Server {
   int live_count_ = 0;
   int64_t total_samples_ = 0;
   int64_t total_pushes_ = 0;
+  std::vector<int64_t> staleness_hist_ = std::vector<int64_t>(kStalenessBuckets, 0);
   ServerStats stats_;
   // Mitigation state (empty unless the mitigation needing it is on).
   static constexpr uint64_t kNoCopy = UINT64_MAX;
