@@ -140,6 +140,19 @@ TEST(Config, BadInputNamesTheKeyAndWhatWasExpected) {
   expect_error({{"optim.beta2", "-0.5"}}, "optim.beta2 = -0.5: expected in [0, 1)");
   expect_error({{"optim.eps", "0"}}, "optim.eps = 0: expected > 0");
   expect_error({{"optim.base_batch", "0"}}, "optim.base_batch = 0: expected >= 1");
+  expect_error({{"policy.name", "local:0"}}, "policy.name = 'local:0': local needs H >= 1");
+  expect_error({{"policy.name", "local:-2"}}, "policy.name = 'local:-2'");
+  expect_error({{"policy.name", "local"}}, "local needs H >= 1");
+  expect_error({{"policy.name", "local:2"}, {"local.momentum", "1"}},
+               "local.momentum = 1: expected in [0, 1)");
+  expect_error({{"policy.name", "local:2"}, {"local.lr", "-0.1"}}, "local.lr = -0.1");
+  expect_error({{"policy.name", "local:2"}, {"local.outer", "adam"}},
+               "local.outer = 'adam': expected sgd, momentum or nesterov");
+  expect_error({{"policy.name", "local:2"}, {"local.outer_lr", "0"}},
+               "local.outer_lr = 0: expected > 0");
+  expect_error({{"policy.name", "local:2"}, {"local.outer_momentum", "-1"}},
+               "local.outer_momentum = -1: expected in [0, 1)");
+  expect_error({{"local.async", "maybe"}}, "local.async = 'maybe': expected true or false");
   EXPECT_NE(error_of(write_file("bad.toml", "[train]\nworkers = \n"), {}).find("bad.toml:2"),
             std::string::npos);
   EXPECT_NE(error_of(write_file("unk.toml", "[train]\nbudget = 1\nspeed = 3\n"), {})

@@ -10,6 +10,9 @@
 
 #include "hsgd/core/error.h"
 #include "hsgd/model/linear_model.h"
+#include "hsgd/runtime/local_steps.h"
+#include "hsgd/runtime/row.h"
+#include "hsgd/server/server.h"
 
 namespace hsgd {
 namespace {
@@ -199,6 +202,133 @@ TEST(SimRuntime, TwoHundredFiftySixWorkersComplete) {
   RunResult r = s.run("scale");
   EXPECT_EQ(r.last.live_workers, 256);
   EXPECT_GT(r.gradients, 256);
+}
+
+// local:1 with no local momentum, mean aggregation and the default outer
+// optimizer (SGD, lr 1) is sync SGD, update by update: each worker pushes
+// w - (w - lr g) = lr g, and the server steps by 1 x mean(lr g).
+TEST(LocalSgd, LocalOneWithoutMomentumIsSyncSgdStepByStep) {
+  Sim s(std::vector<Override>{{"policy.name", "sync"}});
+  Config lc = s.config;
+  lc.policy.kind = "local";
+  lc.policy.k = 1;
+  lc.policy.local.momentum = 0;
+  const Job j = s.job();
+  Job lj = j;
+  lj.config = &lc;
+  const int n = 4;
+  const size_t np = j.initial_params.size();
+  std::vector<float> pa = j.initial_params, pb = j.initial_params;
+  Server sync(pa, server_options(j), make_policy(s.config.policy, n, 0.1),
+              make_optimizer(server_optimizer(s.config), np));
+  Server local(pb, server_options(lj), make_policy(lc.policy, n, 0.1),
+               make_optimizer(server_optimizer(lc), np));
+  EXPECT_EQ(local.policy().local_steps(), 1);
+  EXPECT_TRUE(local.policy().pusher_waits());
+  std::unique_ptr<Model> model = j.make_model();
+  std::vector<float> w(np), g(np);
+  model->bind(w, g);
+  std::vector<ShardSampler> sa, sb;
+  std::vector<LocalWorker> lw;
+  for (int i = 0; i < n; ++i) {
+    sa.emplace_back(s.train, i, n, 1);
+    sb.emplace_back(s.train, i, n, 1);
+    lw.push_back(make_local_worker(lc, np));
+  }
+  Batch batch;
+  for (int round = 0; round < 25; ++round) {
+    for (int i = 0; i < n; ++i) {
+      const uint64_t v = sync.on_pull(i).version;
+      std::copy(pa.begin(), pa.end(), w.begin());
+      sa[static_cast<size_t>(i)].next(16, &batch);
+      const double loss = model->gradient(batch);
+      sync.on_push(i, v, g, batch.size(), loss, 0.0);
+    }
+    for (int i = 0; i < n; ++i) {
+      const uint64_t v = local.on_pull(i).version;
+      std::copy(pb.begin(), pb.end(), w.begin());
+      int64_t m = 0;
+      const double loss = lw[static_cast<size_t>(i)].run(*model, w, g, sb[static_cast<size_t>(i)],
+                                                         16, 1, &batch, &m);
+      EXPECT_EQ(m, 16);
+      local.on_push(i, v, g, m, loss, 0.0);
+    }
+    ASSERT_EQ(sync.version(), static_cast<uint64_t>(round + 1));
+    ASSERT_EQ(local.version(), sync.version());
+    for (size_t k = 0; k < np; ++k) {
+      ASSERT_NEAR(pa[k], pb[k], 1e-5 * std::max(1.0f, std::abs(pa[k]))) << round << " " << k;
+    }
+  }
+}
+
+// DiLoCo's outer Nesterov with lr 1 and momentum 0 is plain averaging:
+// params = pulled - mean(delta), hand-computed on two workers.
+TEST(LocalSgd, DilocoWithOuterLrOneAndNoMomentumIsPlainAveraging) {
+  Sim s({{"policy.name", "local:3"},
+         {"local.outer", "nesterov"},
+         {"local.outer_lr", "1"},
+         {"local.outer_momentum", "0"}});
+  const OptimizerOptions o = server_optimizer(s.config);
+  EXPECT_EQ(o.kind, "nesterov");
+  std::vector<float> p = {1.0f, -2.0f, 0.5f};
+  ServerOptions so;
+  so.workers = 2;
+  so.lr = 1.0;
+  Server server(p, so, make_policy(s.config.policy, 2, 0.1), make_optimizer(o, p.size()));
+  for (int round = 0; round < 2; ++round) {
+    const std::vector<float> d0 = {0.5f, 1.0f, -0.25f}, d1 = {0.25f, -1.0f, 0.75f};
+    const std::vector<float> before = p;
+    EXPECT_FALSE(server.on_push(0, server.version(), d0, 48, 0.0, 0.0).applied);
+    EXPECT_TRUE(server.on_push(1, server.version(), d1, 48, 0.0, 0.0).applied);
+    for (size_t k = 0; k < p.size(); ++k) EXPECT_EQ(p[k], before[k] - (d0[k] + d1[k]) / 2);
+  }
+}
+
+TEST(SimRuntime, LocalOneWithoutMomentumMatchesSync) {
+  RunResult a = Sim(std::vector<Override>{{"policy.name", "sync"}}).run("l1_sync");
+  RunResult b =
+      Sim(std::vector<Override>{{"policy.name", "local:1"}, {"local.momentum", "0"}}).run("l1");
+  EXPECT_EQ(a.last.updates, b.last.updates);
+  EXPECT_EQ(a.last.samples, b.last.samples);
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (size_t k = 0; k < a.params.size(); ++k) {
+    EXPECT_NEAR(a.params[k], b.params[k], 1e-4 * std::max(1.0f, std::abs(a.params[k])));
+  }
+  EXPECT_NEAR(a.last.test_acc, b.last.test_acc, 0.01);
+}
+
+TEST(SimRuntime, DilocoWithOuterLrOneAndNoMomentumEqualsAveragingRun) {
+  std::string avg, diloco, real;
+  RunResult a = Sim(std::vector<Override>{{"policy.name", "local:4"}}).run("l4_avg", &avg);
+  RunResult d = Sim(std::vector<Override>{{"policy.name", "local:4"},
+                                          {"local.outer", "nesterov"},
+                                          {"local.outer_momentum", "0"}})
+                    .run("l4_diloco0", &diloco);
+  EXPECT_EQ(avg, diloco);
+  EXPECT_EQ(a.params, d.params);
+  RunResult r =
+      Sim(std::vector<Override>{
+              {"policy.name", "local:4"}, {"local.outer", "nesterov"}, {"local.outer_lr", "0.7"}})
+          .run("l4_diloco", &real);
+  EXPECT_NE(a.params, r.params);
+}
+
+TEST(SimRuntime, LocalSgdLearnsAndChargesHComputeTimes) {
+  for (const char* async : {"false", "true"}) {
+    Sim s({{"policy.name", "local:4"}, {"local.async", async}});
+    std::string csv;
+    RunResult r = s.run(std::string("local4_") + async, &csv);
+    auto rows = read_metrics_csv(fs::path(::testing::TempDir()) /
+                                 (std::string("sim_local4_") + async) / "metrics.csv");
+    EXPECT_GT(r.last.test_acc, rows.front().test_acc + 0.2) << async;
+    EXPECT_EQ(r.last.samples, r.gradients * 4 * 16) << async;
+    // A push costs 4 x 10 ms of compute plus messages: at most 2 s / 40 ms
+    // rounds per worker.
+    EXPECT_LE(r.gradients, 4 * 50) << async;
+    EXPECT_GT(r.gradients, 4 * 40) << async;
+    EXPECT_NE(csv.find(std::string(",local:4") + (async[0] == 't' ? "(async)" : "") + ","),
+              std::string::npos);
+  }
 }
 
 }  // namespace

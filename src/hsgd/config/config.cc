@@ -173,6 +173,12 @@ const std::map<std::string, std::map<std::string, Field>>& fields() {
               [](const Config& c, toml::table& t) {
                 t.insert_or_assign("aggregation", to_string(c.policy.aggregation));
               }};
+    HSGD_DBL("local", "lr", policy.local.lr);
+    HSGD_DBL("local", "momentum", policy.local.momentum);
+    HSGD_BOOL("local", "async", policy.local.async);
+    HSGD_STR("local", "outer", policy.local.outer);
+    HSGD_DBL("local", "outer_lr", policy.local.outer_lr);
+    HSGD_DBL("local", "outer_momentum", policy.local.outer_momentum);
     HSGD_STR("optim", "kind", optim.kind);
     HSGD_DBL("optim", "lr", optim.lr);
     HSGD_DBL("optim", "momentum", optim.momentum);
@@ -263,6 +269,9 @@ void resolve_policy_name(Config& c) {
   if ((c.policy.kind == "kasync" || c.policy.kind == "kbatch") && c.policy.k == 0) {
     throw InputError("policy.name = '" + n + "': " + c.policy.kind + " needs K, as " +
                      c.policy.kind + ":K or policy.k");
+  }
+  if (c.policy.kind == "local" && c.policy.k < 1) {
+    throw InputError("policy.name = '" + n + "': local needs H >= 1 local steps, as local:H");
   }
 }
 

@@ -73,7 +73,9 @@ struct Config {
   ModelConfig model;
   TrainConfig train;
   PolicyOptions policy;
-  std::string policy_name = "hybrid";  // as written: sync | async | hybrid | kasync:K | kbatch:K
+  // As written: sync | async | hybrid | kasync:K | kbatch:K | local:H.
+  // The [local] keys set policy.local.
+  std::string policy_name = "hybrid";
   OptimizerOptions optim;
   LrSchedule lr_schedule;
   MitigationOptions staleness;  // [staleness]

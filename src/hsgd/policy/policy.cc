@@ -1,6 +1,8 @@
 #include "hsgd/policy/policy.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 
 #include "hsgd/core/error.h"
 
@@ -68,6 +70,44 @@ class HybridPolicy final : public Policy {
   int workers_;
 };
 
+// local:H: a push is a model delta after H local steps; sync-like averaging
+// (every live worker's delta, pushers wait) or, with local.async, async-like.
+class LocalPolicy final : public Policy {
+ public:
+  LocalPolicy(int h, bool async) : h_(h), async_(async) {}
+  std::string name() const override {
+    return "local:" + std::to_string(h_) + (async_ ? "(async)" : "");
+  }
+  int threshold(const Progress&, int live) const override {
+    return async_ ? 1 : clamp_k(live, live);
+  }
+  bool pusher_waits() const override { return !async_; }
+  int local_steps() const override { return h_; }
+
+ private:
+  int h_;
+  bool async_;
+};
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+void validate_local(const LocalOptions& l) {
+  if (!(l.lr >= 0) || !std::isfinite(l.lr))
+    throw InputError("local.lr = " + num(l.lr) + ": expected > 0 (or 0 for optim.lr)");
+  if (!(l.momentum >= 0 && l.momentum < 1))
+    throw InputError("local.momentum = " + num(l.momentum) + ": expected in [0, 1)");
+  if (l.outer != "sgd" && l.outer != "momentum" && l.outer != "nesterov")
+    throw InputError("local.outer = '" + l.outer + "': expected sgd, momentum or nesterov");
+  if (!(l.outer_lr > 0) || !std::isfinite(l.outer_lr))
+    throw InputError("local.outer_lr = " + num(l.outer_lr) + ": expected > 0");
+  if (!(l.outer_momentum >= 0 && l.outer_momentum < 1))
+    throw InputError("local.outer_momentum = " + num(l.outer_momentum) + ": expected in [0, 1)");
+}
+
 }  // namespace
 
 Aggregation parse_aggregation(const std::string& s) {
@@ -105,7 +145,16 @@ std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double 
     if (lr <= 0) throw InputError("optim.lr: expected > 0");
     return std::make_unique<HybridPolicy>(resolve_schedule(s, lr, workers), workers);
   }
-  throw InputError("policy = '" + o.kind + "': expected sync, async, hybrid, kasync:K or kbatch:K");
+  if (o.kind == "local") {
+    if (o.k < 1) {
+      throw InputError("policy.name = 'local:" + std::to_string(o.k) +
+                       "': expected H >= 1 local steps per push");
+    }
+    validate_local(o.local);
+    return std::make_unique<LocalPolicy>(o.k, o.local.async);
+  }
+  throw InputError("policy = '" + o.kind +
+                   "': expected sync, async, hybrid, kasync:K, kbatch:K or local:H");
 }
 
 }  // namespace hsgd

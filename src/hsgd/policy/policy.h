@@ -25,9 +25,23 @@ enum class Aggregation { kMean, kSum };
 Aggregation parse_aggregation(const std::string& s);  // mean | sum
 const char* to_string(Aggregation a);
 
+// local:H (Local SGD / periodic model averaging; the [local] config section).
+// Each worker takes H SGD steps with its own momentum on its own copy of the
+// parameters, then pushes the delta (pulled - local) as a pseudo-gradient.
+// The server's optimizer is then the outer optimizer (runtime/row.h: server_optimizer).
+struct LocalOptions {
+  double lr = 0;                // local lr; 0 = optim.lr. >= 0
+  double momentum = 0.9;        // worker-local heavy-ball momentum, [0, 1)
+  bool async = false;           // false: averaged like sync; true: applied as they come
+  std::string outer = "sgd";    // outer optimizer: sgd | momentum | nesterov (DiLoCo)
+  double outer_lr = 1.0;        // > 0; sgd with lr 1 and mean aggregation = model averaging
+  double outer_momentum = 0.9;  // momentum, nesterov: [0, 1)
+};
+
 struct PolicyOptions {
-  std::string kind = "hybrid";  // sync | async | kasync | kbatch | hybrid
-  int k = 0;                    // kasync, kbatch: the threshold K (>= 1)
+  std::string kind = "hybrid";  // sync | async | kasync | kbatch | hybrid | local
+  int k = 0;                    // kasync, kbatch: the threshold K (>= 1); local: H (>= 1)
+  LocalOptions local;           // local
   ScheduleOptions schedule;     // hybrid
   Aggregation aggregation = Aggregation::kMean;
 };
@@ -43,13 +57,18 @@ class Policy {
   // True: a pusher waits until the update containing its push is applied
   // (sync, kasync, hybrid). False: it pulls again at once (async, kbatch).
   virtual bool pusher_waits() const = 0;
+  // 0: a worker pushes the gradient of one batch (every policy but local).
+  // H >= 1 (local:H): a worker takes H local steps and pushes the model
+  // delta, with batch size H x batch (see runtime/local_steps.h).
+  virtual int local_steps() const { return 0; }
   // Per-run state for checkpoints (empty for the stateless policies).
   virtual std::vector<double> save_state() const { return {}; }
   virtual void restore_state(std::span<const double>) {}
 };
 
 // Builds a policy for `workers` workers. Throws InputError for an unknown
-// kind or K outside [1, workers] (naming the key policy.k).
+// kind or K outside [1, workers] (naming the key policy.k), for local H < 1
+// (naming policy.name) and for bad [local] values (naming local.*).
 std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double lr);
 
 }  // namespace hsgd

@@ -46,7 +46,21 @@ ServerOptions server_options(const Job& job) {
   so.staleness = c.staleness;
   so.lr_schedule = c.lr_schedule;
   so.samples_per_epoch = job.train->size();
+  if (c.policy.kind == "local") {
+    so.lr = c.policy.local.outer_lr;
+    so.lr_schedule = LrSchedule{};
+  }
   return so;
+}
+
+OptimizerOptions server_optimizer(const Config& c) {
+  if (c.policy.kind != "local") return c.optim;
+  OptimizerOptions o;
+  o.kind = c.policy.local.outer;
+  o.lr = c.policy.local.outer_lr;
+  o.momentum = c.policy.local.outer_momentum;
+  o.weight_decay = 0;
+  return o;
 }
 
 }  // namespace hsgd

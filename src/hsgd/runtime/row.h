@@ -15,7 +15,15 @@ MetricsRow build_row(const Server& server, const ServerStats& stats, const EvalR
 // The first n samples of d (all of d when n <= 0 or n >= size).
 Dataset head(const Dataset& d, int64_t n);
 
-// The initial server options of a job.
+// The initial server options of a job. Under local:H the base lr is
+// local.outer_lr with a constant schedule (optim.scale_lr and the optim.lr_*
+// schedule keys are for the workers' gradients, not for model deltas).
 ServerOptions server_options(const Job& job);
+
+// The server's optimizer: optim.* normally; under local:H the outer
+// optimizer local.outer (sgd | momentum | nesterov) with local.outer_lr and
+// local.outer_momentum, no weight decay (default: SGD with lr 1, i.e. plain
+// model averaging; DiLoCo: nesterov, e.g. lr 0.7, momentum 0.9).
+OptimizerOptions server_optimizer(const Config& c);
 
 }  // namespace hsgd

@@ -11,6 +11,7 @@
 
 #include "hsgd/core/error.h"
 #include "hsgd/runtime/delay.h"
+#include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/row.h"
 #include "hsgd/server/server.h"
 
@@ -145,7 +146,7 @@ RunResult SimRuntime::run(const Job& job, Recorder* recorder, Observer* observer
 
   std::vector<float> params = job.initial_params;
   Server server(params, server_options(job), make_policy(c.policy, n, c.optim.lr),
-                make_optimizer(c.optim, np));
+                make_optimizer(server_optimizer(c), np));
   DelayModel delays(c.stragglers, n, c.train.seed);
   std::vector<SimWorker> workers;
   workers.reserve(static_cast<size_t>(n));
@@ -153,6 +154,10 @@ RunResult SimRuntime::run(const Job& job, Recorder* recorder, Observer* observer
     workers.push_back(SimWorker{std::vector<float>(np), 0, 0, 0, -1, 0,
                                 ShardSampler(*job.train, w, n, c.train.seed)});
   }
+  // local:H: per-worker local-SGD state (momentum kept across rounds).
+  const int local_h = server.policy().local_steps();
+  std::vector<LocalWorker> locals;
+  for (int w = 0; local_h > 0 && w < n; ++w) locals.push_back(make_local_worker(c, np));
   const Dataset test = head(*job.test, c.train.eval_samples);
   Batch batch;
 
@@ -233,12 +238,18 @@ RunResult SimRuntime::run(const Job& job, Recorder* recorder, Observer* observer
         HSGD_ASSERT(!d.caller_waits, "pull waits are not simulated yet");
         std::span<const float> p = server.params();
         std::copy(p.begin(), p.end(), work_params.begin());
-        sw.sampler.next(c.train.batch, &batch);
-        sw.loss = model->gradient(batch);
+        if (local_h > 0) {  // H local steps: H x the compute time, one delay draw
+          sw.loss = locals[static_cast<size_t>(w)].run(*model, work_params, work_grads, sw.sampler,
+                                                       c.train.batch, local_h, &batch, &sw.batch);
+        } else {
+          sw.sampler.next(c.train.batch, &batch);
+          sw.loss = model->gradient(batch);
+          sw.batch = batch.size();
+        }
         std::copy(work_grads.begin(), work_grads.end(), sw.grads.begin());
         sw.version = d.version;
-        sw.batch = batch.size();
-        const double compute = compute_time * delays.slowdown(w) + delays.draw(w);
+        const double compute =
+            std::max(1, local_h) * compute_time * delays.slowdown(w) + delays.draw(w);
         events.push(ev.time + transfer + compute + transfer, EventType::kPushArrive, w);
         break;
       }

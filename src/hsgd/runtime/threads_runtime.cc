@@ -6,12 +6,14 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "hsgd/core/error.h"
 #include "hsgd/core/rng.h"
 #include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/gate.h"
+#include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/row.h"
 #include "hsgd/server/server.h"
 
@@ -74,6 +76,13 @@ void worker_loop(const WorkerArgs& a) {
   std::vector<float> params(np), grads(np);
   model->bind(params, grads);
   Batch batch;
+  int local_h = 0;  // local:H: H local steps, then push the model delta
+  {
+    std::lock_guard lk(s.mu);
+    local_h = s.server->policy().local_steps();
+  }
+  std::optional<LocalWorker> local;
+  if (local_h > 0) local.emplace(make_local_worker(c, np));
   GateScope inside(s.gate);  // exits on every path, exceptions included
   while (inside.enter()) {
     uint64_t version = 0;
@@ -84,9 +93,13 @@ void worker_loop(const WorkerArgs& a) {
       std::span<const float> p = s.server->params();
       std::copy(p.begin(), p.end(), params.begin());
     }
-    sampler.next(c.train.batch, &batch);
+    int64_t pushed = 0;  // samples behind this push
+    if (!local) sampler.next(c.train.batch, &batch);
     const auto t0 = SteadyClock::now();
-    const double loss = model->gradient(batch);
+    const double loss =
+        local ? local->run(*model, params, grads, sampler, c.train.batch, local_h, &batch, &pushed)
+              : model->gradient(batch);
+    if (!local) pushed = batch.size();
     if (delays.is_straggler(a.id)) {
       const double delay = (delays.slowdown(a.id) - 1.0) * seconds_between(t0, SteadyClock::now()) +
                            delays.draw(a.id);
@@ -99,7 +112,7 @@ void worker_loop(const WorkerArgs& a) {
     {
       std::lock_guard lk(s.mu);
       if (s.stop) break;
-      Decision d = s.server->on_push(a.id, version, grads, batch.size(), loss, s.clock.seconds());
+      Decision d = s.server->on_push(a.id, version, grads, pushed, loss, s.clock.seconds());
       for (int r : d.released) s.released[static_cast<size_t>(r)] = 1;
       if (!d.released.empty()) s.cv.notify_all();
       if (a.epoch_target_samples > 0 && s.server->samples() >= a.epoch_target_samples) {
@@ -193,7 +206,7 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
 
   std::vector<float> params = job.initial_params;
   Server server(params, server_options(job), make_policy(c.policy, n, c.optim.lr),
-                make_optimizer(c.optim, params.size()));
+                make_optimizer(server_optimizer(c), params.size()));
 
   DelayModel delays(c.stragglers, n, c.train.seed);
   Shared s;

@@ -1,0 +1,42 @@
+// The worker side of local:H (Local SGD / periodic model averaging), shared by
+// every runtime: H SGD steps with worker-local momentum on the worker's own
+// copy of the parameters, then the model delta as the pushed pseudo-gradient.
+// Torch-free: it drives any Model through the Model interface.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "hsgd/data/dataset.h"
+#include "hsgd/model/model.h"
+
+namespace hsgd {
+
+struct Config;
+
+// One worker's local-SGD state: its momentum buffer (kept across rounds)
+// and a copy of the parameters it pulled. Thread-safety: none; one per worker.
+class LocalWorker {
+ public:
+  // lr > 0, momentum in [0, 1).
+  LocalWorker(size_t num_params, double lr, double momentum);
+
+  // `model` is bound to (params, grads); on entry params hold the parameters
+  // just pulled. Takes `h` >= 1 steps, each: a batch of `batch` samples from
+  // `sampler`, g = gradient, v = mu v + g, params -= lr v (PyTorch
+  // heavy-ball). On return params hold the local model and grads the delta
+  // pulled - local. Returns the mean training loss of the h batches and sets
+  // *samples to the number of samples used (h x batch). `scratch` is reused
+  // between calls for the batch.
+  double run(Model& model, std::span<float> params, std::span<float> grads, ShardSampler& sampler,
+             int64_t batch, int h, Batch* scratch, int64_t* samples);
+
+ private:
+  float lr_, mu_;
+  std::vector<float> v_, pulled_;
+};
+
+// A LocalWorker for config c (local.lr, 0 meaning optim.lr; local.momentum).
+LocalWorker make_local_worker(const Config& c, size_t num_params);
+
+}  // namespace hsgd
