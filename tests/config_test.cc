@@ -44,6 +44,15 @@ TEST(Config, FileThenOverridesAndPolicyNames) {
                               {"policy.clock", "seconds"}});
   EXPECT_EQ(d.model.hidden, (std::vector<int64_t>{256, 128}));
   EXPECT_EQ(d.policy.aggregation, Aggregation::kSum);
+  Config s = load_config("", {{"train.budget", "1"}, {"policy.name", "ssp:3"}});
+  EXPECT_EQ(s.policy.kind, "ssp");
+  EXPECT_EQ(s.policy.s, 3);
+  EXPECT_EQ(s.policy.k, 0);
+  Config a = load_config(
+      "",
+      {{"train.budget", "1"}, {"policy.schedule", "adaptive"}, {"policy.loss_smoothing", "0.9"}});
+  EXPECT_EQ(a.policy.schedule.kind, "adaptive");
+  EXPECT_DOUBLE_EQ(a.policy.schedule.loss_smoothing, 0.9);
 }
 
 TEST(Config, ResolvedTomlRoundTrips) {
@@ -117,6 +126,12 @@ TEST(Config, BadInputNamesTheKeyAndWhatWasExpected) {
   expect_error({{"policy.name", "kasync"}}, "needs K");
   expect_error({{"policy.name", "kasync:x"}}, "expected an integer K");
   expect_error({{"policy.name", "fastest"}}, "policy = 'fastest'");
+  expect_error({{"policy.name", "ssp:-1"}}, "policy.s = -1: ssp expects a staleness bound s >= 0");
+  expect_error({{"policy.name", "ssp"}}, "policy.s = -1");
+  expect_error({{"policy.name", "ssp"}, {"policy.s", "-2"}}, "policy.s = -2");
+  expect_error({{"policy.loss_smoothing", "1"}}, "policy.loss_smoothing = 1");
+  expect_error({{"policy.loss_smoothing", "0"}}, "policy.loss_smoothing");
+  expect_error({{"policy.schedule", "adaptiv"}}, "cosine or adaptive");
   expect_error({{"stragglers.fraction", "1.5"}}, "stragglers.fraction");
   expect_error({{"stragglers.sigma", "-1"}}, "stragglers.sigma");
   expect_error({{"train.eval_every", "0"}}, "train.eval_every");

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "hsgd/core/error.h"
 
 namespace hsgd {
@@ -105,6 +108,67 @@ TEST(Policy, BadOptionsNameTheKey) {
   sync.kind = "sync";
   EXPECT_THROW(make_policy(sync, 0, 0.1), InputError);
   EXPECT_THROW(parse_aggregation("median"), InputError);
+}
+
+TEST(Policy, AdaptiveKRisesAsTheSmoothedLossFallsByTheFormula) {
+  PolicyOptions p;
+  p.kind = "hybrid";
+  p.schedule.kind = "adaptive";
+  p.schedule.k0 = 2;
+  p.schedule.loss_smoothing = 0.9;
+  const int n = 8;
+  auto pol = make_policy(p, n, 0.1);
+  EXPECT_EQ(pol->name(), "hybrid(adaptive)");
+  // The formula by hand: bias-corrected EMA, F0 after the first n pushes.
+  double m = 0, f0 = 0;
+  int prev = 2;
+  for (int t = 1; t <= 200; ++t) {
+    const double loss = t <= n ? 3.0 : 3.0 / (1.0 + 0.05 * (t - n));
+    pol->on_push_loss(loss);
+    m = 0.9 * m + (1.0 - 0.9) * loss;
+    const double ft = m / (1.0 - std::pow(0.9, t));
+    if (t == n) f0 = ft;
+    const int want =
+        t < n ? 2 : std::clamp(static_cast<int>(std::lround(2 * std::sqrt(f0 / ft))), 1, n);
+    // The clock (updates, seconds, epochs) plays no part.
+    EXPECT_EQ(pol->threshold(Progress{.updates = 7, .seconds = 9, .epochs = 3}, n), want) << t;
+    EXPECT_GE(want, prev) << t;
+    prev = want;
+  }
+  EXPECT_NEAR(f0, 3.0, 1e-12);
+  EXPECT_GE(prev, 5);
+  EXPECT_EQ(pol->threshold({}, 3), 3);  // clamped to the live workers
+  // Non-finite losses are ignored; the state survives a checkpoint.
+  pol->on_push_loss(std::nan(""));
+  auto again = make_policy(p, n, 0.1);
+  EXPECT_EQ(again->threshold({}, n), 2);
+  again->restore_state(pol->save_state());
+  EXPECT_EQ(again->threshold({}, n), prev);
+  EXPECT_EQ(again->save_state(), pol->save_state());
+}
+
+TEST(Policy, SspNeverBuffersAndBoundsStaleness) {
+  PolicyOptions p;
+  p.kind = "ssp";
+  p.s = 3;
+  auto pol = make_policy(p, 4, 0.1);
+  EXPECT_EQ(pol->name(), "ssp:3");
+  EXPECT_EQ(pol->threshold({}, 4), 1);
+  EXPECT_FALSE(pol->pusher_waits());
+  EXPECT_EQ(pol->staleness_bound(), 3);
+  p.kind = "async";
+  EXPECT_EQ(make_policy(p, 4, 0.1)->staleness_bound(), -1);
+  p.kind = "ssp";
+  p.s = -1;
+  try {
+    make_policy(p, 4, 0.1);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("policy.s = -1"), std::string::npos) << e.what();
+  }
+  p.s = 0;
+  p.schedule.loss_smoothing = 1.0;
+  EXPECT_THROW(make_policy(p, 4, 0.1), InputError);
 }
 
 }  // namespace

@@ -221,5 +221,108 @@ TEST(Server, StatsCountSamplesAndLoss) {
   EXPECT_EQ(r.server->take_stats().pushes, 0);
 }
 
+PolicyOptions ssp(int s) {
+  PolicyOptions p;
+  p.kind = "ssp";
+  p.s = s;
+  return p;
+}
+
+TEST(Server, SspBlocksExactlyTheWorkersMoreThanSAheadOfTheSlowest) {
+  Rig r(4, ssp(1));
+  // Clocks 4, 3, 2, 2: every push is an update and no pusher waits.
+  const int pushes[4] = {4, 3, 2, 2};
+  for (int w = 0; w < 4; ++w) {
+    for (int i = 0; i < pushes[w]; ++i) {
+      Decision d = r.push(w, {1, 1});
+      EXPECT_TRUE(d.applied);
+      EXPECT_FALSE(d.caller_waits);
+      EXPECT_TRUE(d.released.empty());
+    }
+    EXPECT_EQ(r.server->clock(w), pushes[w]);
+  }
+  // Only worker 0 is more than s = 1 ahead of the slowest (2).
+  const uint64_t v = r.server->version();
+  Decision p0 = r.server->on_pull(0);
+  EXPECT_TRUE(p0.caller_waits);
+  EXPECT_EQ(p0.version, v);
+  for (int w = 1; w < 4; ++w) EXPECT_FALSE(r.server->on_pull(w).caller_waits) << w;
+  // Worker 2 catches up, but 3 still holds the minimum at 2.
+  EXPECT_TRUE(r.push(2, {1, 1}).released.empty());
+  // Worker 3 raises the minimum to 3: worker 0 (clock 4) may pull now.
+  Decision d = r.push(3, {1, 1});
+  EXPECT_EQ(d.released, std::vector<int>{0});
+  EXPECT_FALSE(r.server->on_pull(0).caller_waits);
+  EXPECT_EQ(r.server->version(), v + 2);
+}
+
+TEST(Server, SspZeroRunsInLockstepLikeBsp) {
+  Rig r(3, ssp(0));
+  for (int round = 0; round < 3; ++round) {
+    for (int w = 0; w < 3; ++w) {
+      EXPECT_FALSE(r.server->on_pull(w).caller_waits) << round << " " << w;
+    }
+    for (int w = 0; w < 3; ++w) {
+      Decision d = r.push(w, {1, 1});
+      EXPECT_FALSE(d.caller_waits);
+      if (w < 2) {
+        EXPECT_TRUE(d.released.empty());
+        // One push ahead of the slowest: the next pull waits.
+        EXPECT_TRUE(r.server->on_pull(w).caller_waits);
+      } else {
+        // The last of the round releases the other two.
+        EXPECT_EQ(d.released, (std::vector<int>{0, 1}));
+      }
+    }
+    for (int w = 0; w < 3; ++w) EXPECT_EQ(r.server->clock(w), round + 1);
+  }
+}
+
+TEST(Server, SspLeavingSlowWorkerReleasesTheWaitersAndJoinersDoNotBlock) {
+  Rig r(3, ssp(0));
+  r.push(0, {1, 1});
+  r.push(1, {1, 1});
+  EXPECT_TRUE(r.server->on_pull(0).caller_waits);
+  EXPECT_TRUE(r.server->on_pull(1).caller_waits);
+  // Worker 2 (clock 0) leaves: the minimum over live workers becomes 1.
+  Decision d = r.server->on_leave(2, 0.0);
+  EXPECT_EQ(d.released, (std::vector<int>{0, 1}));
+  EXPECT_FALSE(r.server->on_pull(0).caller_waits);
+  // A pull-waiter that leaves is released itself.
+  r.push(0, {1, 1});
+  EXPECT_TRUE(r.server->on_pull(0).caller_waits);
+  Decision l = r.server->on_leave(0, 0.0);
+  EXPECT_EQ(l.released, std::vector<int>{0});
+  // Worker 2 rejoins at the slowest live clock (1), so nobody waits for it.
+  r.server->on_join(2, 0.0);
+  EXPECT_EQ(r.server->clock(2), 1);
+  EXPECT_FALSE(r.server->on_pull(1).caller_waits);
+  EXPECT_FALSE(r.server->on_pull(2).caller_waits);
+}
+
+TEST(Server, AdaptiveHybridSeesEveryPushedLoss) {
+  PolicyOptions p;
+  p.kind = "hybrid";
+  p.schedule.kind = "adaptive";
+  p.schedule.k0 = 1;
+  p.schedule.loss_smoothing = 0.5;
+  Rig r(4, p);
+  EXPECT_EQ(r.server->threshold(0), 1);
+  auto push = [&](int w, double loss) {
+    return r.server->on_push(w, r.server->version(), std::vector<float>{0, 0}, 1, loss, 0.0);
+  };
+  // K0 = 1: each push is applied at once; the first 4 losses set F0 = 4.
+  for (int w = 0; w < 4; ++w) EXPECT_TRUE(push(w, 4.0).applied);
+  EXPECT_EQ(r.server->threshold(0), 1);
+  // Ft = m5 / (1 - 0.5^5) = 2.0 / 0.96875: K = round(sqrt(4 / 2.065)) = 1.
+  EXPECT_TRUE(push(0, 0.25).applied);
+  EXPECT_EQ(r.server->threshold(0), 1);
+  // Ft = 1.125 / (1 - 0.5^6) = 1.143: K = round(1.87) = 2, counted with this push.
+  Decision d = push(1, 0.25);
+  EXPECT_FALSE(d.applied);
+  EXPECT_TRUE(d.caller_waits);
+  EXPECT_EQ(r.server->threshold(0), 2);
+}
+
 }  // namespace
 }  // namespace hsgd

@@ -331,5 +331,33 @@ TEST(SimRuntime, LocalSgdLearnsAndChargesHComputeTimes) {
   }
 }
 
+TEST(SimRuntime, SspWithStragglersIsDeterministicBoundedAndWaits) {
+  const std::vector<Override> o = {
+      {"policy.name", "ssp:1"}, {"stragglers.fraction", "0.5"}, {"stragglers.sigma", "0.1"}};
+  std::string a, b;
+  RunResult r = Sim(o).run("ssp_a", &a);
+  Sim(o).run("ssp_b", &b);
+  EXPECT_EQ(a, b);
+  EXPECT_GT(r.last.updates, 0);
+  EXPECT_GT(r.last.idle_frac, 0.0);
+  // A window between a pull and its push sees at most 2s + 1 pushes from
+  // each of the 3 others (their clocks stay within s of the slowest).
+  int64_t max_tau = 0;
+  for (size_t t = 0; t < r.staleness_histogram.size(); ++t) {
+    if (r.staleness_histogram[t] > 0) max_tau = static_cast<int64_t>(t);
+  }
+  EXPECT_GT(max_tau, 0);
+  EXPECT_LE(max_tau, 3 * (2 * 1 + 1));
+  // Async under the same stragglers runs further ahead.
+  std::vector<Override> async = o;
+  async[0] = {"policy.name", "async"};
+  RunResult ra = Sim(async).run("ssp_async");
+  int64_t async_tau = 0;
+  for (size_t t = 0; t < ra.staleness_histogram.size(); ++t) {
+    if (ra.staleness_histogram[t] > 0) async_tau = static_cast<int64_t>(t);
+  }
+  EXPECT_GT(async_tau, max_tau);
+}
+
 }  // namespace
 }  // namespace hsgd

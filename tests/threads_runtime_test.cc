@@ -79,7 +79,7 @@ TEST_P(EveryPolicy, LearnsTheSyntheticSetAndStopsAtTheEpochBudget) {
 
 INSTANTIATE_TEST_SUITE_P(Threads, EveryPolicy,
                          ::testing::Values("sync", "async", "hybrid", "kasync:1", "kasync:2",
-                                           "kbatch:2", "local:4"),
+                                           "kbatch:2", "local:4", "ssp:1"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& c : s) c = (c == ':') ? '_' : c;

@@ -156,6 +156,8 @@ const std::map<std::string, std::map<std::string, Field>>& fields() {
     HSGD_STR("train", "out", train.out);
     HSGD_STR("policy", "name", policy_name);
     HSGD_INT("policy", "k", policy.k);
+    HSGD_INT("policy", "s", policy.s);
+    HSGD_DBL("policy", "loss_smoothing", policy.schedule.loss_smoothing);
     HSGD_STR("policy", "schedule", policy.schedule.kind);
     HSGD_DBL("policy", "k0", policy.schedule.k0);
     HSGD_DBL("policy", "step", policy.schedule.step);
@@ -261,7 +263,7 @@ void resolve_policy_name(Config& c) {
       size_t used = 0;
       const long v = std::stol(k, &used);
       if (used != k.size()) throw std::invalid_argument(k);
-      c.policy.k = static_cast<int>(v);
+      (c.policy.kind == "ssp" ? c.policy.s : c.policy.k) = static_cast<int>(v);
     } catch (const std::exception&) {
       throw InputError("policy.name = '" + n + "': expected an integer K after ':'");
     }

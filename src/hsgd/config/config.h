@@ -73,7 +73,8 @@ struct Config {
   ModelConfig model;
   TrainConfig train;
   PolicyOptions policy;
-  // As written: sync | async | hybrid | kasync:K | kbatch:K | local:H.
+  // As written: sync | async | hybrid | kasync:K | kbatch:K | local:H |
+  // ssp:S (S sets policy.s, the staleness bound).
   // The [local] keys set policy.local.
   std::string policy_name = "hybrid";
   OptimizerOptions optim;

@@ -44,11 +44,14 @@ class FixedKPolicy final : public Policy {
 };
 
 // hybrid (the smooth switch): K(t) from a threshold schedule, kasync waiting.
+// With the adaptive schedule K follows the pushed losses instead of t.
 class HybridPolicy final : public Policy {
  public:
-  HybridPolicy(ScheduleOptions s, int workers) : s_(std::move(s)), workers_(workers) {}
+  HybridPolicy(ScheduleOptions s, int workers)
+      : s_(std::move(s)), workers_(workers), adaptive_(s_.k0, s_.loss_smoothing, workers) {}
   std::string name() const override { return "hybrid(" + s_.kind + ")"; }
   int threshold(const Progress& p, int live) const override {
+    if (s_.kind == "adaptive") return clamp_k(adaptive_.k(workers_), live);
     double t = 0;
     switch (s_.clock) {
       case ScheduleClock::kUpdates:
@@ -64,10 +67,34 @@ class HybridPolicy final : public Policy {
     return clamp_k(threshold_at(s_, t, workers_), live);
   }
   bool pusher_waits() const override { return true; }
+  void on_push_loss(double loss) override {
+    if (s_.kind == "adaptive") adaptive_.add(loss);
+  }
+  std::vector<double> save_state() const override {
+    return s_.kind == "adaptive" ? adaptive_.save() : std::vector<double>{};
+  }
+  void restore_state(std::span<const double> st) override {
+    if (s_.kind == "adaptive") adaptive_.restore(st);
+  }
 
  private:
   ScheduleOptions s_;
   int workers_;
+  AdaptiveThreshold adaptive_;
+};
+
+// ssp s (Ho et al. 2013): every push is an update and nobody waits after a
+// push; the server holds the pulls of workers more than s clocks ahead.
+class SspPolicy final : public Policy {
+ public:
+  explicit SspPolicy(int s) : s_(s) {}
+  std::string name() const override { return "ssp:" + std::to_string(s_); }
+  int threshold(const Progress&, int) const override { return 1; }
+  bool pusher_waits() const override { return false; }
+  int staleness_bound() const override { return s_; }
+
+ private:
+  int s_;
 };
 
 // local:H: a push is a model delta after H local steps; sync-like averaging
@@ -121,7 +148,18 @@ const char* to_string(Aggregation a) { return a == Aggregation::kMean ? "mean" :
 std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double lr) {
   if (workers < 1)
     throw InputError("train.workers = " + std::to_string(workers) + ": expected >= 1");
+  const double b = o.schedule.loss_smoothing;
+  if (!(b > 0 && b < 1)) {
+    throw InputError("policy.loss_smoothing = " + std::to_string(b) + ": expected in (0, 1)");
+  }
   if (o.kind == "sync") return std::make_unique<SyncPolicy>();
+  if (o.kind == "ssp") {
+    if (o.s < 0) {
+      throw InputError("policy.s = " + std::to_string(o.s) +
+                       ": ssp expects a staleness bound s >= 0 (as ssp:S or policy.s)");
+    }
+    return std::make_unique<SspPolicy>(o.s);
+  }
   if (o.kind == "async") return std::make_unique<AsyncPolicy>();
   if (o.kind == "kasync" || o.kind == "kbatch") {
     if (o.k < 1 || o.k > workers) {
@@ -132,9 +170,10 @@ std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double 
   }
   if (o.kind == "hybrid") {
     const ScheduleOptions& s = o.schedule;
-    if (s.kind != "step" && s.kind != "linear" && s.kind != "exponential" && s.kind != "cosine") {
+    if (s.kind != "step" && s.kind != "linear" && s.kind != "exponential" && s.kind != "cosine" &&
+        s.kind != "adaptive") {
       throw InputError("policy.schedule = '" + s.kind +
-                       "': expected step, linear, exponential or cosine");
+                       "': expected step, linear, exponential, cosine or adaptive");
     }
     if (s.k0 < 1 || s.k0 > workers) {
       throw InputError("policy.k0 = " + std::to_string(s.k0) +
@@ -154,7 +193,7 @@ std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double 
     return std::make_unique<LocalPolicy>(o.k, o.local.async);
   }
   throw InputError("policy = '" + o.kind +
-                   "': expected sync, async, hybrid, kasync:K, kbatch:K or local:H");
+                   "': expected sync, async, hybrid, kasync:K, kbatch:K, local:H or ssp:S");
 }
 
 }  // namespace hsgd

@@ -39,8 +39,9 @@ struct LocalOptions {
 };
 
 struct PolicyOptions {
-  std::string kind = "hybrid";  // sync | async | kasync | kbatch | hybrid | local
+  std::string kind = "hybrid";  // sync | async | kasync | kbatch | hybrid | local | ssp
   int k = 0;                    // kasync, kbatch: the threshold K (>= 1); local: H (>= 1)
+  int s = -1;                   // ssp: the staleness bound s (>= 0; -1 = not given)
   LocalOptions local;           // local
   ScheduleOptions schedule;     // hybrid
   Aggregation aggregation = Aggregation::kMean;
@@ -61,6 +62,12 @@ class Policy {
   // H >= 1 (local:H): a worker takes H local steps and pushes the model
   // delta, with batch size H x batch (see runtime/local_steps.h).
   virtual int local_steps() const { return 0; }
+  // ssp: how many clocks (pushes) a worker may run ahead of the slowest live
+  // worker before its pull waits; -1 (every other policy): unbounded.
+  virtual int staleness_bound() const { return -1; }
+  // Called by the server with every push's training loss, before the push
+  // is buffered (hybrid(adaptive) smooths it into its threshold).
+  virtual void on_push_loss(double /*loss*/) {}
   // Per-run state for checkpoints (empty for the stateless policies).
   virtual std::vector<double> save_state() const { return {}; }
   virtual void restore_state(std::span<const double>) {}
@@ -68,7 +75,8 @@ class Policy {
 
 // Builds a policy for `workers` workers. Throws InputError for an unknown
 // kind or K outside [1, workers] (naming the key policy.k), for local H < 1
-// (naming policy.name) and for bad [local] values (naming local.*).
+// (naming policy.name), for bad [local] values (naming local.*), for ssp
+// s < 0 (policy.s) and policy.loss_smoothing outside (0, 1).
 std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double lr);
 
 }  // namespace hsgd

@@ -39,6 +39,32 @@ int threshold_at(const ScheduleOptions& o, double t, int workers) {
   return static_cast<int>(k);
 }
 
+void AdaptiveThreshold::add(double loss) {
+  if (!std::isfinite(loss)) return;
+  ++t_;
+  m_ = b_ * m_ + (1.0 - b_) * loss;
+  if (t_ == warmup_) f0_ = smoothed();
+}
+
+double AdaptiveThreshold::smoothed() const {
+  return t_ == 0 ? 0.0 : m_ / (1.0 - std::pow(b_, static_cast<double>(t_)));
+}
+
+int AdaptiveThreshold::k(int workers) const {
+  if (t_ < warmup_ || !(f0_ > 0)) return static_cast<int>(std::lround(k0_));
+  const double ft = smoothed();
+  if (!(ft > 0)) return workers;
+  const double k = k0_ * std::sqrt(f0_ / ft);
+  return k > 1e9 ? 1000000000 : static_cast<int>(std::lround(k));
+}
+
+void AdaptiveThreshold::restore(std::span<const double> s) {
+  HSGD_ASSERT(s.size() == 3, "adaptive schedule state has 3 numbers");
+  t_ = static_cast<int64_t>(s[0]);
+  m_ = s[1];
+  f0_ = s[2];
+}
+
 ScheduleClock parse_schedule_clock(const std::string& s) {
   if (s == "updates") return ScheduleClock::kUpdates;
   if (s == "seconds") return ScheduleClock::kSeconds;

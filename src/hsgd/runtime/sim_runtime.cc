@@ -235,7 +235,10 @@ RunResult SimRuntime::run(const Job& job, Recorder* recorder, Observer* observer
     switch (ev.type) {
       case EventType::kPullArrive: {
         const Decision d = server.on_pull(w);
-        HSGD_ASSERT(!d.caller_waits, "pull waits are not simulated yet");
+        if (d.caller_waits) {  // SSP: too far ahead; pulls again when released
+          sw.wait_since = ev.time;
+          break;
+        }
         std::span<const float> p = server.params();
         std::copy(p.begin(), p.end(), work_params.begin());
         if (local_h > 0) {  // H local steps: H x the compute time, one delay draw

@@ -86,12 +86,30 @@ void worker_loop(const WorkerArgs& a) {
   GateScope inside(s.gate);  // exits on every path, exceptions included
   while (inside.enter()) {
     uint64_t version = 0;
+    bool pull_waits = false;
     {
       std::lock_guard lk(s.mu);
       if (s.stop) break;
-      version = s.server->on_pull(a.id).version;
-      std::span<const float> p = s.server->params();
-      std::copy(p.begin(), p.end(), params.begin());
+      const Decision d = s.server->on_pull(a.id);
+      pull_waits = d.caller_waits;
+      if (!pull_waits) {
+        version = d.version;
+        std::span<const float> p = s.server->params();
+        std::copy(p.begin(), p.end(), params.begin());
+      }
+    }
+    if (pull_waits) {
+      // SSP: too far ahead. Wait outside the gate until released, then pull
+      // again. (A worker waits either after its pull or after its push,
+      // never both, so one `released` flag serves both waits.)
+      inside.exit();
+      const auto w0 = SteadyClock::now();
+      std::unique_lock lk(s.mu);
+      s.cv.wait(lk, [&] { return s.released[static_cast<size_t>(a.id)] || s.stop; });
+      s.released[static_cast<size_t>(a.id)] = 0;
+      s.idle_s[static_cast<size_t>(a.id)] += seconds_between(w0, SteadyClock::now());
+      if (s.stop) break;
+      continue;
     }
     int64_t pushed = 0;  // samples behind this push
     if (!local) sampler.next(c.train.batch, &batch);

@@ -16,6 +16,8 @@ Server::Server(std::span<float> params, const ServerOptions& o, std::unique_ptr<
       acc_(params.size(), 0.0f),
       live_(static_cast<size_t>(o.workers), true),
       waiting_(static_cast<size_t>(o.workers), false),
+      clock_(static_cast<size_t>(o.workers), 0),
+      pull_waiting_(static_cast<size_t>(o.workers), false),
       live_count_(o.workers) {
   HSGD_ASSERT(o.workers >= 1, "server needs at least one worker");
   HSGD_ASSERT(opt_.samples_per_epoch >= 1, "samples_per_epoch must be >= 1");
@@ -53,9 +55,40 @@ Decision Server::decision() const {
   return d;
 }
 
+int64_t Server::min_live_clock() const {
+  int64_t m = INT64_MAX;
+  for (size_t w = 0; w < live_.size(); ++w) {
+    if (live_[w]) m = std::min(m, clock_[w]);
+  }
+  return m;
+}
+
+void Server::release_pull_waiters(Decision* d) {
+  const int s = policy_->staleness_bound();
+  if (s < 0) return;
+  const int64_t m = min_live_clock();
+  for (size_t w = 0; w < pull_waiting_.size(); ++w) {
+    if (pull_waiting_[w] && (!live_[w] || clock_[w] - m <= s)) {
+      pull_waiting_[w] = false;
+      d->released.push_back(static_cast<int>(w));
+    }
+  }
+}
+
 Decision Server::on_pull(int worker) {
   HSGD_ASSERT(worker >= 0 && static_cast<size_t>(worker) < live_.size(),
               "pull from unknown worker");
+  const int bound = policy_->staleness_bound();
+  if (bound >= 0 && live_[static_cast<size_t>(worker)]) {
+    const auto w = static_cast<size_t>(worker);
+    HSGD_ASSERT(!waiting_[w] && !pull_waiting_[w], "pull from a worker that is waiting");
+    if (clock_[w] - min_live_clock() > bound) {
+      pull_waiting_[w] = true;
+      Decision d = decision();
+      d.caller_waits = true;
+      return d;
+    }
+  }
   if (opt_.staleness.needs_pulled_copy()) {
     const auto w = static_cast<size_t>(worker);
     pulled_[w].assign(params_.begin(), params_.end());  // allocated on the first pull
@@ -129,6 +162,9 @@ Decision Server::on_push(int worker, uint64_t version, std::span<const float> gr
   HSGD_ASSERT(!waiting_[w], "push from a worker that is waiting");
   HSGD_ASSERT(grad.size() == acc_.size(), "gradient size differs from the parameter count");
   HSGD_ASSERT(version <= version_, "push from the future");
+  HSGD_ASSERT(!pull_waiting_[w], "push from a worker waiting to pull");
+  policy_->on_push_loss(loss);
+  ++clock_[w];
   total_samples_ += batch_size;
   ++total_pushes_;
   stats_.pushes += 1;
@@ -145,6 +181,7 @@ Decision Server::on_push(int worker, uint64_t version, std::span<const float> gr
     stats_.dropped += 1;
     Decision d = decision();
     if (ready(seconds)) apply(&d);
+    release_pull_waiters(&d);
     return d;
   }
   const std::span<const float> g =
@@ -160,6 +197,7 @@ Decision Server::on_push(int worker, uint64_t version, std::span<const float> gr
   } else {
     d.released.erase(std::remove(d.released.begin(), d.released.end(), worker), d.released.end());
   }
+  release_pull_waiters(&d);
   return d;
 }
 
@@ -169,14 +207,19 @@ Decision Server::on_join(int worker, double seconds) {
   if (w >= live_.size()) {
     live_.resize(w + 1, false);
     waiting_.resize(w + 1, false);
+    clock_.resize(w + 1, 0);
+    pull_waiting_.resize(w + 1, false);
     grow(w + 1);
   }
   if (!live_[w]) {
+    const int64_t m = min_live_clock();
+    if (m != INT64_MAX) clock_[w] = std::max(clock_[w], m);
     live_[w] = true;
     ++live_count_;
   }
   Decision d = decision();
   if (ready(seconds)) apply(&d);
+  release_pull_waiters(&d);
   return d;
 }
 
@@ -192,6 +235,7 @@ Decision Server::on_leave(int worker, double seconds) {
     d.released.push_back(worker);
   }
   if (live_count_ > 0 && ready(seconds)) apply(&d);
+  release_pull_waiters(&d);
   return d;
 }
 

@@ -63,6 +63,17 @@ class Server {
   // params() (at `version`) to the worker before any other event. With
   // DC-ASGD or Gap-Aware on, the server records its own copy of params()
   // as the worker's pulled parameters.
+  //
+  // SSP (Policy::staleness_bound() = s >= 0): the server counts each
+  // worker's clock, the pushes it has made (dropped ones included). A pull
+  // from a live worker whose clock exceeds the minimum clock over live
+  // workers by more than s returns caller_waits = true and nothing else
+  // happens: the pull did not complete. The worker is then a pull-waiter
+  // until a later event (a push, leave or join that raises the minimum, or
+  // its own leave) names it in `released`; the runtime must then call
+  // on_pull again for it, which returns at once (the minimum never falls).
+  // A worker is never both a pull-waiter and a push-waiter. The slowest live
+  // worker never waits, so SSP cannot deadlock.
   Decision on_pull(int worker);
 
   // A worker pushes a gradient of the mean loss over `batch_size` samples,
@@ -84,7 +95,11 @@ class Server {
 
   // Membership. A worker that leaves is released if it was waiting and stops
   // counting towards thresholds; its buffered push, if any, stays in the
-  // buffer. Leaving may make the buffer ready and apply an update.
+  // buffer. Leaving may make the buffer ready and apply an update. Under SSP
+  // a leaver no longer holds back the minimum clock, so pull-waiters may be
+  // released; a (re)joining worker's clock starts at the minimum over the
+  // other live workers (if higher than its own), so joining never blocks
+  // anyone.
   Decision on_join(int worker, double seconds);
   Decision on_leave(int worker, double seconds);
 
@@ -98,6 +113,8 @@ class Server {
   static constexpr size_t kStalenessBuckets = 65;
   const std::vector<int64_t>& staleness_histogram() const { return staleness_hist_; }
   const Policy& policy() const { return *policy_; }
+  // A worker's clock: the pushes it has made (SSP).
+  int64_t clock(int worker) const { return clock_[static_cast<size_t>(worker)]; }
   // The threshold K in force now.
   int threshold(double seconds) const;
   Progress progress(double seconds) const;
@@ -111,6 +128,10 @@ class Server {
   bool ready(double seconds) const;
   void apply(Decision* d);
   Decision decision() const;
+  // SSP: the minimum clock over live workers (INT64_MAX if none), and the
+  // release of the pull-waiters it now lets through.
+  int64_t min_live_clock() const;
+  void release_pull_waiters(Decision* d);
   // The push after DC-ASGD, Gap-Aware and staleness scaling (in scratch_).
   std::span<const float> mitigate(size_t worker, uint64_t version, int64_t tau,
                                   std::span<const float> grad);
@@ -124,7 +145,9 @@ class Server {
   std::vector<float> acc_;        // sum of buffered gradients
   std::vector<Pending> pending_;  // buffered pushes
   std::vector<bool> live_;
-  std::vector<bool> waiting_;
+  std::vector<bool> waiting_;       // push-waiters
+  std::vector<int64_t> clock_;      // pushes made, per worker
+  std::vector<bool> pull_waiting_;  // SSP pull-waiters
   int live_count_ = 0;
   int64_t total_samples_ = 0;
   int64_t total_pushes_ = 0;
