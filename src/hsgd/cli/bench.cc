@@ -76,7 +76,7 @@ RunResult run_job(const Config& c, const ModelSpec& spec, const Dataset& train,
   RunResult r;
   {
     Recorder rec(dir);
-    r = make_runtime(c.train.runtime)->run(job, &rec, nullptr);
+    r = make_runtime(c)->run(job, &rec, nullptr);
   }
   std::filesystem::remove_all(dir);
   return r;

@@ -74,7 +74,7 @@ int train(const TrainArgs& a) {
   job.test = &test_set;
   job.make_model = [spec] { return make_model(spec); };
   job.initial_params = initial_params(job.make_model, c.train.seed);  // validates the shape
-  std::unique_ptr<Runtime> runtime = make_runtime(c.train.runtime);
+  std::unique_ptr<Runtime> runtime = make_runtime(c);
 
   // 2. Run.
   const std::string& out = c.train.out;

@@ -374,6 +374,18 @@ void validate(const Config& c) {
   validate(c.optim, c.lr_schedule);
   validate(c.staleness);
   make_policy(c.policy, t.workers, c.optim.lr);  // throws for bad policy keys
+  if (c.policy.kind == "hogwild") {
+    if (t.runtime != "threads") {
+      throw InputError(
+          "policy.name = 'hogwild': runs on the threads runtime only (workers write "
+          "into shared memory); train.runtime = '" +
+          t.runtime + "' cannot run it");
+    }
+    if (c.optim.kind != "sgd") {
+      throw InputError("optim.kind = '" + c.optim.kind +
+                       "': hogwild workers apply plain SGD; expected sgd");
+    }
+  }
   const StragglerConfig& g = c.stragglers;
   if (!(g.fraction >= 0 && g.fraction <= 1)) {
     throw InputError("stragglers.fraction = " + num(g.fraction) + ": expected in [0, 1]");

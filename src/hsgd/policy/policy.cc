@@ -19,12 +19,17 @@ class SyncPolicy final : public Policy {
   bool pusher_waits() const override { return true; }
 };
 
-// async (ASP): every push is an update.
+// async (ASP): every push is an update. Also names hogwild, which has no
+// server: the hogwild runtime never calls it, config validation does.
 class AsyncPolicy final : public Policy {
  public:
-  std::string name() const override { return "async"; }
+  explicit AsyncPolicy(std::string name = "async") : name_(std::move(name)) {}
+  std::string name() const override { return name_; }
   int threshold(const Progress&, int) const override { return 1; }
   bool pusher_waits() const override { return false; }
+
+ private:
+  std::string name_;
 };
 
 // kasync K (Dutta et al.): K pushes; each pusher waits for its update.
@@ -161,6 +166,7 @@ std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double 
     return std::make_unique<SspPolicy>(o.s);
   }
   if (o.kind == "async") return std::make_unique<AsyncPolicy>();
+  if (o.kind == "hogwild") return std::make_unique<AsyncPolicy>("hogwild");
   if (o.kind == "kasync" || o.kind == "kbatch") {
     if (o.k < 1 || o.k > workers) {
       throw InputError("policy.k = " + std::to_string(o.k) + ": " + o.kind +
@@ -192,8 +198,9 @@ std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double 
     validate_local(o.local);
     return std::make_unique<LocalPolicy>(o.k, o.local.async);
   }
-  throw InputError("policy = '" + o.kind +
-                   "': expected sync, async, hybrid, kasync:K, kbatch:K, local:H or ssp:S");
+  throw InputError(
+      "policy = '" + o.kind +
+      "': expected sync, async, hybrid, kasync:K, kbatch:K, local:H, ssp:S or hogwild");
 }
 
 }  // namespace hsgd

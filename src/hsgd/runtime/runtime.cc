@@ -1,6 +1,7 @@
 #include "hsgd/runtime/runtime.h"
 
 #include "hsgd/core/error.h"
+#include "hsgd/runtime/hogwild_runtime.h"
 #include "hsgd/runtime/sim_runtime.h"
 #include "hsgd/runtime/threads_runtime.h"
 
@@ -18,6 +19,16 @@ std::unique_ptr<Runtime> make_runtime(const std::string& name) {
   if (name == "threads") return std::make_unique<ThreadsRuntime>();
   if (name == "sim") return std::make_unique<SimRuntime>();
   throw InputError("train.runtime = '" + name + "': expected threads or sim");
+}
+
+std::unique_ptr<Runtime> make_runtime(const Config& c) {
+  if (c.policy.kind == "hogwild") {
+    if (c.train.runtime != "threads") {
+      throw InputError("policy.name = 'hogwild': runs on the threads runtime only");
+    }
+    return std::make_unique<HogwildRuntime>();
+  }
+  return make_runtime(c.train.runtime);
 }
 
 }  // namespace hsgd

@@ -77,5 +77,8 @@ class Runtime {
 
 // "threads" or "sim". Throws InputError for an unknown or unavailable runtime.
 std::unique_ptr<Runtime> make_runtime(const std::string& name);
+// The runtime a config asks for: train.runtime, or the lock-free hogwild
+// runtime for policy hogwild on threads.
+std::unique_ptr<Runtime> make_runtime(const Config& c);
 
 }  // namespace hsgd

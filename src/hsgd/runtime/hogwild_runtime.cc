@@ -1,0 +1,228 @@
+#include "hsgd/runtime/hogwild_runtime.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "hsgd/core/error.h"
+#include "hsgd/optim/optimizer.h"
+#include "hsgd/runtime/delay.h"
+#include "hsgd/runtime/gate.h"
+#include "hsgd/runtime/row.h"
+
+namespace hsgd {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+double since(SteadyClock::time_point t) {
+  return std::chrono::duration<double>(SteadyClock::now() - t).count();
+}
+
+// Relaxed atomic views of the shared parameters (see the header).
+float load(float& x) { return std::atomic_ref<float>(x).load(std::memory_order_relaxed); }
+void store(float& x, float v) { std::atomic_ref<float>(x).store(v, std::memory_order_relaxed); }
+
+struct Shared {
+  std::vector<float> params;  // accessed only through load/store
+  std::atomic<int64_t> steps{0}, samples{0};
+  std::mutex mu;  // guards the fields below
+  std::condition_variable cv;
+  bool stop = false;
+  std::exception_ptr error;
+  double loss_sum = 0;
+  int64_t loss_count = 0;
+  Gate gate;
+};
+
+void request_stop(Shared& s) {
+  std::lock_guard lk(s.mu);
+  s.stop = true;
+  s.cv.notify_all();
+}
+
+bool stopped(Shared& s) {
+  std::lock_guard lk(s.mu);
+  return s.stop;
+}
+
+void worker_loop(int id, const Job& job, Shared& s, DelayModel& delays, int64_t epoch_target) {
+  const Config& c = *job.config;
+  ShardSampler sampler(*job.train, id, c.train.workers, c.train.seed);
+  std::unique_ptr<Model> model = job.make_model();
+  const size_t np = s.params.size();
+  std::vector<float> local(np), grads(np);
+  model->bind(local, grads);
+  Batch batch;
+  const float wd = static_cast<float>(c.optim.weight_decay);
+  GateScope inside(s.gate);
+  while (inside.enter()) {
+    if (stopped(s)) break;
+    for (size_t i = 0; i < np; ++i) local[i] = load(s.params[i]);
+    sampler.next(c.train.batch, &batch);
+    const auto t0 = SteadyClock::now();
+    const double loss = model->gradient(batch);
+    if (delays.is_straggler(id)) {
+      const double delay = (delays.slowdown(id) - 1.0) * since(t0) + delays.draw(id);
+      if (delay > 0) {
+        std::unique_lock lk(s.mu);
+        s.cv.wait_for(lk, std::chrono::duration<double>(delay), [&] { return s.stop; });
+      }
+    }
+    const int64_t step = s.steps.fetch_add(1, std::memory_order_relaxed);
+    const float lr = static_cast<float>(lr_at(c.lr_schedule, c.optim.lr, step));
+    for (size_t i = 0; i < np; ++i) {
+      float& w = s.params[i];
+      const float v = load(w);
+      store(w, v - lr * (grads[i] + wd * v));
+    }
+    const int64_t samples =
+        s.samples.fetch_add(batch.size(), std::memory_order_relaxed) + batch.size();
+    {
+      std::lock_guard lk(s.mu);
+      s.loss_sum += loss;
+      s.loss_count += 1;
+    }
+    inside.exit();
+    if (epoch_target > 0 && samples >= epoch_target) request_stop(s);
+  }
+}
+
+}  // namespace
+
+RunResult HogwildRuntime::run(const Job& job, Recorder* recorder, Observer* observer) {
+  const Config& c = *job.config;
+  const int n = c.train.workers;
+  HSGD_ASSERT(job.train && job.test && job.make_model, "incomplete job");
+  if (job.train->size() < n) {
+    throw InputError("train.workers = " + std::to_string(n) + ": the training set has only " +
+                     std::to_string(job.train->size()) + " samples");
+  }
+  Observer quiet;
+  if (!observer) observer = &quiet;
+  const auto wall0 = SteadyClock::now();
+  Shared s;
+  s.params = job.initial_params;
+  DelayModel delays(c.stragglers, n, c.train.seed);
+  const Dataset test = head(*job.test, c.train.eval_samples);
+  std::unique_ptr<Model> eval_model = job.make_model();
+  std::vector<float> eval_params(s.params.size()), eval_grads(s.params.size());
+  eval_model->bind(eval_params, eval_grads);
+
+  double paused = 0;
+  SteadyClock::time_point start = SteadyClock::now();
+  auto train_seconds = [&] { return since(start) - paused; };
+  // Evaluates with the workers paused (they are between steps).
+  auto evaluate = [&](double time_s) {
+    const auto p0 = SteadyClock::now();
+    for (size_t i = 0; i < s.params.size(); ++i) eval_params[i] = load(s.params[i]);
+    MetricsRow r;
+    {
+      std::lock_guard lk(s.mu);
+      r.train_loss = s.loss_count ? s.loss_sum / static_cast<double>(s.loss_count) : std::nan("");
+      s.loss_sum = 0;
+      s.loss_count = 0;
+    }
+    const EvalResult e = eval_model->evaluate(test);
+    r.time_s = time_s;
+    r.updates = s.steps.load();
+    r.samples = s.samples.load();
+    r.epoch = static_cast<double>(r.samples) / static_cast<double>(job.train->size());
+    r.k = 1;
+    r.test_loss = e.loss;
+    r.test_acc = e.accuracy;
+    r.live_workers = n;
+    r.policy = "hogwild";
+    r.seed = c.train.seed;
+    recorder->write(r);
+    observer->on_row(r);
+    paused += since(p0);
+    return r;
+  };
+
+  s.gate.pause();
+  const MetricsRow first = evaluate(0.0);
+  start = SteadyClock::now();
+  paused = 0;
+  s.gate.resume();
+
+  const int64_t epoch_target =
+      c.train.epochs > 0
+          ? static_cast<int64_t>(std::ceil(c.train.epochs * static_cast<double>(job.train->size())))
+          : 0;
+  std::vector<std::thread> threads;
+  struct Joiner {
+    Shared& s;
+    std::vector<std::thread>& threads;
+    ~Joiner() {
+      request_stop(s);
+      s.gate.close();
+      for (std::thread& t : threads) {
+        if (t.joinable()) t.join();
+      }
+    }
+  } joiner{s, threads};
+  for (int w = 0; w < n; ++w) {
+    threads.emplace_back([&, w] {
+      try {
+        worker_loop(w, job, s, delays, epoch_target);
+      } catch (...) {
+        {
+          std::lock_guard lk(s.mu);
+          if (!s.error) s.error = std::current_exception();
+        }
+        request_stop(s);
+      }
+    });
+  }
+  const double budget = c.train.budget > 0 ? c.train.budget : 1e300;
+  double next_eval = c.train.eval_every;
+  double last_acc = first.test_acc;
+  for (;;) {
+    const double now = train_seconds();
+    const double wake = std::min({next_eval, budget, now + 0.5});
+    {
+      std::unique_lock lk(s.mu);
+      s.cv.wait_for(lk, std::chrono::duration<double>(std::max(0.0, wake - now)),
+                    [&] { return s.stop; });
+      if (s.stop) break;
+    }
+    const double t = train_seconds();
+    if (t >= budget) break;
+    if (t >= next_eval) {
+      s.gate.pause();
+      last_acc = evaluate(train_seconds()).test_acc;
+      s.gate.resume();
+      while (next_eval <= t) next_eval += c.train.eval_every;
+    }
+    Status st;
+    st.time_s = train_seconds();
+    st.updates = s.steps.load();
+    st.samples = s.samples.load();
+    st.k = 1;
+    st.test_acc = last_acc;
+    st.train_loss = std::nan("");
+    observer->on_status(st);
+  }
+  const double train_s = train_seconds();
+  request_stop(s);
+  s.gate.close();
+  for (std::thread& t : threads) t.join();
+  threads.clear();
+  if (s.error) std::rethrow_exception(s.error);
+
+  RunResult result;
+  result.last = evaluate(train_s);
+  result.params.assign(eval_params.begin(), eval_params.end());
+  result.train_s = train_s;
+  result.real_train_s = train_s;
+  result.gradients = s.steps.load();
+  result.wall_s = since(wall0);
+  return result;
+}
+
+}  // namespace hsgd
