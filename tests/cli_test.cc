@@ -225,13 +225,14 @@ TEST(Cli, SoftmaxOnCsvMatchesASingleProcessLibTorchLoop) {
 TEST(Cli, CompareRunsEveryPolicyAndRoundAndWritesTheTable) {
   const std::string out = tmp("compare");
   fs::remove_all(out);
-  Outcome o = run("compare --policies sync,async,hybrid --rounds 2 --out " + out +
-                  " --set data.spec=synthetic --set model.name=softmax --set train.workers=2 "
-                  "--set train.budget=0.4 --set train.eval_every=0.1 --set optim.lr=0.1");
+  Outcome o =
+      run("compare --policies sync,async,hybrid+policy.schedule=linear --rounds 2 --out " + out +
+          " --set data.spec=synthetic --set model.name=softmax --set train.workers=2 "
+          "--set train.budget=0.4 --set train.eval_every=0.1 --set optim.lr=0.1");
   ASSERT_EQ(o.code, 0) << o.err;
   EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 3 * 2 + 1) << o.err;
   for (const char* f : {"compare.md", "compare.json", "compare.png", "sync/round-1/metrics.csv",
-                        "hybrid/round-0/summary.json"}) {
+                        "hybrid+policy.schedule-linear/round-0/summary.json"}) {
     EXPECT_TRUE(fs::exists(fs::path(out) / f)) << f;
   }
   std::ifstream md(out + "/compare.md");
@@ -239,10 +240,13 @@ TEST(Cli, CompareRunsEveryPolicyAndRoundAndWritesTheTable) {
   EXPECT_EQ(table.rfind("Compare: config (defaults), 2 rounds, baseline async, runtime threads", 0),
             0u)
       << table;
-  for (const char* p : {"| sync |", "| async (baseline) |", "| hybrid |"}) {
+  for (const char* p : {"| sync |", "| async (baseline) |", "| hybrid+policy.schedule=linear |"}) {
     EXPECT_NE(table.find(p), std::string::npos) << p << " in " << table;
   }
-  EXPECT_NE(o.out.find("| hybrid |"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("| hybrid+policy.schedule=linear |"), std::string::npos) << o.out;
+  std::ifstream cfg(out + "/hybrid+policy.schedule-linear/round-0/config.toml");
+  const std::string resolved((std::istreambuf_iterator<char>(cfg)), {});
+  EXPECT_NE(resolved.find("schedule = 'linear'"), std::string::npos) << resolved;
   // Round r of every policy starts from seed 1 + r.
   EXPECT_EQ(summary(out + "/sync/round-1")["seed"], 2);
 }
@@ -257,6 +261,8 @@ TEST(Cli, CompareRejectsBadArgumentsBeforeAnyRun) {
            {"--policies sync,async,sync", "'sync' is listed twice"},
            {"--policies sync,async --rounds 0", "--rounds = 0"},
            {"--policies sync,async,fastest", "fastest"},
+           {"--policies async,async+staleness", "expected NAME+section.key=value"},
+           {"--policies async,async+staleness.bogus=1", "unknown key 'staleness.bogus'"},
        }) {
     Outcome o = run("compare " + args + " --out " + out + syn);
     EXPECT_EQ(o.code, 2) << args << ": " << o.err;

@@ -28,12 +28,34 @@ std::string toml_string(const std::string& s) {
   return out + "\"";
 }
 
-// "kasync:12" -> "kasync-12".
+// "kasync:12" -> "kasync-12"; "async+staleness.scaled_lr=true" ->
+// "async+staleness.scaled_lr-true".
 std::string policy_dir(std::string p) {
   for (char& c : p) {
-    if (c == ':') c = '-';
+    if (c == ':' || c == '=' || c == '/') c = '-';
   }
   return p;
+}
+
+// A --policies entry: a policy name, optionally followed by settings of its
+// own, "NAME+section.key=value+...", e.g. "hybrid+policy.schedule=adaptive".
+std::vector<Override> entry_overrides(const std::string& entry) {
+  std::vector<Override> o;
+  size_t plus = entry.find('+');
+  o.push_back({"policy.name", toml_string(entry.substr(0, plus))});
+  while (plus != std::string::npos) {
+    const size_t next = entry.find('+', plus + 1);
+    const std::string kv =
+        entry.substr(plus + 1, next == std::string::npos ? next : next - plus - 1);
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw InputError("--policies '" + entry + "': expected NAME+section.key=value, got '" + kv +
+                       "'");
+    }
+    o.push_back({kv.substr(0, eq), kv.substr(eq + 1)});
+    plus = next;
+  }
+  return o;
 }
 
 std::string run_dir(const CompareArgs& a, const std::string& policy, int round) {
@@ -44,7 +66,7 @@ std::string run_dir(const CompareArgs& a, const std::string& policy, int round) 
 std::vector<Override> run_overrides(const CompareArgs& a, const std::string& policy, uint64_t seed,
                                     int round) {
   std::vector<Override> o = a.overrides;
-  o.push_back({"policy.name", toml_string(policy)});
+  for (Override& e : entry_overrides(policy)) o.push_back(std::move(e));
   o.push_back({"train.seed", std::to_string(seed)});
   o.push_back({"train.out", toml_string(run_dir(a, policy, round))});
   return o;
