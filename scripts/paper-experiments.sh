@@ -34,5 +34,7 @@ for b in 16 64; do run synthetic-batch$b $SYN sync,async,hybrid "$ROUNDS" --set 
 for s in 100 1000; do run synthetic-step$s $SYN sync,async,hybrid "$ROUNDS" --set policy.step=$s; done
 # Table 5: delay sigma (0.25 above).
 for g in 0.1 0.5; do run synthetic-sigma$g $SYN sync,async,hybrid "$ROUNDS" --set stragglers.sigma=$g; done
+# The related methods (issue #4) on the headline synthetic setup.
+run related-methods $SYN "sync,async,hybrid,hybrid+policy.schedule=adaptive,kasync:12,ssp:3,async+staleness.scaled_lr=true,async+staleness.dc_asgd=true,async+staleness.gap_aware=true,local:4" "$ROUNDS"
 # Fashion-MNIST with LeNet-5, standing in for MNIST and CIFAR-10.
 run fashion-mnist-lenet5 examples/paper/fashion-mnist-lenet5.toml sync,async,hybrid 3
