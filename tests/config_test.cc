@@ -146,6 +146,7 @@ TEST(Config, BadInputNamesTheKeyAndWhatWasExpected) {
   expect_error({{"data.test_fraction", "1"}}, "data.test_fraction");
   expect_error({{"train.budget", "0"}}, "both 0");
   expect_error({{"staleness.tau_max", "-2"}}, "staleness.tau_max = -2: expected an integer >= 0");
+  expect_error({{"staleness.tau_max", "-1"}}, "staleness.tau_max = -1: expected an integer >= 0");
   expect_error({{"staleness.tau_max", "2.5"}}, "staleness.tau_max = 2.5: expected an integer");
   expect_error({{"staleness.dc_lambda", "-0.1"}}, "staleness.dc_lambda = -0.1: expected >= 0");
   expect_error({{"staleness.scaled_lr", "yes"}}, "staleness.scaled_lr = 'yes': expected true");

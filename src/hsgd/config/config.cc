@@ -197,7 +197,17 @@ const std::map<std::string, std::map<std::string, Field>>& fields() {
     HSGD_BOOL("optim", "scale_lr", optim.scale_lr);
     HSGD_INT("optim", "base_batch", optim.base_batch);
     HSGD_BOOL("staleness", "scaled_lr", staleness.scaled_lr);
-    HSGD_INT("staleness", "tau_max", staleness.tau_max);
+    // The filter is off while the key is absent (tau_max = -1 inside); a
+    // written value must be >= 0, and an off filter is not written.
+    r["staleness"]["tau_max"] =
+        Field{[](Config& c, const Where& w, const toml::node& n) {
+                const int64_t v = as_int(w, n);
+                if (v < 0) bad(w, n, "an integer >= 0 (leave the key out to keep the filter off)");
+                c.staleness.tau_max = v;
+              },
+              [](const Config& c, toml::table& t) {
+                if (c.staleness.tau_max >= 0) t.insert_or_assign("tau_max", c.staleness.tau_max);
+              }};
     HSGD_BOOL("staleness", "dc_asgd", staleness.dc_asgd);
     HSGD_DBL("staleness", "dc_lambda", staleness.dc_lambda);
     HSGD_BOOL("staleness", "gap_aware", staleness.gap_aware);
