@@ -9,46 +9,25 @@
 
 #include "hsgd/core/error.h"
 #include "hsgd/model/linear_model.h"
+#include "linear_job.h"
 
 namespace hsgd {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Hog {
-  Config config;
-  Dataset train, test;
+struct Hog : testing::LinearJob {
   std::string dir;
 
-  explicit Hog(const std::string& name, std::vector<Override> o = {}) {
-    o.insert(o.begin(), {{"data.spec", "synthetic"},
-                         {"model.name", "linear-test"},
-                         {"policy.name", "hogwild"},
-                         {"train.workers", "2"},
-                         {"train.batch", "16"},
-                         {"train.epochs", "3"},
-                         {"train.eval_every", "100"},
-                         {"optim.lr", "0.1"}});
-    config = load_config("", o);
-    SyntheticOptions so = config.data.synthetic;
-    so.samples = 2000;
-    split_train_test(make_synthetic(so), 0.2, 1, &train, &test);
-    dir = (fs::path(::testing::TempDir()) / ("hogwild_" + name)).string();
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-
-  Job job() const {
-    Job j;
-    j.config = &config;
-    j.train = &train;
-    j.test = &test;
-    const int64_t f = train.sample_size();
-    const int k = train.num_classes;
-    j.make_model = [f, k] { return make_linear_model(f, k); };
-    j.initial_params = initial_params(j.make_model, config.train.seed);
-    return j;
-  }
+  explicit Hog(const std::string& name, const std::vector<Override>& o = {})
+      : LinearJob({{"policy.name", "hogwild"},
+                   {"train.workers", "2"},
+                   {"train.batch", "16"},
+                   {"train.epochs", "3"},
+                   {"train.eval_every", "100"},
+                   {"optim.lr", "0.1"}},
+                  o),
+        dir(testing::fresh_dir("hogwild_" + name)) {}
 
   RunResult run() {
     Recorder rec(dir);

@@ -13,6 +13,7 @@
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/row.h"
 #include "hsgd/server/server.h"
+#include "linear_job.h"
 
 namespace hsgd {
 namespace {
@@ -26,41 +27,20 @@ std::string slurp(const std::string& path) {
   return ss.str();
 }
 
-struct Sim {
-  Config config;
-  Dataset train, test;
-
-  explicit Sim(std::vector<Override> o, int64_t samples = 2000) {
-    o.insert(o.begin(), {{"data.spec", "synthetic"},
-                         {"model.name", "linear-test"},
-                         {"train.runtime", "sim"},
-                         {"train.workers", "4"},
-                         {"train.batch", "16"},
-                         {"train.budget", "2"},
-                         {"train.eval_every", "0.25"},
-                         {"optim.lr", "0.1"},
-                         {"policy.step", "20"},
-                         {"sim.compute_time", "0.01"},
-                         {"sim.server_ns_per_param", "100"},
-                         {"sim.latency", "0.0005"},
-                         {"sim.bandwidth", "1e8"}});
-    config = load_config("", o);
-    SyntheticOptions so = config.data.synthetic;
-    so.samples = samples;
-    split_train_test(make_synthetic(so), 0.2, 1, &train, &test);
-  }
-
-  Job job() const {
-    Job j;
-    j.config = &config;
-    j.train = &train;
-    j.test = &test;
-    const int64_t f = train.sample_size();
-    const int k = train.num_classes;
-    j.make_model = [f, k] { return make_linear_model(f, k); };
-    j.initial_params = initial_params(j.make_model, config.train.seed);
-    return j;
-  }
+struct Sim : testing::LinearJob {
+  explicit Sim(const std::vector<Override>& o, int64_t samples = 2000)
+      : LinearJob({{"train.runtime", "sim"},
+                   {"train.workers", "4"},
+                   {"train.batch", "16"},
+                   {"train.budget", "2"},
+                   {"train.eval_every", "0.25"},
+                   {"optim.lr", "0.1"},
+                   {"policy.step", "20"},
+                   {"sim.compute_time", "0.01"},
+                   {"sim.server_ns_per_param", "100"},
+                   {"sim.latency", "0.0005"},
+                   {"sim.bandwidth", "1e8"}},
+                  o, samples) {}
 
   // Runs into a fresh directory; returns the result, the CSV text in *csv.
   RunResult run(const std::string& name, std::string* csv = nullptr) {

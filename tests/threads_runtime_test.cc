@@ -10,46 +10,25 @@
 
 #include "hsgd/core/error.h"
 #include "hsgd/model/linear_model.h"
+#include "linear_job.h"
 
 namespace hsgd {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Fixture {
-  Config config;
-  Dataset train, test;
+struct Fixture : testing::LinearJob {
   std::string dir;
 
-  explicit Fixture(const std::string& name, std::vector<Override> o = {}) {
-    o.insert(o.begin(), {{"data.spec", "synthetic"},
-                         {"model.name", "linear-test"},
-                         {"train.workers", "2"},
-                         {"train.batch", "16"},
-                         {"train.epochs", "3"},
-                         {"train.eval_every", "100"},
-                         {"optim.lr", "0.1"},
-                         {"policy.step", "5"}});
-    config = load_config("", o);
-    SyntheticOptions so = config.data.synthetic;
-    so.samples = 2000;
-    split_train_test(make_synthetic(so), 0.2, 1, &train, &test);
-    dir = (fs::path(::testing::TempDir()) / name).string();
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-
-  Job job() const {
-    Job j;
-    j.config = &config;
-    j.train = &train;
-    j.test = &test;
-    const int64_t f = train.sample_size();
-    const int k = train.num_classes;
-    j.make_model = [f, k] { return make_linear_model(f, k); };
-    j.initial_params = initial_params(j.make_model, config.train.seed);
-    return j;
-  }
+  explicit Fixture(const std::string& name, const std::vector<Override>& o = {})
+      : LinearJob({{"train.workers", "2"},
+                   {"train.batch", "16"},
+                   {"train.epochs", "3"},
+                   {"train.eval_every", "100"},
+                   {"optim.lr", "0.1"},
+                   {"policy.step", "5"}},
+                  o),
+        dir(testing::fresh_dir(name)) {}
 
   RunResult run() {
     Recorder rec(dir);
