@@ -58,6 +58,17 @@ void request_stop(Shared& s) {
   s.cv.notify_all();
 }
 
+// Blocks worker `id` (outside the gate) until the server releases it, and
+// counts the wait as idle time. Returns false if the run stopped instead.
+bool wait_until_released(Shared& s, int id) {
+  const auto w0 = SteadyClock::now();
+  std::unique_lock lk(s.mu);
+  s.cv.wait(lk, [&] { return s.released[static_cast<size_t>(id)] || s.stop; });
+  s.released[static_cast<size_t>(id)] = 0;
+  s.idle_s[static_cast<size_t>(id)] += seconds_between(w0, SteadyClock::now());
+  return !s.stop;
+}
+
 struct WorkerArgs {
   int id;
   const Job* job;
@@ -103,12 +114,7 @@ void worker_loop(const WorkerArgs& a) {
       // again. (A worker waits either after its pull or after its push,
       // never both, so one `released` flag serves both waits.)
       inside.exit();
-      const auto w0 = SteadyClock::now();
-      std::unique_lock lk(s.mu);
-      s.cv.wait(lk, [&] { return s.released[static_cast<size_t>(a.id)] || s.stop; });
-      s.released[static_cast<size_t>(a.id)] = 0;
-      s.idle_s[static_cast<size_t>(a.id)] += seconds_between(w0, SteadyClock::now());
-      if (s.stop) break;
+      if (!wait_until_released(s, a.id)) break;
       continue;
     }
     int64_t pushed = 0;  // samples behind this push
@@ -139,14 +145,7 @@ void worker_loop(const WorkerArgs& a) {
       wait = d.caller_waits;
     }
     inside.exit();
-    if (wait) {
-      const auto w0 = SteadyClock::now();
-      std::unique_lock lk(s.mu);
-      s.cv.wait(lk, [&] { return s.released[static_cast<size_t>(a.id)] || s.stop; });
-      s.released[static_cast<size_t>(a.id)] = 0;
-      s.idle_s[static_cast<size_t>(a.id)] += seconds_between(w0, SteadyClock::now());
-      if (s.stop) break;
-    }
+    if (wait && !wait_until_released(s, a.id)) break;
   }
 }
 
