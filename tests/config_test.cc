@@ -135,8 +135,11 @@ TEST(Config, BadInputNamesTheKeyAndWhatWasExpected) {
   expect_error({{"stragglers.fraction", "1.5"}}, "stragglers.fraction");
   expect_error({{"stragglers.sigma", "-1"}}, "stragglers.sigma");
   expect_error({{"train.eval_every", "0"}}, "train.eval_every");
-  expect_error({{"train.runtime", "mpi"}}, "not built yet");
-  expect_error({{"train.runtime", "gpu"}}, "expected threads or sim");
+  expect_error({{"train.runtime", "gpu"}}, "expected threads, sim or mpi");
+  expect_error({{"train.runtime", "mpi"}, {"train.servers", "0"}}, "train.servers = 0: expected >= 1");
+  expect_error({{"train.servers", "2"}}, "only the mpi runtime has server ranks");
+  expect_error({{"mpi.timeout", "0"}}, "mpi.timeout = 0: expected seconds > 0");
+  expect_error({{"mpi.tmeout", "1"}}, "mpi.tmeout");
   expect_error({{"sim.bandwidth", "0"}}, "sim.bandwidth = 0");
   expect_error({{"sim.latency", "-1"}}, "sim.latency");
   expect_error({{"sim.compute_time", "-0.1"}}, "sim.compute_time");

@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
       {"--eval-every", "train.eval_every", "seconds between evaluations (5)", {}},
       {"--seed", "train.seed", "random seed (1)", {}},
       {"--out", "train.out", "output directory (runs/latest)", {}},
-      {"--runtime", "train.runtime", "threads (sim and mpi: later)", {}},
+      {"--runtime", "train.runtime", "threads | sim | mpi (under mpirun)", {}},
+      {"--servers", "train.servers", "mpi: server ranks holding parameter shards (1)", {}},
   };
   for (Flag& f : flags) train->add_option(f.name, f.value, f.help);
   train->add_option("--set", sets, "override any config key: section.key=value (repeatable)");

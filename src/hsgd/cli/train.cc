@@ -2,14 +2,18 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <climits>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "hsgd/cli/commands.h"
 #include "hsgd/cli/progress.h"
 #include "hsgd/core/error.h"
 #include "hsgd/data/spec.h"
 #include "hsgd/metrics/plot.h"
+#include "hsgd/mpi/mpi_runtime.h"
+#include "hsgd/mpi/session.h"
 #include "hsgd/runtime/runtime.h"
 
 namespace hsgd::cli {
@@ -35,14 +39,24 @@ void prepare_out_dir(const std::string& dir) {
   }
 }
 
-}  // namespace
-
-int train(const TrainArgs& a) {
-  // 1. Everything that can be wrong with the input is checked before the
-  //    output directory is touched.
-  const Config c = load_config(a.config_path, a.overrides);
-  LoadedData loaded = load_data(c.data.spec, c.data.synthetic);
+// A loaded job: the config, the data and the model, everything checked.
+// Not movable (the Job points into it).
+struct Prepared {
+  Config c;
   Dataset train_set, test_set;
+  ModelSpec spec;
+  Job job;
+};
+
+// Everything that can be wrong with the input is checked here, before the
+// output directory is touched.
+std::unique_ptr<Prepared> prepare(const TrainArgs& a) {
+  auto p = std::make_unique<Prepared>();
+  p->c = load_config(a.config_path, a.overrides);
+  const Config& c = p->c;
+  LoadedData loaded = load_data(c.data.spec, c.data.synthetic);
+  Dataset& train_set = p->train_set;
+  Dataset& test_set = p->test_set;
   if (!c.data.test.empty()) {
     train_set = std::move(loaded.train);
     test_set = load_test_data(c.data.test, c.data.synthetic);
@@ -58,7 +72,7 @@ int train(const TrainArgs& a) {
     throw InputError(fmt::format("train.workers = {}: the training set {} has only {} samples",
                                  c.train.workers, train_set.name, train_set.size()));
   }
-  ModelSpec spec;
+  ModelSpec& spec = p->spec;
   if (c.data.normalize) {
     feature_moments(train_set, &spec.input_mean, &spec.input_std);
     standardize(&train_set, spec.input_mean, spec.input_std);
@@ -68,37 +82,41 @@ int train(const TrainArgs& a) {
   spec.sample_shape = train_set.sample_shape;
   spec.num_classes = train_set.num_classes;
   spec.hidden = c.model.hidden;
-  Job job;
-  job.config = &c;
+  Job& job = p->job;
+  job.config = &p->c;
   job.train = &train_set;
   job.test = &test_set;
   job.make_model = [spec] { return make_model(spec); };
   job.initial_params = initial_params(job.make_model, c.train.seed);  // validates the shape
-  std::unique_ptr<Runtime> runtime = make_runtime(c);
+  return p;
+}
 
-  // 2. Run.
+void print_header(const Prepared& p) {
+  const Config& c = p.c;
+  std::fprintf(stderr,
+               "hsgd: %s on %s (%lld train / %lld test samples, %d classes), %lld params, "
+               "policy %s, %d workers x batch %d, lr %g, %s%s -> %s\n",
+               p.spec.name.c_str(), p.train_set.name.c_str(),
+               static_cast<long long>(p.train_set.size()),
+               static_cast<long long>(p.test_set.size()), p.train_set.num_classes,
+               static_cast<long long>(p.job.initial_params.size()),
+               make_policy(c.policy, c.train.workers, c.optim.lr)->name().c_str(),
+               c.train.workers, c.train.batch, c.optim.lr,
+               c.train.budget > 0 ? fmt::format("{}s", c.train.budget).c_str()
+                                  : fmt::format("{} epochs", c.train.epochs).c_str(),
+               c.train.runtime == "mpi"
+                   ? fmt::format(", mpi with {} server shard(s)", c.train.servers).c_str()
+                   : "",
+               c.train.out.c_str());
+}
+
+// Writes the outputs of a finished run, each complete or absent, and the
+// closing lines.
+void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r,
+                   Recorder& recorder) {
+  const Config& c = p.c;
   const std::string& out = c.train.out;
-  prepare_out_dir(out);
-  if (!a.quiet) {
-    std::fprintf(stderr,
-                 "hsgd: %s on %s (%lld train / %lld test samples, %d classes), %lld params, "
-                 "policy %s, %d workers x batch %d, lr %g, %s -> %s\n",
-                 spec.name.c_str(), train_set.name.c_str(),
-                 static_cast<long long>(train_set.size()), static_cast<long long>(test_set.size()),
-                 train_set.num_classes, static_cast<long long>(job.initial_params.size()),
-                 make_policy(c.policy, c.train.workers, c.optim.lr)->name().c_str(),
-                 c.train.workers, c.train.batch, c.optim.lr,
-                 c.train.budget > 0 ? fmt::format("{}s", c.train.budget).c_str()
-                                    : fmt::format("{} epochs", c.train.epochs).c_str(),
-                 out.c_str());
-  }
-  Recorder recorder(out);
-  Progress progress(stderr, isatty(STDERR_FILENO) != 0, c.train.budget, c.train.epochs);
-  Observer quiet;
-  RunResult r = runtime->run(job, &recorder, a.quiet ? &quiet : &progress);
-  progress.finish();
-
-  // 3. Outputs, each complete or absent.
+  const ModelSpec& spec = p.spec;
   save_model(out + "/model.bin", spec, r.params);
   // The config as run: with the values the runtime resolved (calibrations).
   std::vector<Override> as_run = a.overrides;
@@ -110,7 +128,7 @@ int train(const TrainArgs& a) {
                             {"seed", last.seed},
                             {"aggregation", to_string(c.policy.aggregation)},
                             {"model", spec.name},
-                            {"data", train_set.name},
+                            {"data", p.train_set.name},
                             {"workers", c.train.workers},
                             {"runtime", c.train.runtime},
                             {"train_s", r.train_s},
@@ -124,7 +142,9 @@ int train(const TrainArgs& a) {
                             {"test_acc", last.test_acc},
                             {"test_loss", last.test_loss},
                             {"final_k", last.k},
-                            {"staleness_histogram", r.staleness_histogram}};
+                            {"staleness_histogram", r.staleness_histogram},
+                            {"worker_pushes", r.worker_pushes}};
+  if (c.train.runtime == "mpi") summary["servers"] = c.train.servers;
   write_file_atomic(out + "/summary.json", summary.dump(2) + "\n");
   recorder.finish();
   std::string plot_note;
@@ -144,7 +164,82 @@ int train(const TrainArgs& a) {
                  static_cast<long long>(last.updates), last.epoch, sps, last.k, out.c_str(),
                  plot_note.c_str());
   }
+}
+
+int run_in_process(const TrainArgs& a, const Prepared& p) {
+  std::unique_ptr<Runtime> runtime = make_runtime(p.c);
+  prepare_out_dir(p.c.train.out);
+  if (!a.quiet) print_header(p);
+  Recorder recorder(p.c.train.out);
+  Progress progress(stderr, isatty(STDERR_FILENO) != 0, p.c.train.budget, p.c.train.epochs);
+  Observer quiet;
+  RunResult r = runtime->run(p.job, &recorder, a.quiet ? &quiet : &progress);
+  progress.finish();
+  write_outputs(a, p, r, recorder);
   return 0;
+}
+
+// Under mpirun: every rank loads the job; the ranks agree that nobody failed
+// before any rank starts; rank 0 alone prints and writes.
+int run_under_mpirun(const TrainArgs& args) {
+  mpi::Session session(nullptr, nullptr);
+  TrainArgs a = args;
+  std::unique_ptr<Prepared> p;
+  std::string error;
+  try {
+    const Config c0 = load_config(a.config_path, a.overrides);
+    if (c0.train.runtime == "mpi") {
+      MpiRuntime::check_launch(session.size(), c0.train.servers, INT64_MAX);
+      // The workers are the ranks after the servers.
+      a.overrides.push_back(
+          {"train.workers", std::to_string(session.size() - c0.train.servers)});
+    } else if (session.size() > 1) {
+      throw InputError(fmt::format(
+          "train.runtime = '{}': mpirun started {} ranks; pass --runtime mpi (or run hsgd "
+          "without mpirun)",
+          c0.train.runtime, session.size()));
+    }
+    p = prepare(a);
+    if (p->c.train.runtime == "mpi") {
+      MpiRuntime::check_launch(session.size(), p->c.train.servers,
+                               static_cast<int64_t>(p->job.initial_params.size()));
+    }
+    if (session.rank() == 0) prepare_out_dir(p->c.train.out);
+  } catch (const std::exception& e) {
+    error = e.what();
+    if (error.empty()) error = "setup failed";
+  }
+  if (!session.agree(error)) return 2;
+  if (p->c.train.runtime != "mpi") return run_in_process(a, *p);  // mpirun -np 1
+
+  const bool root = session.rank() == 0;
+  if (root && !a.quiet) print_header(*p);
+  std::optional<Recorder> recorder;
+  if (root) recorder.emplace(p->c.train.out);
+  Progress progress(stderr, isatty(STDERR_FILENO) != 0, p->c.train.budget, p->c.train.epochs);
+  Observer quiet;
+  RunResult r;
+  try {
+    r = MpiRuntime().run(p->job, recorder ? &*recorder : nullptr,
+                         root && !a.quiet ? static_cast<Observer*>(&progress) : &quiet);
+  } catch (const InputError& e) {
+    // Raised alike on every rank before any message of the run.
+    if (root) std::fprintf(stderr, "hsgd: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    session.abort(e.what(), 3);
+  }
+  if (!r.primary) return 0;
+  progress.finish();
+  write_outputs(a, *p, r, *recorder);
+  return 0;
+}
+
+}  // namespace
+
+int train(const TrainArgs& a) {
+  if (mpi::launched_by_mpirun()) return run_under_mpirun(a);
+  return run_in_process(a, *prepare(a));
 }
 
 }  // namespace hsgd::cli

@@ -154,6 +154,8 @@ const std::map<std::string, std::map<std::string, Field>>& fields() {
     HSGD_INT("train", "seed", train.seed);
     HSGD_STR("train", "runtime", train.runtime);
     HSGD_STR("train", "out", train.out);
+    HSGD_INT("train", "servers", train.servers);
+    HSGD_DBL("mpi", "timeout", mpi.timeout);
     HSGD_STR("policy", "name", policy_name);
     HSGD_INT("policy", "k", policy.k);
     HSGD_INT("policy", "s", policy.s);
@@ -361,12 +363,19 @@ void validate(const Config& c) {
   if (t.eval_samples < 0) {
     throw InputError("train.eval_samples = " + std::to_string(t.eval_samples) + ": expected >= 0");
   }
-  if (t.runtime != "threads" && t.runtime != "sim") {
-    if (t.runtime == "mpi") {
-      throw InputError(
-          "train.runtime = 'mpi': this runtime is not built yet; available: threads, sim");
-    }
-    throw InputError("train.runtime = '" + t.runtime + "': expected threads or sim");
+  if (t.runtime != "threads" && t.runtime != "sim" && t.runtime != "mpi") {
+    throw InputError("train.runtime = '" + t.runtime + "': expected threads, sim or mpi");
+  }
+  if (t.servers < 1) {
+    throw InputError("train.servers = " + std::to_string(t.servers) + ": expected >= 1");
+  }
+  if (t.servers != 1 && t.runtime != "mpi") {
+    throw InputError("train.servers = " + std::to_string(t.servers) +
+                     ": only the mpi runtime has server ranks; train.runtime = '" + t.runtime +
+                     "' runs one server");
+  }
+  if (!(c.mpi.timeout > 0) || !std::isfinite(c.mpi.timeout)) {
+    throw InputError("mpi.timeout = " + num(c.mpi.timeout) + ": expected seconds > 0");
   }
   if (t.out.empty()) throw InputError("train.out: expected a directory name");
   if (!(c.data.test_fraction > 0 && c.data.test_fraction < 1)) {

@@ -38,8 +38,19 @@ struct TrainConfig {
   double eval_every = 5;     // seconds between evaluations
   int64_t eval_samples = 0;  // evaluate on at most this many test samples; 0 = all
   uint64_t seed = 1;
-  std::string runtime = "threads";
+  std::string runtime = "threads";  // threads | sim | mpi
   std::string out = "runs/latest";
+  // mpi: the first `servers` ranks hold contiguous shards of the parameters;
+  // the other ranks are the workers (train.workers is set to ranks - servers).
+  int servers = 1;
+};
+
+// The MPI runtime (runtime = "mpi").
+struct MpiConfig {
+  // Seconds any one wait for a message may last before the run stops with an
+  // error naming the rank and the operation. Must exceed the longest
+  // legitimate wait: a gradient plus straggler delay, an evaluation.
+  double timeout = 120;
 };
 
 struct StragglerConfig {
@@ -82,6 +93,7 @@ struct Config {
   MitigationOptions staleness;  // [staleness]
   StragglerConfig stragglers;
   SimConfig sim;
+  MpiConfig mpi;
 };
 
 // One override: "section.key" and its value as text (parsed as a TOML value;

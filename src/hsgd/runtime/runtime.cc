@@ -18,7 +18,12 @@ std::vector<float> initial_params(const ModelFactory& make_model, uint64_t seed)
 std::unique_ptr<Runtime> make_runtime(const std::string& name) {
   if (name == "threads") return std::make_unique<ThreadsRuntime>();
   if (name == "sim") return std::make_unique<SimRuntime>();
-  throw InputError("train.runtime = '" + name + "': expected threads or sim");
+  if (name == "mpi") {
+    throw InputError(
+        "train.runtime = 'mpi': launch with mpirun, e.g. mpirun -np 4 hsgd train --runtime mpi "
+        "--servers 1 ... (README: Many machines)");
+  }
+  throw InputError("train.runtime = '" + name + "': expected threads, sim or mpi");
 }
 
 std::unique_ptr<Runtime> make_runtime(const Config& c) {

@@ -64,6 +64,11 @@ struct RunResult {
   // Config values the runtime resolved itself (the simulator's calibrated
   // costs), as overrides: applying them to the config reproduces the run.
   std::vector<std::pair<std::string, std::string>> resolved;
+  // Pushes made by each worker (its SSP clock), dropped ones included.
+  std::vector<int64_t> worker_pushes;
+  // False on the MPI ranks other than 0: they hold no results (every other
+  // field is left empty) and write nothing.
+  bool primary = true;
 };
 
 class Runtime {
@@ -75,7 +80,8 @@ class Runtime {
   virtual RunResult run(const Job& job, Recorder* recorder, Observer* observer) = 0;
 };
 
-// "threads" or "sim". Throws InputError for an unknown or unavailable runtime.
+// "threads" or "sim". Throws InputError for an unknown or unavailable runtime
+// ("mpi" is built by the CLI: mpi/mpi_runtime.h, which needs an MPI session).
 std::unique_ptr<Runtime> make_runtime(const std::string& name);
 // The runtime a config asks for: train.runtime, or the lock-free hogwild
 // runtime for policy hogwild on threads.

@@ -336,6 +336,7 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   result.real_train_s = train_s;
   result.gradients = server.pushes();
   result.staleness_histogram = server.staleness_histogram();
+  for (int w = 0; w < n; ++w) result.worker_pushes.push_back(server.clock(w));
   return result;
 }
 

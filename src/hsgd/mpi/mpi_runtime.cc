@@ -1,0 +1,732 @@
+#include "hsgd/mpi/mpi_runtime.h"
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <optional>
+#include <thread>
+
+#include "hsgd/core/error.h"
+#include "hsgd/mpi/transport.h"
+#include "hsgd/runtime/delay.h"
+#include "hsgd/runtime/local_steps.h"
+#include "hsgd/runtime/row.h"
+#include "hsgd/server/server.h"
+
+namespace hsgd {
+namespace {
+
+using namespace hsgd::mpi;
+using SteadyClock = std::chrono::steady_clock;
+
+double since(SteadyClock::time_point t) {
+  return std::chrono::duration<double>(SteadyClock::now() - t).count();
+}
+
+MPI_Comm comm() { return MPI_COMM_WORLD; }
+
+int as_count(size_t n) { return static_cast<int>(n); }
+
+// Where this rank stands.
+struct Layout {
+  int rank = 0;
+  int ranks = 1;
+  int servers = 1;
+  int workers = 1;
+  double timeout = 120;
+  size_t num_params = 0;
+  std::vector<Shard> shards;
+
+  int worker_rank(int w) const { return servers + w; }
+};
+
+// One server shard: its slice of the parameters, its replica of the server
+// state machine, its gradient buffers (one per worker) and its parameter
+// sends. Used by rank 0 and by every other server rank.
+class ShardServer {
+ public:
+  ShardServer(const Job& job, const Layout& l, int shard, const std::vector<float>& initial)
+      : l_(l), shard_(shard), range_(l.shards[static_cast<size_t>(shard)]) {
+    const Config& c = *job.config;
+    params_.assign(initial.begin() + static_cast<ptrdiff_t>(range_.begin),
+                   initial.begin() + static_cast<ptrdiff_t>(range_.begin + range_.size));
+    server_.emplace(params_, server_options(job), make_policy(c.policy, l.workers, c.optim.lr),
+                    make_optimizer(server_optimizer(c), params_.size()));
+    const auto nw = static_cast<size_t>(l.workers);
+    grads_.assign(nw, std::vector<float>(range_.size));
+    grad_recv_.assign(nw, MPI_REQUEST_NULL);
+    param_send_.assign(nw, MPI_REQUEST_NULL);
+    for (int w = 0; w < l.workers; ++w) {
+      const auto i = static_cast<size_t>(w);
+      check(MPI_Recv_init(grads_[i].data(), as_count(range_.size), MPI_FLOAT, l.worker_rank(w),
+                          kTagGradient, comm(), &grad_recv_[i]),
+            "MPI_Recv_init");
+      check(MPI_Start(&grad_recv_[i]), "MPI_Start");
+      check(MPI_Send_init(params_.data(), as_count(range_.size), MPI_FLOAT, l.worker_rank(w),
+                          kTagParams, comm(), &param_send_[i]),
+            "MPI_Send_init");
+    }
+    if (shard != 0) {
+      check(MPI_Send_init(params_.data(), as_count(range_.size), MPI_FLOAT, 0, kTagGather, comm(),
+                          &gather_send_),
+            "MPI_Send_init");
+    }
+  }
+  ~ShardServer() {
+    for (MPI_Request& r : grad_recv_) cancel_and_free(&r);
+    for (MPI_Request& r : param_send_) cancel_and_free(&r);
+    cancel_and_free(&gather_send_);
+  }
+  ShardServer(const ShardServer&) = delete;
+  ShardServer& operator=(const ShardServer&) = delete;
+
+  Server& server() { return *server_; }
+  std::span<const float> params() const { return params_; }
+
+  // Worker w's push, once its gradient slice is in; restarts the receive for
+  // its next one.
+  Decision push(int w, uint64_t version, int64_t batch, double loss, double seconds) {
+    take_gradient(w);
+    settle();  // parameter sends in flight read the buffer the update writes
+    Decision d = server_->on_push(w, version, grads_[static_cast<size_t>(w)], batch, loss, seconds);
+    check(MPI_Start(&grad_recv_[static_cast<size_t>(w)]), "MPI_Start");
+    return d;
+  }
+  // Worker w's push after the budget: received and dropped. Worker w sends
+  // no more.
+  void discard(int w) { take_gradient(w); }
+
+  // Sends this shard's parameters to worker w (its previous send is long
+  // done: w received it before computing the push that led here).
+  void send_params(int w) {
+    MPI_Request* r = &param_send_[static_cast<size_t>(w)];
+    wait_one(r, l_.timeout, [&] {
+      return fmt::format("sending shard {}'s parameters to {}", shard_,
+                         worker_name(w, l_.servers));
+    });
+    check(MPI_Start(r), "MPI_Start");
+  }
+  // Sends this shard's parameters to rank 0 for evaluation.
+  void send_gather() {
+    wait_one(&gather_send_, l_.timeout,
+             [&] { return fmt::format("sending shard {}'s parameters to rank 0", shard_); });
+    check(MPI_Start(&gather_send_), "MPI_Start");
+  }
+  // Waits for every parameter send in flight.
+  void settle() {
+    wait_all(param_send_, l_.timeout, [&] {
+      return fmt::format("for a worker to receive shard {}'s parameters", shard_);
+    });
+    wait_one(&gather_send_, l_.timeout, [&] {
+      return fmt::format("for rank 0 to receive shard {}'s parameters", shard_);
+    });
+  }
+
+ private:
+  void take_gradient(int w) {
+    wait_one(&grad_recv_[static_cast<size_t>(w)], l_.timeout, [&] {
+      return fmt::format("waiting for the gradient of {} on server shard {}",
+                         worker_name(w, l_.servers), shard_);
+    });
+  }
+
+  const Layout& l_;
+  int shard_;
+  Shard range_;
+  std::vector<float> params_;
+  std::optional<Server> server_;
+  std::vector<std::vector<float>> grads_;
+  std::vector<MPI_Request> grad_recv_, param_send_;
+  MPI_Request gather_send_ = MPI_REQUEST_NULL;
+};
+
+// A server rank other than 0: replays rank 0's events on its shard.
+void run_replica(const Job& job, const Layout& l, const std::vector<float>& initial) {
+  ShardServer shard(job, l, l.rank, initial);
+  Event ev;
+  MPI_Request recv = MPI_REQUEST_NULL;
+  check(MPI_Recv_init(&ev, sizeof(Event), MPI_BYTE, 0, kTagEvent, comm(), &recv), "MPI_Recv_init");
+  struct Free {
+    MPI_Request* r;
+    ~Free() { cancel_and_free(r); }
+  } free_recv{&recv};
+  for (;;) {
+    check(MPI_Start(&recv), "MPI_Start");
+    wait_one(&recv, l.timeout, [&] {
+      return fmt::format("on server shard {} waiting for the next event from rank 0", l.rank);
+    });
+    const Event e = ev;
+    const auto diverged = [&](uint64_t version) {
+      throw MpiError(fmt::format(
+          "server shard {} diverged from shard 0: event {} of worker {} left version {}, shard 0 "
+          "reported {}",
+          l.rank, e.type, e.worker, version, e.version));
+    };
+    switch (e.type) {
+      case Event::kPull: {
+        const Decision d = shard.server().on_pull(e.worker);
+        if (d.version != e.version || d.caller_waits != (e.waits != 0)) diverged(d.version);
+        if (!d.caller_waits) shard.send_params(e.worker);
+        break;
+      }
+      case Event::kPush: {
+        const Decision d = shard.push(e.worker, e.push_version, e.batch, e.loss, e.seconds);
+        if (d.version != e.version) diverged(d.version);
+        break;
+      }
+      case Event::kDiscard:
+        shard.discard(e.worker);
+        break;
+      case Event::kEval:
+        shard.send_gather();
+        break;
+      case Event::kStop:
+        shard.settle();
+        return;
+      default:
+        throw MpiError(fmt::format("server shard {} received an unknown event type {}", l.rank,
+                                   e.type));
+    }
+  }
+}
+
+// A worker rank: the threads runtime's worker loop over messages.
+void run_worker(const Job& job, const Layout& l) {
+  const Config& c = *job.config;
+  const int id = l.rank - l.servers;
+  ShardSampler sampler(*job.train, id, l.workers, c.train.seed);
+  std::unique_ptr<Model> model = job.make_model();
+  std::vector<float> params(l.num_params), grads(l.num_params);
+  model->bind(params, grads);
+  const int local_h = make_policy(c.policy, l.workers, c.optim.lr)->local_steps();
+  std::optional<LocalWorker> local;
+  if (local_h > 0) local.emplace(make_local_worker(c, l.num_params));
+  DelayModel delays(c.stragglers, l.workers, c.train.seed);
+
+  // Persistent requests: [0] the request to rank 0, [1] its reply, then
+  // per shard the gradient send and the parameter receive.
+  Request request;
+  Reply reply;
+  const auto S = static_cast<size_t>(l.servers);
+  std::vector<MPI_Request> control(2, MPI_REQUEST_NULL), grad_send(S, MPI_REQUEST_NULL),
+      param_recv(S, MPI_REQUEST_NULL);
+  struct Free {
+    std::vector<MPI_Request>* lists[3];
+    ~Free() {
+      for (auto* v : lists) {
+        for (MPI_Request& r : *v) cancel_and_free(&r);
+      }
+    }
+  } free_all{{&control, &grad_send, &param_recv}};
+  check(MPI_Send_init(&request, sizeof(Request), MPI_BYTE, 0, kTagRequest, comm(), &control[0]),
+        "MPI_Send_init");
+  check(MPI_Recv_init(&reply, sizeof(Reply), MPI_BYTE, 0, kTagReply, comm(), &control[1]),
+        "MPI_Recv_init");
+  for (size_t s = 0; s < S; ++s) {
+    const Shard& sh = l.shards[s];
+    check(MPI_Send_init(grads.data() + sh.begin, as_count(sh.size), MPI_FLOAT, static_cast<int>(s),
+                        kTagGradient, comm(), &grad_send[s]),
+          "MPI_Send_init");
+    check(MPI_Recv_init(params.data() + sh.begin, as_count(sh.size), MPI_FLOAT,
+                        static_cast<int>(s), kTagParams, comm(), &param_recv[s]),
+          "MPI_Recv_init");
+  }
+  const std::string me = worker_name(id, l.servers);
+
+  // Sends the request (after the gradient slices, for a push) with the
+  // parameter receives already posted, and waits for the reply. Returns the
+  // version of the parameters now in `params`, or nothing at stop.
+  const auto exchange = [&](bool push) -> std::optional<uint64_t> {
+    check(MPI_Startall(as_count(S), param_recv.data()), "MPI_Startall");
+    check(MPI_Start(&control[1]), "MPI_Start");
+    if (push) check(MPI_Startall(as_count(S), grad_send.data()), "MPI_Startall");
+    check(MPI_Start(&control[0]), "MPI_Start");
+    wait_one(&control[1], l.timeout, [&] {
+      return fmt::format("on {} waiting for rank 0 to answer its {}", me, push ? "push" : "pull");
+    });
+    std::optional<uint64_t> version;
+    if (reply.type == Reply::kGo) {
+      version = reply.version;
+      wait_all(param_recv, l.timeout,
+               [&] { return fmt::format("on {} waiting for its parameters", me); });
+    } else {
+      for (MPI_Request& r : param_recv) {
+        check(MPI_Cancel(&r), "MPI_Cancel");
+        check(MPI_Wait(&r, MPI_STATUS_IGNORE), "MPI_Wait");
+      }
+    }
+    wait_all(control, l.timeout, [&] { return fmt::format("on {} sending its request", me); });
+    wait_all(grad_send, l.timeout,
+             [&] { return fmt::format("on {} sending its gradient to the server shards", me); });
+    return version;
+  };
+
+  request.type = Request::kPull;
+  std::optional<uint64_t> version = exchange(false);
+  Batch batch;
+  while (version) {
+    int64_t pushed = 0;
+    if (!local) sampler.next(c.train.batch, &batch);
+    const auto t0 = SteadyClock::now();
+    const double loss =
+        local ? local->run(*model, params, grads, sampler, c.train.batch, local_h, &batch, &pushed)
+              : model->gradient(batch);
+    if (!local) pushed = batch.size();
+    if (delays.is_straggler(id)) {
+      const double delay = (delays.slowdown(id) - 1.0) * since(t0) + delays.draw(id);
+      if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    }
+    request.type = Request::kPush;
+    request.version = *version;
+    request.batch = pushed;
+    request.loss = loss;
+    version = exchange(true);
+  }
+}
+
+// Training time at rank 0: wall time since start minus evaluation pauses.
+class TrainClock {
+ public:
+  void start() {
+    start_ = SteadyClock::now();
+    paused_ = 0;
+  }
+  double seconds() const { return since(start_) - paused_; }
+  void add_paused(double s) { paused_ += s; }
+
+ private:
+  SteadyClock::time_point start_ = SteadyClock::now();
+  double paused_ = 0;
+};
+
+// Rank 0: server shard 0, the order of events, evaluation and the metrics.
+class Primary {
+ public:
+  Primary(const Job& job, const Layout& l, const std::vector<float>& initial, Recorder* recorder,
+          Observer* observer)
+      : job_(job),
+        c_(*job.config),
+        l_(l),
+        shard_(job, l, 0, initial),
+        recorder_(recorder),
+        observer_(observer),
+        test_(head(*job.test, c_.train.eval_samples)),
+        eval_params_(l.num_params),
+        eval_grads_(l.num_params) {
+    const auto nw = static_cast<size_t>(l.workers);
+    requests_.resize(nw);
+    replies_.resize(nw);
+    req_recv_.assign(nw, MPI_REQUEST_NULL);
+    reply_send_.assign(nw, MPI_REQUEST_NULL);
+    state_.assign(nw, kComputing);
+    wait_start_.resize(nw);
+    for (int w = 0; w < l.workers; ++w) {
+      const auto i = static_cast<size_t>(w);
+      check(MPI_Recv_init(&requests_[i], sizeof(Request), MPI_BYTE, l.worker_rank(w), kTagRequest,
+                          comm(), &req_recv_[i]),
+            "MPI_Recv_init");
+      check(MPI_Send_init(&replies_[i], sizeof(Reply), MPI_BYTE, l.worker_rank(w), kTagReply,
+                          comm(), &reply_send_[i]),
+            "MPI_Send_init");
+    }
+    gather_recv_.assign(static_cast<size_t>(l.servers), MPI_REQUEST_NULL);
+    for (int s = 1; s < l.servers; ++s) {
+      const Shard& sh = l.shards[static_cast<size_t>(s)];
+      check(MPI_Recv_init(eval_params_.data() + sh.begin, as_count(sh.size), MPI_FLOAT, s,
+                          kTagGather, comm(), &gather_recv_[static_cast<size_t>(s)]),
+            "MPI_Recv_init");
+    }
+    model_ = job.make_model();
+    model_->bind(eval_params_, eval_grads_);
+    if (c_.train.epochs > 0) {
+      epoch_target_ = static_cast<int64_t>(
+          std::ceil(c_.train.epochs * static_cast<double>(job.train->size())));
+    }
+  }
+  ~Primary() {
+    for (auto* v : {&req_recv_, &reply_send_, &gather_recv_}) {
+      for (MPI_Request& r : *v) cancel_and_free(&r);
+    }
+    for (Outgoing& o : outgoing_) {
+      for (MPI_Request& r : o.reqs) cancel_and_free(&r);
+    }
+  }
+
+  RunResult run() {
+    const auto wall0 = SteadyClock::now();
+    clock_.start();
+    MetricsRow first = evaluate();
+    first.time_s = 0;
+    last_time_ = 0;
+    emit_row(first);
+    clock_.start();  // training time starts after the first evaluation
+    check(MPI_Startall(as_count(req_recv_.size()), req_recv_.data()), "MPI_Startall");
+
+    const double budget = c_.train.budget > 0 ? c_.train.budget : 1e300;
+    double next_eval = c_.train.eval_every, next_tick = 0.5;
+    double last_acc = first.test_acc, tick_time = 0;
+    int64_t tick_samples = 0;
+    std::vector<int> done_idx(req_recv_.size());
+    auto last_progress = SteadyClock::now();
+    Backoff backoff;
+    while (!all_done()) {
+      pump_events();
+      const double now = clock_.seconds();
+      if (!stopping_ && now >= budget) begin_stop();
+      if (!stopping_ && now >= next_eval) {
+        MetricsRow r = evaluate();
+        emit_row(r);
+        last_acc = r.test_acc;
+        while (next_eval <= r.time_s) next_eval += c_.train.eval_every;
+        last_progress = SteadyClock::now();
+      }
+      if (!stopping_ && now >= next_tick) {
+        Status st;
+        st.time_s = now;
+        st.updates = static_cast<int64_t>(server().version());
+        st.samples = server().samples();
+        st.k = server().threshold(now);
+        st.epochs = static_cast<double>(st.samples) / static_cast<double>(job_.train->size());
+        st.test_acc = last_acc;
+        st.samples_per_s =
+            now > tick_time ? static_cast<double>(st.samples - tick_samples) / (now - tick_time) : 0;
+        tick_time = now;
+        tick_samples = st.samples;
+        observer_->on_status(st);
+        next_tick = now + 0.5;
+      }
+      int count = 0;
+      check(MPI_Testsome(as_count(req_recv_.size()), req_recv_.data(), &count, done_idx.data(),
+                         MPI_STATUSES_IGNORE),
+            "MPI_Testsome");
+      if (count != MPI_UNDEFINED && count > 0) {
+        for (int i = 0; i < count; ++i) handle(done_idx[static_cast<size_t>(i)]);
+        last_progress = SteadyClock::now();
+        backoff.reset();
+        continue;
+      }
+      if (since(last_progress) > l_.timeout) {
+        std::string who;
+        for (int w = 0; w < l_.workers; ++w) {
+          if (state_[static_cast<size_t>(w)] == kComputing) {
+            who += (who.empty() ? "" : ", ") + worker_name(w, l_.servers);
+          }
+        }
+        if (who.empty()) {
+          throw MpiError(fmt::format(
+              "server shard 0: every worker has waited {:g} s for a release (policy {} "
+              "deadlocked)",
+              l_.timeout, server().policy().name()));
+        }
+        throw MpiError(fmt::format(
+            "timed out after {:g} s on server shard 0 waiting for a request from {} (raise "
+            "mpi.timeout if this is slow, not stuck)",
+            l_.timeout, who));
+      }
+      backoff.idle();
+    }
+    const double train_s = stop_time_;
+    MetricsRow last = evaluate();
+    last.time_s = train_s;
+    emit_row(last);
+    emit(Event{.type = Event::kStop});
+    drain_events();
+    shard_.settle();
+    for (MPI_Request& r : reply_send_) {
+      wait_one(&r, l_.timeout, [&] { return std::string("sending the stop replies"); });
+    }
+
+    RunResult result;
+    result.params = eval_params_;
+    result.last = last;
+    result.train_s = train_s;
+    result.real_train_s = train_s;
+    result.wall_s = since(wall0);
+    result.gradients = server().pushes();
+    result.staleness_histogram = server().staleness_histogram();
+    for (int w = 0; w < l_.workers; ++w) result.worker_pushes.push_back(server().clock(w));
+    return result;
+  }
+
+ private:
+  enum State { kComputing, kWaiting, kDone };
+  struct Outgoing {
+    Event ev;
+    std::vector<MPI_Request> reqs;
+  };
+
+  Server& server() { return shard_.server(); }
+  bool all_done() const {
+    return std::all_of(state_.begin(), state_.end(), [](State s) { return s == kDone; });
+  }
+
+  // Sends an event to every other server rank (from a buffer kept until the
+  // sends complete).
+  void emit(const Event& e) {
+    if (l_.servers == 1) return;
+    Outgoing& o = outgoing_.emplace_back();
+    o.ev = e;
+    o.reqs.assign(static_cast<size_t>(l_.servers - 1), MPI_REQUEST_NULL);
+    for (int s = 1; s < l_.servers; ++s) {
+      check(MPI_Isend(&o.ev, sizeof(Event), MPI_BYTE, s, kTagEvent, comm(),
+                      &o.reqs[static_cast<size_t>(s - 1)]),
+            "MPI_Isend");
+    }
+  }
+  // Forgets the events whose sends completed.
+  void pump_events() {
+    while (!outgoing_.empty()) {
+      int done = 0;
+      std::vector<MPI_Request>& r = outgoing_.front().reqs;
+      check(MPI_Testall(as_count(r.size()), r.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+      if (!done) return;
+      outgoing_.pop_front();
+    }
+  }
+  void drain_events() {
+    while (!outgoing_.empty()) {
+      wait_all(outgoing_.front().reqs, l_.timeout,
+               [] { return std::string("on server shard 0 sending events to the other shards"); });
+      outgoing_.pop_front();
+    }
+  }
+
+  void reply(int w, Reply::Type type, uint64_t version) {
+    const auto i = static_cast<size_t>(w);
+    wait_one(&reply_send_[i], l_.timeout, [&] {
+      return fmt::format("on server shard 0 answering {}", worker_name(w, l_.servers));
+    });
+    replies_[i].type = type;
+    replies_[i].version = version;
+    check(MPI_Start(&reply_send_[i]), "MPI_Start");
+  }
+
+  void handle(int w) {
+    const auto i = static_cast<size_t>(w);
+    const Request r = requests_[i];
+    if (r.type == Request::kPush) {
+      if (stopping_) {
+        shard_.discard(w);
+        emit(Event{.type = Event::kDiscard, .worker = w});
+        stop_worker(w);
+        return;
+      }
+      const double now = clock_.seconds();
+      Decision d = shard_.push(w, r.version, r.batch, r.loss, now);
+      emit(Event{.type = Event::kPush,
+                 .worker = w,
+                 .push_version = r.version,
+                 .batch = r.batch,
+                 .loss = r.loss,
+                 .seconds = now,
+                 .version = d.version});
+      if (d.caller_waits) {
+        state_[i] = kWaiting;
+        wait_start_[i] = SteadyClock::now();
+      } else {
+        pull(w);
+      }
+      release(d.released);
+      if (epoch_target_ > 0 && server().samples() >= epoch_target_ && !stopping_) begin_stop();
+    } else if (r.type == Request::kPull) {
+      if (stopping_) {
+        stop_worker(w);
+        return;
+      }
+      pull(w);
+    } else {
+      throw MpiError(fmt::format("server shard 0 received an unknown request type {} from {}",
+                                 r.type, worker_name(w, l_.servers)));
+    }
+    if (state_[i] != kDone) check(MPI_Start(&req_recv_[i]), "MPI_Start");
+  }
+
+  void pull(int w) {
+    const auto i = static_cast<size_t>(w);
+    const Decision d = server().on_pull(w);
+    emit(Event{.type = Event::kPull,
+               .worker = w,
+               .version = d.version,
+               .waits = d.caller_waits ? 1 : 0});
+    if (d.caller_waits) {
+      state_[i] = kWaiting;
+      wait_start_[i] = SteadyClock::now();
+    } else {
+      state_[i] = kComputing;
+      reply(w, Reply::kGo, d.version);
+      shard_.send_params(w);
+    }
+    release(d.released);
+  }
+
+  void release(const std::vector<int>& released) {
+    for (int r : released) {
+      const auto i = static_cast<size_t>(r);
+      if (state_[i] != kWaiting) continue;
+      idle_s_ += since(wait_start_[i]);
+      if (stopping_) {
+        stop_worker(r);
+      } else {
+        pull(r);
+      }
+    }
+  }
+
+  void stop_worker(int w) {
+    reply(w, Reply::kStop, 0);
+    state_[static_cast<size_t>(w)] = kDone;
+  }
+
+  void begin_stop() {
+    stopping_ = true;
+    stop_time_ = clock_.seconds();
+    for (int w = 0; w < l_.workers; ++w) {
+      if (state_[static_cast<size_t>(w)] == kWaiting) {
+        idle_s_ += since(wait_start_[static_cast<size_t>(w)]);
+        stop_worker(w);
+      }
+    }
+  }
+
+  // Gathers the shards at this point of the event order and evaluates them;
+  // the time this takes is not training time.
+  MetricsRow evaluate() {
+    const auto p0 = SteadyClock::now();
+    const double time_s = std::max(0.0, clock_.seconds());
+    emit(Event{.type = Event::kEval});
+    if (l_.servers > 1) {
+      check(MPI_Startall(as_count(l_.servers - 1), gather_recv_.data() + 1), "MPI_Startall");
+    }
+    std::span<const float> own = shard_.params();
+    std::copy(own.begin(), own.end(), eval_params_.begin());
+    wait_all(gather_recv_, l_.timeout, [] {
+      return std::string("on server shard 0 gathering the other shards' parameters for evaluation");
+    });
+    const ServerStats st = server().take_stats();
+    const EvalResult e = model_->evaluate(test_);
+    const double interval = time_s - last_time_;
+    const double idle =
+        interval > 0 ? std::clamp((idle_s_ - last_idle_) / (interval * l_.workers), 0.0, 1.0) : 0.0;
+    last_time_ = time_s;
+    last_idle_ = idle_s_;
+    MetricsRow r = build_row(server(), st, e, time_s, idle, job_);
+    clock_.add_paused(since(p0));
+    return r;
+  }
+
+  void emit_row(const MetricsRow& r) {
+    recorder_->write(r);
+    observer_->on_row(r);
+  }
+
+  const Job& job_;
+  const Config& c_;
+  const Layout& l_;
+  ShardServer shard_;
+  Recorder* recorder_;
+  Observer* observer_;
+  Dataset test_;
+  std::vector<float> eval_params_, eval_grads_;
+  std::unique_ptr<Model> model_;
+  std::vector<Request> requests_;
+  std::vector<Reply> replies_;
+  std::vector<MPI_Request> req_recv_, reply_send_, gather_recv_;
+  std::vector<State> state_;
+  std::vector<SteadyClock::time_point> wait_start_;
+  std::deque<Outgoing> outgoing_;
+  TrainClock clock_;
+  bool stopping_ = false;
+  double stop_time_ = 0;
+  int64_t epoch_target_ = 0;
+  double idle_s_ = 0, last_idle_ = 0, last_time_ = 0;
+};
+
+// Every rank must run the same job: the same parameter count and data.
+void check_same_job(const Layout& l, const Job& job) {
+  const int64_t mine[3] = {static_cast<int64_t>(l.num_params), job.train->size(),
+                           job.test->size()};
+  int64_t lo[3], hi[3];
+  check(MPI_Allreduce(mine, lo, 3, MPI_INT64_T, MPI_MIN, comm()), "MPI_Allreduce");
+  check(MPI_Allreduce(mine, hi, 3, MPI_INT64_T, MPI_MAX, comm()), "MPI_Allreduce");
+  const char* what[3] = {"model parameters", "training samples", "test samples"};
+  for (int i = 0; i < 3; ++i) {
+    if (lo[i] != hi[i]) {
+      throw InputError(fmt::format(
+          "the ranks disagree on the job: between {} and {} {} (is the same data and config on "
+          "every machine?)",
+          lo[i], hi[i], what[i]));
+    }
+  }
+}
+
+}  // namespace
+
+void MpiRuntime::check_launch(int ranks, int servers, int64_t num_params) {
+  if (ranks < servers + 1) {
+    throw InputError(fmt::format(
+        "train.servers = {}: needs at least {} MPI ranks ({} servers + 1 worker), but mpirun "
+        "started {} (-np {})",
+        servers, servers + 1, servers, ranks, ranks));
+  }
+  if (num_params < servers) {
+    throw InputError(fmt::format(
+        "train.servers = {}: more server shards than the model's {} parameters; expected at "
+        "most {}",
+        servers, num_params, num_params));
+  }
+}
+
+RunResult MpiRuntime::run(const Job& job, Recorder* recorder, Observer* observer) {
+  const Config& c = *job.config;
+  HSGD_ASSERT(job.train && job.test && job.make_model, "incomplete job");
+  Layout l;
+  check(MPI_Comm_rank(comm(), &l.rank), "MPI_Comm_rank");
+  check(MPI_Comm_size(comm(), &l.ranks), "MPI_Comm_size");
+  l.servers = c.train.servers;
+  l.workers = l.ranks - l.servers;
+  l.timeout = c.mpi.timeout;
+  l.num_params = job.initial_params.size();
+  check_launch(l.ranks, l.servers, static_cast<int64_t>(l.num_params));
+  if (c.train.workers != l.workers) {
+    throw InputError(fmt::format(
+        "train.workers = {}: under the mpi runtime the workers are the {} ranks after the {} "
+        "server ranks",
+        c.train.workers, l.workers, l.servers));
+  }
+  if (job.train->size() < l.workers) {
+    throw InputError(fmt::format("train.workers = {}: the training set has only {} samples",
+                                 l.workers, job.train->size()));
+  }
+  l.shards = split(l.num_params, l.servers);
+  check_same_job(l, job);
+
+  // Rank 0's initial parameters for every server (the same seed may not give
+  // the same floats on another machine's build).
+  std::vector<float> initial = job.initial_params;
+  check(MPI_Bcast(initial.data(), as_count(initial.size()), MPI_FLOAT, 0, comm()), "MPI_Bcast");
+
+  RunResult result;
+  if (l.rank == 0) {
+    Observer quiet;
+    HSGD_ASSERT(recorder != nullptr, "rank 0 needs a recorder");
+    Primary primary(job, l, initial, recorder, observer ? observer : &quiet);
+    result = primary.run();
+  } else if (l.rank < l.servers) {
+    run_replica(job, l, initial);
+    result.primary = false;
+  } else {
+    run_worker(job, l);
+    result.primary = false;
+  }
+  // Every rank is through its last message: end together.
+  MPI_Request barrier = MPI_REQUEST_NULL;
+  check(MPI_Ibarrier(comm(), &barrier), "MPI_Ibarrier");
+  wait_one(&barrier, l.timeout, [&] { return fmt::format("on rank {} at the final barrier", l.rank); });
+  return result;
+}
+
+}  // namespace hsgd

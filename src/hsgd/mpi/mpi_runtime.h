@@ -1,0 +1,56 @@
+// The mpi runtime: the same server state machine and policies as the threads
+// runtime, across processes. Launched as
+//   mpirun -np N hsgd train --runtime mpi --servers S ...
+// ranks 0 .. S-1 hold contiguous shards of the flat parameters (server
+// ranks), ranks S .. N-1 are the N - S workers, each with its own shard of
+// the training data. Wire protocol: transport.h.
+//
+// Consistency across shards: rank 0 orders, every shard replays. Rank 0
+// receives every worker request (pull, or push-then-pull), runs the server
+// state machine on its shard and sends each event it ran (pull, push,
+// discard, evaluate, stop, with the event's time) to the other server ranks,
+// in its order. Each of those runs its own replica of the state machine on
+// its own shard and replays the events in the same order with the same
+// times, so it takes the same decisions (apply now, wait, release) at the
+// same versions; it checks that it reached the version rank 0 reports. The
+// gradient slices go straight from the worker to every shard; the parameter
+// slices straight from every shard to the worker, each sent when its shard
+// replays the worker's pull, so the slices a worker receives are all of the
+// version rank 0 told it. Policies that wait are decided at rank 0 alone:
+// a waiting worker's pull is simply not run (nor replayed) until it is
+// released.
+//
+// A worker keeps at most one push in flight, so every shard receives
+// gradients into one buffer per worker. A server rank sends parameters from
+// the buffer it updates: before it applies the next push it waits for the
+// sends still in flight.
+//
+// Evaluation: rank 0 replays an evaluate event, gathers the shards and
+// evaluates on its own model; the time it takes is not training time.
+// Rank 0 writes the metrics. Stop: at the budget rank 0 answers each
+// worker's next request (or its pending wait) with stop, discarding pushes
+// that arrive after the budget, then tells the other server ranks to stop.
+//
+// Every wait for a message has the deadline mpi.timeout; past it the rank
+// throws MpiError naming the operation and the peer.
+#pragma once
+#include "hsgd/runtime/runtime.h"
+
+namespace hsgd {
+
+class MpiRuntime final : public Runtime {
+ public:
+  // MPI must be initialised (mpi::Session), and every rank of
+  // MPI_COMM_WORLD must call run() with the same job. train.workers must be
+  // ranks - train.servers. On ranks other than 0 the result has
+  // primary = false and `recorder` (which may be null) is not used.
+  // Throws InputError (the same on every rank) for a launch that cannot
+  // work, MpiError for a timed-out or failed MPI operation.
+  RunResult run(const Job& job, Recorder* recorder, Observer* observer) override;
+
+  // Throws InputError unless `ranks` can hold `servers` server ranks and at
+  // least one worker, and the model has at least one parameter per server.
+  static void check_launch(int ranks, int servers, int64_t num_params);
+};
+
+}  // namespace hsgd

@@ -1,0 +1,82 @@
+#include "hsgd/mpi/transport.h"
+
+#include <fmt/format.h>
+#include <sched.h>
+
+#include <chrono>
+#include <thread>
+
+namespace hsgd::mpi {
+
+std::vector<Shard> split(size_t num_params, int servers) {
+  std::vector<Shard> out(static_cast<size_t>(servers));
+  const size_t base = num_params / static_cast<size_t>(servers);
+  const size_t extra = num_params % static_cast<size_t>(servers);
+  size_t at = 0;
+  for (size_t s = 0; s < out.size(); ++s) {
+    out[s].begin = at;
+    out[s].size = base + (s < extra ? 1 : 0);
+    at += out[s].size;
+  }
+  return out;
+}
+
+void check(int rc, const char* op) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw MpiError(fmt::format("{} failed: {}", op, std::string(msg, static_cast<size_t>(len))));
+}
+
+void Backoff::idle() {
+  ++n_;
+  if (n_ <= 32) {
+    sched_yield();
+    return;
+  }
+  const int shift = std::min(n_ - 33, 3);  // 20, 40, 80, 160 -> capped at 200 us
+  const auto us = std::min(200, 20 << shift);
+  std::this_thread::sleep_for(std::chrono::microseconds(us));
+}
+
+void wait_all(std::span<MPI_Request> reqs, double timeout_s,
+              const std::function<std::string()>& what) {
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(timeout_s));
+  Backoff backoff;
+  for (int polls = 0;; ++polls) {
+    int done = 0;
+    check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE),
+          "MPI_Testall");
+    if (done) return;
+    if ((polls & 63) == 63 && Clock::now() > deadline) {
+      throw MpiError(fmt::format("timed out after {:g} s {} (raise mpi.timeout if this is slow, not "
+                                 "stuck)",
+                                 timeout_s, what()));
+    }
+    backoff.idle();
+  }
+}
+
+void cancel_and_free(MPI_Request* r) {
+  if (*r == MPI_REQUEST_NULL) return;
+  int done = 0;
+  MPI_Test(r, &done, MPI_STATUS_IGNORE);
+  if (!done) {
+    MPI_Cancel(r);
+    MPI_Wait(r, MPI_STATUS_IGNORE);
+  }
+  free_request(r);
+}
+
+void free_request(MPI_Request* r) {
+  if (*r != MPI_REQUEST_NULL) MPI_Request_free(r);
+}
+
+std::string worker_name(int w, int servers) {
+  return fmt::format("worker {} (rank {})", w, servers + w);
+}
+
+}  // namespace hsgd::mpi

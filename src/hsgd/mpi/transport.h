@@ -1,0 +1,115 @@
+// The MPI runtime's wire protocol and the waiting it does.
+//
+// Ranks 0 .. S-1 are servers (rank s holds shard s), ranks S .. N-1 are
+// workers (worker w is rank S + w). Messages, all on MPI_COMM_WORLD:
+//   worker -> rank 0   kTagRequest  Request: pull, or push-then-pull
+//   worker -> rank s   kTagGradient the gradient's shard-s slice (floats,
+//                                   sent from the worker's gradient buffer)
+//   rank 0 -> worker   kTagReply    Reply: go (with the version) or stop
+//   rank s -> worker   kTagParams   the parameters' shard-s slice (floats,
+//                                   sent from the server's own buffer, received
+//                                   into the worker's parameter buffer)
+//   rank 0 -> rank s   kTagEvent    Event: the next server event to replay
+//   rank s -> rank 0   kTagGather   shard s's slice, for evaluation
+// Every message of the training loop uses persistent requests; the float
+// slices are never copied into staging buffers.
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace hsgd::mpi {
+
+// A failed or timed-out MPI operation; what() names the operation.
+class MpiError : public std::runtime_error {
+ public:
+  explicit MpiError(const std::string& what) : std::runtime_error(what) {}
+};
+
+enum Tag : int {
+  kTagRequest = 11,
+  kTagGradient = 12,
+  kTagReply = 13,
+  kTagParams = 14,
+  kTagEvent = 15,
+  kTagGather = 16,
+};
+
+// worker -> rank 0.
+struct Request {
+  enum Type : int32_t { kPull = 1, kPush = 2 };
+  int32_t type = kPull;
+  int32_t pad = 0;
+  uint64_t version = 0;  // push: the version the gradient was computed from
+  int64_t batch = 0;     // push: samples behind it
+  double loss = 0;       // push: mean training loss
+};
+
+// rank 0 -> worker.
+struct Reply {
+  enum Type : int32_t { kGo = 1, kStop = 2 };
+  int32_t type = kGo;
+  int32_t pad = 0;
+  uint64_t version = 0;  // go: the version of the parameters that follow
+};
+
+// rank 0 -> rank s: one event of the server state machine, in rank 0's order.
+struct Event {
+  enum Type : int32_t { kPull = 1, kPush, kDiscard, kEval, kStop };
+  int32_t type = kPull;
+  int32_t worker = -1;
+  uint64_t push_version = 0;  // push: the version the gradient was computed from
+  int64_t batch = 0;          // push
+  double loss = 0;            // push
+  double seconds = 0;         // push: training time of the event at rank 0
+  uint64_t version = 0;       // the server's version after the event (a check)
+  int32_t waits = 0;          // pull: the pull waits (SSP) (a check)
+  int32_t pad = 0;
+};
+
+// Shard s of n parameters over `servers` shards: contiguous, sizes differing
+// by at most one.
+struct Shard {
+  size_t begin = 0;
+  size_t size = 0;
+};
+std::vector<Shard> split(size_t num_params, int servers);
+
+// Throws MpiError("<op> failed: <MPI's message>") when rc is not MPI_SUCCESS.
+void check(int rc, const char* op);
+
+// Sleeps a little longer each time nothing happened: yields first (a message
+// is often microseconds away), then sleeps 20 us doubling to 200 us, so that
+// waiting ranks leave the cores to computing ones.
+class Backoff {
+ public:
+  void idle();
+  void reset() { n_ = 0; }
+
+ private:
+  int n_ = 0;
+};
+
+// Waits until every request in `reqs` (null or inactive ones included)
+// completes. After `timeout_s` seconds throws MpiError("timed out after T s
+// " + what()).
+void wait_all(std::span<MPI_Request> reqs, double timeout_s,
+              const std::function<std::string()>& what);
+inline void wait_one(MPI_Request* r, double timeout_s, const std::function<std::string()>& what) {
+  wait_all(std::span<MPI_Request>(r, 1), timeout_s, what);
+}
+
+// Cancels `r` if it is an active receive that has not matched, completes it
+// and frees it. For persistent receives nobody will ever send to.
+void cancel_and_free(MPI_Request* r);
+void free_request(MPI_Request* r);
+
+// "worker 2 (rank 3)" for worker w with S servers.
+std::string worker_name(int w, int servers);
+
+}  // namespace hsgd::mpi
