@@ -27,12 +27,11 @@ double since(SteadyClock::time_point t) {
   return std::chrono::duration<double>(SteadyClock::now() - t).count();
 }
 
-MPI_Comm comm() { return MPI_COMM_WORLD; }
-
 int as_count(size_t n) { return static_cast<int>(n); }
 
 // Where this rank stands.
 struct Layout {
+  MPI_Comm comm = MPI_COMM_WORLD;
   int rank = 0;
   int ranks = 1;
   int servers = 1;
@@ -63,23 +62,23 @@ class ShardServer {
     for (int w = 0; w < l.workers; ++w) {
       const auto i = static_cast<size_t>(w);
       check(MPI_Recv_init(grads_[i].data(), as_count(range_.size), MPI_FLOAT, l.worker_rank(w),
-                          kTagGradient, comm(), &grad_recv_[i]),
+                          kTagGradient, l_.comm, &grad_recv_[i]),
             "MPI_Recv_init");
       check(MPI_Start(&grad_recv_[i]), "MPI_Start");
       check(MPI_Send_init(params_.data(), as_count(range_.size), MPI_FLOAT, l.worker_rank(w),
-                          kTagParams, comm(), &param_send_[i]),
+                          kTagParams, l_.comm, &param_send_[i]),
             "MPI_Send_init");
     }
     if (shard != 0) {
-      check(MPI_Send_init(params_.data(), as_count(range_.size), MPI_FLOAT, 0, kTagGather, comm(),
+      check(MPI_Send_init(params_.data(), as_count(range_.size), MPI_FLOAT, 0, kTagGather, l_.comm,
                           &gather_send_),
             "MPI_Send_init");
     }
   }
   ~ShardServer() {
     for (MPI_Request& r : grad_recv_) cancel_and_free(&r);
-    for (MPI_Request& r : param_send_) cancel_and_free(&r);
-    cancel_and_free(&gather_send_);
+    for (MPI_Request& r : param_send_) free_request(&r);
+    free_request(&gather_send_);
   }
   ShardServer(const ShardServer&) = delete;
   ShardServer& operator=(const ShardServer&) = delete;
@@ -149,7 +148,7 @@ void run_replica(const Job& job, const Layout& l, const std::vector<float>& init
   ShardServer shard(job, l, l.rank, initial);
   Event ev;
   MPI_Request recv = MPI_REQUEST_NULL;
-  check(MPI_Recv_init(&ev, sizeof(Event), MPI_BYTE, 0, kTagEvent, comm(), &recv), "MPI_Recv_init");
+  check(MPI_Recv_init(&ev, sizeof(Event), MPI_BYTE, 0, kTagEvent, l.comm, &recv), "MPI_Recv_init");
   struct Free {
     MPI_Request* r;
     ~Free() { cancel_and_free(r); }
@@ -215,24 +214,25 @@ void run_worker(const Job& job, const Layout& l) {
   std::vector<MPI_Request> control(2, MPI_REQUEST_NULL), grad_send(S, MPI_REQUEST_NULL),
       param_recv(S, MPI_REQUEST_NULL);
   struct Free {
-    std::vector<MPI_Request>* lists[3];
+    std::vector<MPI_Request>&control, &grad_send, &param_recv;
     ~Free() {
-      for (auto* v : lists) {
-        for (MPI_Request& r : *v) cancel_and_free(&r);
-      }
+      free_request(&control[0]);
+      cancel_and_free(&control[1]);
+      for (MPI_Request& r : grad_send) free_request(&r);
+      for (MPI_Request& r : param_recv) cancel_and_free(&r);
     }
-  } free_all{{&control, &grad_send, &param_recv}};
-  check(MPI_Send_init(&request, sizeof(Request), MPI_BYTE, 0, kTagRequest, comm(), &control[0]),
+  } free_all{control, grad_send, param_recv};
+  check(MPI_Send_init(&request, sizeof(Request), MPI_BYTE, 0, kTagRequest, l.comm, &control[0]),
         "MPI_Send_init");
-  check(MPI_Recv_init(&reply, sizeof(Reply), MPI_BYTE, 0, kTagReply, comm(), &control[1]),
+  check(MPI_Recv_init(&reply, sizeof(Reply), MPI_BYTE, 0, kTagReply, l.comm, &control[1]),
         "MPI_Recv_init");
   for (size_t s = 0; s < S; ++s) {
     const Shard& sh = l.shards[s];
     check(MPI_Send_init(grads.data() + sh.begin, as_count(sh.size), MPI_FLOAT, static_cast<int>(s),
-                        kTagGradient, comm(), &grad_send[s]),
+                        kTagGradient, l.comm, &grad_send[s]),
           "MPI_Send_init");
     check(MPI_Recv_init(params.data() + sh.begin, as_count(sh.size), MPI_FLOAT,
-                        static_cast<int>(s), kTagParams, comm(), &param_recv[s]),
+                        static_cast<int>(s), kTagParams, l.comm, &param_recv[s]),
           "MPI_Recv_init");
   }
   const std::string me = worker_name(id, l.servers);
@@ -327,17 +327,17 @@ class Primary {
     for (int w = 0; w < l.workers; ++w) {
       const auto i = static_cast<size_t>(w);
       check(MPI_Recv_init(&requests_[i], sizeof(Request), MPI_BYTE, l.worker_rank(w), kTagRequest,
-                          comm(), &req_recv_[i]),
+                          l_.comm, &req_recv_[i]),
             "MPI_Recv_init");
       check(MPI_Send_init(&replies_[i], sizeof(Reply), MPI_BYTE, l.worker_rank(w), kTagReply,
-                          comm(), &reply_send_[i]),
+                          l_.comm, &reply_send_[i]),
             "MPI_Send_init");
     }
     gather_recv_.assign(static_cast<size_t>(l.servers), MPI_REQUEST_NULL);
     for (int s = 1; s < l.servers; ++s) {
       const Shard& sh = l.shards[static_cast<size_t>(s)];
       check(MPI_Recv_init(eval_params_.data() + sh.begin, as_count(sh.size), MPI_FLOAT, s,
-                          kTagGather, comm(), &gather_recv_[static_cast<size_t>(s)]),
+                          kTagGather, l_.comm, &gather_recv_[static_cast<size_t>(s)]),
             "MPI_Recv_init");
     }
     model_ = job.make_model();
@@ -348,11 +348,11 @@ class Primary {
     }
   }
   ~Primary() {
-    for (auto* v : {&req_recv_, &reply_send_, &gather_recv_}) {
-      for (MPI_Request& r : *v) cancel_and_free(&r);
-    }
+    for (MPI_Request& r : req_recv_) cancel_and_free(&r);
+    for (MPI_Request& r : gather_recv_) cancel_and_free(&r);
+    for (MPI_Request& r : reply_send_) free_request(&r);
     for (Outgoing& o : outgoing_) {
-      for (MPI_Request& r : o.reqs) cancel_and_free(&r);
+      for (MPI_Request& r : o.reqs) free_request(&r);
     }
   }
 
@@ -472,7 +472,7 @@ class Primary {
     o.ev = e;
     o.reqs.assign(static_cast<size_t>(l_.servers - 1), MPI_REQUEST_NULL);
     for (int s = 1; s < l_.servers; ++s) {
-      check(MPI_Isend(&o.ev, sizeof(Event), MPI_BYTE, s, kTagEvent, comm(),
+      check(MPI_Isend(&o.ev, sizeof(Event), MPI_BYTE, s, kTagEvent, l_.comm,
                       &o.reqs[static_cast<size_t>(s - 1)]),
             "MPI_Isend");
     }
@@ -650,8 +650,8 @@ void check_same_job(const Layout& l, const Job& job) {
   const int64_t mine[3] = {static_cast<int64_t>(l.num_params), job.train->size(),
                            job.test->size()};
   int64_t lo[3], hi[3];
-  check(MPI_Allreduce(mine, lo, 3, MPI_INT64_T, MPI_MIN, comm()), "MPI_Allreduce");
-  check(MPI_Allreduce(mine, hi, 3, MPI_INT64_T, MPI_MAX, comm()), "MPI_Allreduce");
+  check(MPI_Allreduce(mine, lo, 3, MPI_INT64_T, MPI_MIN, l.comm), "MPI_Allreduce");
+  check(MPI_Allreduce(mine, hi, 3, MPI_INT64_T, MPI_MAX, l.comm), "MPI_Allreduce");
   const char* what[3] = {"model parameters", "training samples", "test samples"};
   for (int i = 0; i < 3; ++i) {
     if (lo[i] != hi[i]) {
@@ -684,8 +684,11 @@ RunResult MpiRuntime::run(const Job& job, Recorder* recorder, Observer* observer
   const Config& c = *job.config;
   HSGD_ASSERT(job.train && job.test && job.make_model, "incomplete job");
   Layout l;
-  check(MPI_Comm_rank(comm(), &l.rank), "MPI_Comm_rank");
-  check(MPI_Comm_size(comm(), &l.ranks), "MPI_Comm_size");
+  // A communicator of its own: no message of an earlier (perhaps failed)
+  // run on the same ranks can match this run's receives.
+  check(MPI_Comm_dup(comm_, &l.comm), "MPI_Comm_dup");
+  check(MPI_Comm_rank(l.comm, &l.rank), "MPI_Comm_rank");
+  check(MPI_Comm_size(l.comm, &l.ranks), "MPI_Comm_size");
   l.servers = c.train.servers;
   l.workers = l.ranks - l.servers;
   l.timeout = c.mpi.timeout;
@@ -707,7 +710,7 @@ RunResult MpiRuntime::run(const Job& job, Recorder* recorder, Observer* observer
   // Rank 0's initial parameters for every server (the same seed may not give
   // the same floats on another machine's build).
   std::vector<float> initial = job.initial_params;
-  check(MPI_Bcast(initial.data(), as_count(initial.size()), MPI_FLOAT, 0, comm()), "MPI_Bcast");
+  check(MPI_Bcast(initial.data(), as_count(initial.size()), MPI_FLOAT, 0, l.comm), "MPI_Bcast");
 
   RunResult result;
   if (l.rank == 0) {
@@ -724,8 +727,10 @@ RunResult MpiRuntime::run(const Job& job, Recorder* recorder, Observer* observer
   }
   // Every rank is through its last message: end together.
   MPI_Request barrier = MPI_REQUEST_NULL;
-  check(MPI_Ibarrier(comm(), &barrier), "MPI_Ibarrier");
-  wait_one(&barrier, l.timeout, [&] { return fmt::format("on rank {} at the final barrier", l.rank); });
+  check(MPI_Ibarrier(l.comm, &barrier), "MPI_Ibarrier");
+  wait_one(&barrier, l.timeout,
+           [&] { return fmt::format("on rank {} at the final barrier", l.rank); });
+  MPI_Comm_free(&l.comm);
   return result;
 }
 

@@ -34,14 +34,20 @@
 // Every wait for a message has the deadline mpi.timeout; past it the rank
 // throws MpiError naming the operation and the peer.
 #pragma once
+#include <mpi.h>
+
 #include "hsgd/runtime/runtime.h"
 
 namespace hsgd {
 
 class MpiRuntime final : public Runtime {
  public:
-  // MPI must be initialised (mpi::Session), and every rank of
-  // MPI_COMM_WORLD must call run() with the same job. train.workers must be
+  // Runs over the ranks of `comm` (all of them by default; tests run
+  // smaller layouts on parts of one launch).
+  explicit MpiRuntime(MPI_Comm comm = MPI_COMM_WORLD) : comm_(comm) {}
+
+  // MPI must be initialised (mpi::Session), and every rank of the
+  // communicator must call run() with the same job. train.workers must be
   // ranks - train.servers. On ranks other than 0 the result has
   // primary = false and `recorder` (which may be null) is not used.
   // Throws InputError (the same on every rank) for a launch that cannot
@@ -51,6 +57,9 @@ class MpiRuntime final : public Runtime {
   // Throws InputError unless `ranks` can hold `servers` server ranks and at
   // least one worker, and the model has at least one parameter per server.
   static void check_launch(int ranks, int servers, int64_t num_params);
+
+ private:
+  MPI_Comm comm_;
 };
 
 }  // namespace hsgd

@@ -107,6 +107,8 @@ inline void wait_one(MPI_Request* r, double timeout_s, const std::function<std::
 // Cancels `r` if it is an active receive that has not matched, completes it
 // and frees it. For persistent receives nobody will ever send to.
 void cancel_and_free(MPI_Request* r);
+// Frees a send request; an active one completes in the background (sends
+// cannot be cancelled reliably). For the error path.
 void free_request(MPI_Request* r);
 
 // "worker 2 (rank 3)" for worker w with S servers.

@@ -1,0 +1,160 @@
+// End-to-end tests of `mpirun ... hsgd train --runtime mpi`: the two layouts
+// of a 4-rank launch on real data against the threads runtime, bad launches,
+// the timeout. Each test starts mpirun itself (--oversubscribe: more ranks
+// than cores; --allow-run-as-root: containers).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace hsgd {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kHsgd = HSGD_BINARY_DIR "/hsgd";
+const std::string kMpirun = "mpirun --oversubscribe --allow-run-as-root ";
+
+struct Outcome {
+  int code = -1;
+  std::string err;
+};
+
+std::string tmp(const std::string& name) {
+  struct Dir {
+    fs::path path = fs::path(::testing::TempDir()) / ("hsgd_mpi_cli_" + std::to_string(getpid()));
+    Dir() { fs::create_directories(path); }
+    ~Dir() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  };
+  static const Dir dir;
+  return (dir.path / name).string();
+}
+
+// Runs `prefix hsgd args`, stdout discarded, stderr kept.
+Outcome run(const std::string& prefix, const std::string& args) {
+  const std::string err_file = tmp("stderr.txt");
+  const std::string cmd = prefix + kHsgd + " " + args + " > /dev/null 2> " + err_file;
+  const int status = std::system(cmd.c_str());
+  Outcome o;
+  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(err_file);
+  o.err.assign(std::istreambuf_iterator<char>(e), {});
+  return o;
+}
+
+int count(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+nlohmann::json summary(const std::string& dir) {
+  std::ifstream f(dir + "/summary.json");
+  return nlohmann::json::parse(f);
+}
+
+bool have_fashion_mnist() {
+  return fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz");
+}
+
+class Layout : public ::testing::TestWithParam<int> {};
+
+// LeNet-5 on Fashion-MNIST, one epoch of sync, the same seed: the same test
+// accuracy over MPI as over threads, within 1 pp.
+TEST_P(Layout, SyncLeNet5OnFashionMnistMatchesTheThreadsRuntime) {
+  if (!have_fashion_mnist()) GTEST_SKIP() << "dataset-fashion-mnist is not installed";
+  const int servers = GetParam();
+  const int workers = 4 - servers;
+  const std::string common =
+      "train --quiet --data fashion-mnist --model lenet5 --policy sync --batch 32 --lr 0.05 "
+      "--epochs 1 --eval-every 1000 --seed 3 ";
+  const std::string mpi_out = tmp("mpi_" + std::to_string(servers));
+  const std::string thr_out = tmp("threads_" + std::to_string(servers));
+  Outcome m = run(kMpirun + "-np 4 ", common + "--runtime mpi --servers " +
+                                          std::to_string(servers) + " --out " + mpi_out);
+  ASSERT_EQ(m.code, 0) << m.err;
+  Outcome t = run("", common + "--workers " + std::to_string(workers) + " --out " + thr_out);
+  ASSERT_EQ(t.code, 0) << t.err;
+  const auto sm = summary(mpi_out), st = summary(thr_out);
+  EXPECT_EQ(sm["runtime"], "mpi");
+  EXPECT_EQ(sm["servers"], servers);
+  EXPECT_EQ(sm["workers"], workers);
+  EXPECT_EQ(sm["updates"], st["updates"]);
+  EXPECT_GT(sm["test_acc"].get<double>(), 0.7);
+  EXPECT_NEAR(sm["test_acc"].get<double>(), st["test_acc"].get<double>(), 0.01);
+  for (const char* f : {"metrics.csv", "metrics.jsonl", "config.toml", "model.bin"}) {
+    EXPECT_TRUE(fs::exists(mpi_out + "/" + f)) << f;
+  }
+  // The saved model evaluates to the reported accuracy.
+  Outcome e = run("", "eval --model " + mpi_out + "/model.bin --data fashion-mnist --json");
+  EXPECT_EQ(e.code, 0) << e.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Mpi, Layout, ::testing::Values(1, 2), [](const auto& info) {
+  return std::to_string(info.param) + "server_" + std::to_string(4 - info.param) + "workers";
+});
+
+const std::string kTiny =
+    "train --quiet --data synthetic --model linear-test --epochs 1 --eval-every 1000 ";
+
+TEST(MpiCli, TooFewRanksIsOneErrorFromRankZero) {
+  const std::string out = tmp("few");
+  Outcome o = run(kMpirun + "-np 2 ", kTiny + "--runtime mpi --servers 2 --out " + out);
+  EXPECT_NE(o.code, 0);
+  EXPECT_EQ(count(o.err, "hsgd: error: train.servers = 2: needs at least 3 MPI ranks"), 1) << o.err;
+  EXPECT_FALSE(fs::exists(out + "/metrics.csv"));
+}
+
+TEST(MpiCli, MoreServersThanParametersIsOneErrorFromRankZero) {
+  // 1 feature, 2 classes: a linear model of 4 parameters.
+  Outcome o = run(kMpirun + "-np 6 ",
+                  kTiny + "--runtime mpi --servers 5 --set data.synthetic_features=1 "
+                          "--set data.synthetic_classes=2 --out " + tmp("params"));
+  EXPECT_NE(o.code, 0);
+  EXPECT_EQ(count(o.err, "hsgd: error: train.servers = 5: more server shards than the model's 4 "
+                         "parameters"),
+            1)
+      << o.err;
+}
+
+TEST(MpiCli, ABadConfigOnEveryRankIsOneError) {
+  Outcome o = run(kMpirun + "-np 3 ", kTiny + "--runtime mpi --set train.wrokers=2 --out " +
+                                          tmp("bad"));
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_EQ(count(o.err, "hsgd: error: "), 1) << o.err;
+  EXPECT_EQ(count(o.err, "unknown key 'train.wrokers'"), 1) << o.err;
+}
+
+TEST(MpiCli, AHangBecomesATimeoutErrorNamingTheRankAndOperation) {
+  // Worker 0 takes 30 s per gradient; the others wait for it under sync.
+  Outcome o = run(kMpirun + "-np 3 ",
+                  kTiny + "--runtime mpi --policy sync --set mpi.timeout=1 "
+                          "--set stragglers.fraction=0.5 --set stragglers.delay=lognormal "
+                          "--set stragglers.scale=30 --set stragglers.sigma=0 --out " +
+                      tmp("hang"));
+  EXPECT_NE(o.code, 0);
+  EXPECT_NE(o.err.find("timed out after 1 s"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("hsgd: error: rank "), std::string::npos) << o.err;
+}
+
+TEST(MpiCli, TheMpiRuntimeOutsideMpirunIsAnError) {
+  Outcome o = run("", kTiny + "--runtime mpi --out " + tmp("no_mpirun"));
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("launch with mpirun"), std::string::npos) << o.err;
+}
+
+TEST(MpiCli, AnotherRuntimeUnderMpirunIsAnError) {
+  Outcome o = run(kMpirun + "-np 2 ", kTiny + "--runtime threads --out " + tmp("threads"));
+  EXPECT_EQ(o.code, 2);
+  EXPECT_EQ(count(o.err, "pass --runtime mpi"), 1) << o.err;
+}
+
+}  // namespace
+}  // namespace hsgd

@@ -1,0 +1,278 @@
+// The mpi runtime with the plain-C++ linear model. Run by CTest under mpirun
+// in two layouts (1 server + 3 workers, 2 servers + 2 workers):
+//   mpirun -np 4 mpi_runtime_test --servers=S
+// Every rank runs every test (the runs are collective); results are checked
+// on rank 0, which holds them. The process exits nonzero if any rank failed.
+#include "hsgd/mpi/mpi_runtime.h"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+
+#include "hsgd/core/error.h"
+#include "hsgd/mpi/session.h"
+#include "hsgd/mpi/transport.h"
+#include "hsgd/runtime/threads_runtime.h"
+#include "linear_job.h"
+
+namespace hsgd {
+namespace {
+
+int g_servers = 1;  // --servers=S
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// A job for `servers` server ranks and the rest of the launch as workers.
+struct Fixture : testing::LinearJob {
+  std::string dir;
+  int servers, workers;
+
+  Fixture(const std::string& name, const std::vector<Override>& o = {}, int servers = g_servers)
+      : LinearJob(
+            {{"train.runtime", "mpi"},
+             {"train.servers", std::to_string(servers)},
+             {"train.workers", std::to_string(world_size() - servers)},
+             {"train.batch", "16"},
+             {"train.epochs", "3"},
+             {"train.eval_every", "100"},
+             {"optim.lr", "0.1"},
+             {"policy.step", "5"},
+             {"mpi.timeout", "30"}},
+            o),
+        servers(servers),
+        workers(world_size() - servers) {
+    // Only rank 0 writes; it owns the directory.
+    dir = (std::filesystem::path(::testing::TempDir()) / ("mpi_" + name)).string();
+    if (world_rank() == 0) {
+      std::filesystem::remove_all(dir);
+      std::filesystem::create_directories(dir);
+    }
+  }
+
+  RunResult run() {
+    std::optional<Recorder> rec;
+    if (world_rank() == 0) rec.emplace(dir);
+    RunResult r = MpiRuntime().run(job(), rec ? &*rec : nullptr, nullptr);
+    if (rec) rec->finish();
+    return r;
+  }
+};
+
+int64_t sum(const std::vector<int64_t>& v) { return std::accumulate(v.begin(), v.end(), 0LL); }
+
+class EveryPolicy : public ::testing::TestWithParam<std::string> {};
+
+// Each policy's semantics, as far as the counters of a run show them, and
+// learning. A shard that replayed an event differently would have thrown.
+TEST_P(EveryPolicy, KeepsItsSemanticsAcrossShards) {
+  const std::string policy = GetParam();
+  std::string name = policy;
+  std::replace(name.begin(), name.end(), ':', '_');
+  Fixture f(name, {{"policy.name", policy}});
+  RunResult r = f.run();
+  if (world_rank() != 0) {
+    EXPECT_FALSE(r.primary);
+    return;
+  }
+  ASSERT_TRUE(r.primary);
+  const int n = f.workers;
+  auto rows = read_metrics_csv(f.dir + "/metrics.csv");
+  ASSERT_GE(rows.size(), 2u);
+  EXPECT_EQ(rows.front().updates, 0);
+  EXPECT_GT(r.last.test_acc, rows.front().test_acc + 0.2) << policy;
+  const int64_t target = 3 * f.train.size();
+  EXPECT_GE(r.last.samples, target);
+  EXPECT_EQ(r.last.live_workers, n);
+  ASSERT_EQ(r.worker_pushes.size(), static_cast<size_t>(n));
+  EXPECT_EQ(sum(r.worker_pushes), r.gradients);
+  const auto [lo, hi] = std::minmax_element(r.worker_pushes.begin(), r.worker_pushes.end());
+  const int64_t updates = r.last.updates;
+  const int64_t pushes = r.gradients;
+  // Applied pushes by staleness: all of them under async-like policies.
+  const int64_t applied = sum(r.staleness_histogram);
+  if (policy == "sync") {
+    EXPECT_EQ(applied, r.staleness_histogram[0]) << "sync applies only fresh gradients";
+    EXPECT_GE(pushes - n * updates, 0);
+    EXPECT_LT(pushes - n * updates, n);
+    EXPECT_LE(*hi - *lo, 1) << "a sync worker is never a step ahead";
+  } else if (policy == "async") {
+    EXPECT_EQ(updates, pushes) << "async applies every push";
+  } else if (policy == "kasync:2" || policy == "kbatch:2") {
+    EXPECT_GE(pushes - 2 * updates, 0);
+    EXPECT_LT(pushes - 2 * updates, 2) << "every update aggregates exactly K = 2 pushes";
+  } else if (policy == "ssp:1") {
+    EXPECT_EQ(updates, pushes);
+    EXPECT_LE(*hi - *lo, 2) << "no worker runs more than s + 1 clocks ahead";
+  } else if (policy == "hybrid") {
+    EXPECT_EQ(r.last.k, n) << "the step schedule reaches K = workers";
+    EXPECT_EQ(rows.front().k, 1);
+  } else if (policy == "local:4") {
+    EXPECT_EQ(r.last.samples, pushes * 4 * 16) << "each push is 4 local steps of 16 samples";
+    EXPECT_LT(pushes - n * updates, n);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Mpi, EveryPolicy,
+                         ::testing::Values("sync", "async", "hybrid", "kasync:2", "kbatch:2",
+                                           "ssp:1", "local:4"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           std::replace(s.begin(), s.end(), ':', '_');
+                           return s;
+                         });
+
+// One worker and every other rank a server shard: sync is sequential SGD,
+// so the sharded run must give exactly the parameters of the same steps
+// taken by hand. Any slice sent to or from the wrong place shows here.
+TEST(MpiRuntime, ShardedSyncWithOneWorkerIsSequentialSgdExactly) {
+  Fixture f("seq", {{"policy.name", "sync"}, {"train.epochs", "1"}}, world_size() - 1);
+  RunResult r = f.run();
+  if (world_rank() != 0) return;
+  Job j = f.job();
+  auto model = j.make_model();
+  std::vector<float> w = j.initial_params, g(w.size());
+  model->bind(w, g);
+  ShardSampler sampler(f.train, 0, 1, f.config.train.seed);
+  Batch b;
+  for (int64_t seen = 0; seen < f.train.size(); seen += 16) {
+    sampler.next(16, &b);
+    model->gradient(b);
+    for (size_t i = 0; i < w.size(); ++i) w[i] -= static_cast<float>(0.1) * g[i];
+  }
+  ASSERT_EQ(r.params.size(), w.size());
+  for (size_t i = 0; i < w.size(); ++i) ASSERT_FLOAT_EQ(r.params[i], w[i]) << i;
+}
+
+// The same model, data and seed: sync over MPI and sync over threads reach
+// the same test accuracy (the runs differ only in the order gradients are
+// summed).
+TEST(MpiRuntime, SyncReachesTheAccuracyOfTheThreadsRuntime) {
+  Fixture f("vs_threads", {{"policy.name", "sync"}, {"train.epochs", "2"}});
+  RunResult r = f.run();
+  if (world_rank() == 0) {
+    Fixture t("vs_threads_t", {{"policy.name", "sync"}, {"train.epochs", "2"}});
+    t.config.train.runtime = "threads";
+    t.config.train.servers = 1;
+    Recorder rec(t.dir);
+    RunResult rt = ThreadsRuntime().run(t.job(), &rec, nullptr);
+    rec.finish();
+    EXPECT_NEAR(r.last.test_acc, rt.last.test_acc, 0.01);
+    EXPECT_EQ(r.last.updates, rt.last.updates);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(MpiRuntime, StragglersMakeSyncWorkersIdle) {
+  Fixture f("straggle", {{"policy.name", "sync"},
+                         {"train.epochs", "0.5"},
+                         {"stragglers.fraction", "0.5"},
+                         {"stragglers.sigma", "0.002"}});
+  RunResult r = f.run();
+  if (world_rank() != 0) return;
+  EXPECT_GT(r.last.idle_frac, 0.1);
+  EXPECT_EQ(r.last.staleness_max, 0);
+}
+
+TEST(MpiRuntime, TimeBudgetStopsAndEvaluatesPeriodically) {
+  Fixture f("budget", {{"train.epochs", "0"},
+                       {"train.budget", "0.6"},
+                       {"train.eval_every", "0.2"},
+                       {"policy.name", "async"}});
+  RunResult r = f.run();
+  if (world_rank() != 0) return;
+  auto rows = read_metrics_csv(f.dir + "/metrics.csv");
+  EXPECT_GE(rows.size(), 4u);  // t=0, ~0.2, ~0.4, end
+  EXPECT_NEAR(r.train_s, 0.6, 0.3);
+  for (size_t i = 1; i < rows.size(); ++i) EXPECT_GE(rows[i].time_s, rows[i - 1].time_s);
+}
+
+// DC-ASGD and Gap-Aware keep per-worker copies of the pulled parameters:
+// each shard keeps its own slice of them.
+TEST(MpiRuntime, StalenessMitigationsWorkShardByShard) {
+  for (const char* key : {"staleness.dc_lambda", "staleness.gap_aware"}) {
+    Fixture f(std::string("mitigate_") + key,
+              {{"policy.name", "async"}, {key, key == std::string("staleness.dc_lambda") ? "0.04" : "true"}});
+    RunResult r = f.run();
+    if (world_rank() != 0) continue;
+    auto rows = read_metrics_csv(f.dir + "/metrics.csv");
+    EXPECT_GT(r.last.test_acc, rows.front().test_acc + 0.2) << key;
+  }
+}
+
+TEST(MpiRuntime, ABadLaunchIsTheSameInputErrorOnEveryRank) {
+  // Every rank a server: no worker left.
+  Fixture f("bad", {}, 1);
+  f.config.train.servers = world_size();
+  f.config.train.workers = 1;
+  try {
+    f.run();
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("needs at least"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(MpiRuntime::check_launch(8, 5, 4), InputError);  // more servers than parameters
+  EXPECT_THROW(MpiRuntime::check_launch(2, 2, 100), InputError);
+  EXPECT_NO_THROW(MpiRuntime::check_launch(3, 2, 2));
+}
+
+// A worker that takes longer than mpi.timeout for one gradient: every rank
+// stops with an error naming the operation instead of hanging.
+TEST(MpiRuntime, ATimeoutNamesTheOperationOnEveryRank) {
+  Fixture f("timeout", {{"policy.name", "sync"},
+                        {"train.epochs", "1"},
+                        {"mpi.timeout", "0.5"},
+                        {"stragglers.fraction", "0.34"},  // worker 0 only (of 2 or 3)
+                        {"stragglers.delay", "lognormal"},
+                        {"stragglers.scale", "2"},
+                        {"stragglers.sigma", "0"}});
+  try {
+    f.run();
+    ADD_FAILURE() << "no timeout on rank " << world_rank();
+  } catch (const mpi::MpiError& e) {
+    EXPECT_NE(std::string(e.what()).find("timed out after 0.5 s"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MpiTransport, SplitsContiguouslyAndEvenly) {
+  const auto s = mpi::split(10, 3);
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[0].begin, 0u);
+  EXPECT_EQ(s[0].size, 4u);
+  EXPECT_EQ(s[1].begin, 4u);
+  EXPECT_EQ(s[1].size, 3u);
+  EXPECT_EQ(s[2].begin, 7u);
+  EXPECT_EQ(s[2].size, 3u);
+  EXPECT_EQ(mpi::split(5, 5).back().size, 1u);
+}
+
+}  // namespace
+}  // namespace hsgd
+
+int main(int argc, char** argv) {
+  hsgd::mpi::Session session(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--servers=", 10) == 0) hsgd::g_servers = std::atoi(argv[i] + 10);
+  }
+  if (session.rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int rc = RUN_ALL_TESTS();
+  int worst = 0;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return worst;
+}
