@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -54,8 +55,11 @@ struct Fixture : testing::LinearJob {
             o),
         servers(servers),
         workers(world_size() - servers) {
-    // Only rank 0 writes; it owns the directory.
-    dir = (std::filesystem::path(::testing::TempDir()) / ("mpi_" + name)).string();
+    // Only rank 0 writes; it owns the directory (named by its pid: CTest
+    // runs the two layouts at once).
+    dir = (std::filesystem::path(::testing::TempDir()) /
+           ("hsgd_mpi_" + std::to_string(getpid()) + "_" + name))
+              .string();
     if (world_rank() == 0) {
       std::filesystem::remove_all(dir);
       std::filesystem::create_directories(dir);
@@ -194,7 +198,7 @@ TEST(MpiRuntime, TimeBudgetStopsAndEvaluatesPeriodically) {
   RunResult r = f.run();
   if (world_rank() != 0) return;
   auto rows = read_metrics_csv(f.dir + "/metrics.csv");
-  EXPECT_GE(rows.size(), 4u);  // t=0, ~0.2, ~0.4, end
+  EXPECT_GE(rows.size(), 3u);  // t=0, ~0.2, (~0.4 unless the machine is busy), end
   EXPECT_NEAR(r.train_s, 0.6, 0.3);
   for (size_t i = 1; i < rows.size(); ++i) EXPECT_GE(rows[i].time_s, rows[i - 1].time_s);
 }
@@ -258,6 +262,40 @@ TEST(MpiTransport, SplitsContiguouslyAndEvenly) {
   EXPECT_EQ(mpi::split(5, 5).back().size, 1u);
 }
 
+// After each test every rank checks that all ranks finished the same test:
+// a rank that left a test early (an exception) would otherwise pair its
+// next collective with another test's and hang. Aborts the launch instead.
+class LockStep : public ::testing::EmptyTestEventListener {
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    const std::string name = std::string(info.test_suite_name()) + "." + info.name();
+    const long long mine = static_cast<long long>(std::hash<std::string>()(name) & 0x7fffffffffff);
+    long long lo[1] = {0}, hi[1] = {0};
+    MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    MPI_Iallreduce(&mine, lo, 1, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD, &r[0]);
+    MPI_Iallreduce(&mine, hi, 1, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, &r[1]);
+    try {
+      mpi::wait_all(r, 120, [&] { return "after " + name + ": the ranks are out of step"; });
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: %s\n", world_rank(), e.what());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (lo[0] != hi[0]) {
+      std::fprintf(stderr, "rank %d: after %s the ranks are in different tests\n", world_rank(),
+                   name.c_str());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
+};
+
+// On ranks other than 0 (whose progress output is off): their failures.
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (!r.failed()) return;
+    std::fprintf(stderr, "rank %d: %s:%d: %s\n", world_rank(),
+                 r.file_name() ? r.file_name() : "?", r.line_number(), r.summary());
+  }
+};
+
 }  // namespace
 }  // namespace hsgd
 
@@ -270,7 +308,9 @@ int main(int argc, char** argv) {
   if (session.rank() != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new hsgd::FailurePrinter);
   }
+  ::testing::UnitTest::GetInstance()->listeners().Append(new hsgd::LockStep);
   int rc = RUN_ALL_TESTS();
   int worst = 0;
   MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

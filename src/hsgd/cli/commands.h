@@ -44,7 +44,9 @@ struct BenchArgs {
   std::string data = "fashion-mnist";
   double seconds = 3;  // per throughput measurement
   int repeats = 5;     // compute-only rounds (median reported)
+  bool mpi = false;    // the mpi runtime's figures (under mpirun -np 3)
 };
 int bench(const BenchArgs& a);
+int bench_mpi(const BenchArgs& a);
 
 }  // namespace hsgd::cli

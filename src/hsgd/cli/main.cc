@@ -92,6 +92,8 @@ int main(int argc, char** argv) {
   bench->add_option("--data", ba.data, "data spec for the model benchmarks");
   bench->add_option("--seconds", ba.seconds, "seconds per runtime throughput measurement");
   bench->add_option("--repeats", ba.repeats, "rounds per compute-only figure (median)");
+  bench->add_flag("--mpi", ba.mpi,
+                  "the mpi runtime's figures instead; run as mpirun -np 3 hsgd bench --mpi");
 
   try {
     app.parse(argc, argv);
@@ -117,7 +119,7 @@ int main(int argc, char** argv) {
     }
     if (*eval) return hsgd::cli::eval(ea);
     if (*plot) return hsgd::cli::plot(plot_dirs, plot_out);
-    if (*bench) return hsgd::cli::bench(ba);
+    if (*bench) return ba.mpi ? hsgd::cli::bench_mpi(ba) : hsgd::cli::bench(ba);
     if (*compare) {
       if (!compare_runtime.empty()) ca.overrides.push_back({"train.runtime", compare_runtime});
       for (const std::string& s : compare_sets) {

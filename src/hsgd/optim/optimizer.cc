@@ -13,7 +13,7 @@ namespace {
 class Sgd final : public Optimizer {
  public:
   explicit Sgd(double wd) : wd_(static_cast<float>(wd)) {}
-  void step(std::span<float> w, std::span<float> g, double lr) override {
+  void step(std::span<float> w, std::span<const float> g, double lr) override {
     const float a = static_cast<float>(lr);
     const size_t n = w.size();
     if (wd_ != 0.0f) {
@@ -36,7 +36,7 @@ class Momentum final : public Optimizer {
         wd_(static_cast<float>(wd)),
         nesterov_(nesterov),
         v_(n, 0.0f) {}
-  void step(std::span<float> w, std::span<float> g, double lr) override {
+  void step(std::span<float> w, std::span<const float> g, double lr) override {
     const float a = static_cast<float>(lr);
     const size_t n = w.size();
     for (size_t i = 0; i < n; ++i) {
@@ -67,7 +67,7 @@ class Adam final : public Optimizer {
         wd_(static_cast<float>(o.weight_decay)),
         m_(n, 0.0f),
         v_(n, 0.0f) {}
-  void step(std::span<float> w, std::span<float> g, double lr) override {
+  void step(std::span<float> w, std::span<const float> g, double lr) override {
     ++t_;
     const double t = static_cast<double>(t_);
     const float c1 = static_cast<float>(1.0 - std::pow(b1_, t));

@@ -51,8 +51,8 @@ void validate(const OptimizerOptions& o, const LrSchedule& s);
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  // params -= lr * direction(grad). `grad` may be modified (scratch).
-  virtual void step(std::span<float> params, std::span<float> grad, double lr) = 0;
+  // params -= lr * direction(grad).
+  virtual void step(std::span<float> params, std::span<const float> grad, double lr) = 0;
   // Per-run state (velocity; Adam: step count, m, v) for checkpoints.
   // restore_state takes what save_state of the same kind and size returned.
   virtual std::vector<float> save_state() const { return {}; }

@@ -121,7 +121,7 @@ bool Server::ready(double seconds) const {
   return live_pushes >= threshold(seconds);
 }
 
-void Server::apply(Decision* d) {
+void Server::apply(Decision* d, std::span<const float> sum) {
   const size_t n = pending_.size();
   for (const Pending& p : pending_) {
     const int64_t tau = static_cast<int64_t>(version_ - p.version);
@@ -130,17 +130,19 @@ void Server::apply(Decision* d) {
     stats_.staleness_max = std::max(stats_.staleness_max, tau);
     staleness_hist_[std::min<size_t>(static_cast<size_t>(tau), kStalenessBuckets - 1)] += 1;
   }
+  const bool buffered = sum.data() == acc_.data();
+  HSGD_ASSERT(buffered || n == 1, "only a single push may skip the buffer");
   if (opt_.aggregation == Aggregation::kMean && n > 1) {
     const float inv = 1.0f / static_cast<float>(n);
     for (float& g : acc_) g *= inv;
   }
   if (opt_.staleness.gap_aware) std::copy(params_.begin(), params_.end(), before_.begin());
-  optimizer_->step(params_, acc_, lr_at(opt_.lr_schedule, opt_.lr, static_cast<int64_t>(version_)));
+  optimizer_->step(params_, sum, lr_at(opt_.lr_schedule, opt_.lr, static_cast<int64_t>(version_)));
   if (opt_.staleness.gap_aware) {
     track_step(step_ema_, before_, params_, opt_.staleness.gap_decay);
     ++tracked_updates_;
   }
-  std::fill(acc_.begin(), acc_.end(), 0.0f);
+  if (buffered) std::fill(acc_.begin(), acc_.end(), 0.0f);
   ++version_;
   ++stats_.updates;
   for (const Pending& p : pending_) {
@@ -180,17 +182,21 @@ Decision Server::on_push(int worker, uint64_t version, std::span<const float> gr
     // buffer is checked as at any event.
     stats_.dropped += 1;
     Decision d = decision();
-    if (ready(seconds)) apply(&d);
+    if (ready(seconds)) apply(&d, acc_);
     release_pull_waiters(&d);
     return d;
   }
   const std::span<const float> g =
       opt_.staleness.transforms() ? mitigate(w, version, tau, grad) : grad;
-  for (size_t i = 0; i < acc_.size(); ++i) acc_[i] += g[i];
   pending_.push_back({worker, version});
   Decision d = decision();
   if (policy_->pusher_waits()) waiting_[w] = true;
-  if (ready(seconds)) apply(&d);
+  if (pending_.size() == 1 && ready(seconds)) {
+    apply(&d, g);  // an update of this push alone (async): straight from the push
+  } else {
+    for (size_t i = 0; i < acc_.size(); ++i) acc_[i] += g[i];
+    if (ready(seconds)) apply(&d, acc_);
+  }
   // The pusher waits only if its push is still buffered.
   if (waiting_[w]) {
     d.caller_waits = true;
@@ -218,7 +224,7 @@ Decision Server::on_join(int worker, double seconds) {
     ++live_count_;
   }
   Decision d = decision();
-  if (ready(seconds)) apply(&d);
+  if (ready(seconds)) apply(&d, acc_);
   release_pull_waiters(&d);
   return d;
 }
@@ -234,7 +240,7 @@ Decision Server::on_leave(int worker, double seconds) {
     waiting_[w] = false;
     d.released.push_back(worker);
   }
-  if (live_count_ > 0 && ready(seconds)) apply(&d);
+  if (live_count_ > 0 && ready(seconds)) apply(&d, acc_);
   release_pull_waiters(&d);
   return d;
 }

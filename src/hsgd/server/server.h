@@ -126,7 +126,9 @@ class Server {
     uint64_t version;
   };
   bool ready(double seconds) const;
-  void apply(Decision* d);
+  // Applies the buffered pushes, whose sum is `sum`: acc_, or the one
+  // buffered push itself (an update of one push skips the buffer).
+  void apply(Decision* d, std::span<const float> sum);
   Decision decision() const;
   // SSP: the minimum clock over live workers (INT64_MAX if none), and the
   // release of the pull-waiters it now lets through.
