@@ -150,6 +150,13 @@ TEST(MpiCli, TheMpiRuntimeOutsideMpirunIsAnError) {
   EXPECT_NE(o.err.find("launch with mpirun"), std::string::npos) << o.err;
 }
 
+TEST(MpiCli, CompareRefusesTheMpiRuntime) {
+  Outcome o = run("", "compare --policies sync,async --runtime mpi --set data.spec=synthetic "
+                      "--set train.epochs=1 --out " + tmp("compare"));
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("hsgd compare runs its rounds in one process"), std::string::npos) << o.err;
+}
+
 TEST(MpiCli, AnotherRuntimeUnderMpirunIsAnError) {
   Outcome o = run(kMpirun + "-np 2 ", kTiny + "--runtime threads --out " + tmp("threads"));
   EXPECT_EQ(o.code, 2);

@@ -105,6 +105,11 @@ int compare(const CompareArgs& a) {
   // 1. Validate everything, every policy's config included, before any run.
   check_args(a);
   const Config base = load_config(a.config_path, a.overrides);
+  if (base.train.runtime == "mpi") {
+    throw InputError(
+        "train.runtime = 'mpi': hsgd compare runs its rounds in one process (threads or sim); "
+        "for mpi, run hsgd train under mpirun once per policy and round, then hsgd plot");
+  }
   for (const std::string& p : a.policies) {
     load_config(a.config_path, run_overrides(a, p, base.train.seed, 0));
   }

@@ -30,14 +30,22 @@ void check(int rc, const char* op) {
 }
 
 void Backoff::idle() {
-  ++n_;
-  if (n_ <= 32) {
-    sched_yield();
-    return;
+  using namespace std::chrono;
+  if (n_ == 0) start_ = steady_clock::now();
+  if (n_ >= 0) {
+    ++n_;
+    if ((n_ & 15) != 0) return;  // poll again at once
+    const auto waited = steady_clock::now() - start_;
+    if (waited < microseconds(kSpinUs)) return;
+    if (waited < microseconds(kYieldUs)) {
+      sched_yield();
+      return;
+    }
+    n_ = -1;  // the polling phase is over
   }
-  const int shift = std::min(n_ - 33, 3);  // 20, 40, 80, 160 -> capped at 200 us
-  const auto us = std::min(200, 20 << shift);
-  std::this_thread::sleep_for(std::chrono::microseconds(us));
+  const int us = n_ == -1 ? kSleepUs : 2 * kSleepUs;
+  --n_;
+  std::this_thread::sleep_for(microseconds(us));
 }
 
 void wait_all(std::span<MPI_Request> reqs, double timeout_s,

@@ -16,6 +16,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -83,16 +84,24 @@ std::vector<Shard> split(size_t num_params, int servers);
 // Throws MpiError("<op> failed: <MPI's message>") when rc is not MPI_SUCCESS.
 void check(int rc, const char* op);
 
-// Sleeps a little longer each time nothing happened: yields first (a message
-// is often microseconds away), then sleeps 20 us doubling to 200 us, so that
-// waiting ranks leave the cores to computing ones.
+// How a rank waits when nothing happened: it polls without pause for the
+// first kSpinUs of a wait, then yields the core between polls until kYieldUs
+// (the messages of a round trip arrive within that), then sleeps kSleepUs,
+// then 2 x kSleepUs, between polls, so that a rank with nothing to do leaves
+// the cores to the ranks computing gradients. (A sleep on these machines
+// overshoots by ~100 us; longer sleeps chained on both sides of a round trip
+// cost milliseconds: BENCHMARKS.md, MPI runtime.)
 class Backoff {
  public:
+  static constexpr int kSpinUs = 50;
+  static constexpr int kYieldUs = 2000;
+  static constexpr int kSleepUs = 50;
   void idle();
   void reset() { n_ = 0; }
 
  private:
   int n_ = 0;
+  std::chrono::steady_clock::time_point start_;
 };
 
 // Waits until every request in `reqs` (null or inactive ones included)
