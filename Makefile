@@ -4,7 +4,7 @@ PRESET ?= release
 BUILD := build/$(PRESET)
 JOBS ?= 2
 
-.PHONY: deps build demo test test-asan test-tsan bench format clean
+.PHONY: deps build demo test test-asan test-tsan bench bench-mpi format clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -31,6 +31,10 @@ test-tsan: deps
 
 bench: build
 	$(BUILD)/hsgd bench
+
+# The mpi runtime's figures: 3 ranks (1 server, 2 workers) on this machine.
+bench-mpi: build
+	mpirun --allow-run-as-root --oversubscribe -np 3 $(BUILD)/hsgd bench --mpi --seconds 3 --repeats 5
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

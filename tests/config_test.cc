@@ -136,7 +136,8 @@ TEST(Config, BadInputNamesTheKeyAndWhatWasExpected) {
   expect_error({{"stragglers.sigma", "-1"}}, "stragglers.sigma");
   expect_error({{"train.eval_every", "0"}}, "train.eval_every");
   expect_error({{"train.runtime", "gpu"}}, "expected threads, sim or mpi");
-  expect_error({{"train.runtime", "mpi"}, {"train.servers", "0"}}, "train.servers = 0: expected >= 1");
+  expect_error({{"train.runtime", "mpi"}, {"train.servers", "0"}},
+               "train.servers = 0: expected >= 1");
   expect_error({{"train.servers", "2"}}, "only the mpi runtime has server ranks");
   expect_error({{"mpi.timeout", "0"}}, "mpi.timeout = 0: expected seconds > 0");
   expect_error({{"mpi.tmeout", "1"}}, "mpi.tmeout");

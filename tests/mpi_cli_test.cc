@@ -114,19 +114,22 @@ TEST(MpiCli, TooFewRanksIsOneErrorFromRankZero) {
 
 TEST(MpiCli, MoreServersThanParametersIsOneErrorFromRankZero) {
   // 1 feature, 2 classes: a linear model of 4 parameters.
-  Outcome o = run(kMpirun + "-np 6 ",
-                  kTiny + "--runtime mpi --servers 5 --set data.synthetic_features=1 "
-                          "--set data.synthetic_classes=2 --out " + tmp("params"));
+  Outcome o =
+      run(kMpirun + "-np 6 ", kTiny +
+                                  "--runtime mpi --servers 5 --set data.synthetic_features=1 "
+                                  "--set data.synthetic_classes=2 --out " +
+                                  tmp("params"));
   EXPECT_NE(o.code, 0);
-  EXPECT_EQ(count(o.err, "hsgd: error: train.servers = 5: more server shards than the model's 4 "
-                         "parameters"),
+  EXPECT_EQ(count(o.err,
+                  "hsgd: error: train.servers = 5: more server shards than the model's 4 "
+                  "parameters"),
             1)
       << o.err;
 }
 
 TEST(MpiCli, ABadConfigOnEveryRankIsOneError) {
-  Outcome o = run(kMpirun + "-np 3 ", kTiny + "--runtime mpi --set train.wrokers=2 --out " +
-                                          tmp("bad"));
+  Outcome o =
+      run(kMpirun + "-np 3 ", kTiny + "--runtime mpi --set train.wrokers=2 --out " + tmp("bad"));
   EXPECT_EQ(o.code, 2) << o.err;
   EXPECT_EQ(count(o.err, "hsgd: error: "), 1) << o.err;
   EXPECT_EQ(count(o.err, "unknown key 'train.wrokers'"), 1) << o.err;
@@ -134,11 +137,12 @@ TEST(MpiCli, ABadConfigOnEveryRankIsOneError) {
 
 TEST(MpiCli, AHangBecomesATimeoutErrorNamingTheRankAndOperation) {
   // Worker 0 takes 30 s per gradient; the others wait for it under sync.
-  Outcome o = run(kMpirun + "-np 3 ",
-                  kTiny + "--runtime mpi --policy sync --set mpi.timeout=1 "
-                          "--set stragglers.fraction=0.5 --set stragglers.delay=lognormal "
-                          "--set stragglers.scale=30 --set stragglers.sigma=0 --out " +
-                      tmp("hang"));
+  Outcome o =
+      run(kMpirun + "-np 3 ", kTiny +
+                                  "--runtime mpi --policy sync --set mpi.timeout=1 "
+                                  "--set stragglers.fraction=0.5 --set stragglers.delay=lognormal "
+                                  "--set stragglers.scale=30 --set stragglers.sigma=0 --out " +
+                                  tmp("hang"));
   EXPECT_NE(o.code, 0);
   EXPECT_NE(o.err.find("timed out after 1 s"), std::string::npos) << o.err;
   EXPECT_NE(o.err.find("hsgd: error: rank "), std::string::npos) << o.err;
@@ -151,8 +155,10 @@ TEST(MpiCli, TheMpiRuntimeOutsideMpirunIsAnError) {
 }
 
 TEST(MpiCli, CompareRefusesTheMpiRuntime) {
-  Outcome o = run("", "compare --policies sync,async --runtime mpi --set data.spec=synthetic "
-                      "--set train.epochs=1 --out " + tmp("compare"));
+  Outcome o = run("",
+                  "compare --policies sync,async --runtime mpi --set data.spec=synthetic "
+                  "--set train.epochs=1 --out " +
+                      tmp("compare"));
   EXPECT_EQ(o.code, 2);
   EXPECT_NE(o.err.find("hsgd compare runs its rounds in one process"), std::string::npos) << o.err;
 }

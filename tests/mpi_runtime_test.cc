@@ -42,17 +42,16 @@ struct Fixture : testing::LinearJob {
   int servers, workers;
 
   Fixture(const std::string& name, const std::vector<Override>& o = {}, int servers = g_servers)
-      : LinearJob(
-            {{"train.runtime", "mpi"},
-             {"train.servers", std::to_string(servers)},
-             {"train.workers", std::to_string(world_size() - servers)},
-             {"train.batch", "16"},
-             {"train.epochs", "3"},
-             {"train.eval_every", "100"},
-             {"optim.lr", "0.1"},
-             {"policy.step", "5"},
-             {"mpi.timeout", "30"}},
-            o),
+      : LinearJob({{"train.runtime", "mpi"},
+                   {"train.servers", std::to_string(servers)},
+                   {"train.workers", std::to_string(world_size() - servers)},
+                   {"train.batch", "16"},
+                   {"train.epochs", "3"},
+                   {"train.eval_every", "100"},
+                   {"optim.lr", "0.1"},
+                   {"policy.step", "5"},
+                   {"mpi.timeout", "30"}},
+                  o),
         servers(servers),
         workers(world_size() - servers) {
     // Only rank 0 writes; it owns the directory (named by its pid: CTest
@@ -208,7 +207,8 @@ TEST(MpiRuntime, TimeBudgetStopsAndEvaluatesPeriodically) {
 TEST(MpiRuntime, StalenessMitigationsWorkShardByShard) {
   for (const char* key : {"staleness.dc_lambda", "staleness.gap_aware"}) {
     Fixture f(std::string("mitigate_") + key,
-              {{"policy.name", "async"}, {key, key == std::string("staleness.dc_lambda") ? "0.04" : "true"}});
+              {{"policy.name", "async"},
+               {key, key == std::string("staleness.dc_lambda") ? "0.04" : "true"}});
     RunResult r = f.run();
     if (world_rank() != 0) continue;
     auto rows = read_metrics_csv(f.dir + "/metrics.csv");
@@ -291,8 +291,8 @@ class LockStep : public ::testing::EmptyTestEventListener {
 class FailurePrinter : public ::testing::EmptyTestEventListener {
   void OnTestPartResult(const ::testing::TestPartResult& r) override {
     if (!r.failed()) return;
-    std::fprintf(stderr, "rank %d: %s:%d: %s\n", world_rank(),
-                 r.file_name() ? r.file_name() : "?", r.line_number(), r.summary());
+    std::fprintf(stderr, "rank %d: %s:%d: %s\n", world_rank(), r.file_name() ? r.file_name() : "?",
+                 r.line_number(), r.summary());
   }
 };
 

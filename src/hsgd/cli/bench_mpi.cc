@@ -37,9 +37,7 @@ class NullModel final : public Model {
  public:
   explicit NullModel(int64_t n) : n_(n) {}
   int64_t num_params() const override { return n_; }
-  void bind(std::span<float>, std::span<float> g) override {
-    std::fill(g.begin(), g.end(), 1e-9f);
-  }
+  void bind(std::span<float>, std::span<float> g) override { std::fill(g.begin(), g.end(), 1e-9f); }
   void init_params(uint64_t) override {}
   double gradient(const Batch&) override { return 0.0; }
   EvalResult evaluate(const Dataset&) override { return {}; }
@@ -151,8 +149,8 @@ int bench_mpi(const BenchArgs& a) {
         "MPI_Recv of the same floats there and back; bandwidth = 2 x 4 bytes x params / round "
         "trip\n\n",
         session.size());
-    std::printf("%-10s %14s %14s %14s %14s %8s\n", "params", "raw rt ms", "raw GB/s",
-                "hsgd rt ms", "hsgd GB/s", "ratio");
+    std::printf("%-10s %14s %14s %14s %14s %8s\n", "params", "raw rt ms", "raw GB/s", "hsgd rt ms",
+                "hsgd GB/s", "ratio");
   }
   for (const int64_t n : {int64_t{1} << 20, int64_t{10} << 20}) {
     const auto bytes = 2.0 * 4.0 * static_cast<double>(n);

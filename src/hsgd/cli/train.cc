@@ -100,8 +100,8 @@ void print_header(const Prepared& p) {
                static_cast<long long>(p.train_set.size()),
                static_cast<long long>(p.test_set.size()), p.train_set.num_classes,
                static_cast<long long>(p.job.initial_params.size()),
-               make_policy(c.policy, c.train.workers, c.optim.lr)->name().c_str(),
-               c.train.workers, c.train.batch, c.optim.lr,
+               make_policy(c.policy, c.train.workers, c.optim.lr)->name().c_str(), c.train.workers,
+               c.train.batch, c.optim.lr,
                c.train.budget > 0 ? fmt::format("{}s", c.train.budget).c_str()
                                   : fmt::format("{} epochs", c.train.epochs).c_str(),
                c.train.runtime == "mpi"
@@ -112,8 +112,7 @@ void print_header(const Prepared& p) {
 
 // Writes the outputs of a finished run, each complete or absent, and the
 // closing lines.
-void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r,
-                   Recorder& recorder) {
+void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Recorder& recorder) {
   const Config& c = p.c;
   const std::string& out = c.train.out;
   const ModelSpec& spec = p.spec;
@@ -191,8 +190,7 @@ int run_under_mpirun(const TrainArgs& args) {
     if (c0.train.runtime == "mpi") {
       MpiRuntime::check_launch(session.size(), c0.train.servers, INT64_MAX);
       // The workers are the ranks after the servers.
-      a.overrides.push_back(
-          {"train.workers", std::to_string(session.size() - c0.train.servers)});
+      a.overrides.push_back({"train.workers", std::to_string(session.size() - c0.train.servers)});
     } else if (session.size() > 1) {
       throw InputError(fmt::format(
           "train.runtime = '{}': mpirun started {} ranks; pass --runtime mpi (or run hsgd "

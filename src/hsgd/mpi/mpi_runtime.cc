@@ -104,8 +104,7 @@ class ShardServer {
   void send_params(int w) {
     MPI_Request* r = &param_send_[static_cast<size_t>(w)];
     wait_one(r, l_.timeout, [&] {
-      return fmt::format("sending shard {}'s parameters to {}", shard_,
-                         worker_name(w, l_.servers));
+      return fmt::format("sending shard {}'s parameters to {}", shard_, worker_name(w, l_.servers));
     });
     check(MPI_Start(r), "MPI_Start");
   }
@@ -117,12 +116,10 @@ class ShardServer {
   }
   // Waits for every parameter send in flight.
   void settle() {
-    wait_all(param_send_, l_.timeout, [&] {
-      return fmt::format("for a worker to receive shard {}'s parameters", shard_);
-    });
-    wait_one(&gather_send_, l_.timeout, [&] {
-      return fmt::format("for rank 0 to receive shard {}'s parameters", shard_);
-    });
+    wait_all(param_send_, l_.timeout,
+             [&] { return fmt::format("for a worker to receive shard {}'s parameters", shard_); });
+    wait_one(&gather_send_, l_.timeout,
+             [&] { return fmt::format("for rank 0 to receive shard {}'s parameters", shard_); });
   }
 
  private:
@@ -187,8 +184,8 @@ void run_replica(const Job& job, const Layout& l, const std::vector<float>& init
         shard.settle();
         return;
       default:
-        throw MpiError(fmt::format("server shard {} received an unknown event type {}", l.rank,
-                                   e.type));
+        throw MpiError(
+            fmt::format("server shard {} received an unknown event type {}", l.rank, e.type));
     }
   }
 }
@@ -231,8 +228,8 @@ void run_worker(const Job& job, const Layout& l) {
     check(MPI_Send_init(grads.data() + sh.begin, as_count(sh.size), MPI_FLOAT, static_cast<int>(s),
                         kTagGradient, l.comm, &grad_send[s]),
           "MPI_Send_init");
-    check(MPI_Recv_init(params.data() + sh.begin, as_count(sh.size), MPI_FLOAT,
-                        static_cast<int>(s), kTagParams, l.comm, &param_recv[s]),
+    check(MPI_Recv_init(params.data() + sh.begin, as_count(sh.size), MPI_FLOAT, static_cast<int>(s),
+                        kTagParams, l.comm, &param_recv[s]),
           "MPI_Recv_init");
   }
   const std::string me = worker_name(id, l.servers);
@@ -343,8 +340,8 @@ class Primary {
     model_ = job.make_model();
     model_->bind(eval_params_, eval_grads_);
     if (c_.train.epochs > 0) {
-      epoch_target_ = static_cast<int64_t>(
-          std::ceil(c_.train.epochs * static_cast<double>(job.train->size())));
+      epoch_target_ =
+          static_cast<int64_t>(std::ceil(c_.train.epochs * static_cast<double>(job.train->size())));
     }
   }
   ~Primary() {
@@ -392,8 +389,9 @@ class Primary {
         st.k = server().threshold(now);
         st.epochs = static_cast<double>(st.samples) / static_cast<double>(job_.train->size());
         st.test_acc = last_acc;
-        st.samples_per_s =
-            now > tick_time ? static_cast<double>(st.samples - tick_samples) / (now - tick_time) : 0;
+        st.samples_per_s = now > tick_time
+                               ? static_cast<double>(st.samples - tick_samples) / (now - tick_time)
+                               : 0;
         tick_time = now;
         tick_samples = st.samples;
         observer_->on_status(st);
@@ -417,10 +415,10 @@ class Primary {
           }
         }
         if (who.empty()) {
-          throw MpiError(fmt::format(
-              "server shard 0: every worker has waited {:g} s for a release (policy {} "
-              "deadlocked)",
-              l_.timeout, server().policy().name()));
+          throw MpiError(
+              fmt::format("server shard 0: every worker has waited {:g} s for a release (policy {} "
+                          "deadlocked)",
+                          l_.timeout, server().policy().name()));
         }
         throw MpiError(fmt::format(
             "timed out after {:g} s on server shard 0 waiting for a request from {} (raise "
@@ -548,10 +546,8 @@ class Primary {
   void pull(int w) {
     const auto i = static_cast<size_t>(w);
     const Decision d = server().on_pull(w);
-    emit(Event{.type = Event::kPull,
-               .worker = w,
-               .version = d.version,
-               .waits = d.caller_waits ? 1 : 0});
+    emit(Event{
+        .type = Event::kPull, .worker = w, .version = d.version, .waits = d.caller_waits ? 1 : 0});
     if (d.caller_waits) {
       state_[i] = kWaiting;
       wait_start_[i] = SteadyClock::now();
@@ -647,8 +643,7 @@ class Primary {
 
 // Every rank must run the same job: the same parameter count and data.
 void check_same_job(const Layout& l, const Job& job) {
-  const int64_t mine[3] = {static_cast<int64_t>(l.num_params), job.train->size(),
-                           job.test->size()};
+  const int64_t mine[3] = {static_cast<int64_t>(l.num_params), job.train->size(), job.test->size()};
   int64_t lo[3], hi[3];
   check(MPI_Allreduce(mine, lo, 3, MPI_INT64_T, MPI_MIN, l.comm), "MPI_Allreduce");
   check(MPI_Allreduce(mine, hi, 3, MPI_INT64_T, MPI_MAX, l.comm), "MPI_Allreduce");

@@ -60,9 +60,10 @@ void wait_all(std::span<MPI_Request> reqs, double timeout_s,
           "MPI_Testall");
     if (done) return;
     if ((polls & 63) == 63 && Clock::now() > deadline) {
-      throw MpiError(fmt::format("timed out after {:g} s {} (raise mpi.timeout if this is slow, not "
-                                 "stuck)",
-                                 timeout_s, what()));
+      throw MpiError(
+          fmt::format("timed out after {:g} s {} (raise mpi.timeout if this is slow, not "
+                      "stuck)",
+                      timeout_s, what()));
     }
     backoff.idle();
   }
