@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -41,10 +42,15 @@ void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png)
   };
   std::vector<Run> runs;
   std::map<std::string, int> policy_count;
+  double max_staleness = 0, max_idle = 0;
   for (const std::string& dir : run_dirs) {
     const std::string csv = dir + "/metrics.csv";
     std::vector<MetricsRow> rows = read_metrics_csv(csv);  // validates
     if (rows.empty()) throw InputError(csv + ": no rows to plot");
+    for (const MetricsRow& r : rows) {
+      max_staleness = std::max(max_staleness, r.staleness_mean);
+      max_idle = std::max(max_idle, r.idle_frac);
+    }
     runs.push_back({csv, rows.front().policy});
     policy_count[rows.front().policy]++;
   }
@@ -62,9 +68,14 @@ void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png)
       "set grid\n"
       "set multiplot layout 2,2\n",
       quote(tmp));
-  auto panel = [&](const char* title, const char* ylabel, int column, const char* key) {
-    script += fmt::format("set title '{}'\nset xlabel 'time (s)'\nset ylabel '{}'\nset key {}\n",
-                          title, ylabel, key);
+  // yrange: "*:*" autoscales. Staleness and idle time start at 0 and have a
+  // fixed top, so an all-zero column (no staleness under sync) still has a
+  // range (gnuplot warns about an empty one otherwise).
+  auto panel = [&](const char* title, const char* ylabel, int column, const char* key,
+                   const char* yrange) {
+    script += fmt::format(
+        "set title '{}'\nset xlabel 'time (s)'\nset ylabel '{}'\nset key {}\nset yrange [{}]\n",
+        title, ylabel, key, yrange);
     script += "plot ";
     for (size_t i = 0; i < runs.size(); ++i) {
       script += fmt::format("{}{} using 1:{} with linespoints pointsize 0.5 title {}",
@@ -72,10 +83,13 @@ void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png)
     }
     script += "\n";
   };
-  panel("test accuracy", "accuracy", 8, "bottom right");
-  panel("test loss", "cross-entropy", 7, "top right");
-  panel("mean staleness of applied pushes", "updates", 9, "top right");
-  panel("worker idle fraction (waiting for an update)", "fraction", 12, "top right");
+  panel("test accuracy", "accuracy", 8, "bottom right", "*:*");
+  panel("test loss", "cross-entropy", 7, "top right", "*:*");
+  const std::string staleness_range = fmt::format("0:{}", std::max(1.0, 1.05 * max_staleness));
+  const std::string idle_range = fmt::format("0:{}", std::max(0.1, std::min(1.0, 1.05 * max_idle)));
+  panel("mean staleness of applied pushes", "updates", 9, "top right", staleness_range.c_str());
+  panel("worker idle fraction (waiting for an update)", "fraction", 12, "top right",
+        idle_range.c_str());
   script += "unset multiplot\n";
   run_gnuplot(script, png);
 }
