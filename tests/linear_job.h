@@ -41,6 +41,24 @@ struct LinearJob {
     j.initial_params = initial_params(j.make_model, config.train.seed);
     return j;
   }
+
+  // One epoch of plain sequential SGD by hand, from the job's initial
+  // parameters in worker 0-of-1's shard order: what sync with one worker
+  // must compute.
+  std::vector<float> sequential_sgd_epoch(float lr, int64_t batch) const {
+    Job j = job();
+    auto model = j.make_model();
+    std::vector<float> w = j.initial_params, g(w.size());
+    model->bind(w, g);
+    ShardSampler sampler(train, 0, 1, config.train.seed);
+    Batch b;
+    for (int64_t seen = 0; seen < train.size(); seen += batch) {
+      sampler.next(batch, &b);
+      model->gradient(b);
+      for (size_t i = 0; i < w.size(); ++i) w[i] -= lr * g[i];
+    }
+    return w;
+  }
 };
 
 // A fresh, empty directory under the test temp dir.

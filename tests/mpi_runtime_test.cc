@@ -144,17 +144,7 @@ TEST(MpiRuntime, ShardedSyncWithOneWorkerIsSequentialSgdExactly) {
   Fixture f("seq", {{"policy.name", "sync"}, {"train.epochs", "1"}}, world_size() - 1);
   RunResult r = f.run();
   if (world_rank() != 0) return;
-  Job j = f.job();
-  auto model = j.make_model();
-  std::vector<float> w = j.initial_params, g(w.size());
-  model->bind(w, g);
-  ShardSampler sampler(f.train, 0, 1, f.config.train.seed);
-  Batch b;
-  for (int64_t seen = 0; seen < f.train.size(); seen += 16) {
-    sampler.next(16, &b);
-    model->gradient(b);
-    for (size_t i = 0; i < w.size(); ++i) w[i] -= static_cast<float>(0.1) * g[i];
-  }
+  const std::vector<float> w = f.sequential_sgd_epoch(0.1f, 16);
   ASSERT_EQ(r.params.size(), w.size());
   for (size_t i = 0; i < w.size(); ++i) ASSERT_FLOAT_EQ(r.params[i], w[i]) << i;
 }

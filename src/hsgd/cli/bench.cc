@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "hsgd/cli/commands.h"
+#include "hsgd/core/stats.h"
 #include "hsgd/data/readers.h"
 #include "hsgd/data/spec.h"
 #include "hsgd/runtime/runtime.h"
@@ -16,12 +17,6 @@ namespace hsgd::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 ModelSpec spec_for(const std::string& name, const Dataset& d) {
   ModelSpec s;

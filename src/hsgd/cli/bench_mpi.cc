@@ -13,6 +13,7 @@
 
 #include "hsgd/cli/commands.h"
 #include "hsgd/core/error.h"
+#include "hsgd/core/stats.h"
 #include "hsgd/data/readers.h"
 #include "hsgd/data/spec.h"
 #include "hsgd/mpi/mpi_runtime.h"
@@ -24,12 +25,6 @@ namespace hsgd::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // A model of n parameters whose gradient costs nothing: the pushes carry
 // whatever its gradient buffer holds. Isolates the transport.

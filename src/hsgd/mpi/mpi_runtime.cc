@@ -267,16 +267,11 @@ void run_worker(const Job& job, const Layout& l) {
   Batch batch;
   while (version) {
     int64_t pushed = 0;
-    if (!local) sampler.next(c.train.batch, &batch);
     const auto t0 = SteadyClock::now();
-    const double loss =
-        local ? local->run(*model, params, grads, sampler, c.train.batch, local_h, &batch, &pushed)
-              : model->gradient(batch);
-    if (!local) pushed = batch.size();
-    if (delays.is_straggler(id)) {
-      const double delay = (delays.slowdown(id) - 1.0) * since(t0) + delays.draw(id);
-      if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
-    }
+    const double loss = compute_push(*model, params, grads, sampler, c.train.batch,
+                                     local ? &*local : nullptr, local_h, &batch, &pushed);
+    const double delay = delays.extra_seconds(id, since(t0));
+    if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
     request.type = Request::kPush;
     request.version = *version;
     request.batch = pushed;

@@ -20,6 +20,12 @@ class DelayModel {
   double slowdown(int w) const { return is_straggler(w) ? c_.slowdown : 1.0; }
   // The extra delay of worker w's next gradient, in seconds (0 for others).
   double draw(int w);
+  // For the runtimes on real time: the seconds worker w waits after a
+  // gradient that took `compute_s`: its slow-down's share of the compute
+  // time plus its delay draw (0 for workers that do not straggle).
+  double extra_seconds(int w, double compute_s) {
+    return is_straggler(w) ? (slowdown(w) - 1.0) * compute_s + draw(w) : 0.0;
+  }
 
  private:
   StragglerConfig c_;

@@ -66,12 +66,10 @@ void worker_loop(int id, const Job& job, Shared& s, DelayModel& delays, int64_t 
     sampler.next(c.train.batch, &batch);
     const auto t0 = SteadyClock::now();
     const double loss = model->gradient(batch);
-    if (delays.is_straggler(id)) {
-      const double delay = (delays.slowdown(id) - 1.0) * since(t0) + delays.draw(id);
-      if (delay > 0) {
-        std::unique_lock lk(s.mu);
-        s.cv.wait_for(lk, std::chrono::duration<double>(delay), [&] { return s.stop; });
-      }
+    const double delay = delays.extra_seconds(id, since(t0));
+    if (delay > 0) {
+      std::unique_lock lk(s.mu);
+      s.cv.wait_for(lk, std::chrono::duration<double>(delay), [&] { return s.stop; });
     }
     const int64_t step = s.steps.fetch_add(1, std::memory_order_relaxed);
     const float lr = static_cast<float>(lr_at(c.lr_schedule, c.optim.lr, step));

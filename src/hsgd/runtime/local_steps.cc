@@ -32,6 +32,16 @@ double LocalWorker::run(Model& model, std::span<float> params, std::span<float> 
   return loss / h;
 }
 
+double compute_push(Model& model, std::span<float> params, std::span<float> grads,
+                    ShardSampler& sampler, int64_t batch, LocalWorker* local, int h, Batch* scratch,
+                    int64_t* samples) {
+  if (local) return local->run(model, params, grads, sampler, batch, h, scratch, samples);
+  sampler.next(batch, scratch);
+  const double loss = model.gradient(*scratch);
+  *samples = scratch->size();
+  return loss;
+}
+
 LocalWorker make_local_worker(const Config& c, size_t num_params) {
   const double lr = c.policy.local.lr > 0 ? c.policy.local.lr : c.optim.lr;
   return LocalWorker(num_params, lr, c.policy.local.momentum);

@@ -36,6 +36,15 @@ class LocalWorker {
   std::vector<float> v_, pulled_;
 };
 
+// A worker's next push into `grads` (the model bound to params/grads, params
+// holding the pulled parameters): the gradient of one batch of `batch`
+// samples from `sampler`, or, with `local` (local:H), the delta of H local
+// steps. Returns the mean training loss and sets *samples to the samples
+// behind the push. Every runtime's workers compute through this.
+double compute_push(Model& model, std::span<float> params, std::span<float> grads,
+                    ShardSampler& sampler, int64_t batch, LocalWorker* local, int h, Batch* scratch,
+                    int64_t* samples);
+
 // A LocalWorker for config c (local.lr, 0 meaning optim.lr; local.momentum).
 LocalWorker make_local_worker(const Config& c, size_t num_params);
 

@@ -241,14 +241,10 @@ RunResult SimRuntime::run(const Job& job, Recorder* recorder, Observer* observer
         }
         std::span<const float> p = server.params();
         std::copy(p.begin(), p.end(), work_params.begin());
-        if (local_h > 0) {  // H local steps: H x the compute time, one delay draw
-          sw.loss = locals[static_cast<size_t>(w)].run(*model, work_params, work_grads, sw.sampler,
-                                                       c.train.batch, local_h, &batch, &sw.batch);
-        } else {
-          sw.sampler.next(c.train.batch, &batch);
-          sw.loss = model->gradient(batch);
-          sw.batch = batch.size();
-        }
+        // local:H: H local steps, H x the compute time below, one delay draw.
+        sw.loss = compute_push(*model, work_params, work_grads, sw.sampler, c.train.batch,
+                               local_h > 0 ? &locals[static_cast<size_t>(w)] : nullptr, local_h,
+                               &batch, &sw.batch);
         std::copy(work_grads.begin(), work_grads.end(), sw.grads.begin());
         sw.version = d.version;
         const double compute =

@@ -118,19 +118,13 @@ void worker_loop(const WorkerArgs& a) {
       continue;
     }
     int64_t pushed = 0;  // samples behind this push
-    if (!local) sampler.next(c.train.batch, &batch);
     const auto t0 = SteadyClock::now();
-    const double loss =
-        local ? local->run(*model, params, grads, sampler, c.train.batch, local_h, &batch, &pushed)
-              : model->gradient(batch);
-    if (!local) pushed = batch.size();
-    if (delays.is_straggler(a.id)) {
-      const double delay = (delays.slowdown(a.id) - 1.0) * seconds_between(t0, SteadyClock::now()) +
-                           delays.draw(a.id);
-      if (delay > 0) {
-        std::unique_lock lk(s.mu);
-        s.cv.wait_for(lk, std::chrono::duration<double>(delay), [&] { return s.stop; });
-      }
+    const double loss = compute_push(*model, params, grads, sampler, c.train.batch,
+                                     local ? &*local : nullptr, local_h, &batch, &pushed);
+    const double delay = delays.extra_seconds(a.id, seconds_between(t0, SteadyClock::now()));
+    if (delay > 0) {
+      std::unique_lock lk(s.mu);
+      s.cv.wait_for(lk, std::chrono::duration<double>(delay), [&] { return s.stop; });
     }
     bool wait = false;
     {
