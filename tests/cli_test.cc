@@ -10,72 +10,13 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "cli_helpers.h"
 #include "hsgd/data/readers.h"
 #include "hsgd/model/model.h"
 #include "hsgd/model/reference.h"
 
 namespace hsgd {
 namespace {
-
-namespace fs = std::filesystem;
-
-const std::string kHsgd = HSGD_BINARY_DIR "/hsgd";
-
-struct Outcome {
-  int code = -1;
-  std::string err;  // stderr
-  std::string out;  // stdout
-};
-
-// A directory of this process's own: CTest runs the tests of this file as
-// separate processes, in parallel, and each writes the fixtures.
-std::string tmp(const std::string& name) {
-  struct Dir {
-    fs::path path = fs::path(::testing::TempDir()) / ("hsgd_cli_" + std::to_string(getpid()));
-    Dir() { fs::create_directories(path); }
-    ~Dir() {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-  };
-  static const Dir dir;
-  return (dir.path / name).string();
-}
-
-Outcome run(const std::string& args) {
-  const std::string err_file = tmp("stderr.txt");
-  const std::string cmd = kHsgd + " " + args + " 2> " + err_file;
-  Outcome o;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) o.out.append(buf, n);
-  const int status = pclose(p);
-  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err_file);
-  o.err.assign(std::istreambuf_iterator<char>(e), {});
-  return o;
-}
-
-std::string write(const std::string& name, const std::string& text) {
-  const std::string p = tmp(name);
-  std::ofstream(p, std::ios::binary) << text;
-  return p;
-}
-
-void write_csv(const std::string& path, const Dataset& d) {
-  std::ofstream f(path);
-  for (int64_t i = 0; i < d.size(); ++i) {
-    f << d.labels[static_cast<size_t>(i)];
-    for (float v : d.sample(i)) f << ',' << v;
-    f << '\n';
-  }
-}
-
-nlohmann::json summary(const std::string& dir) {
-  std::ifstream f(dir + "/summary.json");
-  return nlohmann::json::parse(f);
-}
 
 // ---------------------------------------------------------------- bad input
 

@@ -41,7 +41,8 @@ TEST(Config, FileThenOverridesAndPolicyNames) {
   Config d = load_config("", {{"train.budget", "1"},
                               {"model.hidden", "256,128"},
                               {"policy.aggregation", "sum"},
-                              {"policy.clock", "seconds"}});
+                              {"policy.clock", "seconds"},
+                              {"policy.step", "10"}});
   EXPECT_EQ(d.model.hidden, (std::vector<int64_t>{256, 128}));
   EXPECT_EQ(d.policy.aggregation, Aggregation::kSum);
   Config s = load_config("", {{"train.budget", "1"}, {"policy.name", "ssp:3"}});
@@ -65,6 +66,31 @@ TEST(Config, ResolvedTomlRoundTrips) {
   EXPECT_EQ(to_toml(d), text);
   EXPECT_EQ(d.policy.k, 2);
   EXPECT_DOUBLE_EQ(d.stragglers.sigma, 0.25);
+}
+
+TEST(Config, FullPrecisionValuesRoundTripExactlyAndTheHashIgnoresRunLength) {
+  const double x = 0.0012345678901234567;
+  Config c = load_config("", {{"train.budget", "1"},
+                              {"sim.compute_time", "0.0012345678901234567"},
+                              {"sim.server_ns_per_param", "0.30000000000000004"}});
+  EXPECT_EQ(c.sim.compute_time, x);
+  Config d = load_config(write_file("precise.toml", to_toml(c)), {});
+  EXPECT_EQ(d.sim.compute_time, c.sim.compute_time);
+  EXPECT_EQ(d.sim.server_ns_per_param, c.sim.server_ns_per_param);
+  EXPECT_EQ(config_hash(c), config_hash(d));
+  Config longer = load_config("", {{"sim.compute_time", "0.0012345678901234567"},
+                                   {"sim.server_ns_per_param", "0.30000000000000004"},
+                                   {"train.budget", "999"},
+                                   {"train.checkpoint_every", "3"},
+                                   {"train.workers", "7"}});
+  EXPECT_EQ(config_hash(c), config_hash(longer));
+  Config other = load_config("", {{"train.budget", "1"},
+                                  {"sim.compute_time", "0.0012345678901234567"},
+                                  {"sim.server_ns_per_param", "0.30000000000000004"},
+                                  {"optim.lr", "0.02"}});
+  EXPECT_NE(config_hash(c), config_hash(other));
+  EXPECT_TRUE(resumable_key("train.budget"));
+  EXPECT_FALSE(resumable_key("policy.name"));
 }
 
 TEST(Config, StalenessAndOptimizerKeys) {
@@ -145,6 +171,18 @@ TEST(Config, BadInputNamesTheKeyAndWhatWasExpected) {
   expect_error({{"sim.latency", "-1"}}, "sim.latency");
   expect_error({{"sim.compute_time", "-0.1"}}, "sim.compute_time");
   expect_error({{"stragglers.delay", "gamma"}}, "stragglers.delay");
+  // The hybrid step defaults to 3/lr updates: in seconds or epochs it must
+  // be given.
+  expect_error({{"policy.name", "hybrid"}, {"policy.clock", "seconds"}},
+               "policy.clock = 'seconds': the hybrid step schedule needs an explicit policy.step");
+  expect_error(
+      {{"policy.name", "hybrid"}, {"policy.clock", "epochs"}, {"policy.schedule", "linear"}},
+      "policy.step or policy.ramp");
+  expect_error({{"train.checkpoint_every", "-1"}}, "train.checkpoint_every = -1");
+  expect_error({{"train.max_nonfinite", "0"}}, "train.max_nonfinite = 0");
+  expect_error({{"checkpoint.keep", "0"}}, "checkpoint.keep = 0");
+  expect_error({{"checkpoint.kept", "1"}}, "unknown key 'checkpoint.kept'");
+  expect_error({{"optim.clip_norm", "-1"}}, "optim.clip_norm = -1");
   expect_error({{"stragglers.delay", "exponential"}, {"stragglers.fraction", "0.5"}},
                "stragglers.scale");
   expect_error({{"data.test_fraction", "1"}}, "data.test_fraction");

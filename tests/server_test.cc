@@ -3,7 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <string_view>
 #include <vector>
+
+#include "hsgd/core/error.h"
 
 namespace hsgd {
 namespace {
@@ -12,16 +16,17 @@ struct Rig {
   std::vector<float> params;
   std::unique_ptr<Server> server;
   Rig(int workers, PolicyOptions po, double lr = 0.1, size_t n = 2,
-      Aggregation agg = Aggregation::kMean) {
+      Aggregation agg = Aggregation::kMean, ServerOptions so = {},
+      OptimizerOptions oo = {.kind = "sgd"}) {
     params.assign(n, 0.0f);
-    ServerOptions so;
     so.workers = workers;
     so.lr = lr;
     so.aggregation = agg;
     so.samples_per_epoch = 100;
     po.aggregation = agg;
-    server = std::make_unique<Server>(params, so, make_policy(po, workers, lr),
-                                      make_optimizer(OptimizerOptions{.kind = "sgd", .lr = lr}, n));
+    oo.lr = lr;
+    server =
+        std::make_unique<Server>(params, so, make_policy(po, workers, lr), make_optimizer(oo, n));
   }
   Decision push(int w, std::vector<float> g, uint64_t v = UINT64_MAX) {
     if (v == UINT64_MAX) v = server->version();
@@ -322,6 +327,151 @@ TEST(Server, AdaptiveHybridSeesEveryPushedLoss) {
   EXPECT_FALSE(d.applied);
   EXPECT_TRUE(d.caller_waits);
   EXPECT_EQ(r.server->threshold(0), 2);
+}
+
+}  // namespace
+}  // namespace hsgd
+
+namespace hsgd {
+namespace {
+
+TEST(Server, AWorkerThatPushesLeavesRejoinsAndPushesAgainCountsOnceTowardsSync) {
+  Rig r(3, kind("sync"));
+  EXPECT_TRUE(r.push(0, {1.0f, 1.0f}).caller_waits);
+  r.server->on_leave(0, 0.0);  // released; its push stays buffered
+  r.server->on_join(0, 0.0);
+  EXPECT_TRUE(r.push(0, {1.0f, 1.0f}).caller_waits);
+  // Two pushes of worker 0 are buffered, but only one distinct live worker
+  // of three: no update yet.
+  EXPECT_EQ(r.server->version(), 0u);
+  EXPECT_TRUE(r.push(1, {1.0f, 1.0f}).caller_waits);
+  EXPECT_EQ(r.server->version(), 0u);
+  const Decision d = r.push(2, {1.0f, 1.0f});
+  EXPECT_TRUE(d.applied);
+  EXPECT_EQ(r.server->version(), 1u);
+}
+
+TEST(Server, KbatchStillCountsEveryPushOfOneWorker) {
+  Rig r(3, kind("kbatch", 3));
+  r.push(0, {1.0f, 1.0f});
+  r.push(0, {1.0f, 1.0f});
+  EXPECT_TRUE(r.push(0, {1.0f, 1.0f}).applied);
+}
+
+TEST(Server, NonFinitePushesAreDroppedCountedAndNeverApplied) {
+  Rig r(2, kind("sync"));
+  const float nan = std::nanf(""), inf = INFINITY;
+  Decision d = r.push(0, {nan, 1.0f});
+  EXPECT_FALSE(d.caller_waits);  // not buffered: its pusher goes on
+  EXPECT_FALSE(d.applied);
+  r.push(1, {inf, 0.0f});
+  EXPECT_EQ(r.server->consecutive_nonfinite(), 2);
+  EXPECT_EQ(r.server->version(), 0u);
+  EXPECT_EQ(r.params[0], 0.0f);
+  // A finite gradient with a NaN loss is dropped too.
+  EXPECT_FALSE(
+      r.server->on_push(0, 0, std::vector<float>{1.0f, 1.0f}, 1, std::nan(""), 0).caller_waits);
+  EXPECT_EQ(r.server->consecutive_nonfinite(), 3);
+  r.push(0, {1.0f, 1.0f});
+  EXPECT_EQ(r.server->consecutive_nonfinite(), 0);
+  d = r.push(1, {1.0f, 1.0f});
+  EXPECT_TRUE(d.applied);
+  EXPECT_TRUE(std::isfinite(r.params[0]));
+  const ServerStats st = r.server->take_stats();
+  EXPECT_EQ(st.nonfinite, 3);
+  EXPECT_EQ(st.pushes, 5);
+  EXPECT_EQ(st.loss_count, 2);  // dropped pushes' losses are not averaged
+}
+
+TEST(Server, ClipNormScalesAPushToTheNorm) {
+  ServerOptions so;
+  so.clip_norm = 1.0;
+  Rig r(1, kind("async"), 1.0, 2, Aggregation::kMean, so);
+  r.push(0, {3.0f, 4.0f});  // norm 5 -> (0.6, 0.8)
+  EXPECT_NEAR(r.params[0], -0.6f, 1e-6);
+  EXPECT_NEAR(r.params[1], -0.8f, 1e-6);
+  r.push(0, {0.3f, 0.4f});  // norm 0.5: unchanged
+  EXPECT_NEAR(r.params[0], -0.9f, 1e-6);
+}
+
+// Drives two servers with the same events, saving one mid-way into a third
+// and checking the third continues exactly as the uninterrupted one.
+void ExpectRoundTrip(PolicyOptions po, ServerOptions so, OptimizerOptions oo) {
+  const int n = 3;
+  Rig a(n, po, 0.05, 4, Aggregation::kMean, so, oo);
+  Rig b(n, po, 0.05, 4, Aggregation::kMean, so, oo);
+  std::vector<uint64_t> pulled(n, 0);
+  std::vector<bool> waiting(n, false);
+  auto step = [&](Rig& r, int i) {
+    const int w = i % n;
+    if (r.server->is_waiting(w)) return;
+    const Decision pd = r.server->on_pull(w);
+    if (pd.caller_waits) return;
+    const float x = static_cast<float>(i % 7) * 0.1f + 0.05f;
+    r.server->on_push(w, pd.version, std::vector<float>{x, -x, 2 * x, 0.5f}, 2, 1.0 / (1 + i),
+                      0.1 * i);
+  };
+  for (int i = 0; i < 20; ++i) {
+    step(a, i);
+    step(b, i);
+  }
+  StateWriter w;
+  b.server->save(w);
+  const std::string bytes = w.take();
+  Rig c(n, po, 0.05, 4, Aggregation::kMean, so, oo);
+  StateReader rd(bytes, "test");
+  c.server->load(rd);
+  rd.expect_end();
+  EXPECT_EQ(c.params, b.params);
+  for (int i = 20; i < 45; ++i) {
+    step(a, i);
+    step(c, i);
+  }
+  EXPECT_EQ(a.params, c.params);
+  EXPECT_EQ(a.server->version(), c.server->version());
+  EXPECT_EQ(a.server->staleness_histogram(), c.server->staleness_histogram());
+  EXPECT_EQ(a.server->take_stats().pushes, c.server->take_stats().pushes);
+}
+
+TEST(Server, SaveAndLoadContinueExactlyForEveryPolicyAndState) {
+  ServerOptions plain;
+  ServerOptions mitigated;
+  mitigated.staleness.dc_asgd = true;
+  mitigated.staleness.gap_aware = true;
+  mitigated.staleness.scaled_lr = true;
+  for (const char* opt : {"sgd", "momentum", "adam"}) {
+    OptimizerOptions oo{.kind = opt};
+    for (PolicyOptions po : {kind("sync"), kind("async"), kind("kasync", 2), kind("kbatch", 2)}) {
+      SCOPED_TRACE(std::string(opt) + " " + po.kind);
+      ExpectRoundTrip(po, plain, oo);
+      ExpectRoundTrip(po, mitigated, oo);
+    }
+    PolicyOptions hy = kind("hybrid");
+    hy.schedule.step = 3;
+    ExpectRoundTrip(hy, plain, oo);
+    hy.schedule.kind = "adaptive";
+    ExpectRoundTrip(hy, mitigated, oo);
+    PolicyOptions ssp = kind("ssp");
+    ssp.s = 1;
+    ExpectRoundTrip(ssp, plain, oo);
+  }
+}
+
+TEST(Server, LoadRefusesTruncatedAndForeignState) {
+  Rig a(2, kind("sync"), 0.1, 4);
+  a.push(0, {1, 1, 1, 1});
+  StateWriter w;
+  a.server->save(w);
+  const std::string bytes = w.bytes();
+  Rig b(2, kind("sync"), 0.1, 4);
+  StateReader cut(std::string_view(bytes).substr(0, bytes.size() / 2), "blob");
+  EXPECT_THROW(b.server->load(cut), InputError);
+  Rig other(2, kind("sync"), 0.1, 5);  // another parameter count
+  StateReader whole(bytes, "blob");
+  EXPECT_THROW(other.server->load(whole), InputError);
+  Rig adam(2, kind("sync"), 0.1, 4, Aggregation::kMean, {}, {.kind = "adam"});
+  StateReader again(bytes, "blob");
+  EXPECT_THROW(adam.server->load(again), InputError);
 }
 
 }  // namespace

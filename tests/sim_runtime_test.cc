@@ -4,10 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "hsgd/checkpoint/checkpoint.h"
 #include "hsgd/core/error.h"
 #include "hsgd/model/linear_model.h"
 #include "hsgd/runtime/local_steps.h"
@@ -67,7 +69,7 @@ std::string without_policy(const std::string& csv) {
     std::stringstream ls(line);
     std::string cell;
     while (std::getline(ls, cell, ',')) f.push_back(cell);
-    f.erase(f.begin() + 13);
+    f.erase(f.begin() + 14);  // the policy column
     for (size_t i = 0; i < f.size(); ++i) out << (i ? "," : "") << f[i];
     out << "\n";
   }
@@ -337,6 +339,131 @@ TEST(SimRuntime, SspWithStragglersIsDeterministicBoundedAndWaits) {
     if (ra.staleness_histogram[t] > 0) async_tau = static_cast<int64_t>(t);
   }
   EXPECT_GT(async_tau, max_tau);
+}
+
+}  // namespace
+}  // namespace hsgd
+
+namespace hsgd {
+namespace {
+
+// Runs to t2 in one go, and to t1 with checkpoints then resumed to t2 in a
+// new runtime; both must write the same metrics and parameters, bit for bit.
+void ExpectExactResume(const std::vector<Override>& o, const std::string& name, double t1 = 1.0,
+                       double t2 = 2.0, double every = 0.4,
+                       const std::string& key = "train.budget") {
+  SCOPED_TRACE(name);
+  std::vector<Override> whole = o;
+  if (key != "train.budget") whole.push_back({"train.budget", "0"});
+  whole.push_back({key, std::to_string(t2)});
+  std::string csv_whole;
+  const RunResult a = Sim(whole).run(name + "_whole", &csv_whole);
+
+  const std::string dir = testing::fresh_dir("sim_resume_" + name);
+  std::vector<Override> first = o;
+  if (key != "train.budget") first.push_back({"train.budget", "0"});
+  first.push_back({key, std::to_string(t1)});
+  first.push_back({"train.checkpoint_every", std::to_string(every)});
+  Sim s1(first);
+  Job j1 = s1.job();
+  j1.identity = {config_hash(s1.config), "linear-test",
+                 static_cast<int64_t>(j1.initial_params.size())};
+  {
+    CheckpointStore store(dir, 2);
+    j1.checkpoints = &store;
+    Recorder rec(dir);
+    const RunResult r1 = SimRuntime().run(j1, &rec, nullptr);
+    EXPECT_TRUE(r1.stopped.empty());
+    EXPECT_GE(store.written(), 1);  // the final one at least
+    rec.finish();
+  }
+  std::vector<Override> second = o;
+  if (key != "train.budget") second.push_back({"train.budget", "0"});
+  second.push_back({key, std::to_string(t2)});
+  second.push_back({"train.checkpoint_every", std::to_string(every)});
+  Sim s2(second);
+  Job j2 = s2.job();
+  j2.identity = {config_hash(s2.config), "linear-test",
+                 static_cast<int64_t>(j2.initial_params.size())};
+  const Checkpoint ck = CheckpointStore::load_latest(dir, j2.identity);
+  if (key == "train.budget") EXPECT_DOUBLE_EQ(ck.info.train_s, t1);
+  RunResult b;
+  {
+    CheckpointStore store(dir, 2);
+    j2.checkpoints = &store;
+    j2.resume = &ck;
+    Recorder rec(dir, ck.info.rows);
+    b = SimRuntime().run(j2, &rec, nullptr);
+    rec.finish();
+  }
+  EXPECT_EQ(slurp(dir + "/metrics.csv"), csv_whole);
+  EXPECT_EQ(b.params, a.params);
+  EXPECT_EQ(b.staleness_histogram, a.staleness_histogram);
+  EXPECT_EQ(b.worker_pushes, a.worker_pushes);
+  EXPECT_EQ(b.gradients, a.gradients);
+}
+
+TEST(SimRuntime, ResumeFromACheckpointIsByteExactForEveryPolicy) {
+  const std::vector<Override> stragglers = {{"stragglers.fraction", "0.5"},
+                                            {"stragglers.sigma", "0.05"}};
+  struct Case {
+    std::string name;
+    std::vector<Override> o;
+  };
+  const std::vector<Case> cases = {
+      {"sync", {{"policy.name", "sync"}}},
+      {"async", {{"policy.name", "async"}, {"optim.kind", "momentum"}}},
+      {"kasync", {{"policy.name", "kasync:2"}, {"optim.kind", "adam"}, {"optim.lr", "0.01"}}},
+      {"kbatch", {{"policy.name", "kbatch:3"}}},
+      {"hybrid_step", {{"policy.name", "hybrid"}}},
+      {"hybrid_linear", {{"policy.name", "hybrid"}, {"policy.schedule", "linear"}}},
+      {"hybrid_exponential", {{"policy.name", "hybrid"}, {"policy.schedule", "exponential"}}},
+      {"hybrid_cosine", {{"policy.name", "hybrid"}, {"policy.schedule", "cosine"}}},
+      {"hybrid_adaptive", {{"policy.name", "hybrid"}, {"policy.schedule", "adaptive"}}},
+      {"hybrid_seconds",
+       {{"policy.name", "hybrid"}, {"policy.clock", "seconds"}, {"policy.step", "0.3"}}},
+      {"ssp", {{"policy.name", "ssp:1"}}},
+      {"local",
+       {{"policy.name", "local:3"}, {"local.outer", "nesterov"}, {"local.outer_lr", "0.7"}}},
+      {"mitigated",
+       {{"policy.name", "async"},
+        {"staleness.dc_asgd", "true"},
+        {"staleness.gap_aware", "true"},
+        {"staleness.scaled_lr", "true"},
+        {"staleness.tau_max", "4"}}},
+  };
+  for (const Case& c : cases) {
+    std::vector<Override> o = c.o;
+    o.insert(o.end(), stragglers.begin(), stragglers.end());
+    ExpectExactResume(o, c.name);
+  }
+}
+
+TEST(SimRuntime, ResumeAtAnEvaluationTimeAndWithAnEpochBudget) {
+  // t1 on the evaluation grid (its closing row is also a scheduled row).
+  ExpectExactResume({{"policy.name", "hybrid"}}, "on_grid", 1.25, 2.0, 0.25);
+  // A checkpoint cadence that is not a multiple of eval_every.
+  ExpectExactResume({{"policy.name", "sync"}}, "off_grid", 0.9, 1.7, 0.3);
+  // Epochs: the first run ends mid-stream after an event, the second goes on.
+  ExpectExactResume({{"policy.name", "kasync:2"}}, "epochs", 1, 2, 0.3, "train.epochs");
+}
+
+TEST(SimRuntime, ReportsWorkerPushesAndStopsOnNonFiniteTraining) {
+  const RunResult r = Sim(std::vector<Override>{{"policy.name", "async"}}).run("pushes");
+  ASSERT_EQ(r.worker_pushes.size(), 4u);
+  int64_t total = 0;
+  for (int64_t p : r.worker_pushes) {
+    EXPECT_GT(p, 0);
+    total += p;
+  }
+  EXPECT_EQ(total, r.gradients);
+  // An lr that overflows the parameters: the run stops with a reason.
+  const RunResult d =
+      Sim(std::vector<Override>{
+              {"policy.name", "async"}, {"optim.lr", "1e38"}, {"optim.kind", "momentum"}})
+          .run("diverge");
+  EXPECT_NE(d.stopped.find("training diverged"), std::string::npos) << d.stopped;
+  EXPECT_LT(d.train_s, 2.0);
 }
 
 }  // namespace

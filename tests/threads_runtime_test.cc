@@ -7,9 +7,14 @@
 #include <atomic>
 #include <filesystem>
 #include <memory>
+#include <thread>
 
+#include "hsgd/checkpoint/checkpoint.h"
 #include "hsgd/core/error.h"
+#include "hsgd/core/state.h"
 #include "hsgd/model/linear_model.h"
+#include "hsgd/runtime/clock.h"
+#include "hsgd/runtime/row.h"
 #include "linear_job.h"
 
 namespace hsgd {
@@ -117,6 +122,133 @@ TEST(ThreadsRuntime, AWorkersErrorIsRethrownAndNothingHangs) {
     Recorder rec(f.dir);
     EXPECT_THROW(ThreadsRuntime().run(j, &rec, nullptr), InputError) << policy;
   }
+}
+
+}  // namespace
+}  // namespace hsgd
+
+namespace hsgd {
+namespace {
+
+TEST(ThreadsRuntime, EvaluationPausesDoNotHideTheWorkersTime) {
+  // Every gradient is followed by a fixed 0.1 s straggler delay (lognormal
+  // with sigma 0), and evaluations come every 0.02 s. The time a pause waits
+  // for the workers to finish their step is training: in a 1 s budget each
+  // of 2 workers completes at most 1 / 0.1 + 1 steps.
+  Fixture f("eval_clock", {{"train.epochs", "0"},
+                           {"train.budget", "1"},
+                           {"train.eval_every", "0.02"},
+                           {"policy.name", "async"},
+                           {"stragglers.fraction", "1"},
+                           {"stragglers.delay", "lognormal"},
+                           {"stragglers.scale", "0.1"},
+                           {"stragglers.sigma", "0"}});
+  const RunResult r = f.run();
+  EXPECT_LE(r.gradients, 2 * (10 + 1));
+  EXPECT_GE(r.gradients, 2 * 5);
+  const auto rows = read_metrics_csv(f.dir + "/metrics.csv");
+  for (size_t i = 1; i < rows.size(); ++i) EXPECT_GE(rows[i].time_s, rows[i - 1].time_s);
+  EXPECT_LE(rows.back().time_s, 1.0 + 0.05);
+}
+
+TEST(IdleMeter, CountsWaitsInProgressAndOnlyTheirTrainingTime) {
+  IdleMeter m;
+  m.resize(2);
+  m.begin(0, 1.0);
+  EXPECT_DOUBLE_EQ(m.total(1.5), 0.5);  // still waiting: counted up to now
+  m.end(0, 2.0);
+  m.begin(1, 2.0);
+  EXPECT_DOUBLE_EQ(m.total(3.0), 2.0);
+  m.end(1, 3.0);
+  m.end(1, 4.0);  // not waiting: nothing more
+  EXPECT_DOUBLE_EQ(m.total(10.0), 2.0);
+  EXPECT_DOUBLE_EQ(idle_fraction(1.0, 1.0, 2), 0.5);
+  EXPECT_DOUBLE_EQ(idle_fraction(1.0, 0.0, 2), 0.0);
+}
+
+TEST(TrainClock, StandsStillWhilePausedAndStartsAtAnOffset) {
+  TrainClock c;
+  c.start(5.0);
+  EXPECT_GE(c.seconds(), 5.0);
+  c.pause();
+  const double t = c.seconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(c.seconds(), t);
+  c.resume();
+  EXPECT_GE(c.seconds(), t);
+  EXPECT_LT(c.seconds(), t + 0.015);
+}
+
+std::vector<float> checkpoint_params(const Checkpoint& ck, size_t n) {
+  StateReader r(ck.blob("server"), "server");
+  r.expect_tag(0x53525652, "server");
+  std::vector<float> p = r.get_vec<float>();
+  EXPECT_EQ(p.size(), n);
+  return p;
+}
+
+TEST(ThreadsRuntime, CheckpointsAndResumesWithTheSameOrAnotherWorkerCount) {
+  for (const char* policy : {"sync", "async", "hybrid", "ssp:1", "local:2"}) {
+    SCOPED_TRACE(policy);
+    const std::vector<Override> o = {
+        {"train.epochs", "0"},       {"train.budget", "0.4"},
+        {"train.eval_every", "0.1"}, {"train.checkpoint_every", "0.15"},
+        {"policy.name", policy},     {"optim.kind", "momentum"}};
+    Fixture f(std::string("resume_") + (policy[0] == 's' && policy[1] == 's' ? "ssp" : policy), o);
+    Job j = f.job();
+    j.identity = {config_hash(f.config), "linear-test",
+                  static_cast<int64_t>(j.initial_params.size())};
+    RunResult r1;
+    {
+      CheckpointStore store(f.dir, 2);
+      j.checkpoints = &store;
+      Recorder rec(f.dir);
+      r1 = ThreadsRuntime().run(j, &rec, nullptr);
+      rec.finish();
+      EXPECT_GE(store.written(), 2);
+    }
+    const Checkpoint ck = CheckpointStore::load_latest(f.dir, j.identity);
+    // The final checkpoint holds the final parameters, bit for bit.
+    EXPECT_EQ(checkpoint_params(ck, r1.params.size()), r1.params);
+    const auto rows1 = read_metrics_csv(f.dir + "/metrics.csv");
+    EXPECT_EQ(static_cast<size_t>(ck.info.rows), rows1.size());
+    for (const char* workers : {"2", "3"}) {
+      std::vector<Override> o2 = o;
+      o2.push_back({"train.budget", "0.8"});
+      o2.push_back({"train.workers", workers});
+      Fixture g(std::string("resume2_") + workers, o2);
+      fs::remove_all(g.dir);
+      fs::copy(f.dir, g.dir, fs::copy_options::recursive);
+      Job j2 = g.job();
+      j2.identity = {config_hash(g.config), "linear-test",
+                     static_cast<int64_t>(j2.initial_params.size())};
+      const Checkpoint ck2 = CheckpointStore::load_latest(g.dir, j2.identity);
+      j2.resume = &ck2;
+      RunResult r2;
+      {
+        Recorder rec(g.dir, ck2.info.rows);
+        r2 = ThreadsRuntime().run(j2, &rec, nullptr);
+        rec.finish();
+      }
+      EXPECT_TRUE(r2.stopped.empty());
+      const auto rows2 = read_metrics_csv(g.dir + "/metrics.csv");
+      ASSERT_GT(rows2.size(), rows1.size());
+      for (size_t i = 0; i < rows1.size(); ++i) EXPECT_EQ(rows2[i].updates, rows1[i].updates);
+      for (size_t i = 1; i < rows2.size(); ++i) EXPECT_GE(rows2[i].time_s, rows2[i - 1].time_s);
+      EXPECT_GE(rows2.back().updates, rows1.back().updates);
+      EXPECT_NEAR(r2.train_s, 0.8, 0.3);
+      EXPECT_GT(r2.last.test_acc, 0.5);
+    }
+  }
+}
+
+TEST(ThreadsRuntime, DivergenceStopsTheRunWithAReason) {
+  Fixture f("diverge", {{"policy.name", "async"},
+                        {"optim.lr", "1e38"},
+                        {"optim.kind", "momentum"},
+                        {"train.eval_every", "0.05"}});
+  const RunResult r = f.run();
+  EXPECT_NE(r.stopped.find("training diverged"), std::string::npos) << r.stopped;
 }
 
 }  // namespace

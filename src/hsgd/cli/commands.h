@@ -12,8 +12,17 @@ struct TrainArgs {
   std::string config_path;
   std::vector<Override> overrides;  // flags first, then --set, in order
   bool quiet = false;
+  // --resume DIR: continue the run in DIR from its newest checkpoint, with
+  // DIR/config.toml as the config; only resumable_key() overrides allowed.
+  std::string resume_dir;
 };
+// Exit codes: 0 done; 2 bad input (nothing written); 3 stopped early
+// (divergence), metrics and checkpoints kept.
 int train(const TrainArgs& a);
+
+// The values the run's runtime would calibrate (the simulator's costs), as
+// overrides; empty for the other runtimes. Loads the job to measure.
+std::vector<Override> resolve_costs(const TrainArgs& a);
 
 struct EvalArgs {
   std::string model_path;

@@ -118,6 +118,16 @@ int compare(const CompareArgs& a) {
     fs::remove(fs::path(a.out) / f, ec);
   }
 
+  // The simulator's costs are measured once, for every run of the
+  // comparison (an entry that sets them itself keeps its own).
+  std::vector<Override> costs;
+  if (base.train.runtime == "sim") {
+    TrainArgs first;
+    first.config_path = a.config_path;
+    first.overrides = run_overrides(a, a.policies.front(), base.train.seed, 0);
+    costs = resolve_costs(first);
+  }
+
   // 2. Run, round by round, so an interrupted compare leaves whole rounds.
   CompareInput in;
   in.policies = a.policies;
@@ -135,7 +145,8 @@ int compare(const CompareArgs& a) {
       const std::string& policy = a.policies[p];
       TrainArgs ta;
       ta.config_path = a.config_path;
-      ta.overrides = run_overrides(a, policy, seed, r);
+      ta.overrides = costs;
+      for (Override& o : run_overrides(a, policy, seed, r)) ta.overrides.push_back(std::move(o));
       ta.quiet = true;
       const auto start = std::chrono::steady_clock::now();
       train(ta);

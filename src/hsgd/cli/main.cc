@@ -51,10 +51,17 @@ int main(int argc, char** argv) {
       {"--out", "train.out", "output directory (runs/latest)", {}},
       {"--runtime", "train.runtime", "threads | sim | mpi (under mpirun)", {}},
       {"--servers", "train.servers", "mpi: server ranks holding parameter shards (1)", {}},
+      {"--checkpoint-every",
+       "train.checkpoint_every",
+       "seconds of training between checkpoints (0 = off)",
+       {}},
   };
   for (Flag& f : flags) train->add_option(f.name, f.value, f.help);
   train->add_option("--set", sets, "override any config key: section.key=value (repeatable)");
   train->add_flag("--quiet", ta.quiet, "no progress output");
+  train->add_option("--resume", ta.resume_dir,
+                    "continue the run in DIR from its newest checkpoint (only --budget, "
+                    "--epochs, --checkpoint-every, --workers and checkpoint.keep may change)");
 
   // ---- eval
   hsgd::cli::EvalArgs ea;

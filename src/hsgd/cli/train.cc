@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -37,6 +38,49 @@ void prepare_out_dir(const std::string& dir) {
     fs::remove(fs::path(dir) / f, ec);
     fs::remove(fs::path(dir) / (std::string(f) + ".partial"), ec);
   }
+  // A fresh run must never resume from an older run's checkpoints.
+  fs::remove_all(fs::path(dir) / "checkpoints", ec);
+}
+
+std::string toml_quote(const std::string& s) {
+  std::string q = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') q += '\\';
+    q += ch;
+  }
+  return q + "\"";
+}
+
+// The arguments of the run to make: for --resume DIR, DIR's own config with
+// only the keys a resume may change.
+TrainArgs effective_args(const TrainArgs& a) {
+  if (a.resume_dir.empty()) return a;
+  if (!a.config_path.empty()) {
+    throw InputError("--config with --resume: the run's own " + a.resume_dir +
+                     "/config.toml is its config");
+  }
+  for (const Override& o : a.overrides) {
+    if (!resumable_key(o.first)) {
+      throw InputError(
+          "--resume: " + o.first +
+          " would change the run's meaning; with --resume only train.budget (--budget), "
+          "train.epochs (--epochs), train.checkpoint_every (--checkpoint-every), "
+          "train.workers (--workers) and checkpoint.keep may be given");
+    }
+  }
+  const std::string cfg = a.resume_dir + "/config.toml";
+  std::error_code ec;
+  if (!fs::is_directory(a.resume_dir, ec)) {
+    throw InputError("--resume " + a.resume_dir + ": not a directory");
+  }
+  if (!fs::is_regular_file(cfg, ec)) {
+    throw InputError("--resume " + a.resume_dir + ": not a run directory (no config.toml)");
+  }
+  TrainArgs e = a;
+  e.config_path = cfg;
+  e.overrides = a.overrides;
+  e.overrides.push_back({"train.out", toml_quote(a.resume_dir)});
+  return e;
 }
 
 // A loaded job: the config, the data and the model, everything checked.
@@ -91,6 +135,22 @@ std::unique_ptr<Prepared> prepare(const TrainArgs& a) {
   return p;
 }
 
+// What can be checked only once the config is known.
+void check_checkpoint_settings(const Config& c, bool resume) {
+  const bool on = c.train.checkpoint_every > 0 || resume;
+  if (!on) return;
+  if (c.policy.kind == "hogwild") {
+    throw InputError(
+        "policy.name = 'hogwild': has no server state to checkpoint (workers write into shared "
+        "memory); train.checkpoint_every and --resume are for the other policies");
+  }
+  if (c.train.runtime == "mpi") {
+    throw InputError(
+        "train.runtime = 'mpi': checkpoints and --resume are not available on the mpi runtime "
+        "yet (threads and sim have them); set train.checkpoint_every = 0");
+  }
+}
+
 void print_header(const Prepared& p) {
   const Config& c = p.c;
   std::fprintf(stderr,
@@ -112,11 +172,14 @@ void print_header(const Prepared& p) {
 
 // Writes the outputs of a finished run, each complete or absent, and the
 // closing lines.
-void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Recorder& recorder) {
+void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Recorder& recorder,
+                   const CheckpointStore* store, const Checkpoint* resumed) {
   const Config& c = p.c;
   const std::string& out = c.train.out;
   const ModelSpec& spec = p.spec;
-  save_model(out + "/model.bin", spec, r.params);
+  bool finite = true;
+  for (float v : r.params) finite = finite && std::isfinite(v);
+  if (finite) save_model(out + "/model.bin", spec, r.params);
   // The config as run: with the values the runtime resolved (calibrations).
   std::vector<Override> as_run = a.overrides;
   as_run.insert(as_run.end(), r.resolved.begin(), r.resolved.end());
@@ -144,6 +207,21 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
                             {"staleness_histogram", r.staleness_histogram},
                             {"worker_pushes", r.worker_pushes}};
   if (c.train.runtime == "mpi") summary["servers"] = c.train.servers;
+  int64_t dropped = 0, nonfinite = 0;
+  for (const MetricsRow& row : recorder.rows()) {
+    dropped += row.dropped;
+    nonfinite += row.nonfinite;
+  }
+  summary["dropped"] = dropped;
+  summary["nonfinite"] = nonfinite;
+  summary["stopped"] = r.stopped.empty() ? nlohmann::json() : nlohmann::json(r.stopped);
+  if (store || resumed) {
+    summary["checkpoints"] = {
+        {"written", store ? store->written() : 0},
+        {"write_s", store ? store->seconds_spent() : 0.0},
+        {"resumed_from", resumed ? nlohmann::json(resumed->path) : nlohmann::json()},
+        {"resumed_at_s", resumed ? nlohmann::json(resumed->info.train_s) : nlohmann::json()}};
+  }
   write_file_atomic(out + "/summary.json", summary.dump(2) + "\n");
   recorder.finish();
   std::string plot_note;
@@ -153,7 +231,9 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
   } catch (const std::exception& e) {
     std::fprintf(stderr, "hsgd: warning: no plot: %s\n", e.what());
   }
-  if (!a.quiet) {
+  if (!r.stopped.empty()) {
+    std::fprintf(stderr, "hsgd: stopped: %s\n", r.stopped.c_str());
+  } else if (!a.quiet) {
     std::fprintf(stderr,
                  "hsgd: done: test_acc %.2f%%  test_loss %.4f  after %.1f s of training "
                  "(%lld updates, %.2f epochs, %.0f samples/s, final K %d)\n"
@@ -165,17 +245,59 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
   }
 }
 
-int run_in_process(const TrainArgs& a, const Prepared& p) {
+int run_in_process(const TrainArgs& args, Prepared& p) {
+  TrainArgs a = args;
   std::unique_ptr<Runtime> runtime = make_runtime(p.c);
-  prepare_out_dir(p.c.train.out);
-  if (!a.quiet) print_header(p);
-  Recorder recorder(p.c.train.out);
+  // Calibrations first, so config.toml records them before training starts.
+  const std::vector<Override> resolved = runtime->resolve(p.job);
+  if (!resolved.empty()) {
+    a.overrides.insert(a.overrides.end(), resolved.begin(), resolved.end());
+    p.c = load_config(a.config_path, a.overrides);
+  }
+  const bool resume = !a.resume_dir.empty();
+  check_checkpoint_settings(p.c, resume);
+  p.job.identity = CheckpointIdentity{config_hash(p.c), p.spec.name,
+                                      static_cast<int64_t>(p.job.initial_params.size())};
+  std::optional<Checkpoint> ck;
+  if (resume) {
+    ck = CheckpointStore::load_latest(p.c.train.out, p.job.identity);
+    if (p.c.train.runtime == "sim" && ck->info.workers != p.c.train.workers) {
+      throw InputError(fmt::format(
+          "--workers {}: {} is a simulation of {} workers; the simulator resumes exactly, with "
+          "the same train.workers",
+          p.c.train.workers, ck->path, ck->info.workers));
+    }
+    if (ck->info.runtime != p.c.train.runtime) {
+      throw InputError(ck->path + ": written by the " + ck->info.runtime + " runtime, not " +
+                       p.c.train.runtime);
+    }
+  } else {
+    prepare_out_dir(p.c.train.out);
+  }
+  write_file_atomic(p.c.train.out + "/config.toml", to_toml(p.c));
+  if (!a.quiet) {
+    print_header(p);
+    if (ck) {
+      std::fprintf(stderr, "hsgd: resuming from %s (%.3f s of training, update %lld)\n",
+                   ck->path.c_str(), ck->info.train_s, static_cast<long long>(ck->info.updates));
+    }
+  }
+  std::optional<Recorder> recorder;
+  if (ck) {
+    recorder.emplace(p.c.train.out, ck->info.rows);
+  } else {
+    recorder.emplace(p.c.train.out);
+  }
+  std::optional<CheckpointStore> store;
+  if (p.c.train.checkpoint_every > 0) store.emplace(p.c.train.out, p.c.checkpoint.keep);
+  p.job.checkpoints = store ? &*store : nullptr;
+  p.job.resume = ck ? &*ck : nullptr;
   Progress progress(stderr, isatty(STDERR_FILENO) != 0, p.c.train.budget, p.c.train.epochs);
   Observer quiet;
-  RunResult r = runtime->run(p.job, &recorder, a.quiet ? &quiet : &progress);
+  RunResult r = runtime->run(p.job, &*recorder, a.quiet ? &quiet : &progress);
   progress.finish();
-  write_outputs(a, p, r, recorder);
-  return 0;
+  write_outputs(a, p, r, *recorder, store ? &*store : nullptr, ck ? &*ck : nullptr);
+  return r.stopped.empty() ? 0 : 3;
 }
 
 // Under mpirun: every rank loads the job; the ranks agree that nobody failed
@@ -198,6 +320,7 @@ int run_under_mpirun(const TrainArgs& args) {
           c0.train.runtime, session.size()));
     }
     p = prepare(a);
+    check_checkpoint_settings(p->c, !a.resume_dir.empty());
     if (p->c.train.runtime == "mpi") {
       MpiRuntime::check_launch(session.size(), p->c.train.servers,
                                static_cast<int64_t>(p->job.initial_params.size()));
@@ -229,15 +352,22 @@ int run_under_mpirun(const TrainArgs& args) {
   }
   if (!r.primary) return 0;
   progress.finish();
-  write_outputs(a, *p, r, *recorder);
-  return 0;
+  write_outputs(a, *p, r, *recorder, nullptr, nullptr);
+  return r.stopped.empty() ? 0 : 3;
 }
 
 }  // namespace
 
-int train(const TrainArgs& a) {
+int train(const TrainArgs& args) {
+  const TrainArgs a = effective_args(args);
   if (mpi::launched_by_mpirun()) return run_under_mpirun(a);
-  return run_in_process(a, *prepare(a));
+  std::unique_ptr<Prepared> p = prepare(a);
+  return run_in_process(a, *p);
+}
+
+std::vector<Override> resolve_costs(const TrainArgs& a) {
+  std::unique_ptr<Prepared> p = prepare(a);
+  return make_runtime(p->c)->resolve(p->job);
 }
 
 }  // namespace hsgd::cli

@@ -3,11 +3,13 @@
 #include <toml++/toml.h>
 
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <sstream>
 
 #include "hsgd/core/error.h"
+#include "hsgd/core/state.h"
 
 namespace hsgd {
 namespace {
@@ -155,6 +157,9 @@ const std::map<std::string, std::map<std::string, Field>>& fields() {
     HSGD_STR("train", "runtime", train.runtime);
     HSGD_STR("train", "out", train.out);
     HSGD_INT("train", "servers", train.servers);
+    HSGD_DBL("train", "checkpoint_every", train.checkpoint_every);
+    HSGD_INT("train", "max_nonfinite", train.max_nonfinite);
+    HSGD_INT("checkpoint", "keep", checkpoint.keep);
     HSGD_DBL("mpi", "timeout", mpi.timeout);
     HSGD_STR("policy", "name", policy_name);
     HSGD_INT("policy", "k", policy.k);
@@ -198,6 +203,7 @@ const std::map<std::string, std::map<std::string, Field>>& fields() {
     HSGD_DBL("optim", "eps", optim.eps);
     HSGD_BOOL("optim", "scale_lr", optim.scale_lr);
     HSGD_INT("optim", "base_batch", optim.base_batch);
+    HSGD_DBL("optim", "clip_norm", optim.clip_norm);
     HSGD_BOOL("staleness", "scaled_lr", staleness.scaled_lr);
     // The filter is off while the key is absent (tau_max = -1 inside); a
     // written value must be >= 0, and an off filter is not written.
@@ -378,6 +384,20 @@ void validate(const Config& c) {
     throw InputError("mpi.timeout = " + num(c.mpi.timeout) + ": expected seconds > 0");
   }
   if (t.out.empty()) throw InputError("train.out: expected a directory name");
+  if (!(t.checkpoint_every >= 0) || !std::isfinite(t.checkpoint_every)) {
+    throw InputError("train.checkpoint_every = " + num(t.checkpoint_every) +
+                     ": expected seconds >= 0 (0 = off)");
+  }
+  if (t.max_nonfinite < 1) {
+    throw InputError("train.max_nonfinite = " + std::to_string(t.max_nonfinite) +
+                     ": expected >= 1");
+  }
+  if (c.checkpoint.keep < 1) {
+    throw InputError("checkpoint.keep = " + std::to_string(c.checkpoint.keep) + ": expected >= 1");
+  }
+  if (!(c.optim.clip_norm >= 0) || !std::isfinite(c.optim.clip_norm)) {
+    throw InputError("optim.clip_norm = " + num(c.optim.clip_norm) + ": expected >= 0 (0 = off)");
+  }
   if (!(c.data.test_fraction > 0 && c.data.test_fraction < 1)) {
     throw InputError("data.test_fraction = " + num(c.data.test_fraction) + ": expected in (0, 1)");
   }
@@ -393,6 +413,16 @@ void validate(const Config& c) {
   validate(c.optim, c.lr_schedule);
   validate(c.staleness);
   make_policy(c.policy, t.workers, c.optim.lr);  // throws for bad policy keys
+  const ScheduleOptions& sch = c.policy.schedule;
+  if (c.policy.kind == "hybrid" && sch.kind != "adaptive" && sch.clock != ScheduleClock::kUpdates &&
+      sch.step == 0 && (sch.kind == "step" || sch.ramp == 0)) {
+    // The default step is 3/lr updates; in seconds or epochs it would keep K
+    // near K0 for the whole run.
+    throw InputError(std::string("policy.clock = '") + to_string(sch.clock) + "': the hybrid " +
+                     sch.kind + " schedule needs an explicit " +
+                     (sch.kind == "step" ? "policy.step" : "policy.step or policy.ramp") +
+                     " in that unit (the default 3/lr is in updates)");
+  }
   if (c.policy.kind == "hogwild") {
     if (t.runtime != "threads") {
       throw InputError(
@@ -443,6 +473,25 @@ void validate(const Config& c) {
   if (!(g.slowdown >= 1) || !std::isfinite(g.slowdown)) {
     throw InputError("stragglers.slowdown = " + num(g.slowdown) + ": expected a factor >= 1");
   }
+}
+
+std::string config_hash(const Config& c) {
+  Config n = c;
+  n.train.budget = 0;
+  n.train.epochs = 0;
+  n.train.checkpoint_every = 0;
+  n.train.out = "-";
+  n.train.workers = 1;
+  n.checkpoint.keep = 1;
+  const std::string text = to_toml(n);
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", crc32c(text));
+  return buf;
+}
+
+bool resumable_key(const std::string& k) {
+  return k == "train.budget" || k == "train.epochs" || k == "train.checkpoint_every" ||
+         k == "checkpoint.keep" || k == "train.workers";
 }
 
 std::string to_toml(const Config& c) {

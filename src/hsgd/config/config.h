@@ -43,6 +43,17 @@ struct TrainConfig {
   // mpi: the first `servers` ranks hold contiguous shards of the parameters;
   // the other ranks are the workers (train.workers is set to ranks - servers).
   int servers = 1;
+  // Seconds of training (wall or virtual) between checkpoints; 0 = off. When
+  // on, a final checkpoint is also written at the end of the run.
+  double checkpoint_every = 0;
+  // The run stops (exit code 3) after more than this many consecutive pushes
+  // were dropped for a NaN or Inf. >= 1.
+  int64_t max_nonfinite = 100;
+};
+
+// [checkpoint]: how many of the newest checkpoints are kept (>= 1).
+struct CheckpointConfig {
+  int keep = 2;
 };
 
 // The MPI runtime (runtime = "mpi").
@@ -94,6 +105,7 @@ struct Config {
   StragglerConfig stragglers;
   SimConfig sim;
   MpiConfig mpi;
+  CheckpointConfig checkpoint;
 };
 
 // One override: "section.key" and its value as text (parsed as a TOML value;
@@ -106,6 +118,15 @@ Config load_config(const std::string& path, const std::vector<Override>& overrid
 
 // Checks every value (called by load_config; callable after edits).
 void validate(const Config& c);
+
+// A hash of everything that decides a run's course: the config as TOML with
+// the keys a resume may change (train.budget, train.epochs,
+// train.checkpoint_every, checkpoint.keep, train.out, train.workers) set to
+// fixed values. 8 hex digits (CRC-32C).
+std::string config_hash(const Config& c);
+
+// The keys `hsgd train --resume` accepts as flags or --set overrides.
+bool resumable_key(const std::string& dotted);
 
 // The resolved config as TOML text, every key written (round-trips through
 // load_config).

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -16,8 +17,8 @@
 namespace hsgd {
 namespace {
 
-std::FILE* open_or_throw(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "w");
+std::FILE* open_or_throw(const std::string& path, const char* mode = "w") {
+  std::FILE* f = std::fopen(path.c_str(), mode);
   if (!f) throw InputError(path + ": cannot write (" + std::strerror(errno) + ")");
   return f;
 }
@@ -36,7 +37,7 @@ nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlo
 const std::string& csv_header() {
   static const std::string h =
       "time_s,updates,samples,epoch,k,train_loss,test_loss,test_acc,staleness_mean,"
-      "staleness_max,dropped,idle_frac,live_workers,policy,seed";
+      "staleness_max,dropped,nonfinite,idle_frac,live_workers,policy,seed";
   return h;
 }
 
@@ -44,6 +45,64 @@ Recorder::Recorder(const std::string& dir) : dir_(dir) {
   csv_ = open_or_throw(dir + "/metrics.csv.partial");
   jsonl_ = open_or_throw(dir + "/metrics.jsonl.partial");
   std::fprintf(csv_, "%s\n", csv_header().c_str());
+}
+
+namespace {
+
+// The lines of `dir/name` (or its .partial, whichever was written last).
+std::string newest_of(const std::string& dir, const std::string& name) {
+  namespace fs = std::filesystem;
+  const std::string fin = dir + "/" + name, part = fin + ".partial";
+  std::error_code e1, e2;
+  const bool has_fin = fs::exists(fin, e1), has_part = fs::exists(part, e2);
+  if (has_fin && has_part) {
+    return fs::last_write_time(part, e1) >= fs::last_write_time(fin, e2) ? part : fin;
+  }
+  if (has_part) return part;
+  if (has_fin) return fin;
+  throw InputError(fin + ": missing (the run's metrics are needed to resume it)");
+}
+
+std::vector<std::string> first_lines(const std::string& path, size_t n) {
+  std::ifstream in(path);
+  if (!in) throw InputError(path + ": cannot read (" + std::strerror(errno) + ")");
+  std::vector<std::string> lines;
+  std::string line;
+  while (lines.size() < n && std::getline(in, line)) {
+    if (in.eof()) break;  // a last line without its newline was cut by a kill
+    lines.push_back(line);
+  }
+  if (lines.size() < n) {
+    throw InputError(
+        fmt::format("{}: has {} complete lines, the checkpoint needs {}", path, lines.size(), n));
+  }
+  return lines;
+}
+
+}  // namespace
+
+Recorder::Recorder(const std::string& dir, int64_t keep_rows) : dir_(dir) {
+  const auto keep = static_cast<size_t>(std::max<int64_t>(0, keep_rows));
+  const std::string csv_path = newest_of(dir, "metrics.csv");
+  const std::vector<std::string> csv = first_lines(csv_path, keep + 1);
+  if (csv[0] != csv_header()) {
+    throw InputError(csv_path + ":1: expected the hsgd metrics header '" + csv_header() + "'");
+  }
+  const std::vector<std::string> jsonl = first_lines(newest_of(dir, "metrics.jsonl"), keep);
+  std::string csv_text, jsonl_text;
+  for (const std::string& l : csv) csv_text += l + "\n";
+  for (const std::string& l : jsonl) jsonl_text += l + "\n";
+  // The kept rows replace the partial files atomically, then rows() reads
+  // them back through the one CSV reader.
+  write_file_atomic(dir + "/metrics.csv.partial", csv_text);
+  write_file_atomic(dir + "/metrics.jsonl.partial", jsonl_text);
+  rows_ = read_metrics_csv(dir + "/metrics.csv.partial");
+  csv_ = open_or_throw(dir + "/metrics.csv.partial", "a");
+  jsonl_ = open_or_throw(dir + "/metrics.jsonl.partial", "a");
+  for (const char* f : {"/metrics.csv", "/metrics.jsonl"}) {
+    std::error_code ec;
+    std::filesystem::remove(dir + f, ec);  // the .partial files are the run's now
+  }
 }
 
 Recorder::~Recorder() {
@@ -54,9 +113,9 @@ Recorder::~Recorder() {
 void Recorder::write(const MetricsRow& r) {
   rows_.push_back(r);
   const std::string line = fmt::format(
-      "{:.3f},{},{},{:.4f},{},{:.6f},{:.6f},{:.6f},{:.4f},{},{},{:.4f},{},{},{}\n", r.time_s,
+      "{:.3f},{},{},{:.4f},{},{:.6f},{:.6f},{:.6f},{:.4f},{},{},{},{:.4f},{},{},{}\n", r.time_s,
       r.updates, r.samples, r.epoch, r.k, r.train_loss, r.test_loss, r.test_acc, r.staleness_mean,
-      r.staleness_max, r.dropped, r.idle_frac, r.live_workers, r.policy, r.seed);
+      r.staleness_max, r.dropped, r.nonfinite, r.idle_frac, r.live_workers, r.policy, r.seed);
   std::fputs(line.c_str(), csv_);
   nlohmann::json j = {{"time_s", r.time_s},
                       {"updates", r.updates},
@@ -69,6 +128,7 @@ void Recorder::write(const MetricsRow& r) {
                       {"staleness_mean", r.staleness_mean},
                       {"staleness_max", r.staleness_max},
                       {"dropped", r.dropped},
+                      {"nonfinite", r.nonfinite},
                       {"idle_frac", r.idle_frac},
                       {"live_workers", r.live_workers},
                       {"policy", r.policy},
@@ -103,8 +163,8 @@ std::vector<MetricsRow> read_metrics_csv(const std::string& path) {
     std::stringstream ss(line);
     std::string cell;
     while (std::getline(ss, cell, ',')) f.push_back(cell);
-    if (f.size() != 15) {
-      throw InputError(fmt::format("{}:{}: expected 15 fields, got {}", path, lineno, f.size()));
+    if (f.size() != 16) {
+      throw InputError(fmt::format("{}:{}: expected 16 fields, got {}", path, lineno, f.size()));
     }
     auto d = [&](int i) {
       try {
@@ -130,10 +190,11 @@ std::vector<MetricsRow> read_metrics_csv(const std::string& path) {
     r.staleness_mean = d(8);
     r.staleness_max = static_cast<int64_t>(d(9));
     r.dropped = static_cast<int64_t>(d(10));
-    r.idle_frac = d(11);
-    r.live_workers = static_cast<int>(d(12));
-    r.policy = f[13];
-    r.seed = static_cast<uint64_t>(d(14));
+    r.nonfinite = static_cast<int64_t>(d(11));
+    r.idle_frac = d(12);
+    r.live_workers = static_cast<int>(d(13));
+    r.policy = f[14];
+    r.seed = static_cast<uint64_t>(d(15));
     rows.push_back(r);
   }
   return rows;

@@ -22,7 +22,8 @@ struct MetricsRow {
   double staleness_mean = 0;  // over pushes applied since the previous row
   int64_t staleness_max = 0;
   int64_t dropped = 0;
-  double idle_frac = 0;  // fraction of worker time spent waiting since the previous row
+  int64_t nonfinite = 0;  // pushes dropped for a NaN or Inf since the previous row
+  double idle_frac = 0;   // fraction of worker time spent waiting since the previous row
   int live_workers = 0;
   std::string policy;
   uint64_t seed = 0;
@@ -36,6 +37,11 @@ class Recorder {
  public:
   // Creates `dir/metrics.csv.partial` and `dir/metrics.jsonl.partial`.
   explicit Recorder(const std::string& dir);
+  // Resumes a run: keeps the header and the first `keep_rows` rows of the
+  // run's metrics.csv and metrics.jsonl (final or .partial, whichever is
+  // newer), rewrites them as .partial, and appends after them. Throws
+  // InputError naming the file if it has fewer rows or cannot be read.
+  Recorder(const std::string& dir, int64_t keep_rows);
   ~Recorder();
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;

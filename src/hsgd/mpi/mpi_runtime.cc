@@ -12,6 +12,7 @@
 
 #include "hsgd/core/error.h"
 #include "hsgd/mpi/transport.h"
+#include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/row.h"
@@ -21,12 +22,6 @@ namespace hsgd {
 namespace {
 
 using namespace hsgd::mpi;
-using SteadyClock = std::chrono::steady_clock;
-
-double since(SteadyClock::time_point t) {
-  return std::chrono::duration<double>(SteadyClock::now() - t).count();
-}
-
 int as_count(size_t n) { return static_cast<int>(n); }
 
 // Where this rank stands.
@@ -280,21 +275,6 @@ void run_worker(const Job& job, const Layout& l) {
   }
 }
 
-// Training time at rank 0: wall time since start minus evaluation pauses.
-class TrainClock {
- public:
-  void start() {
-    start_ = SteadyClock::now();
-    paused_ = 0;
-  }
-  double seconds() const { return since(start_) - paused_; }
-  void add_paused(double s) { paused_ += s; }
-
- private:
-  SteadyClock::time_point start_ = SteadyClock::now();
-  double paused_ = 0;
-};
-
 // Rank 0: server shard 0, the order of events, evaluation and the metrics.
 class Primary {
  public:
@@ -315,7 +295,8 @@ class Primary {
     req_recv_.assign(nw, MPI_REQUEST_NULL);
     reply_send_.assign(nw, MPI_REQUEST_NULL);
     state_.assign(nw, kComputing);
-    wait_start_.resize(nw);
+    idle_.resize(nw);
+    at_gate_.assign(nw, 0);
     for (int w = 0; w < l.workers; ++w) {
       const auto i = static_cast<size_t>(w);
       check(MPI_Recv_init(&requests_[i], sizeof(Request), MPI_BYTE, l.worker_rank(w), kTagRequest,
@@ -351,9 +332,8 @@ class Primary {
   RunResult run() {
     const auto wall0 = SteadyClock::now();
     clock_.start();
+    clock_.pause();
     MetricsRow first = evaluate();
-    first.time_s = 0;
-    last_time_ = 0;
     emit_row(first);
     clock_.start();  // training time starts after the first evaluation
     check(MPI_Startall(as_count(req_recv_.size()), req_recv_.data()), "MPI_Startall");
@@ -369,12 +349,30 @@ class Primary {
       pump_events();
       const double now = clock_.seconds();
       if (!stopping_ && now >= budget) begin_stop();
-      if (!stopping_ && now >= next_eval) {
-        MetricsRow r = evaluate();
-        emit_row(r);
-        last_acc = r.test_acc;
-        while (next_eval <= r.time_s) next_eval += c_.train.eval_every;
+      // Evaluation pauses the workers as the threads runtime's gate does: a
+      // worker's next request is held until every worker is at the gate
+      // (holding a request or waiting on its policy); the clock runs until
+      // then, stands still while evaluating, and the held requests are served
+      // in the order they came.
+      if (!stopping_ && now >= next_eval) pausing_ = true;
+      if (pausing_ && (stopping_ || all_at_gate())) {
+        if (!stopping_) {
+          clock_.pause();
+          MetricsRow r = evaluate();
+          emit_row(r);
+          clock_.resume();
+          last_acc = r.test_acc;
+          while (next_eval <= r.time_s) next_eval += c_.train.eval_every;
+        }
+        pausing_ = false;
+        std::vector<int> held;
+        held.swap(held_);
+        for (int w : held) {
+          at_gate_[static_cast<size_t>(w)] = 0;
+          handle(w);
+        }
         last_progress = SteadyClock::now();
+        continue;
       }
       if (!stopping_ && now >= next_tick) {
         Status st;
@@ -397,7 +395,15 @@ class Primary {
                          MPI_STATUSES_IGNORE),
             "MPI_Testsome");
       if (count != MPI_UNDEFINED && count > 0) {
-        for (int i = 0; i < count; ++i) handle(done_idx[static_cast<size_t>(i)]);
+        for (int i = 0; i < count; ++i) {
+          const int w = done_idx[static_cast<size_t>(i)];
+          if (pausing_) {
+            held_.push_back(w);
+            at_gate_[static_cast<size_t>(w)] = 1;
+          } else {
+            handle(w);
+          }
+        }
         last_progress = SteadyClock::now();
         backoff.reset();
         continue;
@@ -423,6 +429,7 @@ class Primary {
       backoff.idle();
     }
     const double train_s = stop_time_;
+    clock_.pause();
     MetricsRow last = evaluate();
     last.time_s = train_s;
     emit_row(last);
@@ -453,6 +460,13 @@ class Primary {
   };
 
   Server& server() { return shard_.server(); }
+  // Every worker holds a request at rank 0 or waits on its policy.
+  bool all_at_gate() const {
+    for (size_t w = 0; w < state_.size(); ++w) {
+      if (state_[w] == kComputing && !at_gate_[w]) return false;
+    }
+    return true;
+  }
   bool all_done() const {
     return std::all_of(state_.begin(), state_.end(), [](State s) { return s == kDone; });
   }
@@ -519,7 +533,7 @@ class Primary {
                  .version = d.version});
       if (d.caller_waits) {
         state_[i] = kWaiting;
-        wait_start_[i] = SteadyClock::now();
+        idle_.begin(i, now);
       } else {
         pull(w);
       }
@@ -545,7 +559,7 @@ class Primary {
         .type = Event::kPull, .worker = w, .version = d.version, .waits = d.caller_waits ? 1 : 0});
     if (d.caller_waits) {
       state_[i] = kWaiting;
-      wait_start_[i] = SteadyClock::now();
+      idle_.begin(i, clock_.seconds());
     } else {
       state_[i] = kComputing;
       reply(w, Reply::kGo, d.version);
@@ -558,7 +572,7 @@ class Primary {
     for (int r : released) {
       const auto i = static_cast<size_t>(r);
       if (state_[i] != kWaiting) continue;
-      idle_s_ += since(wait_start_[i]);
+      idle_.end(i, clock_.seconds());
       if (stopping_) {
         stop_worker(r);
       } else {
@@ -577,16 +591,15 @@ class Primary {
     stop_time_ = clock_.seconds();
     for (int w = 0; w < l_.workers; ++w) {
       if (state_[static_cast<size_t>(w)] == kWaiting) {
-        idle_s_ += since(wait_start_[static_cast<size_t>(w)]);
+        idle_.end(static_cast<size_t>(w), stop_time_);
         stop_worker(w);
       }
     }
   }
 
   // Gathers the shards at this point of the event order and evaluates them;
-  // the time this takes is not training time.
+  // the caller pauses the clock (evaluation is not training time).
   MetricsRow evaluate() {
-    const auto p0 = SteadyClock::now();
     const double time_s = std::max(0.0, clock_.seconds());
     emit(Event{.type = Event::kEval});
     if (l_.servers > 1) {
@@ -599,14 +612,11 @@ class Primary {
     });
     const ServerStats st = server().take_stats();
     const EvalResult e = model_->evaluate(test_);
-    const double interval = time_s - last_time_;
-    const double idle =
-        interval > 0 ? std::clamp((idle_s_ - last_idle_) / (interval * l_.workers), 0.0, 1.0) : 0.0;
+    const double idle_total = idle_.total(time_s);
+    const double idle = idle_fraction(idle_total - last_idle_, time_s - last_time_, l_.workers);
     last_time_ = time_s;
-    last_idle_ = idle_s_;
-    MetricsRow r = build_row(server(), st, e, time_s, idle, job_);
-    clock_.add_paused(since(p0));
-    return r;
+    last_idle_ = idle_total;
+    return build_row(server(), st, e, time_s, idle, job_);
   }
 
   void emit_row(const MetricsRow& r) {
@@ -627,13 +637,16 @@ class Primary {
   std::vector<Reply> replies_;
   std::vector<MPI_Request> req_recv_, reply_send_, gather_recv_;
   std::vector<State> state_;
-  std::vector<SteadyClock::time_point> wait_start_;
+  IdleMeter idle_;             // on clock_'s seconds
+  std::vector<char> at_gate_;  // its request is held by a pause
+  std::vector<int> held_;      // held requests, in arrival order
+  bool pausing_ = false;
   std::deque<Outgoing> outgoing_;
   TrainClock clock_;
   bool stopping_ = false;
   double stop_time_ = 0;
   int64_t epoch_target_ = 0;
-  double idle_s_ = 0, last_idle_ = 0, last_time_ = 0;
+  double last_idle_ = 0, last_time_ = 0;
 };
 
 // Every rank must run the same job: the same parameter count and data.

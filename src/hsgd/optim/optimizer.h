@@ -23,6 +23,9 @@ struct OptimizerOptions {
   // lr is lr * workers * batch / base_batch (see scaled_lr).
   bool scale_lr = false;
   int64_t base_batch = 32;  // >= 1
+  // Clip each push to this L2 norm at the server, before the staleness
+  // mitigations; 0 = off (>= 0).
+  double clip_norm = 0;
 };
 
 struct LrSchedule {

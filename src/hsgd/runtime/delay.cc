@@ -19,4 +19,15 @@ double DelayModel::draw(int w) {
   return 0.0;  // none
 }
 
+void DelayModel::save(StateWriter& w) const {
+  std::vector<uint64_t> st;
+  for (const Rng& r : rngs_) st.push_back(r.state());
+  w.put_vec(st);
+}
+
+void DelayModel::load(StateReader& r) {
+  const std::vector<uint64_t> st = r.get_vec<uint64_t>();
+  for (size_t i = 0; i < st.size() && i < rngs_.size(); ++i) rngs_[i].set_state(st[i]);
+}
+
 }  // namespace hsgd

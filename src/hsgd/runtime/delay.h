@@ -7,6 +7,7 @@
 
 #include "hsgd/config/config.h"
 #include "hsgd/core/rng.h"
+#include "hsgd/core/state.h"
 
 namespace hsgd {
 
@@ -26,6 +27,12 @@ class DelayModel {
   double extra_seconds(int w, double compute_s) {
     return is_straggler(w) ? (slowdown(w) - 1.0) * compute_s + draw(w) : 0.0;
   }
+
+  // The random streams' positions. load() accepts a state saved for another
+  // worker count: streams of workers both know are restored, others start
+  // fresh (a resume with a different --workers).
+  void save(StateWriter& w) const;
+  void load(StateReader& r);
 
  private:
   StragglerConfig c_;

@@ -10,18 +10,13 @@
 
 #include "hsgd/core/error.h"
 #include "hsgd/optim/optimizer.h"
+#include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/gate.h"
 #include "hsgd/runtime/row.h"
 
 namespace hsgd {
 namespace {
-
-using SteadyClock = std::chrono::steady_clock;
-
-double since(SteadyClock::time_point t) {
-  return std::chrono::duration<double>(SteadyClock::now() - t).count();
-}
 
 // Relaxed atomic views of the shared parameters (see the header).
 float load(float& x) { return std::atomic_ref<float>(x).load(std::memory_order_relaxed); }
@@ -111,12 +106,10 @@ RunResult HogwildRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   std::vector<float> eval_params(s.params.size()), eval_grads(s.params.size());
   eval_model->bind(eval_params, eval_grads);
 
-  double paused = 0;
-  SteadyClock::time_point start = SteadyClock::now();
-  auto train_seconds = [&] { return since(start) - paused; };
+  TrainClock clock;  // runtime/clock.h: stands still while the workers are paused
+  auto train_seconds = [&] { return clock.seconds(); };
   // Evaluates with the workers paused (they are between steps).
   auto evaluate = [&](double time_s) {
-    const auto p0 = SteadyClock::now();
     for (size_t i = 0; i < s.params.size(); ++i) eval_params[i] = load(s.params[i]);
     MetricsRow r;
     {
@@ -138,14 +131,12 @@ RunResult HogwildRuntime::run(const Job& job, Recorder* recorder, Observer* obse
     r.seed = c.train.seed;
     recorder->write(r);
     observer->on_row(r);
-    paused += since(p0);
     return r;
   };
 
   s.gate.pause();
   const MetricsRow first = evaluate(0.0);
-  start = SteadyClock::now();
-  paused = 0;
+  clock.start();
   s.gate.resume();
 
   const int64_t epoch_target =
@@ -193,7 +184,9 @@ RunResult HogwildRuntime::run(const Job& job, Recorder* recorder, Observer* obse
     if (t >= budget) break;
     if (t >= next_eval) {
       s.gate.pause();
+      clock.pause();
       last_acc = evaluate(train_seconds()).test_acc;
+      clock.resume();
       s.gate.resume();
       while (next_eval <= t) next_eval += c.train.eval_every;
     }
@@ -206,6 +199,7 @@ RunResult HogwildRuntime::run(const Job& job, Recorder* recorder, Observer* obse
     st.train_loss = std::nan("");
     observer->on_status(st);
   }
+  clock.pause();
   const double train_s = train_seconds();
   request_stop(s);
   s.gate.close();

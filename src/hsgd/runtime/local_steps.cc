@@ -42,6 +42,10 @@ double compute_push(Model& model, std::span<float> params, std::span<float> grad
   return loss;
 }
 
+void save_sampler(const ShardSampler& s, StateWriter& w) { w.put(s.state()); }
+
+void load_sampler(ShardSampler& s, StateReader& r) { s.restore(r.get<SamplerState>()); }
+
 LocalWorker make_local_worker(const Config& c, size_t num_params) {
   const double lr = c.policy.local.lr > 0 ? c.policy.local.lr : c.optim.lr;
   return LocalWorker(num_params, lr, c.policy.local.momentum);

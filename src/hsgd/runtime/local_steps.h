@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "hsgd/core/state.h"
 #include "hsgd/data/dataset.h"
 #include "hsgd/model/model.h"
 
@@ -31,6 +32,10 @@ class LocalWorker {
   double run(Model& model, std::span<float> params, std::span<float> grads, ShardSampler& sampler,
              int64_t batch, int h, Batch* scratch, int64_t* samples);
 
+  // The momentum buffer (the pulled copy is rewritten by every run()).
+  void save(StateWriter& w) const { w.put_vec(v_); }
+  void load(StateReader& r) { r.get_into(std::span<float>(v_), "local momentum"); }
+
  private:
   float lr_, mu_;
   std::vector<float> v_, pulled_;
@@ -44,6 +49,11 @@ class LocalWorker {
 double compute_push(Model& model, std::span<float> params, std::span<float> grads,
                     ShardSampler& sampler, int64_t batch, LocalWorker* local, int h, Batch* scratch,
                     int64_t* samples);
+
+// A sampler's position as checkpoint bytes, and back (the sampler must be
+// built with the same data, worker, worker count and seed).
+void save_sampler(const ShardSampler& s, StateWriter& w);
+void load_sampler(ShardSampler& s, StateReader& r);
 
 // A LocalWorker for config c (local.lr, 0 meaning optim.lr; local.momentum).
 LocalWorker make_local_worker(const Config& c, size_t num_params);

@@ -1,5 +1,8 @@
 #include "hsgd/runtime/row.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cmath>
 
 namespace hsgd {
@@ -19,11 +22,36 @@ MetricsRow build_row(const Server& server, const ServerStats& st, const EvalResu
       st.staleness_count ? st.staleness_sum / static_cast<double>(st.staleness_count) : 0.0;
   r.staleness_max = st.staleness_max;
   r.dropped = st.dropped;
+  r.nonfinite = st.nonfinite;
   r.idle_frac = idle_frac;
   r.live_workers = server.live_workers();
   r.policy = server.policy().name();
   r.seed = job.config->train.seed;
   return r;
+}
+
+double idle_fraction(double idle_delta, double interval, int workers) {
+  if (!(interval > 0) || workers < 1) return 0.0;
+  return std::clamp(idle_delta / (interval * workers), 0.0, 1.0);
+}
+
+std::string divergence(std::span<const float> params, double test_loss, double time_s,
+                       int64_t updates) {
+  bool finite = std::isfinite(test_loss);
+  for (size_t i = 0; finite && i < params.size(); ++i) finite = std::isfinite(params[i]);
+  if (finite) return "";
+  return fmt::format(
+      "training diverged at update {} ({:.3f} s): the {} not finite; try a smaller optim.lr or "
+      "optim.clip_norm",
+      updates, time_s, std::isfinite(test_loss) ? "parameters are" : "test loss is");
+}
+
+std::string nonfinite_pushes(const Server& server, const Config& c, double time_s) {
+  if (server.consecutive_nonfinite() <= c.train.max_nonfinite) return "";
+  return fmt::format(
+      "training diverged at update {} ({:.3f} s): {} consecutive pushes held a NaN or Inf "
+      "(train.max_nonfinite = {}); try a smaller optim.lr or optim.clip_norm",
+      server.version(), time_s, server.consecutive_nonfinite(), c.train.max_nonfinite);
 }
 
 Dataset head(const Dataset& d, int64_t n) {
@@ -46,6 +74,7 @@ ServerOptions server_options(const Job& job) {
   so.staleness = c.staleness;
   so.lr_schedule = c.lr_schedule;
   so.samples_per_epoch = job.train->size();
+  so.clip_norm = c.optim.clip_norm;
   if (c.policy.kind == "local") {
     so.lr = c.policy.local.outer_lr;
     so.lr_schedule = LrSchedule{};

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "hsgd/checkpoint/checkpoint.h"
 #include "hsgd/config/config.h"
 #include "hsgd/data/dataset.h"
 #include "hsgd/metrics/recorder.h"
@@ -29,6 +30,12 @@ struct Job {
   const Dataset* test = nullptr;
   ModelFactory make_model;
   std::vector<float> initial_params;  // every worker and the server start here
+  // Checkpoints (train.checkpoint_every > 0): where to write them, or null.
+  CheckpointStore* checkpoints = nullptr;
+  // A checkpoint to resume from (verified), or null for a fresh run. Its
+  // metrics rows are already in the recorder.
+  const Checkpoint* resume = nullptr;
+  CheckpointIdentity identity;  // written into every checkpoint's manifest
 };
 
 // A live view of a running job, for progress lines.
@@ -66,6 +73,10 @@ struct RunResult {
   std::vector<std::pair<std::string, std::string>> resolved;
   // Pushes made by each worker (its SSP clock), dropped ones included.
   std::vector<int64_t> worker_pushes;
+  // Why the run stopped before its budget (non-finite parameters or test
+  // loss, too many non-finite pushes): one line, or empty when it ran to
+  // its budget. The CLI exits with code 3 when set.
+  std::string stopped;
   // False on the MPI ranks other than 0: they hold no results (every other
   // field is left empty) and write nothing.
   bool primary = true;
@@ -74,6 +85,11 @@ struct RunResult {
 class Runtime {
  public:
   virtual ~Runtime() = default;
+  // Values the runtime would measure itself (the simulator's calibrated
+  // costs), as overrides that applying to the config makes explicit. Called
+  // before run() so config.toml can record them before training starts and
+  // a comparison can share one measurement. Default: none.
+  virtual std::vector<std::pair<std::string, std::string>> resolve(const Job&) { return {}; }
   // Runs the job to its budget (time or epochs), writing one row per
   // evaluation to `recorder` (at t = 0, every eval_every seconds, and at the
   // end). Blocks until done. Errors from worker threads are rethrown here.

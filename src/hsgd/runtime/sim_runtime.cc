@@ -3,13 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <deque>
 #include <limits>
-#include <queue>
+#include <optional>
 
 #include "hsgd/core/error.h"
+#include "hsgd/core/stats.h"
+#include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/row.h"
@@ -18,42 +19,51 @@
 namespace hsgd {
 namespace {
 
-using SteadyClock = std::chrono::steady_clock;
-
-double since(SteadyClock::time_point t0) {
-  return std::chrono::duration<double>(SteadyClock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-enum class EventType { kPullArrive, kPushArrive, kServerDone };
+enum class EventType : int32_t { kPullArrive, kPushArrive, kServerDone };
 
 struct Event {
   double time;
   uint64_t seq;  // ties at equal times: first scheduled, first taken
   EventType type;
-  int worker;
+  int32_t worker;
   bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
 };
 
+// A binary min-heap on (time, seq) whose storage can be saved and restored.
 class EventQueue {
  public:
   void push(double time, EventType type, int worker) {
-    q_.push(Event{time, next_seq_++, type, worker});
+    heap_.push_back(Event{time, next_seq_++, type, worker});
+    std::push_heap(heap_.begin(), heap_.end(), std::greater<Event>());
   }
-  bool empty() const { return q_.empty(); }
-  const Event& top() const { return q_.top(); }
+  bool empty() const { return heap_.empty(); }
+  const Event& top() const { return heap_.front(); }
   Event pop() {
-    Event e = q_.top();
-    q_.pop();
+    std::pop_heap(heap_.begin(), heap_.end(), std::greater<Event>());
+    Event e = heap_.back();
+    heap_.pop_back();
     return e;
+  }
+  void save(StateWriter& w) const {
+    w.put_vec(heap_);
+    w.put(next_seq_);
+  }
+  void load(StateReader& r, int workers) {
+    heap_ = r.get_vec<Event>();
+    next_seq_ = r.get<uint64_t>();
+    for (const Event& e : heap_) {
+      if (e.worker < 0 || e.worker >= workers || e.seq >= next_seq_ ||
+          static_cast<int>(e.type) < 0 || static_cast<int>(e.type) > 2) {
+        r.fail("corrupt (an event of an unknown worker or type)");
+      }
+    }
+    if (!std::is_heap(heap_.begin(), heap_.end(), std::greater<Event>())) {
+      r.fail("corrupt (the event queue is not ordered)");
+    }
   }
 
  private:
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> q_;
+  std::vector<Event> heap_;
   uint64_t next_seq_ = 0;
 };
 
@@ -68,7 +78,353 @@ struct SimWorker {
   ShardSampler sampler;
 };
 
-std::string num(double v) { return fmt::format("{:.9g}", v); }
+std::string full(double v) { return fmt::format("{:.17g}", v); }
+
+constexpr uint32_t kSimTag = 0x53494D31;  // "SIM1"
+
+// One simulated run. Its members are the whole state of the simulation
+// between two events: exactly what a checkpoint saves (save()/load()).
+class SimRun {
+ public:
+  SimRun(const Job& job, Recorder* recorder, Observer* observer)
+      : job_(job),
+        c_(*job.config),
+        n_(c_.train.workers),
+        recorder_(recorder),
+        observer_(observer),
+        np_(job.initial_params.size()),
+        model_(job.make_model()),
+        work_params_(np_),
+        work_grads_(np_),
+        params_(job.initial_params),
+        server_(params_, server_options(job), make_policy(c_.policy, n_, c_.optim.lr),
+                make_optimizer(server_optimizer(c_), np_)),
+        delays_(c_.stragglers, n_, c_.train.seed),
+        local_h_(server_.policy().local_steps()),
+        test_(head(*job.test, c_.train.eval_samples)) {
+    model_->bind(work_params_, work_grads_);
+    workers_.reserve(static_cast<size_t>(n_));
+    for (int w = 0; w < n_; ++w) {
+      workers_.push_back(SimWorker{std::vector<float>(np_), 0, 0, 0, -1, 0,
+                                   ShardSampler(*job.train, w, n_, c_.train.seed)});
+    }
+    for (int w = 0; local_h_ > 0 && w < n_; ++w) locals_.push_back(make_local_worker(c_, np_));
+    const double bytes = 4.0 * static_cast<double>(np_);
+    transfer_ = c_.sim.latency + bytes / c_.sim.bandwidth;
+    server_cost_ = c_.sim.server_ns_per_param * 1e-9 * static_cast<double>(np_);
+    next_eval_ = c_.train.eval_every;
+    next_checkpoint_ = c_.train.checkpoint_every > 0 ? c_.train.checkpoint_every : kNever;
+  }
+
+  RunResult run() {
+    const auto wall0 = SteadyClock::now();
+    if (job_.resume) {
+      load(*job_.resume);
+    } else {
+      for (int w = 0; w < n_; ++w) events_.push(c_.sim.latency, EventType::kPullArrive, w);
+      evaluate(0.0);
+    }
+    const double budget = c_.train.budget > 0 ? c_.train.budget : kNever;
+    const int64_t epoch_target =
+        c_.train.epochs > 0 ? static_cast<int64_t>(std::ceil(
+                                  c_.train.epochs * static_cast<double>(job_.train->size())))
+                            : 0;
+    double end_time = budget;
+    auto last_status = SteadyClock::now();
+    uint64_t processed = 0;
+    bool stopped_at_row = false;  // divergence seen by an evaluation
+    // A resumed run that already reached its epochs ends at once.
+    const bool done_already = epoch_target > 0 && server_.samples() >= epoch_target;
+    while (!done_already && stopped_.empty()) {
+      if (events_.empty()) {
+        throw std::runtime_error(
+            fmt::format("simulation deadlocked at t = {} s: every worker is waiting (policy {})",
+                        last_row_time_, server_.policy().name()));
+      }
+      const double t = events_.top().time;
+      // Evaluations, then checkpoints, due before this event (a checkpoint at
+      // an evaluation's time includes its row).
+      while ((next_eval_ < budget && next_eval_ <= t) ||
+             (next_checkpoint_ < budget && next_checkpoint_ <= t)) {
+        if (next_eval_ <= next_checkpoint_) {
+          evaluate(next_eval_);
+          next_eval_ += c_.train.eval_every;
+        } else {
+          checkpoint(next_checkpoint_);
+          next_checkpoint_ += c_.train.checkpoint_every;
+        }
+        if (!stopped_.empty()) break;
+      }
+      if (!stopped_.empty()) {
+        end_time = last_row_time_;
+        stopped_at_row = true;
+        break;
+      }
+      if (t >= budget) break;
+      const Event ev = events_.pop();
+      now_ = ev.time;
+      handle(ev);
+      if (stopped_.empty()) stopped_ = nonfinite_pushes(server_, c_, ev.time);
+      if (!stopped_.empty()) {
+        end_time = ev.time;
+        break;
+      }
+      if (epoch_target > 0 && server_.samples() >= epoch_target) {
+        end_time = ev.time;
+        break;
+      }
+      if ((++processed & 1023) == 0 && since(last_status) > 0.5) {
+        last_status = SteadyClock::now();
+        status(ev.time);
+      }
+    }
+    if (done_already) end_time = now_;
+    // The final checkpoint is the state at the end of training, before the
+    // closing row (which a longer run may not have: resuming drops it).
+    if (job_.checkpoints && stopped_.empty()) checkpoint(end_time);
+    RunResult result;
+    result.last = stopped_at_row ? recorder_->rows().back() : evaluate(end_time);
+    result.stopped = stopped_;
+    result.params.assign(server_.params().begin(), server_.params().end());
+    result.train_s = end_time;
+    result.gradients = server_.pushes();
+    result.staleness_histogram = server_.staleness_histogram();
+    for (int w = 0; w < n_; ++w) result.worker_pushes.push_back(server_.clock(w));
+    result.wall_s = since(wall0);
+    result.real_train_s = result.wall_s - eval_real_;
+    return result;
+  }
+
+ private:
+  static constexpr double kNever = std::numeric_limits<double>::infinity();
+
+  double idle_at(double t) const {
+    double total = 0;
+    for (const SimWorker& sw : workers_) {
+      total += sw.idle + (sw.wait_since >= 0 ? t - sw.wait_since : 0.0);
+    }
+    return total;
+  }
+
+  MetricsRow evaluate(double t) {
+    const auto e0 = SteadyClock::now();
+    std::span<const float> p = server_.params();
+    std::copy(p.begin(), p.end(), work_params_.begin());
+    const EvalResult e = model_->evaluate(test_);
+    const double idle_total = idle_at(t);
+    const double idle = idle_fraction(idle_total - last_idle_, t - last_row_time_, n_);
+    last_row_time_ = t;
+    last_idle_ = idle_total;
+    MetricsRow r = build_row(server_, server_.take_stats(), e, t, idle, job_);
+    recorder_->write(r);
+    observer_->on_row(r);
+    eval_real_ += since(e0);
+    stopped_ = divergence(server_.params(), e.loss, t, static_cast<int64_t>(server_.version()));
+    return r;
+  }
+
+  void start_service(double now) {
+    const int w = server_queue_.front();
+    server_queue_.pop_front();
+    SimWorker& sw = workers_[static_cast<size_t>(w)];
+    in_service_decision_ = server_.on_push(w, sw.version, sw.grads, sw.batch, sw.loss, now);
+    in_service_ = w;
+    server_busy_ = true;
+    const double cost = server_cost_ * (in_service_decision_.applied ? 2.0 : 1.0);
+    events_.push(now + cost, EventType::kServerDone, w);
+  }
+
+  void handle(const Event& ev) {
+    const int w = ev.worker;
+    SimWorker& sw = workers_[static_cast<size_t>(w)];
+    switch (ev.type) {
+      case EventType::kPullArrive: {
+        const Decision d = server_.on_pull(w);
+        if (d.caller_waits) {  // SSP: too far ahead; pulls again when released
+          sw.wait_since = ev.time;
+          break;
+        }
+        std::span<const float> p = server_.params();
+        std::copy(p.begin(), p.end(), work_params_.begin());
+        // local:H: H local steps, H x the compute time below, one delay draw.
+        sw.loss = compute_push(*model_, work_params_, work_grads_, sw.sampler, c_.train.batch,
+                               local_h_ > 0 ? &locals_[static_cast<size_t>(w)] : nullptr, local_h_,
+                               &batch_, &sw.batch);
+        std::copy(work_grads_.begin(), work_grads_.end(), sw.grads.begin());
+        sw.version = d.version;
+        const double compute =
+            std::max(1, local_h_) * c_.sim.compute_time * delays_.slowdown(w) + delays_.draw(w);
+        events_.push(ev.time + transfer_ + compute + transfer_, EventType::kPushArrive, w);
+        break;
+      }
+      case EventType::kPushArrive:
+        server_queue_.push_back(w);
+        if (!server_busy_) start_service(ev.time);
+        break;
+      case EventType::kServerDone: {
+        HSGD_ASSERT(in_service_ == w, "server finished a push it was not serving");
+        server_busy_ = false;
+        for (int r : in_service_decision_.released) {
+          SimWorker& rw = workers_[static_cast<size_t>(r)];
+          HSGD_ASSERT(rw.wait_since >= 0, "released a worker that was not waiting");
+          rw.idle += ev.time - rw.wait_since;
+          rw.wait_since = -1;
+          events_.push(ev.time + c_.sim.latency, EventType::kPullArrive, r);
+        }
+        if (in_service_decision_.caller_waits) {
+          sw.wait_since = ev.time;
+        } else {
+          events_.push(ev.time + c_.sim.latency, EventType::kPullArrive, w);
+        }
+        if (!server_queue_.empty()) start_service(ev.time);
+        break;
+      }
+    }
+  }
+
+  void status(double t) {
+    Status st;
+    st.time_s = t;
+    st.updates = static_cast<int64_t>(server_.version());
+    st.samples = server_.samples();
+    st.k = server_.threshold(t);
+    st.epochs = static_cast<double>(st.samples) / static_cast<double>(job_.train->size());
+    st.train_loss = std::nan("");
+    observer_->on_status(st);
+  }
+
+  // The cut between events at virtual time t.
+  void checkpoint(double t) {
+    if (!job_.checkpoints) return;
+    StateWriter server_bytes;
+    server_.save(server_bytes);
+    StateWriter w;
+    w.tag(kSimTag);
+    w.put<int32_t>(n_);
+    w.put(t);
+    w.put(now_);
+    events_.save(w);
+    w.put_vec(std::vector<int32_t>(server_queue_.begin(), server_queue_.end()));
+    w.put<uint8_t>(server_busy_);
+    w.put<int32_t>(in_service_);
+    w.put<uint8_t>(in_service_decision_.applied);
+    w.put<uint64_t>(in_service_decision_.version);
+    w.put<uint8_t>(in_service_decision_.caller_waits);
+    w.put_vec(in_service_decision_.released);
+    for (const SimWorker& sw : workers_) {
+      w.put_vec(sw.grads);
+      w.put(sw.version);
+      w.put(sw.loss);
+      w.put(sw.batch);
+      w.put(sw.wait_since);
+      w.put(sw.idle);
+      save_sampler(sw.sampler, w);
+    }
+    for (const LocalWorker& l : locals_) l.save(w);
+    delays_.save(w);
+    w.put(next_eval_);
+    w.put(next_checkpoint_ == kNever ? -1.0 : next_checkpoint_);
+    w.put(last_row_time_);
+    w.put(last_idle_);
+    CheckpointInfo info;
+    info.id = job_.identity;
+    info.runtime = "sim";
+    info.workers = n_;
+    info.train_s = t;
+    info.updates = static_cast<int64_t>(server_.version());
+    info.rows = static_cast<int64_t>(recorder_->rows().size());
+    const auto e0 = SteadyClock::now();
+    job_.checkpoints->write(info, {{"server", server_bytes.take()}, {"sim", w.take()}});
+    eval_real_ += since(e0);  // like evaluation, not simulated work
+  }
+
+  void load(const Checkpoint& ck) {
+    if (ck.info.workers != n_) {
+      throw InputError(fmt::format(
+          "{}: a simulation of {} workers; the simulator resumes exactly, with the same "
+          "train.workers",
+          ck.path, ck.info.workers));
+    }
+    StateReader sr(ck.blob("server"), ck.path + "/server.bin");
+    server_.load(sr);
+    sr.expect_end();
+    StateReader r(ck.blob("sim"), ck.path + "/sim.bin");
+    r.expect_tag(kSimTag, "simulator");
+    if (r.get<int32_t>() != n_) r.fail("corrupt (worker count)");
+    (void)r.get<double>();  // the cut's time (also in the manifest)
+    now_ = r.get<double>();
+    events_.load(r, n_);
+    const std::vector<int32_t> q = r.get_vec<int32_t>();
+    server_queue_.assign(q.begin(), q.end());
+    server_busy_ = r.get<uint8_t>() != 0;
+    in_service_ = r.get<int32_t>();
+    in_service_decision_.applied = r.get<uint8_t>() != 0;
+    in_service_decision_.version = r.get<uint64_t>();
+    in_service_decision_.caller_waits = r.get<uint8_t>() != 0;
+    in_service_decision_.released = r.get_vec<int>();
+    for (int v : q) {
+      if (v < 0 || v >= n_) r.fail("corrupt (server queue)");
+    }
+    for (int v : in_service_decision_.released) {
+      if (v < 0 || v >= n_) r.fail("corrupt (released workers)");
+    }
+    if (server_busy_ && (in_service_ < 0 || in_service_ >= n_)) r.fail("corrupt (in service)");
+    for (SimWorker& sw : workers_) {
+      r.get_into(std::span<float>(sw.grads), "a worker's gradient");
+      sw.version = r.get<uint64_t>();
+      sw.loss = r.get<double>();
+      sw.batch = r.get<int64_t>();
+      sw.wait_since = r.get<double>();
+      sw.idle = r.get<double>();
+      load_sampler(sw.sampler, r);
+    }
+    for (LocalWorker& l : locals_) l.load(r);
+    delays_.load(r);
+    next_eval_ = r.get<double>();
+    const double nc = r.get<double>();
+    // checkpoint_every may change on resume: the next cut follows the new one.
+    if (c_.train.checkpoint_every > 0) {
+      next_checkpoint_ = nc > 0 ? nc : ck.info.train_s + c_.train.checkpoint_every;
+    } else {
+      next_checkpoint_ = kNever;
+    }
+    last_row_time_ = r.get<double>();
+    last_idle_ = r.get<double>();
+    r.expect_end();
+  }
+
+  const Job& job_;
+  const Config& c_;
+  const int n_;
+  Recorder* recorder_;
+  Observer* observer_;
+  const size_t np_;
+  // One model computes every worker's gradients and the evaluations.
+  std::unique_ptr<Model> model_;
+  std::vector<float> work_params_, work_grads_;
+  std::vector<float> params_;
+  Server server_;
+  DelayModel delays_;
+  std::vector<SimWorker> workers_;
+  const int local_h_;
+  std::vector<LocalWorker> locals_;  // local:H: momentum kept across rounds
+  const Dataset test_;
+  Batch batch_;
+  double transfer_ = 0;     // one message with parameters
+  double server_cost_ = 0;  // one push (an update costs as much again)
+  EventQueue events_;
+  std::deque<int> server_queue_;
+  bool server_busy_ = false;
+  int in_service_ = -1;
+  Decision in_service_decision_;
+  double now_ = 0;  // the time of the last event taken
+  double next_eval_ = 0;
+  double next_checkpoint_ = kNever;
+  double last_row_time_ = 0;
+  double last_idle_ = 0;
+  double eval_real_ = 0;  // real seconds spent evaluating and checkpointing
+  std::string stopped_;
+};
 
 }  // namespace
 
@@ -109,196 +465,48 @@ double calibrate_server_ns(const Config& c, size_t num_params) {
   return median(ns) / 2.0;
 }
 
+std::vector<std::pair<std::string, std::string>> SimRuntime::resolve(const Job& job) {
+  const Config& c = *job.config;
+  std::vector<std::pair<std::string, std::string>> out;
+  if (c.sim.compute_time == 0) {
+    std::unique_ptr<Model> model = job.make_model();
+    std::vector<float> params = job.initial_params, grads(params.size());
+    model->bind(params, grads);
+    out.push_back({"sim.compute_time",
+                   full(calibrate_compute_time(*model, *job.train, c.train.batch, c.train.seed))});
+  }
+  if (c.sim.server_ns_per_param < 0) {
+    out.push_back(
+        {"sim.server_ns_per_param", full(calibrate_server_ns(c, job.initial_params.size()))});
+  }
+  return out;
+}
+
 RunResult SimRuntime::run(const Job& job, Recorder* recorder, Observer* observer) {
   const Config& c = *job.config;
-  const int n = c.train.workers;
   HSGD_ASSERT(job.train && job.test && job.make_model, "incomplete job");
-  if (job.train->size() < n) {
-    throw InputError(fmt::format("train.workers = {}: the training set has only {} samples", n,
-                                 job.train->size()));
+  if (job.train->size() < c.train.workers) {
+    throw InputError(fmt::format("train.workers = {}: the training set has only {} samples",
+                                 c.train.workers, job.train->size()));
   }
   Observer quiet;
   if (!observer) observer = &quiet;
-  const auto wall0 = SteadyClock::now();
-  double eval_real = 0;  // real seconds spent evaluating
-
-  // One model computes every worker's gradients and the evaluations.
-  const size_t np = job.initial_params.size();
-  std::unique_ptr<Model> model = job.make_model();
-  std::vector<float> work_params(np), work_grads(np);
-  model->bind(work_params, work_grads);
-
-  RunResult result;
-  double compute_time = c.sim.compute_time;
-  if (compute_time == 0) {
-    std::copy(job.initial_params.begin(), job.initial_params.end(), work_params.begin());
-    compute_time = calibrate_compute_time(*model, *job.train, c.train.batch, c.train.seed);
-    result.resolved.push_back({"sim.compute_time", num(compute_time)});
+  // Costs not resolved by the caller are measured here and reported back.
+  std::vector<std::pair<std::string, std::string>> resolved = resolve(job);
+  std::optional<Config> with_costs;
+  Job j = job;
+  if (!resolved.empty()) {
+    with_costs = c;
+    for (const auto& [k, v] : resolved) {
+      const double x = std::stod(v);
+      if (k == "sim.compute_time") with_costs->sim.compute_time = x;
+      if (k == "sim.server_ns_per_param") with_costs->sim.server_ns_per_param = x;
+    }
+    j.config = &*with_costs;
   }
-  double server_ns = c.sim.server_ns_per_param;
-  if (server_ns < 0) {
-    server_ns = calibrate_server_ns(c, np);
-    result.resolved.push_back({"sim.server_ns_per_param", num(server_ns)});
-  }
-  const double bytes = 4.0 * static_cast<double>(np);
-  const double transfer = c.sim.latency + bytes / c.sim.bandwidth;  // one message with parameters
-  const double server_cost = server_ns * 1e-9 * static_cast<double>(np);
-
-  std::vector<float> params = job.initial_params;
-  Server server(params, server_options(job), make_policy(c.policy, n, c.optim.lr),
-                make_optimizer(server_optimizer(c), np));
-  DelayModel delays(c.stragglers, n, c.train.seed);
-  std::vector<SimWorker> workers;
-  workers.reserve(static_cast<size_t>(n));
-  for (int w = 0; w < n; ++w) {
-    workers.push_back(SimWorker{std::vector<float>(np), 0, 0, 0, -1, 0,
-                                ShardSampler(*job.train, w, n, c.train.seed)});
-  }
-  // local:H: per-worker local-SGD state (momentum kept across rounds).
-  const int local_h = server.policy().local_steps();
-  std::vector<LocalWorker> locals;
-  for (int w = 0; local_h > 0 && w < n; ++w) locals.push_back(make_local_worker(c, np));
-  const Dataset test = head(*job.test, c.train.eval_samples);
-  Batch batch;
-
-  double last_row_time = 0, last_idle = 0;
-  auto idle_at = [&](double t) {
-    double total = 0;
-    for (const SimWorker& sw : workers) {
-      total += sw.idle + (sw.wait_since >= 0 ? t - sw.wait_since : 0.0);
-    }
-    return total;
-  };
-  auto evaluate = [&](double t) {
-    const auto e0 = SteadyClock::now();
-    std::span<const float> p = server.params();
-    std::copy(p.begin(), p.end(), work_params.begin());
-    const EvalResult e = model->evaluate(test);
-    const double idle_total = idle_at(t);
-    const double interval = t - last_row_time;
-    const double idle =
-        interval > 0 ? std::clamp((idle_total - last_idle) / (interval * n), 0.0, 1.0) : 0.0;
-    last_row_time = t;
-    last_idle = idle_total;
-    MetricsRow r = build_row(server, server.take_stats(), e, t, idle, job);
-    recorder->write(r);
-    observer->on_row(r);
-    eval_real += since(e0);
-    return r;
-  };
-
-  EventQueue events;
-  for (int w = 0; w < n; ++w) events.push(c.sim.latency, EventType::kPullArrive, w);
-  evaluate(0.0);
-
-  const double budget =
-      c.train.budget > 0 ? c.train.budget : std::numeric_limits<double>::infinity();
-  const int64_t epoch_target =
-      c.train.epochs > 0
-          ? static_cast<int64_t>(std::ceil(c.train.epochs * static_cast<double>(job.train->size())))
-          : 0;
-  double next_eval = c.train.eval_every;
-  std::deque<int> server_queue;
-  bool server_busy = false;
-  int in_service = -1;
-  Decision in_service_decision;
-  double end_time = budget;
-  auto last_status = SteadyClock::now();
-  uint64_t processed = 0;
-
-  auto start_service = [&](double now) {
-    const int w = server_queue.front();
-    server_queue.pop_front();
-    SimWorker& sw = workers[static_cast<size_t>(w)];
-    in_service_decision = server.on_push(w, sw.version, sw.grads, sw.batch, sw.loss, now);
-    in_service = w;
-    server_busy = true;
-    const double cost = server_cost * (in_service_decision.applied ? 2.0 : 1.0);
-    events.push(now + cost, EventType::kServerDone, w);
-  };
-
-  for (;;) {
-    if (events.empty()) {
-      throw std::runtime_error(
-          fmt::format("simulation deadlocked at t = {} s: every worker is waiting (policy {})",
-                      last_row_time, server.policy().name()));
-    }
-    const double t = events.top().time;
-    while (next_eval < budget && next_eval <= t) {
-      evaluate(next_eval);
-      next_eval += c.train.eval_every;
-    }
-    if (t >= budget) break;
-    const Event ev = events.pop();
-    const int w = ev.worker;
-    SimWorker& sw = workers[static_cast<size_t>(w)];
-    switch (ev.type) {
-      case EventType::kPullArrive: {
-        const Decision d = server.on_pull(w);
-        if (d.caller_waits) {  // SSP: too far ahead; pulls again when released
-          sw.wait_since = ev.time;
-          break;
-        }
-        std::span<const float> p = server.params();
-        std::copy(p.begin(), p.end(), work_params.begin());
-        // local:H: H local steps, H x the compute time below, one delay draw.
-        sw.loss = compute_push(*model, work_params, work_grads, sw.sampler, c.train.batch,
-                               local_h > 0 ? &locals[static_cast<size_t>(w)] : nullptr, local_h,
-                               &batch, &sw.batch);
-        std::copy(work_grads.begin(), work_grads.end(), sw.grads.begin());
-        sw.version = d.version;
-        const double compute =
-            std::max(1, local_h) * compute_time * delays.slowdown(w) + delays.draw(w);
-        events.push(ev.time + transfer + compute + transfer, EventType::kPushArrive, w);
-        break;
-      }
-      case EventType::kPushArrive:
-        server_queue.push_back(w);
-        if (!server_busy) start_service(ev.time);
-        break;
-      case EventType::kServerDone: {
-        HSGD_ASSERT(in_service == w, "server finished a push it was not serving");
-        server_busy = false;
-        for (int r : in_service_decision.released) {
-          SimWorker& rw = workers[static_cast<size_t>(r)];
-          HSGD_ASSERT(rw.wait_since >= 0, "released a worker that was not waiting");
-          rw.idle += ev.time - rw.wait_since;
-          rw.wait_since = -1;
-          events.push(ev.time + c.sim.latency, EventType::kPullArrive, r);
-        }
-        if (in_service_decision.caller_waits) {
-          sw.wait_since = ev.time;
-        } else {
-          events.push(ev.time + c.sim.latency, EventType::kPullArrive, w);
-        }
-        if (!server_queue.empty()) start_service(ev.time);
-        break;
-      }
-    }
-    if (epoch_target > 0 && server.samples() >= epoch_target) {
-      end_time = ev.time;
-      break;
-    }
-    if ((++processed & 1023) == 0 && since(last_status) > 0.5) {
-      last_status = SteadyClock::now();
-      Status st;
-      st.time_s = ev.time;
-      st.updates = static_cast<int64_t>(server.version());
-      st.samples = server.samples();
-      st.k = server.threshold(ev.time);
-      st.epochs = static_cast<double>(st.samples) / static_cast<double>(job.train->size());
-      st.train_loss = std::nan("");
-      observer->on_status(st);
-    }
-  }
-  result.last = evaluate(end_time);
-  result.params.assign(server.params().begin(), server.params().end());
-  result.train_s = end_time;
-  result.gradients = server.pushes();
-  result.staleness_histogram = server.staleness_histogram();
-  result.wall_s = since(wall0);
-  result.real_train_s = result.wall_s - eval_real;
-  return result;
+  RunResult r = SimRun(j, recorder, observer).run();
+  r.resolved = std::move(resolved);
+  return r;
 }
 
 }  // namespace hsgd

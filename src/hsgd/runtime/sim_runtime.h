@@ -22,6 +22,14 @@ namespace hsgd {
 
 class SimRuntime final : public Runtime {
  public:
+  // Calibrates the costs left to calibration (sim.compute_time = 0,
+  // sim.server_ns_per_param = -1), as overrides with 17 significant digits.
+  std::vector<std::pair<std::string, std::string>> resolve(const Job& job) override;
+  // Checkpoints (job.checkpoints) are cuts between events at multiples of
+  // train.checkpoint_every virtual seconds and at the end; they hold the
+  // event queue, the server queue and every worker's in-flight gradient, so
+  // a resumed run continues byte for byte as if never stopped (same
+  // train.workers required).
   RunResult run(const Job& job, Recorder* recorder, Observer* observer) override;
 };
 

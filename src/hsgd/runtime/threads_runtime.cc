@@ -1,7 +1,8 @@
 #include "hsgd/runtime/threads_runtime.h"
 
+#include <fmt/format.h>
+
 #include <atomic>
-#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <exception>
@@ -11,6 +12,7 @@
 
 #include "hsgd/core/error.h"
 #include "hsgd/core/rng.h"
+#include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/gate.h"
 #include "hsgd/runtime/local_steps.h"
@@ -20,24 +22,14 @@
 namespace hsgd {
 namespace {
 
-using SteadyClock = std::chrono::steady_clock;
+constexpr uint32_t kThreadsTag = 0x54485231;  // "THR1"
 
-double seconds_between(SteadyClock::time_point a, SteadyClock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-// Training time: wall time since start minus time spent paused for evaluation.
-class TrainClock {
- public:
-  void start() { start_ = SteadyClock::now(); }
-  double seconds() const {
-    return seconds_between(start_, SteadyClock::now()) - paused_.load(std::memory_order_relaxed);
-  }
-  void add_paused(double s) { paused_.fetch_add(s, std::memory_order_relaxed); }
-
- private:
-  SteadyClock::time_point start_;
-  std::atomic<double> paused_{0.0};
+// What one worker carries from one step to the next: the part of its state
+// a checkpoint saves. Touched only by its worker thread, except while the
+// workers are paused at the gate (then by the driving thread).
+struct WorkerState {
+  ShardSampler sampler;
+  std::optional<LocalWorker> local;  // local:H
 };
 
 struct Shared {
@@ -45,12 +37,14 @@ struct Shared {
   std::condition_variable cv;
   Server* server = nullptr;
   std::vector<char> released;
-  std::vector<double> idle_s;  // per worker, cumulative
+  IdleMeter idle;  // on clock's seconds
   bool stop = false;
+  std::string stopped;  // why the run stopped early (RunResult::stopped)
   std::exception_ptr error;
   Gate gate;
   TrainClock clock;
   DelayModel* delays = nullptr;
+  std::vector<WorkerState>* workers = nullptr;
 };
 
 void request_stop(Shared& s) {
@@ -59,13 +53,15 @@ void request_stop(Shared& s) {
 }
 
 // Blocks worker `id` (outside the gate) until the server releases it, and
-// counts the wait as idle time. Returns false if the run stopped instead.
+// counts the wait as idle time on the training clock. Returns false if the
+// run stopped instead.
 bool wait_until_released(Shared& s, int id) {
-  const auto w0 = SteadyClock::now();
+  const auto w = static_cast<size_t>(id);
   std::unique_lock lk(s.mu);
-  s.cv.wait(lk, [&] { return s.released[static_cast<size_t>(id)] || s.stop; });
-  s.released[static_cast<size_t>(id)] = 0;
-  s.idle_s[static_cast<size_t>(id)] += seconds_between(w0, SteadyClock::now());
+  s.idle.begin(w, s.clock.seconds());
+  s.cv.wait(lk, [&] { return s.released[w] || s.stop; });
+  s.released[w] = 0;
+  s.idle.end(w, s.clock.seconds());
   return !s.stop;
 }
 
@@ -79,21 +75,22 @@ struct WorkerArgs {
 void worker_loop(const WorkerArgs& a) {
   const Config& c = *a.job->config;
   Shared& s = *a.shared;
-  const int n = c.train.workers;
   DelayModel& delays = *s.delays;
-  ShardSampler sampler(*a.job->train, a.id, n, c.train.seed);
+  WorkerState& ws = (*s.workers)[static_cast<size_t>(a.id)];
   std::unique_ptr<Model> model = a.job->make_model();
   const size_t np = a.job->initial_params.size();
   std::vector<float> params(np), grads(np);
   model->bind(params, grads);
   Batch batch;
   int local_h = 0;  // local:H: H local steps, then push the model delta
+  bool waiting = false;
   {
     std::lock_guard lk(s.mu);
     local_h = s.server->policy().local_steps();
+    // Resumed while its push waited for an update (or its SSP pull waited).
+    waiting = s.server->is_waiting(a.id);
   }
-  std::optional<LocalWorker> local;
-  if (local_h > 0) local.emplace(make_local_worker(c, np));
+  if (waiting && !wait_until_released(s, a.id)) return;
   GateScope inside(s.gate);  // exits on every path, exceptions included
   while (inside.enter()) {
     uint64_t version = 0;
@@ -119,9 +116,9 @@ void worker_loop(const WorkerArgs& a) {
     }
     int64_t pushed = 0;  // samples behind this push
     const auto t0 = SteadyClock::now();
-    const double loss = compute_push(*model, params, grads, sampler, c.train.batch,
-                                     local ? &*local : nullptr, local_h, &batch, &pushed);
-    const double delay = delays.extra_seconds(a.id, seconds_between(t0, SteadyClock::now()));
+    const double loss = compute_push(*model, params, grads, ws.sampler, c.train.batch,
+                                     ws.local ? &*ws.local : nullptr, local_h, &batch, &pushed);
+    const double delay = delays.extra_seconds(a.id, since(t0));
     if (delay > 0) {
       std::unique_lock lk(s.mu);
       s.cv.wait_for(lk, std::chrono::duration<double>(delay), [&] { return s.stop; });
@@ -130,10 +127,16 @@ void worker_loop(const WorkerArgs& a) {
     {
       std::lock_guard lk(s.mu);
       if (s.stop) break;
-      Decision d = s.server->on_push(a.id, version, grads, pushed, loss, s.clock.seconds());
+      const double now = s.clock.seconds();
+      Decision d = s.server->on_push(a.id, version, grads, pushed, loss, now);
       for (int r : d.released) s.released[static_cast<size_t>(r)] = 1;
       if (!d.released.empty()) s.cv.notify_all();
       if (a.epoch_target_samples > 0 && s.server->samples() >= a.epoch_target_samples) {
+        request_stop(s);
+      }
+      const std::string why = nonfinite_pushes(*s.server, c, now);
+      if (!why.empty() && s.stopped.empty()) {
+        s.stopped = why;
         request_stop(s);
       }
       wait = d.caller_waits;
@@ -143,11 +146,13 @@ void worker_loop(const WorkerArgs& a) {
   }
 }
 
-// Evaluates the server's current parameters while the workers are paused
-// and builds a metrics row. Called on the driving thread.
-class Evaluator {
+// Evaluates and checkpoints while the workers are paused at the gate, on
+// the driving thread. The training clock runs until every worker has left
+// the gate (their work in flight is training) and stands still from then
+// until they go on.
+class Pauser {
  public:
-  Evaluator(const Job& job, Shared& s, const Dataset& test)
+  Pauser(const Job& job, Shared& s, const Dataset& test)
       : job_(job),
         s_(s),
         test_(test),
@@ -157,9 +162,11 @@ class Evaluator {
     model_->bind(params_, grads_);
   }
 
-  MetricsRow evaluate(bool paused_already = false) {
-    const auto p0 = SteadyClock::now();
+  // Pauses the workers (unless the caller has: at the start and the end),
+  // evaluates, and writes a checkpoint when `checkpoint`.
+  MetricsRow evaluate(Recorder* recorder, bool checkpoint, bool paused_already = false) {
     if (!paused_already) s_.gate.pause();
+    s_.clock.pause();
     double time_s = 0, idle_total = 0;
     ServerStats st;
     {
@@ -168,30 +175,74 @@ class Evaluator {
       std::span<const float> p = s_.server->params();
       std::copy(p.begin(), p.end(), params_.begin());
       st = s_.server->take_stats();
-      for (double v : s_.idle_s) idle_total += v;
+      idle_total = s_.idle.total(time_s);
     }
     const EvalResult e = model_->evaluate(test_);
-    const double interval = time_s - last_time_;
-    const double workers = static_cast<double>(job_.config->train.workers);
     const double idle =
-        interval > 0 ? std::clamp((idle_total - last_idle_) / (interval * workers), 0.0, 1.0) : 0.0;
+        idle_fraction(idle_total - last_idle_, time_s - last_time_, job_.config->train.workers);
     last_time_ = time_s;
     last_idle_ = idle_total;
     MetricsRow r;
     {
-      std::lock_guard lk(s_.mu);  // the server is read while workers may run
+      std::lock_guard lk(s_.mu);
       r = build_row(*s_.server, st, e, time_s, idle, job_);
     }
+    recorder->write(r);
+    const std::string why = divergence(params_, e.loss, time_s, static_cast<int64_t>(r.updates));
+    if (!why.empty()) {
+      diverged_ = true;
+      std::lock_guard lk(s_.mu);
+      if (s_.stopped.empty()) s_.stopped = why;
+      request_stop(s_);
+    } else if (checkpoint) {
+      write_checkpoint(recorder, time_s);
+    }
     if (!paused_already) {
-      s_.clock.add_paused(seconds_between(p0, SteadyClock::now()));
+      s_.clock.resume();
       s_.gate.resume();
     }
     return r;
   }
 
+  // Restores the pauser's own state from a checkpoint.
+  void load(StateReader& r) {
+    last_time_ = r.get<double>();
+    last_idle_ = r.get<double>();
+  }
+
   std::vector<float> params() const { return params_; }
+  // True once an evaluation found non-finite parameters or test loss.
+  bool diverged() const { return diverged_; }
 
  private:
+  void write_checkpoint(Recorder* recorder, double time_s) {
+    if (!job_.checkpoints) return;
+    const Config& c = *job_.config;
+    std::lock_guard lk(s_.mu);
+    StateWriter server_bytes;
+    s_.server->save(server_bytes);
+    StateWriter w;
+    w.tag(kThreadsTag);
+    w.put<int32_t>(c.train.workers);
+    w.put(time_s);
+    w.put(last_time_);
+    w.put(last_idle_);
+    for (const WorkerState& ws : *s_.workers) {
+      save_sampler(ws.sampler, w);
+      w.put<uint8_t>(ws.local.has_value());
+      if (ws.local) ws.local->save(w);
+    }
+    s_.delays->save(w);
+    CheckpointInfo info;
+    info.id = job_.identity;
+    info.runtime = "threads";
+    info.workers = c.train.workers;
+    info.train_s = time_s;
+    info.updates = static_cast<int64_t>(s_.server->version());
+    info.rows = static_cast<int64_t>(recorder->rows().size());
+    job_.checkpoints->write(info, {{"server", server_bytes.take()}, {"threads", w.take()}});
+  }
+
   const Job& job_;
   Shared& s_;
   const Dataset& test_;
@@ -199,7 +250,51 @@ class Evaluator {
   std::unique_ptr<Model> model_;
   double last_time_ = 0;
   double last_idle_ = 0;
+  bool diverged_ = false;
 };
+
+// Restores the run's state from a checkpoint: server, samplers, local
+// momentum, delay streams. With another worker count the shards are split
+// again (each worker's sampler starts a fresh order of its new shard) and
+// the server forgets the workers that are gone, as if they had left.
+// Returns the training seconds of the cut.
+double restore(const Checkpoint& ck, const Config& c, Server& server,
+               std::vector<WorkerState>& workers, DelayModel& delays, Pauser& pauser) {
+  StateReader sr(ck.blob("server"), ck.path + "/server.bin");
+  server.load(sr);
+  sr.expect_end();
+  StateReader r(ck.blob("threads"), ck.path + "/threads.bin");
+  r.expect_tag(kThreadsTag, "threads runtime");
+  const int saved = r.get<int32_t>();
+  if (saved < 1 || saved > 4096) r.fail("corrupt (worker count)");
+  const double t = r.get<double>();
+  pauser.load(r);
+  const bool same = saved == c.train.workers;
+  for (int w = 0; w < saved; ++w) {
+    if (same) {
+      load_sampler(workers[static_cast<size_t>(w)].sampler, r);
+    } else {
+      (void)r.get<SamplerState>();
+    }
+    if (r.get<uint8_t>()) {
+      std::optional<LocalWorker>& local = workers[static_cast<size_t>(same ? w : 0)].local;
+      if (!local) r.fail("corrupt (local-SGD state for a policy without it)");
+      if (same) {
+        local->load(r);
+      } else {
+        LocalWorker scratch = *local;  // momentum of a worker split away
+        scratch.load(r);
+      }
+    }
+  }
+  delays.load(r);
+  r.expect_end();
+  for (int w = c.train.workers; w < server.known_workers(); ++w) server.on_leave(w, t);
+  for (int w = 0; w < c.train.workers; ++w) {
+    if (!server.is_live(w)) server.on_join(w, t);
+  }
+  return t;
+}
 
 }  // namespace
 
@@ -220,27 +315,40 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
                 make_optimizer(server_optimizer(c), params.size()));
 
   DelayModel delays(c.stragglers, n, c.train.seed);
+  std::vector<WorkerState> workers;
+  workers.reserve(static_cast<size_t>(n));
+  for (int w = 0; w < n; ++w) {
+    workers.push_back(WorkerState{ShardSampler(*job.train, w, n, c.train.seed), std::nullopt});
+    if (server.policy().local_steps() > 0)
+      workers.back().local.emplace(make_local_worker(c, params.size()));
+  }
   Shared s;
   s.server = &server;
   s.delays = &delays;
+  s.workers = &workers;
   s.released.assign(static_cast<size_t>(n), 0);
-  s.idle_s.assign(static_cast<size_t>(n), 0.0);
+  s.idle.resize(static_cast<size_t>(n));
   const Dataset test = head(*job.test, c.train.eval_samples);
-  Evaluator evaluator(job, s, test);
+  Pauser pauser(job, s, test);
 
-  // The row at t = 0: the initial model.
-  s.clock.start();
-  s.gate.pause();
-  MetricsRow first = evaluator.evaluate(/*paused_already=*/true);
-  recorder->write(first);
-  observer->on_row(first);
-  s.clock.start();  // training time starts after the first evaluation
-  s.gate.resume();
+  double start_s = 0;
+  if (job.resume) {
+    start_s = restore(*job.resume, c, server, workers, delays, pauser);
+    // Released workers of a resume with fewer workers hold no thread.
+  } else {
+    // The row at t = 0: the initial model.
+    s.clock.start();
+    s.gate.pause();
+    MetricsRow first = pauser.evaluate(recorder, false, /*paused_already=*/true);
+    observer->on_row(first);
+  }
+  s.clock.start(start_s);  // training time starts after the first evaluation
 
   const int64_t epoch_target =
       c.train.epochs > 0
           ? static_cast<int64_t>(std::ceil(c.train.epochs * static_cast<double>(job.train->size())))
           : 0;
+  if (epoch_target > 0 && server.samples() >= epoch_target) s.stop = true;  // resumed, done
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(n));
   // On any exit from here, exceptions included: stop, open the gate, join.
@@ -258,6 +366,7 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
       }
     }
   } joiner{s, threads};
+  s.gate.resume();
   for (int w = 0; w < n; ++w) {
     threads.emplace_back([&, w] {
       try {
@@ -270,15 +379,19 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
     });
   }
 
-  double next_eval = c.train.eval_every;
-  double last_acc = first.test_acc;
-  double tick_time = 0;
-  int64_t tick_samples = 0;
+  const double eval_every = c.train.eval_every;
+  const double ckpt_every = job.checkpoints ? c.train.checkpoint_every : 0;
+  auto next_after = [](double t, double every) { return (std::floor(t / every) + 1) * every; };
+  double next_eval = next_after(start_s, eval_every);
+  double next_ckpt = ckpt_every > 0 ? next_after(start_s, ckpt_every) : 1e300;
+  double last_acc = recorder->rows().empty() ? 0 : recorder->rows().back().test_acc;
+  double tick_time = start_s;
+  int64_t tick_samples = server.samples();
   const double tick = 0.5;
+  const double budget = c.train.budget > 0 ? c.train.budget : 1e300;
   for (;;) {
     double now = s.clock.seconds();
-    const double budget = c.train.budget > 0 ? c.train.budget : 1e300;
-    const double wake = std::min({next_eval, budget, now + tick});
+    const double wake = std::min({next_eval, next_ckpt, budget, now + tick});
     {
       std::unique_lock lk(s.mu);
       s.cv.wait_for(lk, std::chrono::duration<double>(std::max(0.0, wake - now)),
@@ -287,12 +400,13 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
       if (now >= budget) request_stop(s);
       if (s.stop) break;
     }
-    if (now >= next_eval) {
-      MetricsRow r = evaluator.evaluate();
-      recorder->write(r);
+    if (now >= next_eval || now >= next_ckpt) {
+      const bool ckpt = now >= next_ckpt;
+      MetricsRow r = pauser.evaluate(recorder, ckpt);
       observer->on_row(r);
       last_acc = r.test_acc;
-      while (next_eval <= r.time_s) next_eval += c.train.eval_every;
+      while (next_eval <= r.time_s) next_eval += eval_every;
+      while (ckpt && next_ckpt <= r.time_s) next_ckpt += ckpt_every;
     }
     Status st;
     {
@@ -311,23 +425,30 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
     tick_samples = st.samples;
     observer->on_status(st);
   }
+  // Training ends here: no push is made after the stop, and the time the
+  // workers take to notice is not training.
+  s.clock.pause();
   const double train_s = s.clock.seconds();
   s.gate.close();
   for (std::thread& t : threads) t.join();
   threads.clear();
   if (s.error) std::rethrow_exception(s.error);
 
-  MetricsRow last = evaluator.evaluate(/*paused_already=*/true);
-  last.time_s = train_s;
-  recorder->write(last);
-  observer->on_row(last);
-
   RunResult result;
-  result.params = evaluator.params();
-  result.last = last;
-  result.train_s = train_s;
-  result.wall_s = seconds_between(wall0, SteadyClock::now());
-  result.real_train_s = train_s;
+  if (pauser.diverged()) {  // its row is the last
+    result.last = recorder->rows().back();
+    result.params.assign(server.params().begin(), server.params().end());
+  } else {
+    MetricsRow last = pauser.evaluate(recorder, job.checkpoints != nullptr && s.stopped.empty(),
+                                      /*paused_already=*/true);
+    observer->on_row(last);
+    result.last = last;
+    result.params = pauser.params();
+  }
+  result.stopped = s.stopped;
+  result.train_s = result.last.time_s;
+  result.wall_s = since(wall0);
+  result.real_train_s = train_s - start_s;
   result.gradients = server.pushes();
   result.staleness_histogram = server.staleness_histogram();
   for (int w = 0; w < n; ++w) result.worker_pushes.push_back(server.clock(w));

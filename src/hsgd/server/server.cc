@@ -116,9 +116,34 @@ std::span<const float> Server::mitigate(size_t w, uint64_t version, int64_t tau,
 
 bool Server::ready(double seconds) const {
   if (pending_.empty() || live_count_ == 0) return false;
-  int live_pushes = 0;
-  for (const Pending& p : pending_) live_pushes += live_[static_cast<size_t>(p.worker)] ? 1 : 0;
-  return live_pushes >= threshold(seconds);
+  int count = 0;
+  if (policy_->pusher_waits()) {
+    // Distinct live workers: few pending pushes, so a quadratic scan is cheap.
+    for (size_t i = 0; i < pending_.size(); ++i) {
+      const int w = pending_[i].worker;
+      if (!live_[static_cast<size_t>(w)]) continue;
+      bool seen = false;
+      for (size_t j = 0; j < i && !seen; ++j) seen = pending_[j].worker == w;
+      count += seen ? 0 : 1;
+    }
+  } else {
+    for (const Pending& p : pending_) count += live_[static_cast<size_t>(p.worker)] ? 1 : 0;
+  }
+  return count >= threshold(seconds);
+}
+
+bool Server::screen(std::span<const float>* g) {
+  double sq = 0;
+  for (float v : *g) sq += static_cast<double>(v) * v;
+  if (!std::isfinite(sq)) return false;
+  const double norm = std::sqrt(sq);
+  if (opt_.clip_norm > 0 && norm > opt_.clip_norm) {
+    clipped_.resize(g->size());
+    const auto s = static_cast<float>(opt_.clip_norm / norm);
+    for (size_t i = 0; i < g->size(); ++i) clipped_[i] = (*g)[i] * s;
+    *g = clipped_;
+  }
+  return true;
 }
 
 void Server::apply(Decision* d, std::span<const float> sum) {
@@ -165,12 +190,21 @@ Decision Server::on_push(int worker, uint64_t version, std::span<const float> gr
   HSGD_ASSERT(grad.size() == acc_.size(), "gradient size differs from the parameter count");
   HSGD_ASSERT(version <= version_, "push from the future");
   HSGD_ASSERT(!pull_waiting_[w], "push from a worker waiting to pull");
-  policy_->on_push_loss(loss);
   ++clock_[w];
   total_samples_ += batch_size;
   ++total_pushes_;
   stats_.pushes += 1;
   stats_.samples += batch_size;
+  if (!screen(&grad) || !std::isfinite(loss)) {
+    ++consecutive_nonfinite_;
+    stats_.nonfinite += 1;
+    Decision d = decision();
+    if (ready(seconds)) apply(&d, acc_);
+    release_pull_waiters(&d);
+    return d;
+  }
+  consecutive_nonfinite_ = 0;
+  policy_->on_push_loss(loss);
   stats_.loss_sum += loss;
   stats_.loss_count += 1;
   // The version changes only in apply(), which empties the buffer: tau now
@@ -249,6 +283,101 @@ ServerStats Server::take_stats() {
   ServerStats s = stats_;
   stats_ = ServerStats{};
   return s;
+}
+
+}  // namespace hsgd
+
+namespace hsgd {
+namespace {
+constexpr uint32_t kServerTag = 0x53525652;  // "SRVR"
+}
+
+void Server::save(StateWriter& w) const {
+  w.tag(kServerTag);
+  w.put_span(std::span<const float>(params_));
+  w.put<uint64_t>(version_);
+  w.put_vec(acc_);
+  w.put<uint64_t>(pending_.size());
+  for (const Pending& p : pending_) {
+    w.put<int32_t>(p.worker);
+    w.put<uint64_t>(p.version);
+  }
+  w.put_bools(live_);
+  w.put_bools(waiting_);
+  w.put_vec(clock_);
+  w.put_bools(pull_waiting_);
+  w.put<int64_t>(total_samples_);
+  w.put<int64_t>(total_pushes_);
+  w.put_vec(staleness_hist_);
+  w.put(stats_);
+  w.put<int64_t>(consecutive_nonfinite_);
+  w.put<uint64_t>(pulled_.size());
+  for (const std::vector<float>& p : pulled_) w.put_vec(p);
+  w.put_vec(pulled_version_);
+  w.put_vec(step_ema_);
+  w.put<int64_t>(tracked_updates_);
+  w.put_vec(policy_->save_state());
+  w.put_vec(optimizer_->save_state());
+}
+
+void Server::load(StateReader& r) {
+  r.expect_tag(kServerTag, "server");
+  r.get_into(params_, "parameters");
+  version_ = r.get<uint64_t>();
+  r.get_into(std::span<float>(acc_), "buffer");
+  const uint64_t np = r.get<uint64_t>();
+  if (np > (1u << 24)) r.fail("corrupt (pending count " + std::to_string(np) + ")");
+  pending_.clear();
+  for (uint64_t i = 0; i < np; ++i) {
+    const int32_t wk = r.get<int32_t>();
+    const uint64_t v = r.get<uint64_t>();
+    pending_.push_back({wk, v});
+  }
+  live_ = r.get_bools();
+  waiting_ = r.get_bools();
+  clock_ = r.get_vec<int64_t>();
+  pull_waiting_ = r.get_bools();
+  const size_t n = live_.size();
+  if (n == 0 || waiting_.size() != n || clock_.size() != n || pull_waiting_.size() != n) {
+    r.fail("corrupt (membership arrays of different sizes)");
+  }
+  for (const Pending& p : pending_) {
+    if (p.worker < 0 || static_cast<size_t>(p.worker) >= n || p.version > version_) {
+      r.fail("corrupt (a pending push of an unknown worker or a future version)");
+    }
+  }
+  live_count_ = static_cast<int>(std::count(live_.begin(), live_.end(), true));
+  total_samples_ = r.get<int64_t>();
+  total_pushes_ = r.get<int64_t>();
+  std::vector<int64_t> hist = r.get_vec<int64_t>();
+  if (hist.size() != kStalenessBuckets) r.fail("corrupt (staleness histogram size)");
+  staleness_hist_ = std::move(hist);
+  stats_ = r.get<ServerStats>();
+  consecutive_nonfinite_ = r.get<int64_t>();
+  const uint64_t npulled = r.get<uint64_t>();
+  if (npulled > n) r.fail("corrupt (pulled copies for more workers than known)");
+  pulled_.assign(static_cast<size_t>(npulled), {});
+  for (std::vector<float>& p : pulled_) {
+    p = r.get_vec<float>();
+    if (!p.empty() && p.size() != params_.size()) r.fail("corrupt (pulled copy size)");
+  }
+  pulled_version_ = r.get_vec<uint64_t>();
+  if (pulled_version_.size() != pulled_.size()) r.fail("corrupt (pulled versions)");
+  for (size_t i = 0; i < pulled_.size(); ++i) {
+    if (pulled_version_[i] != kNoCopy && pulled_[i].empty())
+      r.fail("corrupt (pulled copy missing)");
+  }
+  std::vector<float> ema = r.get_vec<float>();
+  if (ema.size() != step_ema_.size()) r.fail("corrupt (Gap-Aware state of another size)");
+  step_ema_ = std::move(ema);
+  tracked_updates_ = r.get<int64_t>();
+  const std::vector<double> ps = r.get_vec<double>();
+  if (ps.size() != policy_->save_state().size()) r.fail("policy state of another policy");
+  policy_->restore_state(ps);
+  const std::vector<float> os = r.get_vec<float>();
+  if (os.size() != optimizer_->save_state().size()) r.fail("optimizer state of another optimizer");
+  optimizer_->restore_state(os);
+  grow(n);
 }
 
 }  // namespace hsgd

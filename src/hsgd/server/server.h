@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "hsgd/core/state.h"
 #include "hsgd/optim/optimizer.h"
 #include "hsgd/policy/mitigation.h"
 #include "hsgd/policy/policy.h"
@@ -29,6 +30,8 @@ struct ServerOptions {
   // worker last pulled: workers x params floats (plus 2 x params for
   // Gap-Aware's average step and scratch).
   MitigationOptions staleness;
+  // Clip each push to this L2 norm before the mitigations; 0 = off (>= 0).
+  double clip_norm = 0;
 };
 
 // What the runtime must do after an event.
@@ -47,8 +50,9 @@ struct ServerStats {
   double staleness_sum = 0;  // over applied pushes
   int64_t staleness_count = 0;
   int64_t staleness_max = 0;
-  int64_t dropped = 0;  // pushes discarded by the staleness filter (also counted in pushes)
-  double loss_sum = 0;  // sum of pushed training losses
+  int64_t dropped = 0;    // pushes discarded by the staleness filter (also counted in pushes)
+  int64_t nonfinite = 0;  // pushes discarded for a NaN or Inf (also counted in pushes)
+  double loss_sum = 0;    // sum of pushed training losses
   int64_t loss_count = 0;
 };
 
@@ -80,6 +84,12 @@ class Server {
   // computed from parameters at `version`. `seconds` is the runtime's time
   // since training started. May apply an update.
   //
+  // A push holding a NaN or Inf is never applied: it is counted (pushes,
+  // samples, nonfinite; its loss is not) and discarded like a filtered push
+  // (no share of K, its pusher does not wait). consecutive_nonfinite()
+  // counts such pushes since the last finite one. With clip_norm > 0 a
+  // finite push is scaled to L2 norm <= clip_norm before the mitigations.
+  //
   // Staleness mitigations (ServerOptions::staleness) act here, on the push's
   // tau = version() - version, before it joins the buffer. A push the filter
   // drops (tau > tau_max) is counted (pushes, samples, loss, dropped) but
@@ -103,11 +113,34 @@ class Server {
   Decision on_join(int worker, double seconds);
   Decision on_leave(int worker, double seconds);
 
+  // Saves and restores everything the server's future depends on: the
+  // parameters, version, buffer (pending pushes and their sum), membership,
+  // waits, clocks, counters (staleness histogram, stats since the last row),
+  // mitigation state, and the policy's and optimizer's state. load() takes
+  // what save() wrote for the same parameter count (throws InputError naming
+  // the blob otherwise); the worker count may differ (ids the saved state
+  // knows keep their membership: the runtime joins or removes workers after).
+  void save(StateWriter& w) const;
+  void load(StateReader& r);
+
   std::span<const float> params() const { return params_; }
   uint64_t version() const { return version_; }
   int live_workers() const { return live_count_; }
   int64_t samples() const { return total_samples_; }
   int64_t pushes() const { return total_pushes_; }
+  int64_t consecutive_nonfinite() const { return consecutive_nonfinite_; }
+  bool is_live(int worker) const {
+    return worker >= 0 && static_cast<size_t>(worker) < live_.size() &&
+           live_[static_cast<size_t>(worker)];
+  }
+  // True while `worker` waits: after a push (until its update) or, under SSP,
+  // after a pull that did not complete.
+  bool is_waiting(int worker) const {
+    const auto w = static_cast<size_t>(worker);
+    return w < waiting_.size() && (waiting_[w] || pull_waiting_[w]);
+  }
+  // The number of worker ids the server knows (live or not).
+  int known_workers() const { return static_cast<int>(live_.size()); }
   // How many applied pushes had staleness 0, 1, ...; the last bucket
   // (kStalenessBuckets - 1) counts that staleness and above. Since the start.
   static constexpr size_t kStalenessBuckets = 65;
@@ -125,7 +158,14 @@ class Server {
     int worker;
     uint64_t version;
   };
+  // True when the buffer holds enough pushes from live workers for the
+  // threshold: distinct workers under a waiting policy (a worker that
+  // pushed, left, rejoined and pushed again counts once), pushes otherwise
+  // (kbatch: one worker may contribute several).
   bool ready(double seconds) const;
+  // Returns false for a non-finite push; clips a finite one
+  // into scratch_ when clip_norm is on, setting *g to it.
+  bool screen(std::span<const float>* g);
   // Applies the buffered pushes, whose sum is `sum`: acc_, or the one
   // buffered push itself (an update of one push skips the buffer).
   void apply(Decision* d, std::span<const float> sum);
@@ -163,6 +203,8 @@ class Server {
   std::vector<float> step_ema_;             // Gap-Aware: average |dw| (biased EMA)
   std::vector<float> before_;               // Gap-Aware: params before the update
   int64_t tracked_updates_ = 0;             // Gap-Aware: updates folded into step_ema_
+  int64_t consecutive_nonfinite_ = 0;
+  std::vector<float> clipped_;  // the clipped push (clip_norm > 0)
 };
 
 }  // namespace hsgd
