@@ -70,6 +70,9 @@ struct WorkerArgs {
   const Job* job;
   Shared* shared;
   int64_t epoch_target_samples;  // 0 = none
+  // Resumed while its push waited for an update (or its SSP pull waited):
+  // read before any worker starts, since another's push may release it.
+  bool starts_waiting = false;
 };
 
 void worker_loop(const WorkerArgs& a) {
@@ -83,14 +86,11 @@ void worker_loop(const WorkerArgs& a) {
   model->bind(params, grads);
   Batch batch;
   int local_h = 0;  // local:H: H local steps, then push the model delta
-  bool waiting = false;
   {
     std::lock_guard lk(s.mu);
     local_h = s.server->policy().local_steps();
-    // Resumed while its push waited for an update (or its SSP pull waited).
-    waiting = s.server->is_waiting(a.id);
   }
-  if (waiting && !wait_until_released(s, a.id)) return;
+  if (a.starts_waiting && !wait_until_released(s, a.id)) return;
   GateScope inside(s.gate);  // exits on every path, exceptions included
   while (inside.enter()) {
     uint64_t version = 0;
@@ -367,10 +367,13 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
     }
   } joiner{s, threads};
   s.gate.resume();
+  std::vector<char> starts_waiting(static_cast<size_t>(n), 0);
+  for (int w = 0; w < n; ++w) starts_waiting[static_cast<size_t>(w)] = server.is_waiting(w);
   for (int w = 0; w < n; ++w) {
     threads.emplace_back([&, w] {
       try {
-        worker_loop(WorkerArgs{w, &job, &s, epoch_target});
+        worker_loop(
+            WorkerArgs{w, &job, &s, epoch_target, starts_waiting[static_cast<size_t>(w)] != 0});
       } catch (...) {
         std::lock_guard lk(s.mu);
         if (!s.error) s.error = std::current_exception();
