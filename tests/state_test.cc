@@ -73,6 +73,16 @@ TEST(State, Crc32cMatchesTheStandardCheckValue) {
   EXPECT_EQ(crc32c(std::string_view(s).substr(4), crc32c(std::string_view(s).substr(0, 4))),
             0xE3069283u);
   EXPECT_EQ(crc32c(std::string()), 0u);
+  // Long and unaligned inputs (the 8-byte path and its tail) against a
+  // bytewise chain.
+  std::string big(1001, '\0');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 131 + 7);
+  uint32_t chained = 0;
+  for (char ch : big) chained = crc32c(std::string_view(&ch, 1), chained);
+  EXPECT_EQ(crc32c(big), chained);
+  EXPECT_EQ(
+      crc32c(std::string_view(big).substr(3)),
+      crc32c(std::string_view(big).substr(500), crc32c(std::string_view(big).substr(3, 497))));
 }
 
 }  // namespace

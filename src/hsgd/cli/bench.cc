@@ -6,7 +6,9 @@
 #include <chrono>
 #include <filesystem>
 
+#include "hsgd/checkpoint/checkpoint.h"
 #include "hsgd/cli/commands.h"
+#include "hsgd/core/state.h"
 #include "hsgd/core/stats.h"
 #include "hsgd/data/readers.h"
 #include "hsgd/data/spec.h"
@@ -128,6 +130,51 @@ double sim_rate(const Dataset& train, const Dataset& test, int workers, int batc
   return static_cast<double>(r.gradients) / r.real_train_s;
 }
 
+// Median seconds to write one checkpoint of a server of `n` parameters
+// (momentum, a half-full sync buffer) and to resume from it (read, verify
+// every checksum, restore the server).
+void checkpoint_cost(size_t n, int repeats, double* write_s, double* resume_s) {
+  auto make = [n](std::vector<float>& params) {
+    ServerOptions so;
+    so.workers = 4;
+    PolicyOptions po;
+    po.kind = "sync";
+    OptimizerOptions oo;
+    oo.kind = "momentum";
+    return std::make_unique<Server>(params, so, make_policy(po, 4, 0.01), make_optimizer(oo, n));
+  };
+  std::vector<float> params(n, 0.5f), grad(n, 1e-3f);
+  std::unique_ptr<Server> server = make(params);
+  for (int w = 0; w < 4; ++w) server->on_push(w, 0, grad, 1, 0.0, 0.0);  // one update
+  for (int w = 0; w < 2; ++w) server->on_push(w, 1, grad, 1, 0.0, 0.0);  // buffered
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           fmt::format("hsgd-bench-ckpt-{}", static_cast<long>(getpid())))
+                              .string();
+  std::filesystem::remove_all(dir);
+  const CheckpointIdentity id{"bench", "bench", static_cast<int64_t>(n)};
+  std::vector<double> w_s, r_s;
+  for (int r = 0; r < repeats; ++r) {
+    CheckpointStore store(dir, 2);
+    const auto t0 = Clock::now();
+    StateWriter sw;
+    server->save(sw);
+    CheckpointInfo info;
+    info.id = id;
+    store.write(info, {{"server", sw.take()}});
+    w_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    std::vector<float> restored_params(n);
+    std::unique_ptr<Server> restored = make(restored_params);
+    const auto t1 = Clock::now();
+    const Checkpoint ck = CheckpointStore::load_latest(dir, id);
+    StateReader sr(ck.blob("server"), "server");
+    restored->load(sr);
+    r_s.push_back(std::chrono::duration<double>(Clock::now() - t1).count());
+  }
+  std::filesystem::remove_all(dir);
+  *write_s = median(w_s);
+  *resume_s = median(r_s);
+}
+
 }  // namespace
 
 int bench(const BenchArgs& a) {
@@ -187,6 +234,17 @@ int bench(const BenchArgs& a) {
         "  sim              %10.0f simulated gradients per real second (%lld gradients)\n"
         "  ratio            %10.3f (median of 3 side-by-side rounds)\n",
         sb, median(c_rates), median(s_rates), static_cast<long long>(grads), median(ratios));
+  }
+
+  std::printf(
+      "\ncheckpoint (server with momentum and a half-full sync buffer; write = serialize + "
+      "write + fsync + rename, resume = read + verify CRC-32C + restore), median of %d:\n",
+      a.repeats);
+  for (const size_t n : {size_t{61706}, size_t{10000000}}) {
+    double w = 0, r = 0;
+    checkpoint_cost(n, a.repeats, &w, &r);
+    std::printf("  %9zu params (%6.1f MB of state)  write %8.1f ms  resume %8.1f ms\n", n,
+                3.0 * 4.0 * static_cast<double>(n) / 1e6, 1e3 * w, 1e3 * r);
   }
   return 0;
 }
