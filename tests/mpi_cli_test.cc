@@ -3,13 +3,18 @@
 // the timeout. Each test starts mpirun itself (--oversubscribe: more ranks
 // than cores; --allow-run-as-root: containers).
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
 
 namespace hsgd {
 namespace {
@@ -167,6 +172,88 @@ TEST(MpiCli, AnotherRuntimeUnderMpirunIsAnError) {
   Outcome o = run(kMpirun + "-np 2 ", kTiny + "--runtime threads --out " + tmp("threads"));
   EXPECT_EQ(o.code, 2);
   EXPECT_EQ(count(o.err, "pass --runtime mpi"), 1) << o.err;
+}
+
+}  // namespace
+}  // namespace hsgd
+
+namespace hsgd {
+namespace {
+
+std::vector<std::string> checkpoint_dirs(const std::string& run_dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec)) {
+    if (e.path().filename().string().rfind("ckpt-", 0) == 0) out.push_back(e.path().string());
+  }
+  return out;
+}
+
+// The pids of processes whose command line contains `needle`.
+std::vector<pid_t> pids_with(const std::string& needle) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(e.path() / "cmdline", std::ios::binary);
+    std::string cmd((std::istreambuf_iterator<char>(f)), {});
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (cmd.rfind(kHsgd, 0) == 0 && cmd.find(needle) != std::string::npos) {
+      out.push_back(static_cast<pid_t>(std::stol(name)));
+    }
+  }
+  return out;
+}
+
+// A launch killed by SIGKILL to one rank ends (every rank, within the
+// timeout); a new launch with --resume, even with another number of worker
+// ranks, completes from the newest checkpoint and its metrics run on.
+TEST(MpiCli, AKilledRankEndsTheLaunchAndAResumedLaunchCompletes) {
+  const std::string out = tmp("mpi_kill");
+  const std::string args =
+      "train --quiet --runtime mpi --servers 2 --data synthetic --model linear-test --batch 16 "
+      "--lr 0.1 --policy hybrid --eval-every 0.25 --budget 2 --checkpoint-every 0.2 "
+      "--set mpi.timeout=20 --out " +
+      out;
+  const pid_t launcher = fork();
+  if (launcher == 0) {
+    const std::string cmd =
+        "exec " + kMpirun + "-np 4 " + kHsgd + " " + args + " > " + out + ".log 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  while (checkpoint_dirs(out).empty() &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(90)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(checkpoint_dirs(out).empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const std::vector<pid_t> ranks = pids_with(out);
+  ASSERT_GE(ranks.size(), 1u);
+  kill(ranks.back(), SIGKILL);
+  int status = 0;
+  const auto k0 = std::chrono::steady_clock::now();
+  waitpid(launcher, &status, 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - k0, std::chrono::seconds(30));
+  EXPECT_TRUE(pids_with(out).empty());  // no rank outlives the launch
+  const Outcome o = run(kMpirun + "-np 3 ", "train --quiet --resume " + out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  std::ifstream csv(out + "/metrics.csv");
+  std::string line;
+  std::getline(csv, line);
+  double last_t = -1;
+  int rows = 0;
+  while (std::getline(csv, line)) {
+    const double t = std::stod(line.substr(0, line.find(',')));
+    EXPECT_GE(t, last_t) << line;
+    last_t = t;
+    ++rows;
+  }
+  EXPECT_GE(rows, 4);
+  EXPECT_NEAR(last_t, 2.0, 0.4);
+  EXPECT_EQ(summary(out)["workers"].get<int>(), 1);
+  EXPECT_GT(summary(out)["test_acc"].get<double>(), 0.5);
 }
 
 }  // namespace

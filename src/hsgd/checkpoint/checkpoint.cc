@@ -126,6 +126,7 @@ double CheckpointStore::write(const CheckpointInfo& info,
                             {"num_params", info.id.num_params},
                             {"runtime", info.runtime},
                             {"workers", info.workers},
+                            {"servers", info.servers},
                             {"train_s", info.train_s},
                             {"updates", info.updates},
                             {"rows", info.rows},
@@ -167,6 +168,7 @@ Checkpoint CheckpointStore::load(const std::string& ckpt_dir, const CheckpointId
     i.id.num_params = m.at("num_params").get<int64_t>();
     i.runtime = m.at("runtime").get<std::string>();
     i.workers = m.at("workers").get<int>();
+    i.servers = m.at("servers").get<int>();
     i.train_s = m.at("train_s").get<double>();
     i.updates = m.at("updates").get<int64_t>();
     i.rows = m.at("rows").get<int64_t>();

@@ -38,6 +38,7 @@ struct CheckpointInfo {
   CheckpointIdentity id;
   std::string runtime;
   int workers = 0;
+  int servers = 0;      // mpi: server ranks (one blob server-S each); 0 elsewhere
   double train_s = 0;   // training seconds at the cut
   int64_t updates = 0;  // server version at the cut
   int64_t rows = 0;     // metrics rows written before the cut

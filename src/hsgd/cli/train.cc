@@ -144,11 +144,6 @@ void check_checkpoint_settings(const Config& c, bool resume) {
         "policy.name = 'hogwild': has no server state to checkpoint (workers write into shared "
         "memory); train.checkpoint_every and --resume are for the other policies");
   }
-  if (c.train.runtime == "mpi") {
-    throw InputError(
-        "train.runtime = 'mpi': checkpoints and --resume are not available on the mpi runtime "
-        "yet (threads and sim have them); set train.checkpoint_every = 0");
-  }
 }
 
 void print_header(const Prepared& p) {
@@ -306,6 +301,7 @@ int run_under_mpirun(const TrainArgs& args) {
   mpi::Session session(nullptr, nullptr);
   TrainArgs a = args;
   std::unique_ptr<Prepared> p;
+  std::optional<Checkpoint> ck;  // rank 0, with --resume
   std::string error;
   try {
     const Config c0 = load_config(a.config_path, a.overrides);
@@ -325,7 +321,25 @@ int run_under_mpirun(const TrainArgs& args) {
       MpiRuntime::check_launch(session.size(), p->c.train.servers,
                                static_cast<int64_t>(p->job.initial_params.size()));
     }
-    if (session.rank() == 0) prepare_out_dir(p->c.train.out);
+    p->job.identity = CheckpointIdentity{config_hash(p->c), p->spec.name,
+                                         static_cast<int64_t>(p->job.initial_params.size())};
+    if (session.rank() == 0) {
+      if (!a.resume_dir.empty()) {
+        ck.emplace(CheckpointStore::load_latest(p->c.train.out, p->job.identity));
+        if (ck->info.runtime != p->c.train.runtime) {
+          throw InputError(ck->path + ": written by the " + ck->info.runtime + " runtime, not " +
+                           p->c.train.runtime);
+        }
+        if (ck->info.servers != p->c.train.servers) {
+          throw InputError(fmt::format(
+              "--resume: {} was written by {} server ranks; resume with --servers {} (the "
+              "worker ranks may differ)",
+              ck->path, ck->info.servers, ck->info.servers));
+        }
+      } else {
+        prepare_out_dir(p->c.train.out);
+      }
+    }
   } catch (const std::exception& e) {
     error = e.what();
     if (error.empty()) error = "setup failed";
@@ -336,7 +350,22 @@ int run_under_mpirun(const TrainArgs& args) {
   const bool root = session.rank() == 0;
   if (root && !a.quiet) print_header(*p);
   std::optional<Recorder> recorder;
-  if (root) recorder.emplace(p->c.train.out);
+  std::optional<CheckpointStore> store;
+  if (root) {
+    write_file_atomic(p->c.train.out + "/config.toml", to_toml(p->c));
+    if (ck) {
+      recorder.emplace(p->c.train.out, ck->info.rows);
+      if (!a.quiet) {
+        std::fprintf(stderr, "hsgd: resuming from %s (%.3f s of training, update %lld)\n",
+                     ck->path.c_str(), ck->info.train_s, static_cast<long long>(ck->info.updates));
+      }
+    } else {
+      recorder.emplace(p->c.train.out);
+    }
+    if (p->c.train.checkpoint_every > 0) store.emplace(p->c.train.out, p->c.checkpoint.keep);
+  }
+  p->job.checkpoints = store ? &*store : nullptr;
+  p->job.resume = ck ? &*ck : nullptr;
   Progress progress(stderr, isatty(STDERR_FILENO) != 0, p->c.train.budget, p->c.train.epochs);
   Observer quiet;
   RunResult r;
@@ -352,7 +381,7 @@ int run_under_mpirun(const TrainArgs& args) {
   }
   if (!r.primary) return 0;
   progress.finish();
-  write_outputs(a, *p, r, *recorder, nullptr, nullptr);
+  write_outputs(a, *p, r, *recorder, store ? &*store : nullptr, ck ? &*ck : nullptr);
   return r.stopped.empty() ? 0 : 3;
 }
 

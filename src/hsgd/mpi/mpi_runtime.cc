@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -109,6 +110,27 @@ class ShardServer {
              [&] { return fmt::format("sending shard {}'s parameters to rank 0", shard_); });
     check(MPI_Start(&gather_send_), "MPI_Start");
   }
+  // This shard's server state (its parameters slice and all), for a
+  // checkpoint; waits for the sends in flight first.
+  std::string save() {
+    settle();
+    StateWriter w;
+    server_->save(w);
+    return w.take();
+  }
+  // Restores a state save() wrote, then fits the membership to this launch's
+  // workers (as the threads runtime does): ids beyond them leave, missing
+  // ones join. Every shard does the same, so they stay in step.
+  void load(const std::string& bytes, const std::string& what, double seconds) {
+    StateReader r(bytes, what);
+    server_->load(r);
+    r.expect_end();
+    for (int w = l_.workers; w < server_->known_workers(); ++w) server_->on_leave(w, seconds);
+    for (int w = 0; w < l_.workers; ++w) {
+      if (!server_->is_live(w)) server_->on_join(w, seconds);
+    }
+    if (server_->known_workers() > l_.workers) grads_.resize(grads_.size());
+  }
   // Waits for every parameter send in flight.
   void settle() {
     wait_all(param_send_, l_.timeout,
@@ -136,8 +158,17 @@ class ShardServer {
 };
 
 // A server rank other than 0: replays rank 0's events on its shard.
-void run_replica(const Job& job, const Layout& l, const std::vector<float>& initial) {
+void run_replica(const Job& job, const Layout& l, const std::vector<float>& initial,
+                 bool resuming) {
   ShardServer shard(job, l, l.rank, initial);
+  if (resuming) {
+    const std::string msg = recv_bytes(l.comm, 0, l.timeout, [&] {
+      return fmt::format("on server shard {} waiting for its checkpoint state from rank 0", l.rank);
+    });
+    StateReader r(msg, "checkpoint state of shard " + std::to_string(l.rank));
+    const double t = r.get<double>();
+    shard.load(r.get_str(), "checkpoint server-" + std::to_string(l.rank), t);
+  }
   Event ev;
   MPI_Request recv = MPI_REQUEST_NULL;
   check(MPI_Recv_init(&ev, sizeof(Event), MPI_BYTE, 0, kTagEvent, l.comm, &recv), "MPI_Recv_init");
@@ -175,6 +206,11 @@ void run_replica(const Job& job, const Layout& l, const std::vector<float>& init
       case Event::kEval:
         shard.send_gather();
         break;
+      case Event::kCheckpoint:
+        send_bytes(l.comm, 0, shard.save(), l.timeout, [&] {
+          return fmt::format("on server shard {} sending its checkpoint state to rank 0", l.rank);
+        });
+        break;
       case Event::kStop:
         shard.settle();
         return;
@@ -186,7 +222,7 @@ void run_replica(const Job& job, const Layout& l, const std::vector<float>& init
 }
 
 // A worker rank: the threads runtime's worker loop over messages.
-void run_worker(const Job& job, const Layout& l) {
+void run_worker(const Job& job, const Layout& l, bool resuming) {
   const Config& c = *job.config;
   const int id = l.rank - l.servers;
   ShardSampler sampler(*job.train, id, l.workers, c.train.seed);
@@ -197,6 +233,33 @@ void run_worker(const Job& job, const Layout& l) {
   std::optional<LocalWorker> local;
   if (local_h > 0) local.emplace(make_local_worker(c, l.num_params));
   DelayModel delays(c.stragglers, l.workers, c.train.seed);
+  // A worker's checkpoint state: sampler, delay streams, local momentum.
+  const auto save_state = [&] {
+    StateWriter w;
+    save_sampler(sampler, w);
+    delays.save(w);
+    w.put<uint8_t>(local.has_value());
+    if (local) local->save(w);
+    return w.take();
+  };
+  if (resuming) {
+    // Empty when the checkpoint had another worker count: shards are split
+    // again and each worker starts a fresh order of its new shard.
+    const std::string bytes = recv_bytes(l.comm, 0, l.timeout, [&] {
+      return fmt::format("on {} waiting for its checkpoint state from rank 0",
+                         worker_name(id, l.servers));
+    });
+    if (!bytes.empty()) {
+      StateReader r(bytes, "checkpoint worker-" + std::to_string(id));
+      load_sampler(sampler, r);
+      delays.load(r);
+      if (r.get<uint8_t>() != 0) {
+        if (!local) r.fail("corrupt (local-SGD state for a policy without it)");
+        local->load(r);
+      }
+      r.expect_end();
+    }
+  }
 
   // Persistent requests: [0] the request to rank 0, [1] its reply, then
   // per shard the gradient send and the parameter receive.
@@ -237,9 +300,18 @@ void run_worker(const Job& job, const Layout& l) {
     check(MPI_Start(&control[1]), "MPI_Start");
     if (push) check(MPI_Startall(as_count(S), grad_send.data()), "MPI_Startall");
     check(MPI_Start(&control[0]), "MPI_Start");
-    wait_one(&control[1], l.timeout, [&] {
-      return fmt::format("on {} waiting for rank 0 to answer its {}", me, push ? "push" : "pull");
-    });
+    const auto await_reply = [&] {
+      wait_one(&control[1], l.timeout, [&] {
+        return fmt::format("on {} waiting for rank 0 to answer its {}", me, push ? "push" : "pull");
+      });
+    };
+    await_reply();
+    while (reply.type == Reply::kSave) {  // a checkpoint while this worker is at the gate
+      send_bytes(l.comm, 0, save_state(), l.timeout,
+                 [&] { return fmt::format("on {} sending its checkpoint state", me); });
+      check(MPI_Start(&control[1]), "MPI_Start");
+      await_reply();
+    }
     std::optional<uint64_t> version;
     if (reply.type == Reply::kGo) {
       version = reply.version;
@@ -275,6 +347,8 @@ void run_worker(const Job& job, const Layout& l) {
   }
 }
 
+constexpr uint32_t kMpiTag = 0x4D504931;  // "MPI1"
+
 // Rank 0: server shard 0, the order of events, evaluation and the metrics.
 class Primary {
  public:
@@ -297,6 +371,7 @@ class Primary {
     state_.assign(nw, kComputing);
     idle_.resize(nw);
     at_gate_.assign(nw, 0);
+    skip_request_.assign(nw, 0);
     for (int w = 0; w < l.workers; ++w) {
       const auto i = static_cast<size_t>(w);
       check(MPI_Recv_init(&requests_[i], sizeof(Request), MPI_BYTE, l.worker_rank(w), kTagRequest,
@@ -331,38 +406,60 @@ class Primary {
 
   RunResult run() {
     const auto wall0 = SteadyClock::now();
-    clock_.start();
-    clock_.pause();
-    MetricsRow first = evaluate();
-    emit_row(first);
-    clock_.start();  // training time starts after the first evaluation
+    double start_s = 0;
+    double last_acc = 0;
+    if (job_.resume) {
+      start_s = restore(*job_.resume);
+      if (!recorder_->rows().empty()) last_acc = recorder_->rows().back().test_acc;
+    } else {
+      clock_.start();
+      clock_.pause();
+      MetricsRow first = evaluate();
+      emit_row(first);
+      last_acc = first.test_acc;
+    }
+    clock_.start(start_s);  // training time starts after the first evaluation
     check(MPI_Startall(as_count(req_recv_.size()), req_recv_.data()), "MPI_Startall");
 
     const double budget = c_.train.budget > 0 ? c_.train.budget : 1e300;
-    double next_eval = c_.train.eval_every, next_tick = 0.5;
-    double last_acc = first.test_acc, tick_time = 0;
-    int64_t tick_samples = 0;
+    const auto next_after = [](double t, double every) {
+      return (std::floor(t / every) + 1) * every;
+    };
+    double next_eval = next_after(start_s, c_.train.eval_every), next_tick = start_s + 0.5;
+    const double ckpt_every = job_.checkpoints ? c_.train.checkpoint_every : 0;
+    double next_ckpt = ckpt_every > 0 ? next_after(start_s, ckpt_every) : 1e300;
+    double tick_time = start_s;
+    int64_t tick_samples = server().samples();
+    if (epoch_target_ > 0 && server().samples() >= epoch_target_) request_end();
     std::vector<int> done_idx(req_recv_.size());
     auto last_progress = SteadyClock::now();
     Backoff backoff;
     while (!all_done()) {
       pump_events();
       const double now = clock_.seconds();
-      if (!stopping_ && now >= budget) begin_stop();
-      // Evaluation pauses the workers as the threads runtime's gate does: a
-      // worker's next request is held until every worker is at the gate
-      // (holding a request or waiting on its policy); the clock runs until
-      // then, stands still while evaluating, and the held requests are served
-      // in the order they came.
-      if (!stopping_ && now >= next_eval) pausing_ = true;
+      if (!stopping_ && !ending_ && now >= budget) request_end();
+      // Evaluation and checkpoints pause the workers as the threads
+      // runtime's gate does: a worker's next request is held until every
+      // worker is at the gate (holding a request or waiting on its policy);
+      // the clock runs until then, stands still while evaluating and writing,
+      // and the held requests are served in the order they came.
+      if (!stopping_ && (now >= next_eval || now >= next_ckpt)) pausing_ = true;
       if (pausing_ && (stopping_ || all_at_gate())) {
         if (!stopping_) {
           clock_.pause();
-          MetricsRow r = evaluate();
-          emit_row(r);
+          const double t = clock_.seconds();
+          if (!ending_ && t >= next_eval) {
+            MetricsRow r = evaluate();
+            emit_row(r);
+            last_acc = r.test_acc;
+            while (next_eval <= r.time_s) next_eval += c_.train.eval_every;
+          }
+          if (ending_ || t >= next_ckpt) {
+            write_checkpoint(t);
+            while (next_ckpt <= t) next_ckpt += ckpt_every;
+          }
+          if (ending_) begin_stop();  // the cut is the end of training
           clock_.resume();
-          last_acc = r.test_acc;
-          while (next_eval <= r.time_s) next_eval += c_.train.eval_every;
         }
         pausing_ = false;
         std::vector<int> held;
@@ -515,6 +612,11 @@ class Primary {
   void handle(int w) {
     const auto i = static_cast<size_t>(w);
     const Request r = requests_[i];
+    if (skip_request_[i]) {
+      skip_request_[i] = 0;
+      if (state_[i] != kDone) check(MPI_Start(&req_recv_[i]), "MPI_Start");
+      return;
+    }
     if (r.type == Request::kPush) {
       if (stopping_) {
         shard_.discard(w);
@@ -538,7 +640,7 @@ class Primary {
         pull(w);
       }
       release(d.released);
-      if (epoch_target_ > 0 && server().samples() >= epoch_target_ && !stopping_) begin_stop();
+      if (epoch_target_ > 0 && server().samples() >= epoch_target_ && !stopping_) request_end();
     } else if (r.type == Request::kPull) {
       if (stopping_) {
         stop_worker(w);
@@ -584,6 +686,106 @@ class Primary {
   void stop_worker(int w) {
     reply(w, Reply::kStop, 0);
     state_[static_cast<size_t>(w)] = kDone;
+  }
+
+  // The end of training: at once, or, with checkpoints on, at a gate cut
+  // that writes the final checkpoint first.
+  void request_end() {
+    if (job_.checkpoints) {
+      ending_ = true;
+      pausing_ = true;
+    } else {
+      begin_stop();
+    }
+  }
+
+  // A checkpoint at the gate (clock paused, every worker blocked on rank 0):
+  // every shard's server state, every worker's state, and rank 0's own.
+  // Rank 0 gathers them all and writes the checkpoint, so no shared
+  // filesystem is needed.
+  void write_checkpoint(double t) {
+    if (!job_.checkpoints) return;
+    std::map<std::string, std::string> blobs;
+    emit(Event{.type = Event::kCheckpoint});
+    blobs["server-0"] = shard_.save();
+    for (int s = 1; s < l_.servers; ++s) {
+      blobs["server-" + std::to_string(s)] = recv_bytes(l_.comm, s, l_.timeout, [&] {
+        return fmt::format("on rank 0 waiting for shard {}'s checkpoint state", s);
+      });
+    }
+    for (int w = 0; w < l_.workers; ++w) {
+      reply(w, Reply::kSave, 0);
+      blobs["worker-" + std::to_string(w)] =
+          recv_bytes(l_.comm, l_.worker_rank(w), l_.timeout, [&] {
+            return fmt::format("on rank 0 waiting for the checkpoint state of {}",
+                               worker_name(w, l_.servers));
+          });
+    }
+    StateWriter m;
+    m.tag(kMpiTag);
+    m.put<int32_t>(l_.servers);
+    m.put<int32_t>(l_.workers);
+    m.put(t);
+    m.put(last_time_);
+    m.put(last_idle_);
+    idle_.save(m);
+    blobs["mpi"] = m.take();
+    CheckpointInfo info;
+    info.id = job_.identity;
+    info.runtime = "mpi";
+    info.workers = l_.workers;
+    info.servers = l_.servers;
+    info.train_s = t;
+    info.updates = static_cast<int64_t>(server().version());
+    info.rows = static_cast<int64_t>(recorder_->rows().size());
+    job_.checkpoints->write(info, blobs);
+  }
+
+  // Restores rank 0's state, sends every other rank its part, and marks the
+  // workers that were waiting at the cut. Returns the cut's training time.
+  double restore(const Checkpoint& ck) {
+    StateReader m(ck.blob("mpi"), ck.path + "/mpi.bin");
+    m.expect_tag(kMpiTag, "mpi runtime");
+    const int servers = m.get<int32_t>();
+    const int workers = m.get<int32_t>();
+    if (servers != l_.servers) {
+      throw MpiError(fmt::format("{}: written by {} server ranks, this launch has {}", ck.path,
+                                 servers, l_.servers));
+    }
+    const double t = m.get<double>();
+    last_time_ = m.get<double>();
+    last_idle_ = m.get<double>();
+    idle_.load(m);
+    m.expect_end();
+    shard_.load(ck.blob("server-0"), ck.path + "/server-0.bin", t);
+    for (int s = 1; s < l_.servers; ++s) {
+      StateWriter msg;
+      msg.put(t);
+      msg.put_str(ck.blob("server-" + std::to_string(s)));
+      send_bytes(l_.comm, s, msg.take(), l_.timeout,
+                 [&] { return fmt::format("on rank 0 sending shard {} its checkpoint state", s); });
+    }
+    const std::string none;
+    for (int w = 0; w < l_.workers; ++w) {
+      const std::string& bytes =
+          workers == l_.workers ? ck.blob("worker-" + std::to_string(w)) : none;
+      send_bytes(l_.comm, l_.worker_rank(w), bytes, l_.timeout, [&] {
+        return fmt::format("on rank 0 sending {} its checkpoint state", worker_name(w, l_.servers));
+      });
+    }
+    for (int w = 0; w < l_.workers; ++w) {
+      const auto i = static_cast<size_t>(w);
+      if (server().is_waiting(w)) {
+        // Its push (or SSP pull) waits: its first request, a pull, is
+        // dropped; the release answers it.
+        state_[i] = kWaiting;
+        skip_request_[i] = 1;
+        idle_.begin(i, t);
+      } else {
+        idle_.end(i, t);
+      }
+    }
+    return t;
   }
 
   void begin_stop() {
@@ -641,6 +843,8 @@ class Primary {
   std::vector<char> at_gate_;  // its request is held by a pause
   std::vector<int> held_;      // held requests, in arrival order
   bool pausing_ = false;
+  bool ending_ = false;             // the next gate cut ends training (final checkpoint)
+  std::vector<char> skip_request_;  // resumed waiting: its first request is dropped
   std::deque<Outgoing> outgoing_;
   TrainClock clock_;
   bool stopping_ = false;
@@ -715,6 +919,10 @@ RunResult MpiRuntime::run(const Job& job, Recorder* recorder, Observer* observer
   std::vector<float> initial = job.initial_params;
   check(MPI_Bcast(initial.data(), as_count(initial.size()), MPI_FLOAT, 0, l.comm), "MPI_Bcast");
 
+  // Whether this launch resumes a checkpoint: rank 0 read it.
+  int resuming = job.resume != nullptr ? 1 : 0;
+  check(MPI_Bcast(&resuming, 1, MPI_INT, 0, l.comm), "MPI_Bcast");
+
   RunResult result;
   if (l.rank == 0) {
     Observer quiet;
@@ -722,10 +930,10 @@ RunResult MpiRuntime::run(const Job& job, Recorder* recorder, Observer* observer
     Primary primary(job, l, initial, recorder, observer ? observer : &quiet);
     result = primary.run();
   } else if (l.rank < l.servers) {
-    run_replica(job, l, initial);
+    run_replica(job, l, initial, resuming != 0);
     result.primary = false;
   } else {
-    run_worker(job, l);
+    run_worker(job, l, resuming != 0);
     result.primary = false;
   }
   // Every rank is through its last message: end together.

@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <chrono>
+#include <climits>
 #include <thread>
 
 namespace hsgd::mpi {
@@ -86,6 +87,41 @@ void free_request(MPI_Request* r) {
 
 std::string worker_name(int w, int servers) {
   return fmt::format("worker {} (rank {})", w, servers + w);
+}
+
+void send_bytes(MPI_Comm comm, int dest, const std::string& bytes, double timeout_s,
+                const std::function<std::string()>& what) {
+  if (bytes.size() > static_cast<size_t>(INT_MAX)) {
+    throw MpiError("checkpoint state of " + std::to_string(bytes.size()) +
+                   " bytes is larger than one MPI message (2 GiB)");
+  }
+  MPI_Request r = MPI_REQUEST_NULL;
+  check(
+      MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, dest, kTagState, comm, &r),
+      "MPI_Isend");
+  wait_one(&r, timeout_s, what);
+}
+
+std::string recv_bytes(MPI_Comm comm, int src, double timeout_s,
+                       const std::function<std::string()>& what) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Backoff backoff;
+  MPI_Status st;
+  for (;;) {
+    int flag = 0;
+    check(MPI_Iprobe(src, kTagState, comm, &flag, &st), "MPI_Iprobe");
+    if (flag) break;
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s) {
+      throw MpiError(fmt::format("timed out after {:g} s {}", timeout_s, what()));
+    }
+    backoff.idle();
+  }
+  int count = 0;
+  check(MPI_Get_count(&st, MPI_BYTE, &count), "MPI_Get_count");
+  std::string bytes(static_cast<size_t>(count), '\0');
+  check(MPI_Recv(bytes.data(), count, MPI_BYTE, src, kTagState, comm, MPI_STATUS_IGNORE),
+        "MPI_Recv");
+  return bytes;
 }
 
 }  // namespace hsgd::mpi

@@ -39,6 +39,7 @@ enum Tag : int {
   kTagParams = 14,
   kTagEvent = 15,
   kTagGather = 16,
+  kTagState = 17,  // checkpoint bytes: to rank 0 when saving, from it when resuming
 };
 
 // worker -> rank 0.
@@ -53,7 +54,8 @@ struct Request {
 
 // rank 0 -> worker.
 struct Reply {
-  enum Type : int32_t { kGo = 1, kStop = 2 };
+  // save: send your state (kTagState) to rank 0, then wait for the next reply.
+  enum Type : int32_t { kGo = 1, kStop = 2, kSave = 3 };
   int32_t type = kGo;
   int32_t pad = 0;
   uint64_t version = 0;  // go: the version of the parameters that follow
@@ -61,7 +63,8 @@ struct Reply {
 
 // rank 0 -> rank s: one event of the server state machine, in rank 0's order.
 struct Event {
-  enum Type : int32_t { kPull = 1, kPush, kDiscard, kEval, kStop };
+  // checkpoint: send this shard's server state to rank 0 (kTagState).
+  enum Type : int32_t { kPull = 1, kPush, kDiscard, kEval, kStop, kCheckpoint };
   int32_t type = kPull;
   int32_t worker = -1;
   uint64_t push_version = 0;  // push: the version the gradient was computed from
@@ -119,6 +122,14 @@ void cancel_and_free(MPI_Request* r);
 // Frees a send request; an active one completes in the background (sends
 // cannot be cancelled reliably). For the error path.
 void free_request(MPI_Request* r);
+
+// Checkpoint state as one message of bytes. send_bytes blocks until sent;
+// recv_bytes waits for the message (at most timeout_s) and takes its size
+// from the message itself.
+void send_bytes(MPI_Comm comm, int dest, const std::string& bytes, double timeout_s,
+                const std::function<std::string()>& what);
+std::string recv_bytes(MPI_Comm comm, int src, double timeout_s,
+                       const std::function<std::string()>& what);
 
 // "worker 2 (rank 3)" for worker w with S servers.
 std::string worker_name(int w, int servers);

@@ -18,6 +18,8 @@
 #include <mutex>
 #include <vector>
 
+#include "hsgd/core/state.h"
+
 namespace hsgd {
 
 using SteadyClock = std::chrono::steady_clock;
@@ -80,6 +82,20 @@ class IdleMeter {
   void end(size_t w, double now) {
     if (since_[w] >= 0) idle_[w] += now - since_[w];
     since_[w] = -1;
+  }
+  // For checkpoints: per worker, idle seconds and the start of a wait in
+  // progress. load() accepts another worker count (missing ones start idle).
+  void save(StateWriter& w) const {
+    w.put_vec(idle_);
+    w.put_vec(since_);
+  }
+  void load(StateReader& r) {
+    std::vector<double> idle = r.get_vec<double>(), since = r.get_vec<double>();
+    if (idle.size() != since.size()) r.fail("corrupt (idle times)");
+    for (size_t w = 0; w < idle_.size() && w < idle.size(); ++w) {
+      idle_[w] = idle[w];
+      since_[w] = since[w];
+    }
   }
   // Total idle seconds over every worker up to `now`, waits in progress
   // included.

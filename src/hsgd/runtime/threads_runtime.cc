@@ -233,6 +233,7 @@ class Pauser {
       if (ws.local) ws.local->save(w);
     }
     s_.delays->save(w);
+    s_.idle.save(w);
     CheckpointInfo info;
     info.id = job_.identity;
     info.runtime = "threads";
@@ -259,7 +260,8 @@ class Pauser {
 // the server forgets the workers that are gone, as if they had left.
 // Returns the training seconds of the cut.
 double restore(const Checkpoint& ck, const Config& c, Server& server,
-               std::vector<WorkerState>& workers, DelayModel& delays, Pauser& pauser) {
+               std::vector<WorkerState>& workers, DelayModel& delays, IdleMeter& idle,
+               Pauser& pauser) {
   StateReader sr(ck.blob("server"), ck.path + "/server.bin");
   server.load(sr);
   sr.expect_end();
@@ -288,6 +290,7 @@ double restore(const Checkpoint& ck, const Config& c, Server& server,
     }
   }
   delays.load(r);
+  idle.load(r);
   r.expect_end();
   for (int w = c.train.workers; w < server.known_workers(); ++w) server.on_leave(w, t);
   for (int w = 0; w < c.train.workers; ++w) {
@@ -333,7 +336,7 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
 
   double start_s = 0;
   if (job.resume) {
-    start_s = restore(*job.resume, c, server, workers, delays, pauser);
+    start_s = restore(*job.resume, c, server, workers, delays, s.idle, pauser);
     // Released workers of a resume with fewer workers hold no thread.
   } else {
     // The row at t = 0: the initial model.
@@ -368,7 +371,11 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   } joiner{s, threads};
   s.gate.resume();
   std::vector<char> starts_waiting(static_cast<size_t>(n), 0);
-  for (int w = 0; w < n; ++w) starts_waiting[static_cast<size_t>(w)] = server.is_waiting(w);
+  for (int w = 0; w < n; ++w) {
+    starts_waiting[static_cast<size_t>(w)] = server.is_waiting(w);
+    // A wait the cut saw ending (released, not yet awake) ends here.
+    if (!server.is_waiting(w)) s.idle.end(static_cast<size_t>(w), start_s);
+  }
   for (int w = 0; w < n; ++w) {
     threads.emplace_back([&, w] {
       try {
