@@ -70,6 +70,7 @@ struct WorkerArgs {
   const Job* job;
   Shared* shared;
   int64_t epoch_target_samples;  // 0 = none
+  double budget;                 // training seconds; a push at or after it is dropped
   // Resumed while its push waited for an update (or its SSP pull waited):
   // read before any worker starts, since another's push may release it.
   bool starts_waiting = false;
@@ -128,6 +129,10 @@ void worker_loop(const WorkerArgs& a) {
       std::lock_guard lk(s.mu);
       if (s.stop) break;
       const double now = s.clock.seconds();
+      if (now >= a.budget) {  // finished after the budget: not training
+        request_stop(s);
+        break;
+      }
       Decision d = s.server->on_push(a.id, version, grads, pushed, loss, now);
       for (int r : d.released) s.released[static_cast<size_t>(r)] = 1;
       if (!d.released.empty()) s.cv.notify_all();
@@ -157,7 +162,8 @@ class Pauser {
         s_(s),
         test_(test),
         params_(job.initial_params.size()),
-        grads_(job.initial_params.size()) {
+        grads_(job.initial_params.size()),
+        budget_(job.config->train.budget > 0 ? job.config->train.budget : 1e300) {
     model_ = job.make_model();
     model_->bind(params_, grads_);
   }
@@ -171,7 +177,9 @@ class Pauser {
     ServerStats st;
     {
       std::lock_guard lk(s_.mu);
-      time_s = s_.clock.seconds();
+      // No push is taken at or after the budget, so a pause that ends past
+      // it sees the state at the budget.
+      time_s = std::min(s_.clock.seconds(), budget_);
       std::span<const float> p = s_.server->params();
       std::copy(p.begin(), p.end(), params_.begin());
       st = s_.server->take_stats();
@@ -252,6 +260,7 @@ class Pauser {
   double last_time_ = 0;
   double last_idle_ = 0;
   bool diverged_ = false;
+  const double budget_;
 };
 
 // Restores the run's state from a checkpoint: server, samplers, local
@@ -352,6 +361,7 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
           ? static_cast<int64_t>(std::ceil(c.train.epochs * static_cast<double>(job.train->size())))
           : 0;
   if (epoch_target > 0 && server.samples() >= epoch_target) s.stop = true;  // resumed, done
+  const double budget = c.train.budget > 0 ? c.train.budget : 1e300;
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(n));
   // On any exit from here, exceptions included: stop, open the gate, join.
@@ -370,6 +380,8 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
     }
   } joiner{s, threads};
   s.gate.resume();
+  double tick_time = start_s;
+  int64_t tick_samples = server.samples();  // read before the workers start
   std::vector<char> starts_waiting(static_cast<size_t>(n), 0);
   for (int w = 0; w < n; ++w) {
     starts_waiting[static_cast<size_t>(w)] = server.is_waiting(w);
@@ -379,8 +391,8 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   for (int w = 0; w < n; ++w) {
     threads.emplace_back([&, w] {
       try {
-        worker_loop(
-            WorkerArgs{w, &job, &s, epoch_target, starts_waiting[static_cast<size_t>(w)] != 0});
+        worker_loop(WorkerArgs{w, &job, &s, epoch_target, budget,
+                               starts_waiting[static_cast<size_t>(w)] != 0});
       } catch (...) {
         std::lock_guard lk(s.mu);
         if (!s.error) s.error = std::current_exception();
@@ -395,10 +407,7 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   double next_eval = next_after(start_s, eval_every);
   double next_ckpt = ckpt_every > 0 ? next_after(start_s, ckpt_every) : 1e300;
   double last_acc = recorder->rows().empty() ? 0 : recorder->rows().back().test_acc;
-  double tick_time = start_s;
-  int64_t tick_samples = server.samples();
   const double tick = 0.5;
-  const double budget = c.train.budget > 0 ? c.train.budget : 1e300;
   for (;;) {
     double now = s.clock.seconds();
     const double wake = std::min({next_eval, next_ckpt, budget, now + tick});
@@ -438,7 +447,7 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   // Training ends here: no push is made after the stop, and the time the
   // workers take to notice is not training.
   s.clock.pause();
-  const double train_s = s.clock.seconds();
+  const double train_s = std::min(s.clock.seconds(), budget);
   s.gate.close();
   for (std::thread& t : threads) t.join();
   threads.clear();
