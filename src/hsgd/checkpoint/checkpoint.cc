@@ -51,11 +51,15 @@ void sync_dir(const std::string& dir) {
 }
 
 std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) throw InputError(path + ": cannot read (" + std::strerror(errno) + ")");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  const std::streamoff size = in.tellg();
+  std::string bytes(static_cast<size_t>(std::max<std::streamoff>(0, size)), '\0');
+  in.seekg(0);
+  if (!in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()))) {
+    throw InputError(path + ": cannot read (" + std::strerror(errno) + ")");
+  }
+  return bytes;
 }
 
 std::string hex32(uint32_t v) { return fmt::format("{:08x}", v); }

@@ -177,7 +177,24 @@ void checkpoint_cost(size_t n, int repeats, double* write_s, double* resume_s) {
 
 }  // namespace
 
+void print_checkpoint_costs(int repeats) {
+  std::printf(
+      "checkpoint (server with momentum and a half-full sync buffer; write = serialize + "
+      "write + fsync + rename, resume = read + verify CRC-32C + restore), median of %d:\n",
+      repeats);
+  for (const size_t n : {size_t{61706}, size_t{10000000}}) {
+    double w = 0, r = 0;
+    checkpoint_cost(n, repeats, &w, &r);
+    std::printf("  %9zu params (%6.1f MB of state)  write %8.1f ms  resume %8.1f ms\n", n,
+                3.0 * 4.0 * static_cast<double>(n) / 1e6, 1e3 * w, 1e3 * r);
+  }
+}
+
 int bench(const BenchArgs& a) {
+  if (a.checkpoint) {
+    print_checkpoint_costs(a.repeats);
+    return 0;
+  }
   LoadedData loaded = load_data(a.data, SyntheticOptions{});
   Dataset train = std::move(loaded.train);
   Dataset test = loaded.test ? std::move(*loaded.test) : train;
@@ -236,16 +253,8 @@ int bench(const BenchArgs& a) {
         sb, median(c_rates), median(s_rates), static_cast<long long>(grads), median(ratios));
   }
 
-  std::printf(
-      "\ncheckpoint (server with momentum and a half-full sync buffer; write = serialize + "
-      "write + fsync + rename, resume = read + verify CRC-32C + restore), median of %d:\n",
-      a.repeats);
-  for (const size_t n : {size_t{61706}, size_t{10000000}}) {
-    double w = 0, r = 0;
-    checkpoint_cost(n, a.repeats, &w, &r);
-    std::printf("  %9zu params (%6.1f MB of state)  write %8.1f ms  resume %8.1f ms\n", n,
-                3.0 * 4.0 * static_cast<double>(n) / 1e6, 1e3 * w, 1e3 * r);
-  }
+  std::printf("\n");
+  print_checkpoint_costs(a.repeats);
   return 0;
 }
 

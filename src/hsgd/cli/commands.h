@@ -54,6 +54,7 @@ struct BenchArgs {
   double seconds = 3;  // per throughput measurement
   int repeats = 5;     // compute-only rounds (median reported)
   bool mpi = false;    // the mpi runtime's figures (under mpirun -np 3)
+  bool checkpoint = false;  // only the checkpoint write/resume figures
 };
 int bench(const BenchArgs& a);
 int bench_mpi(const BenchArgs& a);

@@ -101,6 +101,7 @@ int main(int argc, char** argv) {
   bench->add_option("--repeats", ba.repeats, "rounds per compute-only figure (median)");
   bench->add_flag("--mpi", ba.mpi,
                   "the mpi runtime's figures instead; run as mpirun -np 3 hsgd bench --mpi");
+  bench->add_flag("--checkpoint", ba.checkpoint, "only the checkpoint write and resume figures");
 
   try {
     app.parse(argc, argv);

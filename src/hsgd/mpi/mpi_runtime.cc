@@ -412,8 +412,7 @@ class Primary {
       start_s = restore(*job_.resume);
       if (!recorder_->rows().empty()) last_acc = recorder_->rows().back().test_acc;
     } else {
-      clock_.start();
-      clock_.pause();
+      clock_.start(0, /*paused=*/true);
       MetricsRow first = evaluate();
       emit_row(first);
       last_acc = first.test_acc;

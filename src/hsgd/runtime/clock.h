@@ -32,13 +32,15 @@ inline double since(SteadyClock::time_point t) {
 // Thread-safe.
 class TrainClock {
  public:
-  // Starts (or restarts) the clock at `offset` training seconds, running.
-  void start(double offset = 0) {
+  // Starts (or restarts) the clock at `offset` training seconds, running,
+  // or standing still at exactly `offset` until resume() when `paused`.
+  void start(double offset = 0, bool paused = false) {
     std::lock_guard lk(mu_);
     start_ = SteadyClock::now();
     offset_ = offset;
     paused_total_ = 0;
-    paused_ = false;
+    paused_ = paused;
+    pause_began_ = start_;
   }
   double seconds() const {
     std::lock_guard lk(mu_);

@@ -349,7 +349,7 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
     // Released workers of a resume with fewer workers hold no thread.
   } else {
     // The row at t = 0: the initial model.
-    s.clock.start();
+    s.clock.start(0, /*paused=*/true);
     s.gate.pause();
     MetricsRow first = pauser.evaluate(recorder, false, /*paused_already=*/true);
     observer->on_row(first);
