@@ -31,7 +31,7 @@ struct Outcome {
 
 // A directory of this process's own: CTest runs the tests of this file as
 // separate processes, in parallel, and each writes the fixtures.
-std::string tmp(const std::string& name) {
+inline std::string tmp(const std::string& name) {
   struct Dir {
     fs::path path = fs::path(::testing::TempDir()) / ("hsgd_cli_" + std::to_string(getpid()));
     Dir() { fs::create_directories(path); }
@@ -44,7 +44,7 @@ std::string tmp(const std::string& name) {
   return (dir.path / name).string();
 }
 
-Outcome run(const std::string& args) {
+inline Outcome run(const std::string& args) {
   const std::string err_file = tmp("stderr.txt");
   const std::string cmd = kHsgd + " " + args + " 2> " + err_file;
   Outcome o;
@@ -59,13 +59,13 @@ Outcome run(const std::string& args) {
   return o;
 }
 
-std::string write(const std::string& name, const std::string& text) {
+inline std::string write(const std::string& name, const std::string& text) {
   const std::string p = tmp(name);
   std::ofstream(p, std::ios::binary) << text;
   return p;
 }
 
-void write_csv(const std::string& path, const Dataset& d) {
+inline void write_csv(const std::string& path, const Dataset& d) {
   std::ofstream f(path);
   for (int64_t i = 0; i < d.size(); ++i) {
     f << d.labels[static_cast<size_t>(i)];
@@ -74,7 +74,7 @@ void write_csv(const std::string& path, const Dataset& d) {
   }
 }
 
-nlohmann::json summary(const std::string& dir) {
+inline nlohmann::json summary(const std::string& dir) {
   std::ifstream f(dir + "/summary.json");
   return nlohmann::json::parse(f);
 }

@@ -16,31 +16,12 @@
 #include <thread>
 #include <vector>
 
+#include "cli_helpers.h"
+
 namespace hsgd {
 namespace {
 
-namespace fs = std::filesystem;
-
-const std::string kHsgd = HSGD_BINARY_DIR "/hsgd";
 const std::string kMpirun = "mpirun --oversubscribe --allow-run-as-root ";
-
-struct Outcome {
-  int code = -1;
-  std::string err;
-};
-
-std::string tmp(const std::string& name) {
-  struct Dir {
-    fs::path path = fs::path(::testing::TempDir()) / ("hsgd_mpi_cli_" + std::to_string(getpid()));
-    Dir() { fs::create_directories(path); }
-    ~Dir() {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-  };
-  static const Dir dir;
-  return (dir.path / name).string();
-}
 
 // Runs `prefix hsgd args`, stdout discarded, stderr kept.
 Outcome run(const std::string& prefix, const std::string& args) {
@@ -58,11 +39,6 @@ int count(const std::string& text, const std::string& needle) {
   int n = 0;
   for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
   return n;
-}
-
-nlohmann::json summary(const std::string& dir) {
-  std::ifstream f(dir + "/summary.json");
-  return nlohmann::json::parse(f);
 }
 
 bool have_fashion_mnist() {
@@ -180,15 +156,6 @@ TEST(MpiCli, AnotherRuntimeUnderMpirunIsAnError) {
 namespace hsgd {
 namespace {
 
-std::vector<std::string> checkpoint_dirs(const std::string& run_dir) {
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec)) {
-    if (e.path().filename().string().rfind("ckpt-", 0) == 0) out.push_back(e.path().string());
-  }
-  return out;
-}
-
 // The pids of processes whose command line contains `needle`.
 std::vector<pid_t> pids_with(const std::string& needle) {
   std::vector<pid_t> out;
@@ -223,11 +190,11 @@ TEST(MpiCli, AKilledRankEndsTheLaunchAndAResumedLaunchCompletes) {
     _exit(127);
   }
   const auto t0 = std::chrono::steady_clock::now();
-  while (checkpoint_dirs(out).empty() &&
+  while (CheckpointDirs(out).empty() &&
          std::chrono::steady_clock::now() - t0 < std::chrono::seconds(90)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  ASSERT_FALSE(checkpoint_dirs(out).empty());
+  ASSERT_FALSE(CheckpointDirs(out).empty());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const std::vector<pid_t> ranks = pids_with(out);
   ASSERT_GE(ranks.size(), 1u);

@@ -18,16 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A TOML basic string, so an override value is never read as a number or date.
-std::string toml_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
 // "kasync:12" -> "kasync-12"; "async+staleness.scaled_lr=true" ->
 // "async+staleness.scaled_lr-true".
 std::string policy_dir(std::string p) {

@@ -42,15 +42,6 @@ void prepare_out_dir(const std::string& dir) {
   fs::remove_all(fs::path(dir) / "checkpoints", ec);
 }
 
-std::string toml_quote(const std::string& s) {
-  std::string q = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') q += '\\';
-    q += ch;
-  }
-  return q + "\"";
-}
-
 // The arguments of the run to make: for --resume DIR, DIR's own config with
 // only the keys a resume may change.
 TrainArgs effective_args(const TrainArgs& a) {
@@ -79,7 +70,7 @@ TrainArgs effective_args(const TrainArgs& a) {
   TrainArgs e = a;
   e.config_path = cfg;
   e.overrides = a.overrides;
-  e.overrides.push_back({"train.out", toml_quote(a.resume_dir)});
+  e.overrides.push_back({"train.out", toml_string(a.resume_dir)});
   return e;
 }
 

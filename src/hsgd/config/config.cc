@@ -475,6 +475,15 @@ void validate(const Config& c) {
   }
 }
 
+std::string toml_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
 std::string config_hash(const Config& c) {
   Config n = c;
   n.train.budget = 0;

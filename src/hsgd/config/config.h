@@ -128,6 +128,10 @@ std::string config_hash(const Config& c);
 // The keys `hsgd train --resume` accepts as flags or --set overrides.
 bool resumable_key(const std::string& dotted);
 
+// `s` as a TOML basic string ("..." with quotes and backslashes escaped), so
+// an override value is never read as a number or date.
+std::string toml_string(const std::string& s);
+
 // The resolved config as TOML text, every key written (round-trips through
 // load_config).
 std::string to_toml(const Config& c);
