@@ -34,7 +34,8 @@ class NullModel final : public Model {
   int64_t num_params() const override { return n_; }
   void bind(std::span<float>, std::span<float> g) override { std::fill(g.begin(), g.end(), 1e-9f); }
   void init_params(uint64_t) override {}
-  double gradient(const Batch&) override { return 0.0; }
+  double gradient(const Batch&, std::span<float>) override { return 0.0; }
+  using Model::gradient;
   EvalResult evaluate(const Dataset&) override { return {}; }
 
  private:

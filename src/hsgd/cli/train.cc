@@ -123,6 +123,7 @@ std::unique_ptr<Prepared> prepare(const TrainArgs& a) {
   job.test = &test_set;
   job.make_model = [spec] { return make_model(spec); };
   job.initial_params = initial_params(job.make_model, c.train.seed);  // validates the shape
+  job.partition = std::make_shared<const Partition>(make_partition(job));  // checks [data] keys
   return p;
 }
 
@@ -154,6 +155,16 @@ void print_header(const Prepared& p) {
                    ? fmt::format(", mpi with {} server shard(s)", c.train.servers).c_str()
                    : "",
                c.train.out.c_str());
+  const PartitionStats ps = partition_stats(p.train_set, *p.job.partition);
+  std::fprintf(stderr, "hsgd: data partition %s: label skew %.3f (mean TV distance to the global "
+               "label distribution)%s, sampling %s\n",
+               c.data.partition.kind.c_str(), ps.skew_tv,
+               ps.global_pool_size > 0
+                   ? fmt::format("; global pool {} samples, skew with the pool {:.3f}",
+                                 ps.global_pool_size, ps.effective_skew_tv)
+                         .c_str()
+                   : "",
+               c.sampling.kind.c_str());
 }
 
 // Writes the outputs of a finished run, each complete or absent, and the
@@ -207,6 +218,20 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
         {"write_s", store ? store->seconds_spent() : 0.0},
         {"resumed_from", resumed ? nlohmann::json(resumed->path) : nlohmann::json()},
         {"resumed_at_s", resumed ? nlohmann::json(resumed->info.train_s) : nlohmann::json()}};
+  }
+  const PartitionStats ps = partition_stats(p.train_set, *p.job.partition);
+  summary["partition"] = {{"kind", c.data.partition.kind},
+                          {"skew_tv", ps.skew_tv},
+                          {"effective_skew_tv", ps.effective_skew_tv},
+                          {"global_pool_size", ps.global_pool_size},
+                          {"shard_sizes", ps.shard_sizes},
+                          {"label_histograms", ps.histograms}};
+  const SamplerCost& sc = r.sampler_cost;
+  if (sc.batches > 0) {  // the mpi runtime does not collect it
+    summary["sampling"] = {{"kind", c.sampling.kind},
+                           {"batches", sc.batches},
+                           {"sampling_s_per_batch", sc.sampling_s / sc.batches},
+                           {"gradient_s_per_batch", sc.gradient_s / sc.batches}};
   }
   write_file_atomic(out + "/summary.json", summary.dump(2) + "\n");
   recorder.finish();

@@ -139,6 +139,15 @@ const std::map<std::string, std::map<std::string, Field>>& fields() {
     HSGD_DBL("data", "synthetic_separation", data.synthetic.class_sep);
     HSGD_DBL("data", "synthetic_noise", data.synthetic.noise);
     HSGD_INT("data", "synthetic_seed", data.synthetic.seed);
+    // Non-IID partitions and importance sampling (issue 15).
+    HSGD_STR("data", "partition", data.partition.kind);
+    HSGD_DBL("data", "alpha", data.partition.alpha);
+    HSGD_INT("data", "min_partition_size", data.partition.min_partition_size);
+    HSGD_INT("data", "classes_per_worker", data.partition.classes_per_worker);
+    HSGD_DBL("data", "global_fraction", data.partition.global_fraction);
+    HSGD_STR("sampling", "kind", sampling.kind);
+    HSGD_DBL("sampling", "uniform_mix", sampling.uniform_mix);
+    HSGD_INT("sampling", "warmup", sampling.warmup);
     HSGD_STR("model", "name", model.name);
     r["model"]["hidden"] = Field{
         [](Config& c, const Where& w, const toml::node& n) { c.model.hidden = as_int_list(w, n); },
@@ -410,6 +419,8 @@ void validate(const Config& c) {
   for (int64_t h : c.model.hidden) {
     if (h < 1) throw InputError("model.hidden: expected widths >= 1, got " + std::to_string(h));
   }
+  validate(c.data.partition);
+  validate(c.sampling);
   validate(c.optim, c.lr_schedule);
   validate(c.staleness);
   make_policy(c.policy, t.workers, c.optim.lr);  // throws for bad policy keys

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "hsgd/data/importance.h"
+#include "hsgd/data/partition.h"
 #include "hsgd/data/readers.h"
 #include "hsgd/optim/optimizer.h"
 #include "hsgd/policy/mitigation.h"
@@ -23,6 +25,10 @@ struct DataConfig {
   // the saved model, so `hsgd eval` applies the same).
   bool normalize = true;
   SyntheticOptions synthetic;
+  // How the training set is split over the workers (data.partition,
+  // data.alpha, data.min_partition_size, data.classes_per_worker,
+  // data.global_fraction; data/partition.h).
+  PartitionOptions partition;
 };
 
 struct ModelConfig {
@@ -103,6 +109,7 @@ struct Config {
   LrSchedule lr_schedule;
   MitigationOptions staleness;  // [staleness]
   StragglerConfig stragglers;
+  SamplingOptions sampling;  // [sampling]: data/importance.h
   SimConfig sim;
   MpiConfig mpi;
   CheckpointConfig checkpoint;

@@ -81,6 +81,7 @@ void gather(const Dataset& d, std::span<const int64_t> indices, Batch* out) {
   const size_t ss = static_cast<size_t>(d.sample_size());
   out->features.resize(indices.size() * ss);
   out->labels.resize(indices.size());
+  out->weights.clear();
   for (size_t k = 0; k < indices.size(); ++k) {
     const int64_t i = indices[k];
     HSGD_ASSERT(i >= 0 && i < d.size(), "gather: sample index out of range");

@@ -10,6 +10,10 @@ inline constexpr uint64_t kSyntheticLabelsStream = 2;
 inline constexpr uint64_t kSyntheticNoiseStream = 3;
 inline constexpr uint64_t kSplitStream = 10;
 inline constexpr uint64_t kShardPermutationStream = 20;
+// make_partition's draws (dirichlet proportions, class order, sizes).
+inline constexpr uint64_t kPartitionStream = 30;
+// Worker w's importance-sampling draws: kImportanceStream + w.
+inline constexpr uint64_t kImportanceStream = 100000;
 // Worker w reshuffles its shard every epoch with stream kWorkerEpochStream + w.
 inline constexpr uint64_t kWorkerEpochStream = 1000;
 

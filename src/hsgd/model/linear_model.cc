@@ -39,10 +39,15 @@ class LinearModel final : public Model {
     std::fill(params_.begin() + nw, params_.end(), 0.0f);
   }
 
-  double gradient(const Batch& batch) override {
+  using Model::gradient;
+  double gradient(const Batch& batch, std::span<float> losses) override {
     HSGD_ASSERT(!params_.empty(), "gradient before bind");
     const int64_t n = batch.size();
     check_sizes("batch", static_cast<int64_t>(batch.features.size()), n);
+    HSGD_ASSERT(batch.weights.empty() || static_cast<int64_t>(batch.weights.size()) == n,
+                "batch: one weight per sample");
+    HSGD_ASSERT(losses.empty() || static_cast<int64_t>(losses.size()) == n,
+                "gradient: one loss slot per sample");
     std::fill(grads_.begin(), grads_.end(), 0.0f);
     if (n == 0) return 0.0;
     float* gw = grads_.data();
@@ -52,10 +57,13 @@ class LinearModel final : public Model {
     for (int64_t i = 0; i < n; ++i) {
       const float* x = batch.features.data() + i * features_;
       const int y = check_label("batch", batch.labels[i]);
-      loss += softmax(x, y);  // logits_ now holds probabilities
+      const double li = softmax(x, y);  // logits_ now holds probabilities
+      const double wi = batch.weights.empty() ? 1.0 : batch.weights[i];
+      if (!losses.empty()) losses[i] = static_cast<float>(li);
+      loss += wi * li;
       for (int c = 0; c < classes_; ++c) {
-        // d(-log p_y)/d(logit_c) = p_c - [c == y], averaged over the batch.
-        const float d = static_cast<float>((logits_[c] - (c == y ? 1.0 : 0.0)) * inv_n);
+        // d(-w log p_y)/d(logit_c) = w (p_c - [c == y]), averaged over the batch.
+        const float d = static_cast<float>(wi * (logits_[c] - (c == y ? 1.0 : 0.0)) * inv_n);
         gb[c] += d;
         float* row = gw + c * features_;
         for (int64_t f = 0; f < features_; ++f) row[f] += d * x[f];

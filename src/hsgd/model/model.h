@@ -31,9 +31,15 @@ class Model {
   virtual void bind(std::span<float> params, std::span<float> grads) = 0;
   // Writes initial parameter values (seeded) into the bound parameters.
   virtual void init_params(uint64_t seed) = 0;
-  // Computes d(mean loss over batch)/d(params) into the bound gradient
-  // buffer (overwriting it) and returns the mean loss.
-  virtual double gradient(const Batch& batch) = 0;
+  // Computes d(loss)/d(params) into the bound gradient buffer (overwriting
+  // it) and returns the loss, loss = mean_i(w_i * l_i) over the batch, l_i
+  // example i's cross-entropy and w_i = batch.weights[i] (1 when
+  // batch.weights is empty; else it has batch.size() entries). If `losses`
+  // is not empty it has batch.size() entries and receives every l_i
+  // (unweighted), e.g. as importance-sampling scores.
+  virtual double gradient(const Batch& batch, std::span<float> losses) = 0;
+  // The same without per-example losses.
+  double gradient(const Batch& batch) { return gradient(batch, {}); }
   // Mean loss and accuracy over `data`, with the bound parameters.
   virtual EvalResult evaluate(const Dataset& data) = 0;
 };

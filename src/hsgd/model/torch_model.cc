@@ -99,7 +99,7 @@ void TorchModel::check_labels(const std::string& what, const int32_t* labels, in
   }
 }
 
-double TorchModel::gradient(const Batch& batch) {
+double TorchModel::gradient(const Batch& batch, std::span<float> losses) {
   HSGD_ASSERT(!flat_params_.empty() || num_params_ == 0, "gradient before bind");
   const int64_t n = batch.size();
   if (static_cast<int64_t>(batch.features.size()) != n * sample_size_) {
@@ -108,6 +108,10 @@ double TorchModel::gradient(const Batch& batch) {
                      std::to_string(sample_size_) + " per sample");
   }
   check_labels("batch", batch.labels.data(), n);
+  HSGD_ASSERT(batch.weights.empty() || batch.size() == static_cast<int64_t>(batch.weights.size()),
+              "batch: one weight per sample");
+  HSGD_ASSERT(losses.empty() || static_cast<int64_t>(losses.size()) == n,
+              "gradient: one loss slot per sample");
   std::fill(flat_grads_.begin(), flat_grads_.end(), 0.0f);
   if (n == 0) return 0.0;
 
@@ -119,8 +123,28 @@ double TorchModel::gradient(const Batch& batch) {
   // The model never writes its input; from_blob needs a non-const pointer.
   const torch::Tensor x =
       torch::from_blob(const_cast<float*>(batch.features.data()), input_shape_, torch::kFloat32);
-  torch::Tensor loss = torch::nn::functional::cross_entropy(net_.forward(x), labels_);
-  loss.backward();  // accumulates into the zeroed views of flat_grads_
+  const torch::Tensor logits = net_.forward(x);
+  if (batch.weights.empty() && losses.empty()) {
+    torch::Tensor loss = torch::nn::functional::cross_entropy(logits, labels_);
+    loss.backward();  // accumulates into the zeroed views of flat_grads_
+    return loss.item<double>();
+  }
+  namespace F = torch::nn::functional;
+  torch::Tensor each =
+      F::cross_entropy(logits, labels_, F::CrossEntropyFuncOptions().reduction(torch::kNone));
+  if (!losses.empty()) {
+    const torch::Tensor l = each.detach().contiguous();
+    std::copy_n(l.data_ptr<float>(), n, losses.begin());
+  }
+  torch::Tensor loss;
+  if (batch.weights.empty()) {
+    loss = each.mean();
+  } else {
+    if (!weights_.defined() || weights_.size(0) != n) weights_ = torch::empty({n}, torch::kFloat32);
+    std::copy_n(batch.weights.data(), n, weights_.data_ptr<float>());
+    loss = (each * weights_).mean();
+  }
+  loss.backward();
   return loss.item<double>();
 }
 

@@ -58,7 +58,8 @@ class TorchModel final : public Model {
   void init_params(uint64_t seed) override;
   // Throws InputError on a batch whose feature count is not a multiple of
   // the sample size or with a label outside [0, num_classes).
-  double gradient(const Batch& batch) override;
+  double gradient(const Batch& batch, std::span<float> losses) override;
+  using Model::gradient;
   // Evaluates in chunks of kEvalChunk samples, without autograd. The data's
   // samples are read as the model's sample shape: only their sizes must agree.
   EvalResult evaluate(const Dataset& data) override;
@@ -81,6 +82,7 @@ class TorchModel final : public Model {
   std::span<float> flat_params_;
   std::span<float> flat_grads_;
   torch::Tensor labels_;  // int64 labels of the last batch, reused
+  torch::Tensor weights_;  // float weights of the last weighted batch, reused
 };
 
 // Convenience: a TorchModel in a unique_ptr<Model>.

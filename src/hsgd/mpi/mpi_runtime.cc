@@ -225,7 +225,7 @@ void run_replica(const Job& job, const Layout& l, const std::vector<float>& init
 void run_worker(const Job& job, const Layout& l, bool resuming) {
   const Config& c = *job.config;
   const int id = l.rank - l.servers;
-  ShardSampler sampler(*job.train, id, l.workers, c.train.seed);
+  ShardSampler sampler = make_sampler(job, id);
   std::unique_ptr<Model> model = job.make_model();
   std::vector<float> params(l.num_params), grads(l.num_params);
   model->bind(params, grads);

@@ -13,6 +13,7 @@
 #include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/gate.h"
+#include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/row.h"
 
 namespace hsgd {
@@ -32,6 +33,7 @@ struct Shared {
   double loss_sum = 0;
   int64_t loss_count = 0;
   Gate gate;
+  SamplerCost sampler_cost;  // summed as workers finish
 };
 
 void request_stop(Shared& s) {
@@ -47,7 +49,7 @@ bool stopped(Shared& s) {
 
 void worker_loop(int id, const Job& job, Shared& s, DelayModel& delays, int64_t epoch_target) {
   const Config& c = *job.config;
-  ShardSampler sampler(*job.train, id, c.train.workers, c.train.seed);
+  ShardSampler sampler = make_sampler(job, id);
   std::unique_ptr<Model> model = job.make_model();
   const size_t np = s.params.size();
   std::vector<float> local(np), grads(np);
@@ -58,9 +60,8 @@ void worker_loop(int id, const Job& job, Shared& s, DelayModel& delays, int64_t 
   while (inside.enter()) {
     if (stopped(s)) break;
     for (size_t i = 0; i < np; ++i) local[i] = load(s.params[i]);
-    sampler.next(c.train.batch, &batch);
     const auto t0 = SteadyClock::now();
-    const double loss = model->gradient(batch);
+    const double loss = sampled_gradient(*model, sampler, c.train.batch, &batch);
     const double delay = delays.extra_seconds(id, since(t0));
     if (delay > 0) {
       std::unique_lock lk(s.mu);
@@ -83,6 +84,8 @@ void worker_loop(int id, const Job& job, Shared& s, DelayModel& delays, int64_t 
     inside.exit();
     if (epoch_target > 0 && samples >= epoch_target) request_stop(s);
   }
+  std::lock_guard lk(s.mu);
+  s.sampler_cost += sampler.cost;
 }
 
 }  // namespace
@@ -214,6 +217,7 @@ RunResult HogwildRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   result.real_train_s = train_s;
   result.gradients = s.steps.load();
   result.wall_s = since(wall0);
+  result.sampler_cost = s.sampler_cost;
   return result;
 }
 

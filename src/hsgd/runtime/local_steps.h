@@ -54,6 +54,13 @@ double compute_push(Model& model, std::span<float> params, std::span<float> grad
 // built with the same data, worker, worker count and seed).
 void save_sampler(const ShardSampler& s, StateWriter& w);
 void load_sampler(ShardSampler& s, StateReader& r);
+// Reads a state written by save_sampler without applying it.
+SamplerState read_sampler(StateReader& r);
+// One batch from `sampler` and its gradient into the model's bound gradient
+// buffer: per-example losses are fed back to the sampler when it wants them
+// (importance sampling), and the time spent sampling and in the gradient is
+// added to sampler.cost. Returns the (weighted) mean loss.
+double sampled_gradient(Model& model, ShardSampler& sampler, int64_t batch, Batch* scratch);
 
 // A LocalWorker for config c (local.lr, 0 meaning optim.lr; local.momentum).
 LocalWorker make_local_worker(const Config& c, size_t num_params);

@@ -15,6 +15,22 @@ std::vector<float> initial_params(const ModelFactory& make_model, uint64_t seed)
   return params;
 }
 
+Partition make_partition(const Job& job) {
+  const Config& c = *job.config;
+  return make_partition(*job.train, c.data.partition, c.train.seed, c.train.workers);
+}
+
+ShardSampler make_sampler(const Job& job, int worker) {
+  const Config& c = *job.config;
+  std::shared_ptr<const Partition> p = job.partition;
+  if (!p) p = std::make_shared<const Partition>(make_partition(job));
+  HSGD_ASSERT(worker >= 0 && static_cast<size_t>(worker) < p->shards.size(),
+              "make_sampler: worker outside the partition");
+  std::vector<int64_t> shard = p->shards[static_cast<size_t>(worker)];
+  shard.insert(shard.end(), p->global_pool.begin(), p->global_pool.end());
+  return ShardSampler(*job.train, worker, std::move(shard), c.train.seed, c.sampling);
+}
+
 std::unique_ptr<Runtime> make_runtime(const std::string& name) {
   if (name == "threads") return std::make_unique<ThreadsRuntime>();
   if (name == "sim") return std::make_unique<SimRuntime>();

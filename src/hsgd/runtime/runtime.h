@@ -11,6 +11,7 @@
 #include "hsgd/checkpoint/checkpoint.h"
 #include "hsgd/config/config.h"
 #include "hsgd/data/dataset.h"
+#include "hsgd/data/partition.h"
 #include "hsgd/metrics/recorder.h"
 #include "hsgd/model/model.h"
 
@@ -36,7 +37,18 @@ struct Job {
   // metrics rows are already in the recorder.
   const Checkpoint* resume = nullptr;
   CheckpointIdentity identity;  // written into every checkpoint's manifest
+  // The split of `train` over the workers (data.partition); null = computed
+  // from the config by make_sampler.
+  std::shared_ptr<const Partition> partition;
 };
+
+// The partition a job's config asks for, over all train.workers workers.
+// Throws InputError when the [data] partition keys cannot be met.
+Partition make_partition(const Job& job);
+
+// Worker `worker`'s sampler: its shard of job.partition (or of
+// make_partition(job)) plus the global pool, with the [sampling] options.
+ShardSampler make_sampler(const Job& job, int worker);
 
 // A live view of a running job, for progress lines.
 struct Status {
@@ -77,6 +89,9 @@ struct RunResult {
   // loss, too many non-finite pushes): one line, or empty when it ran to
   // its budget. The CLI exits with code 3 when set.
   std::string stopped;
+  // The workers' sampling and gradient time, summed (threads and sim; the
+  // mpi runtime leaves it empty).
+  SamplerCost sampler_cost;
   // False on the MPI ranks other than 0: they hold no results (every other
   // field is left empty) and write nothing.
   bool primary = true;

@@ -106,7 +106,7 @@ class SimRun {
     workers_.reserve(static_cast<size_t>(n_));
     for (int w = 0; w < n_; ++w) {
       workers_.push_back(SimWorker{std::vector<float>(np_), 0, 0, 0, -1, 0,
-                                   ShardSampler(*job.train, w, n_, c_.train.seed)});
+                                   make_sampler(job, w)});
     }
     for (int w = 0; local_h_ > 0 && w < n_; ++w) locals_.push_back(make_local_worker(c_, np_));
     const double bytes = 4.0 * static_cast<double>(np_);
@@ -192,6 +192,7 @@ class SimRun {
     for (int w = 0; w < n_; ++w) result.worker_pushes.push_back(server_.clock(w));
     result.wall_s = since(wall0);
     result.real_train_s = result.wall_s - eval_real_;
+    for (const SimWorker& sw : workers_) result.sampler_cost += sw.sampler.cost;
     return result;
   }
 

@@ -285,7 +285,7 @@ double restore(const Checkpoint& ck, const Config& c, Server& server,
     if (same) {
       load_sampler(workers[static_cast<size_t>(w)].sampler, r);
     } else {
-      (void)r.get<SamplerState>();
+      (void)read_sampler(r);
     }
     if (r.get<uint8_t>()) {
       std::optional<LocalWorker>& local = workers[static_cast<size_t>(same ? w : 0)].local;
@@ -330,7 +330,7 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   std::vector<WorkerState> workers;
   workers.reserve(static_cast<size_t>(n));
   for (int w = 0; w < n; ++w) {
-    workers.push_back(WorkerState{ShardSampler(*job.train, w, n, c.train.seed), std::nullopt});
+    workers.push_back(WorkerState{make_sampler(job, w), std::nullopt});
     if (server.policy().local_steps() > 0)
       workers.back().local.emplace(make_local_worker(c, params.size()));
   }
@@ -471,6 +471,7 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   result.gradients = server.pushes();
   result.staleness_histogram = server.staleness_histogram();
   for (int w = 0; w < n; ++w) result.worker_pushes.push_back(server.clock(w));
+  for (const WorkerState& ws : workers) result.sampler_cost += ws.sampler.cost;
   return result;
 }
 
