@@ -93,6 +93,33 @@ TEST(Config, FullPrecisionValuesRoundTripExactlyAndTheHashIgnoresRunLength) {
   EXPECT_FALSE(resumable_key("policy.name"));
 }
 
+TEST(Config, PartitionAndSamplingKeys) {
+  Config c = load_config("", {{"train.budget", "1"},
+                              {"data.partition", "dirichlet"},
+                              {"data.alpha", "0.1"},
+                              {"data.min_partition_size", "5"},
+                              {"data.classes_per_worker", "3"},
+                              {"data.global_fraction", "0.05"},
+                              {"sampling.kind", "loss"},
+                              {"sampling.uniform_mix", "0.3"},
+                              {"sampling.warmup", "2"}});
+  EXPECT_EQ(c.data.partition.kind, "dirichlet");
+  EXPECT_DOUBLE_EQ(c.data.partition.alpha, 0.1);
+  EXPECT_EQ(c.data.partition.min_partition_size, 5);
+  EXPECT_EQ(c.data.partition.classes_per_worker, 3);
+  EXPECT_DOUBLE_EQ(c.data.partition.global_fraction, 0.05);
+  EXPECT_EQ(c.sampling.kind, "loss");
+  EXPECT_DOUBLE_EQ(c.sampling.uniform_mix, 0.3);
+  EXPECT_EQ(c.sampling.warmup, 2);
+  const std::string text = to_toml(c);
+  EXPECT_EQ(to_toml(load_config(write_file("data.toml", text), {})), text);
+  // The defaults: IID, uniform.
+  const Config d = load_config("", {{"train.budget", "1"}});
+  EXPECT_EQ(d.data.partition.kind, "iid");
+  EXPECT_EQ(d.data.partition.global_fraction, 0);
+  EXPECT_EQ(d.sampling.kind, "uniform");
+}
+
 TEST(Config, StalenessAndOptimizerKeys) {
   Config d = load_config("", {{"train.budget", "1"}});
   EXPECT_FALSE(d.staleness.scaled_lr);
@@ -162,6 +189,14 @@ TEST(Config, BadInputNamesTheKeyAndWhatWasExpected) {
   expect_error({{"stragglers.sigma", "-1"}}, "stragglers.sigma");
   expect_error({{"train.eval_every", "0"}}, "train.eval_every");
   expect_error({{"train.runtime", "gpu"}}, "expected threads, sim or mpi");
+  expect_error({{"data.partition", "label"}}, "data.partition = 'label'");
+  expect_error({{"data.alpha", "0"}}, "data.alpha = 0: expected a number > 0");
+  expect_error({{"data.global_fraction", "1"}}, "data.global_fraction = 1");
+  expect_error({{"data.classes_per_worker", "0"}}, "data.classes_per_worker = 0");
+  expect_error({{"data.min_partition_size", "0"}}, "data.min_partition_size = 0");
+  expect_error({{"sampling.kind", "gradnorm"}}, "sampling.kind = 'gradnorm'");
+  expect_error({{"sampling.uniform_mix", "0"}}, "sampling.uniform_mix = 0");
+  expect_error({{"sampling.warmup", "-1"}}, "sampling.warmup = -1");
   expect_error({{"train.runtime", "mpi"}, {"train.servers", "0"}},
                "train.servers = 0: expected >= 1");
   expect_error({{"train.servers", "2"}}, "only the mpi runtime has server ranks");

@@ -70,6 +70,24 @@ INSTANTIATE_TEST_SUITE_P(Threads, EveryPolicy,
                            return s;
                          });
 
+// Every policy learns on label-skewed shards with a global pool and
+// importance sampling (the shared worker loop, compute_push).
+TEST_P(EveryPolicy, LearnsOnSkewedShardsWithImportanceSampling) {
+  Fixture f("skew_" + std::to_string(std::hash<std::string>()(GetParam())),
+            {{"policy.name", GetParam()},
+             {"data.partition", "shards"},
+             {"data.classes_per_worker", "5"},
+             {"data.global_fraction", "0.1"},
+             {"sampling.kind", "loss"},
+             {"sampling.warmup", "1"}});
+  RunResult r = f.run();
+  auto rows = read_metrics_csv(f.dir + "/metrics.csv");
+  ASSERT_GE(rows.size(), 2u);
+  EXPECT_GT(r.last.test_acc, rows.front().test_acc + 0.2) << GetParam();
+  EXPECT_GE(r.last.samples, static_cast<int64_t>(3 * f.train.size()));
+  EXPECT_GT(r.sampler_cost.batches, 0);
+}
+
 TEST(ThreadsRuntime, SyncWithOneWorkerIsSequentialSgdExactly) {
   Fixture f("seq", {{"train.workers", "1"}, {"policy.name", "sync"}, {"train.epochs", "1"}});
   RunResult r = f.run();
