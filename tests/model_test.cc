@@ -170,6 +170,48 @@ TEST_F(ModelTest, SoftmaxGradientLandsInFlatBufferAndMatchesFiniteDifferences) {
   }
 }
 
+// Per-example losses and weights (importance sampling), for a torch model
+// and the plain-C++ linear-test model: the losses average to the returned
+// loss; weight 1 is the unweighted gradient; the gradient of a batch
+// weighted w is sum_i w_i grad_i / n, checked against per-sample gradients.
+TEST_F(ModelTest, PerExampleLossesAndWeights) {
+  for (const char* name : {"mlp", "linear-test", "lenet5"}) {
+    const std::vector<int64_t> shape =
+        std::string(name) == "lenet5" ? std::vector<int64_t>{1, 28, 28} : std::vector<int64_t>{12};
+    Bound m(spec_of(name, shape, 4));
+    Batch b = toy_batch(5, shape, 4, 3);
+    std::vector<float> losses(5);
+    const double mean = m.model->gradient(b, losses);
+    const std::vector<float> g_plain = m.grads;
+    double sum = 0;
+    for (float l : losses) sum += l;
+    EXPECT_NEAR(sum / 5, mean, 1e-5) << name;
+    b.weights.assign(5, 1.0f);
+    EXPECT_NEAR(m.model->gradient(b), mean, 1e-5) << name;
+    for (size_t i = 0; i < g_plain.size(); ++i) ASSERT_NEAR(m.grads[i], g_plain[i], 1e-6) << name;
+    // sum_i w_i grad_i / n from one-sample gradients.
+    const std::vector<float> w = {0.5f, 2.0f, 0.0f, 1.0f, 3.0f};
+    std::vector<double> expect(g_plain.size(), 0.0);
+    double expect_loss = 0;
+    for (int64_t i = 0; i < 5; ++i) {
+      Batch one;
+      const int64_t ss = product(shape);
+      one.features.assign(b.features.begin() + i * ss, b.features.begin() + (i + 1) * ss);
+      one.labels = {b.labels[static_cast<size_t>(i)]};
+      expect_loss += w[static_cast<size_t>(i)] * m.model->gradient(one) / 5;
+      for (size_t k = 0; k < expect.size(); ++k) expect[k] += w[static_cast<size_t>(i)] * m.grads[k] / 5;
+    }
+    b.weights = w;
+    EXPECT_NEAR(m.model->gradient(b, losses), expect_loss, 1e-5) << name;
+    for (size_t k = 0; k < expect.size(); ++k) ASSERT_NEAR(m.grads[k], expect[k], 1e-5) << name;
+    // The per-example losses stay unweighted.
+    std::vector<float> again(5);
+    b.weights.clear();
+    m.model->gradient(b, again);
+    EXPECT_EQ(losses, again) << name;
+  }
+}
+
 TEST_F(ModelTest, GradientOverwritesRatherThanAccumulates) {
   for (const auto& spec : {spec_of("softmax", {1, 28, 28}), spec_of("lenet5", {1, 28, 28})}) {
     SCOPED_TRACE(spec.name);
