@@ -6,7 +6,8 @@
 # Deterministic (fixed simulator costs). On 2 shared cores: the synthetic
 # sweeps take ~15 min, the LeNet-5 ones ~1 min per run.
 #   scripts/data-regimes.sh [SECTION...]   sections: skew-synthetic skew-lenet5
-#                                          global importance (default: all)
+#                                          global importance importance-long overhead
+#                                          (default: all)
 # Knobs: ROUNDS (1), LENET_BUDGET (virtual seconds for LeNet-5 runs, 30),
 # LENET_ALPHAS (the alphas of the LeNet-5 skew sweep, all five).
 set -euo pipefail
@@ -56,6 +57,29 @@ if want importance; then
   IMP="async,async+sampling.kind=loss,sync,sync+sampling.kind=loss"
   run importance-synthetic $SYN $IMP --set train.eval_every=1
   run importance-lenet5 $LENET $IMP --set train.eval_every=1 --set train.budget="$LENET_BUDGET"
+fi
+if want importance-long; then
+  # One worker, no stragglers, 600 virtual s (~6000 updates, 4 epochs):
+  # importance sampling on its own, later in training.
+  run importance-lenet5-1worker $LENET async,async+sampling.kind=loss --set train.workers=1 \
+    --set stragglers.fraction=0 --set train.budget=600 --set train.eval_every=10
+fi
+if want overhead; then
+  # The per-batch cost of importance sampling, measured apart from the
+  # simulator: one worker on threads, one epoch each, uniform and loss
+  # (warmup 0) alternated twice; the report keeps each kind's fastest run.
+  for set in synthetic lenet5; do
+    config=$SYN
+    [ $set = lenet5 ] && config=$LENET
+    for rep in 1 2; do
+      for kind in uniform loss; do
+        echo "== overhead-$set-$kind-$rep ($(date -u +%H:%M:%S))"
+        "$HSGD" train --config "$config" --runtime threads --workers 1 --set train.budget=0 \
+          --set train.epochs=1 --set train.eval_every=1000 --set sampling.kind=$kind \
+          --set sampling.warmup=0 --out "$OUT/overhead-$set-$kind-$rep" --quiet
+      done
+    done
+  done
 fi
 mkdir -p "$DOCS"
 python3 scripts/data_regimes_report.py "$OUT" "$DOCS"

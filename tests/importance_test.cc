@@ -90,7 +90,8 @@ Dataset blob(int64_t n, int64_t f) {
   Rng rng(11, 12);
   for (int64_t i = 0; i < n; ++i) {
     const int y = static_cast<int>(i % 3);
-    for (int64_t j = 0; j < f; ++j) d.features.push_back(static_cast<float>(rng.normal() + y * (j == y)));
+    for (int64_t j = 0; j < f; ++j)
+      d.features.push_back(static_cast<float>(rng.normal() + y * (j == y)));
     d.labels.push_back(y);
   }
   return d;
@@ -199,7 +200,8 @@ TEST(ImportanceSampler, WeightedGradientIsUnbiased) {
   for (int r = 0; r < draws; ++r) {
     scorer.next(batch, &b);
     ASSERT_EQ(b.weights.size(), static_cast<size_t>(batch));
-    for (float w : b.weights) min_w = std::min<double>(min_w, w), max_w = std::max<double>(max_w, w);
+    for (float w : b.weights)
+      min_w = std::min<double>(min_w, w), max_w = std::max<double>(max_w, w);
     model->gradient(b);
     for (size_t i = 0; i < grads.size(); ++i) weighted[i] += grads[i];
     b.weights.clear();

@@ -199,7 +199,8 @@ TEST_F(ModelTest, PerExampleLossesAndWeights) {
       one.features.assign(b.features.begin() + i * ss, b.features.begin() + (i + 1) * ss);
       one.labels = {b.labels[static_cast<size_t>(i)]};
       expect_loss += w[static_cast<size_t>(i)] * m.model->gradient(one) / 5;
-      for (size_t k = 0; k < expect.size(); ++k) expect[k] += w[static_cast<size_t>(i)] * m.grads[k] / 5;
+      for (size_t k = 0; k < expect.size(); ++k)
+        expect[k] += w[static_cast<size_t>(i)] * m.grads[k] / 5;
     }
     b.weights = w;
     EXPECT_NEAR(m.model->gradient(b, losses), expect_loss, 1e-5) << name;

@@ -63,8 +63,7 @@ double mean_top_class_share(const PartitionStats& s) {
   return sum / static_cast<double>(s.histograms.size());
 }
 
-class PartitionCoverage
-    : public ::testing::TestWithParam<std::tuple<std::string, double, int>> {};
+class PartitionCoverage : public ::testing::TestWithParam<std::tuple<std::string, double, int>> {};
 
 TEST_P(PartitionCoverage, EverySampleInExactlyOneShardOrThePool) {
   const auto [kind, global, workers] = GetParam();
@@ -125,8 +124,7 @@ TEST(Partition, IidIsTheHistoricalContiguousSplit) {
 TEST(Partition, DirichletLargeAlphaNearIidSmallAlphaNearOneClass) {
   const Dataset d = labelled(8000, 10);
   const PartitionStats iid = partition_stats(d, make_partition(d, opts("dirichlet", 100), 1, 16));
-  const PartitionStats skew =
-      partition_stats(d, make_partition(d, opts("dirichlet", 0.05), 1, 16));
+  const PartitionStats skew = partition_stats(d, make_partition(d, opts("dirichlet", 0.05), 1, 16));
   EXPECT_LT(iid.skew_tv, 0.1);
   EXPECT_LT(mean_top_class_share(iid), 0.2);
   EXPECT_GT(skew.skew_tv, 0.7);
@@ -156,8 +154,7 @@ TEST(Partition, ShardsGiveExactlyCClassesPerWorker) {
 
 TEST(Partition, QuantitySkewsSizesNotLabels) {
   const Dataset d = labelled(8000, 10);
-  const PartitionStats s =
-      partition_stats(d, make_partition(d, opts("quantity", 0.3), 4, 16));
+  const PartitionStats s = partition_stats(d, make_partition(d, opts("quantity", 0.3), 4, 16));
   const auto [lo, hi] = std::minmax_element(s.shard_sizes.begin(), s.shard_sizes.end());
   EXPECT_GT(*hi, 4 * *lo);  // very unequal sizes
   for (int64_t size : s.shard_sizes) EXPECT_GE(size, 10);
@@ -216,9 +213,9 @@ TEST(Partition, ImpossibleSettingsNameTheKeys) {
   o.kind = "quantity";
   expect_input_error([&] { make_partition(d, o, 1, 16); },
                      {"data.partition = 'quantity'", "data.alpha", "no draw in 1000"});
-  expect_input_error([&] { make_partition(d, opts("iid", 0.5, 2, 0.5), 1, 101); },
-                     {"100 samples outside the global pool", "data.global_fraction = 0.5",
-                      "101 workers"});
+  expect_input_error(
+      [&] { make_partition(d, opts("iid", 0.5, 2, 0.5), 1, 101); },
+      {"100 samples outside the global pool", "data.global_fraction = 0.5", "101 workers"});
 }
 
 TEST(Partition, ValidateNamesTheKey) {

@@ -100,14 +100,10 @@ TEST(SimRuntime, SameConfigAndSeedGiveTheSameCsvByteForByte) {
 // deterministic, under a waiting and a non-waiting policy, and still learn.
 TEST(SimRuntime, SkewedShardsAndImportanceSamplingAreDeterministic) {
   for (const char* policy : {"async", "sync", "local:2"}) {
-    const std::vector<Override> o = {{"policy.name", policy},
-                                     {"stragglers.fraction", "0.5"},
-                                     {"stragglers.sigma", "0.05"},
-                                     {"data.partition", "dirichlet"},
-                                     {"data.alpha", "0.1"},
-                                     {"data.global_fraction", "0.1"},
-                                     {"sampling.kind", "loss"},
-                                     {"sampling.warmup", "1"}};
+    const std::vector<Override> o = {{"policy.name", policy},      {"stragglers.fraction", "0.5"},
+                                     {"stragglers.sigma", "0.05"}, {"data.partition", "dirichlet"},
+                                     {"data.alpha", "0.1"},        {"data.global_fraction", "0.1"},
+                                     {"sampling.kind", "loss"},    {"sampling.warmup", "1"}};
     Sim s(o);
     std::string a, b, iid;
     RunResult ra = s.run("skew_a", &a);
@@ -118,9 +114,8 @@ TEST(SimRuntime, SkewedShardsAndImportanceSamplingAreDeterministic) {
     EXPECT_GT(ra.sampler_cost.batches, 0) << policy;
     EXPECT_GT(ra.sampler_cost.gradient_s, 0) << policy;
     // The partition and the sampling change the run.
-    Sim(std::vector<Override>{{"policy.name", policy},
-                              {"stragglers.fraction", "0.5"},
-                              {"stragglers.sigma", "0.05"}})
+    Sim(std::vector<Override>{
+            {"policy.name", policy}, {"stragglers.fraction", "0.5"}, {"stragglers.sigma", "0.05"}})
         .run("skew_iid", &iid);
     EXPECT_NE(a, iid) << policy;
   }

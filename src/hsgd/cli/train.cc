@@ -122,7 +122,7 @@ std::unique_ptr<Prepared> prepare(const TrainArgs& a) {
   job.train = &train_set;
   job.test = &test_set;
   job.make_model = [spec] { return make_model(spec); };
-  job.initial_params = initial_params(job.make_model, c.train.seed);  // validates the shape
+  job.initial_params = initial_params(job.make_model, c.train.seed);       // validates the shape
   job.partition = std::make_shared<const Partition>(make_partition(job));  // checks [data] keys
   return p;
 }
@@ -156,7 +156,8 @@ void print_header(const Prepared& p) {
                    : "",
                c.train.out.c_str());
   const PartitionStats ps = partition_stats(p.train_set, *p.job.partition);
-  std::fprintf(stderr, "hsgd: data partition %s: label skew %.3f (mean TV distance to the global "
+  std::fprintf(stderr,
+               "hsgd: data partition %s: label skew %.3f (mean TV distance to the global "
                "label distribution)%s, sampling %s\n",
                c.data.partition.kind.c_str(), ps.skew_tv,
                ps.global_pool_size > 0

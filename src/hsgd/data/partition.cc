@@ -64,7 +64,9 @@ void cut(const std::vector<int64_t>& items, const std::vector<double>& proportio
   int64_t begin = 0;
   for (size_t i = 0; i < proportions.size(); ++i) {
     acc += proportions[i];
-    int64_t end = i + 1 == proportions.size() ? m : std::min<int64_t>(m, std::llround(acc * static_cast<double>(m)));
+    int64_t end = i + 1 == proportions.size()
+                      ? m
+                      : std::min<int64_t>(m, std::llround(acc * static_cast<double>(m)));
     end = std::max(end, begin);
     (*out)[i].insert((*out)[i].end(), items.begin() + begin, items.begin() + end);
     begin = end;
@@ -150,10 +152,10 @@ std::vector<std::vector<int64_t>> class_shards_split(const Dataset& d, const Par
     const int64_t m = static_cast<int64_t>(members.size());
     const int64_t nh = static_cast<int64_t>(h.size());
     if (m < nh) {
-      throw InputError(fmt::format(
-          "data.partition = 'shards': class {} has {} samples for {} workers with "
-          "data.classes_per_worker = {}; use fewer workers or classes per worker",
-          cls, m, nh, c));
+      throw InputError(
+          fmt::format("data.partition = 'shards': class {} has {} samples for {} workers with "
+                      "data.classes_per_worker = {}; use fewer workers or classes per worker",
+                      cls, m, nh, c));
     }
     for (int64_t j = 0; j < nh; ++j) {
       auto& s = shards[h[j]];
@@ -182,8 +184,8 @@ void validate(const PartitionOptions& o) {
         fmt::format("data.classes_per_worker = {}: expected >= 1", o.classes_per_worker));
   }
   if (!(o.global_fraction >= 0 && o.global_fraction < 1)) {
-    throw InputError(fmt::format("data.global_fraction = {}: expected in [0, 1)",
-                                 o.global_fraction));
+    throw InputError(
+        fmt::format("data.global_fraction = {}: expected in [0, 1)", o.global_fraction));
   }
 }
 
@@ -205,9 +207,9 @@ Partition make_partition(const Dataset& d, const PartitionOptions& o, uint64_t s
   if (m < n) {
     throw InputError(fmt::format(
         "{}: {} samples{} cannot be split over {} workers", d.name, m,
-        pool > 0 ? fmt::format(" outside the global pool (data.global_fraction = {})",
-                               o.global_fraction)
-                 : "",
+        pool > 0
+            ? fmt::format(" outside the global pool (data.global_fraction = {})", o.global_fraction)
+            : "",
         n));
   }
   if (o.kind == "dirichlet" || o.kind == "quantity") {

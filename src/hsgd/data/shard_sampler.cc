@@ -12,13 +12,14 @@
 namespace hsgd {
 
 ShardSampler::ShardSampler(const Dataset& d, int worker, int num_workers, uint64_t seed)
-    : ShardSampler(d, worker,
-                   [&] {
-                     HSGD_ASSERT(num_workers >= 1 && worker >= 0 && worker < num_workers,
-                                 "ShardSampler: worker out of range");
-                     return std::move(make_partition(d, {}, seed, num_workers).shards[worker]);
-                   }(),
-                   seed) {}
+    : ShardSampler(
+          d, worker,
+          [&] {
+            HSGD_ASSERT(num_workers >= 1 && worker >= 0 && worker < num_workers,
+                        "ShardSampler: worker out of range");
+            return std::move(make_partition(d, {}, seed, num_workers).shards[worker]);
+          }(),
+          seed) {}
 
 ShardSampler::ShardSampler(const Dataset& d, int worker, std::vector<int64_t> shard, uint64_t seed,
                            const SamplingOptions& sampling)

@@ -81,7 +81,7 @@ class TorchModel final : public Model {
   int64_t num_params_ = 0;
   std::span<float> flat_params_;
   std::span<float> flat_grads_;
-  torch::Tensor labels_;  // int64 labels of the last batch, reused
+  torch::Tensor labels_;   // int64 labels of the last batch, reused
   torch::Tensor weights_;  // float weights of the last weighted batch, reused
 };
 
