@@ -456,6 +456,15 @@ TEST(SimRuntime, ResumeFromACheckpointIsByteExactForEveryPolicy) {
         {"staleness.gap_aware", "true"},
         {"staleness.scaled_lr", "true"},
         {"staleness.tau_max", "4"}}},
+      // Skewed shards, a global pool and importance sampling: the sampler's
+      // scores and draw stream are in the checkpoint.
+      {"skewed_importance",
+       {{"policy.name", "async"},
+        {"data.partition", "dirichlet"},
+        {"data.alpha", "0.1"},
+        {"data.global_fraction", "0.1"},
+        {"sampling.kind", "loss"},
+        {"sampling.warmup", "0"}}},
   };
   for (const Case& c : cases) {
     std::vector<Override> o = c.o;
