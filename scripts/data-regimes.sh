@@ -66,8 +66,9 @@ if want importance-long; then
 fi
 if want overhead; then
   # The per-batch cost of importance sampling, measured apart from the
-  # simulator: one worker on threads, one epoch each, uniform and loss
-  # (warmup 0) alternated twice; the report keeps each kind's fastest run.
+  # simulator: one worker on threads without straggler delays, one epoch
+  # each, uniform and loss (warmup 0) alternated twice; the report keeps
+  # each kind's fastest run.
   for set in synthetic lenet5; do
     config=$SYN
     [ $set = lenet5 ] && config=$LENET
@@ -76,7 +77,8 @@ if want overhead; then
         echo "== overhead-$set-$kind-$rep ($(date -u +%H:%M:%S))"
         "$HSGD" train --config "$config" --runtime threads --workers 1 --set train.budget=0 \
           --set train.epochs=1 --set train.eval_every=1000 --set sampling.kind=$kind \
-          --set sampling.warmup=0 --out "$OUT/overhead-$set-$kind-$rep" --quiet
+          --set sampling.warmup=0 --set stragglers.fraction=0 \
+          --out "$OUT/overhead-$set-$kind-$rep" --quiet
       done
     done
   done

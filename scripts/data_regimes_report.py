@@ -144,6 +144,28 @@ def overhead_table():
     return "\n".join(lines) + "\n"
 
 
+def sim_cost_table():
+    """Per-batch sampling and gradient time inside the simulator runs (real
+    seconds, summed over the simulated workers, one thread)."""
+    lines = ["| run | sampling ms/batch | gradient ms/batch | sampling share of the batch % |",
+             "|---|---|---|---|"]
+    for setname in sorted(os.listdir(RUNS)):
+        if not setname.startswith("importance-"):
+            continue
+        for pol in sorted(os.listdir(os.path.join(RUNS, setname))):
+            path = os.path.join(RUNS, setname, pol, "round-0", "summary.json")
+            if not os.path.exists(path):
+                continue
+            with open(path) as f:
+                sb = json.load(f).get("sampling", {})
+            if not sb:
+                continue
+            sm, gm = sb["sampling_s_per_batch"], sb["gradient_s_per_batch"]
+            lines.append(f"| {setname.replace('importance-', '')} {pol} | {1e3 * sm:.3f} | "
+                         f"{1e3 * gm:.3f} | {100 * sm / (sm + gm):.1f} |")
+    return "\n".join(lines) + "\n"
+
+
 def importance_table():
     out = []
     plots = []
@@ -204,7 +226,7 @@ def importance_table():
         f.write("| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n")
         for r in out:
             f.write("| " + " | ".join(r) + " |\n")
-        f.write("\n" + overhead_table())
+        f.write("\n" + sim_cost_table() + "\n" + overhead_table())
     gnuplot(f"""set terminal pngcairo size 900,500
 set output '{os.path.join(DOCS, 'importance.png')}'
 set xlabel 'updates'
