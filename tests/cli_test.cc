@@ -101,6 +101,16 @@ std::vector<BadCase> bad_cases() {
       {"no_budget", "train --data synthetic --model softmax", "train.budget"},
       {"bad_set_syntax", syn + "--set optim.lr", "--set 'optim.lr'"},
       {"eval_corrupt_model", "eval --data synthetic --model " + bad_model, "bad_model.bin"},
+      {"partition_unknown", syn + "--set data.partition=label", "data.partition = 'label'"},
+      {"shards_too_few_classes",
+       syn + "--workers 4 --set data.partition=shards --set data.classes_per_worker=2",
+       "data.classes_per_worker = 2"},
+      {"dirichlet_unreachable_min_size",
+       syn + "--workers 16 --set data.partition=dirichlet --set data.alpha=0.001 "
+             "--set data.min_partition_size=60",
+       "data.min_partition_size = 60"},
+      {"sampling_mix_zero", syn + "--set sampling.kind=loss --set sampling.uniform_mix=0",
+       "sampling.uniform_mix = 0"},
   };
 }
 
