@@ -263,7 +263,10 @@ TEST_F(DataTest, MissingFile) {
   expect_input_error([&] { read_idx(p, p); }, {p + ": cannot open (No such file or directory)"});
   expect_input_error([&] { read_csv(p); }, {p + ": cannot open (No such file or directory)"});
   expect_input_error([&] { read_csv(dir_.string()); },
-                     {dir_.string() + ": cannot read (Is a directory)"});
+                     {dir_.string() + ": expected a file, got a directory"});
+  // A read that fails after the open (as root, chmod 000 would not stop it).
+  expect_input_error([&] { read_libsvm("/proc/self/mem"); },
+                     {"/proc/self/mem: cannot read (Input/output error)"});
 }
 
 // ---- CIFAR-10

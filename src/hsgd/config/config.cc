@@ -2,11 +2,17 @@
 
 #include <toml++/toml.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <functional>
 #include <map>
 #include <sstream>
+#include <string_view>
 
 #include "hsgd/core/error.h"
 #include "hsgd/core/state.h"
@@ -301,18 +307,58 @@ std::string num(double v) {
   return os.str();
 }
 
-}  // namespace
 
-Config load_config(const std::string& path, const std::vector<Override>& overrides) {
+// `what` with every control byte (a newline in a quoted TOML string, say)
+// written as \xNN: an error is one line.
+std::string one_line(const std::string& what) {
+  std::string out;
+  for (char ch : what) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (u < 0x20 || u == 0x7f) {
+      static const char* kHex = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+// The text of a config file, or InputError naming the file and what was
+// wrong: a directory, unreadable, empty, or binary.
+std::string read_config_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw InputError(path + ": expected a TOML config file, got a directory");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open (" + std::strerror(errno) + ")");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw InputError(path + ": cannot read (" + std::strerror(errno) + ")");
+  return text;
+}
+
+Config parse_config_unchecked(const std::string& path, std::string_view file_text,
+                              const std::vector<Override>& overrides) {
   Config c;
   if (!path.empty()) {
+    if (file_text.find_first_not_of(" \t\r\n") == std::string_view::npos) {
+      throw InputError(path + ": expected a TOML config, got an empty file");
+    }
+    if (const size_t nul = file_text.find('\0'); nul != std::string_view::npos) {
+      throw InputError(path + ": expected a TOML config (text), got binary data (a zero byte at " +
+                       "offset " + std::to_string(nul) + ")");
+    }
     toml::table t;
     try {
-      t = toml::parse_file(path);
+      t = toml::parse(file_text, path);
     } catch (const toml::parse_error& e) {
       const auto& src = e.source();
       throw InputError(path + ":" + std::to_string(src.begin.line) + ":" +
-                       std::to_string(src.begin.column) + ": " + std::string(e.description()));
+                       std::to_string(src.begin.column) + ": expected a TOML config: " +
+                       std::string(e.description()));
     }
     for (const auto& [section, node] : t) {
       const toml::table* st = node.as_table();
@@ -342,6 +388,21 @@ Config load_config(const std::string& path, const std::vector<Override>& overrid
   resolve_policy_name(c);
   validate(c);
   return c;
+}
+
+}  // namespace
+
+Config parse_config(const std::string& path, std::string_view text,
+                    const std::vector<Override>& overrides) {
+  try {
+    return parse_config_unchecked(path, text, overrides);
+  } catch (const InputError& e) {
+    throw InputError(one_line(e.what()));
+  }
+}
+
+Config load_config(const std::string& path, const std::vector<Override>& overrides) {
+  return parse_config(path, path.empty() ? std::string() : read_config_file(path), overrides);
 }
 
 void validate(const Config& c) {
