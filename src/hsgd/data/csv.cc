@@ -17,7 +17,7 @@ using data_internal::LineReader;
 [[noreturn]] void fail_field(const std::string& path, int64_t line, size_t field,
                              const std::string& expected, std::string_view got) {
   throw InputError(fmt::format("{}:line {} field {}: expected {}, got '{}'{}", path, line, field,
-                               expected, got,
+                               expected, data_internal::printable(got),
                                line == 1 ? " (CSV files must not have a header row)" : ""));
 }
 

@@ -24,7 +24,8 @@ constexpr int64_t kMinDenseBound = int64_t{1} << 20;
 
 [[noreturn]] void fail_token(const std::string& path, int64_t line, const std::string& expected,
                              std::string_view token) {
-  throw InputError(fmt::format("{}:line {}: expected {}, got '{}'", path, line, expected, token));
+  throw InputError(fmt::format("{}:line {}: expected {}, got '{}'", path, line, expected,
+                               data_internal::printable(token)));
 }
 
 bool is_space(char c) { return c == ' ' || c == '\t'; }
