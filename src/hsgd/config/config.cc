@@ -8,8 +8,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
+#include <cstdio>
+#include <memory>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -334,10 +334,12 @@ std::string read_config_file(const std::string& path) {
   if (std::filesystem::is_directory(path, ec)) {
     throw InputError(path + ": expected a TOML config file, got a directory");
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open (" + std::strerror(errno) + ")");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw InputError(path + ": cannot read (" + std::strerror(errno) + ")");
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!f) throw InputError(path + ": cannot open (" + std::strerror(errno) + ")");
+  std::string text;
+  char buf[1 << 14];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f.get())) > 0;) text.append(buf, n);
+  if (std::ferror(f.get())) throw InputError(path + ": cannot read (" + std::strerror(errno) + ")");
   return text;
 }
 
