@@ -4,6 +4,7 @@
 # Installs clang and libFuzzer first (scripts/install-fuzz-deps.sh).
 #   FUZZ_SECONDS=20 bash scripts/fuzz.sh            # every target
 #   FUZZ_SECONDS=600 bash scripts/fuzz.sh csv idx   # some targets
+#   FUZZ_TIMEOUT=3 ...   # seconds one input may take (default 1)
 # Per target: the seed corpus is tests/fuzz/corpus/<target>/ (read only); new
 # inputs go to build/fuzz/corpus/<target>/; a crash is written to
 # build/fuzz/artifacts/<target>/ and the script exits 1 after the other
@@ -30,7 +31,7 @@ for t in "${TARGETS[@]}"; do
   art=build/fuzz/artifacts/$t
   log=build/fuzz/logs/$t.log
   mkdir -p "$work" "$art" "$(dirname "$log")"
-  args=(-max_len=65536 -timeout=1 -malloc_limit_mb=512 -rss_limit_mb=2048
+  args=(-max_len=65536 -timeout="${FUZZ_TIMEOUT:-1}" -malloc_limit_mb=512 -rss_limit_mb=2048
         -max_total_time="$SECONDS_PER_TARGET" -print_final_stats=1
         -artifact_prefix="$art/")
   if [ -n "${DICT[$t]:-}" ]; then args+=(-dict="tests/fuzz/${DICT[$t]}.dict"); fi

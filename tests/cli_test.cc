@@ -87,7 +87,8 @@ std::vector<BadCase> bad_cases() {
   fs::create_directories(config_dir);
   const std::string a_file = write("a_file", "x");
   return {
-      {"config_not_toml", "train --config " + not_toml, "not_toml.toml:1:1: expected a TOML config"},
+      {"config_not_toml", "train --config " + not_toml,
+       "not_toml.toml:1:1: expected a TOML config"},
       {"config_directory", "train --config " + config_dir,
        config_dir + ": expected a TOML config file, got a directory"},
       {"config_empty", "train --config " + empty_toml,

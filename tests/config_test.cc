@@ -151,7 +151,7 @@ TEST(Config, BadInputNamesTheKeyAndWhatWasExpected) {
   expect_error({{"policy.name", "kasync:5"}, {"train.workers", "4"}}, "policy.k = 5");
   expect_error({{"policy.name", "kasync"}}, "needs K");
   expect_error({{"policy.name", "kasync:x"}}, "expected an integer K");
-  expect_error({{"policy.name", "fastest"}}, "policy = 'fastest'");
+  expect_error({{"policy.name", "fastest"}}, "policy.name = 'fastest'");
   expect_error({{"policy.name", "ssp:-1"}}, "policy.s = -1: ssp expects a staleness bound s >= 0");
   expect_error({{"policy.name", "ssp"}}, "policy.s = -1");
   expect_error({{"policy.name", "ssp"}, {"policy.s", "-2"}}, "policy.s = -2");

@@ -442,7 +442,8 @@ TEST_F(DataTest, HeaderLiesIdxBillionImagesIn100Bytes) {
   const std::string one = write("one", idx_images(1, 2, 2, {0, 1, 2, 3}));
   const std::string lie = write("lie", idx_labels({1}, 1000000000));
   EXPECT_LT(test::largest_allocation([&] {
-              expect_input_error([&] { read_idx(one, lie); }, {lie + ": offset 4: expected 1 labels"});
+              expect_input_error([&] { read_idx(one, lie); },
+                                 {lie + ": offset 4: expected 1 labels"});
             }),
             kSmall);
 }
@@ -501,8 +502,9 @@ TEST_F(DataTest, HeaderLiesLibsvmHugeIndex) {
   // One 14-byte line naming feature 4 000 000: 16 MB dense for 14 bytes.
   const std::string p = write("a.svm", "0 4000000:1\n");
   EXPECT_LT(test::largest_allocation([&] {
-              expect_input_error([&] { read_libsvm(p); },
-                                 {p + ": expected at most 1048576 dense values", "1 rows x 4000000"});
+              expect_input_error(
+                  [&] { read_libsvm(p); },
+                  {p + ": expected at most 1048576 dense values", "1 rows x 4000000"});
             }),
             kSmall);
   const std::string q = write("b.svm", "0 1073741824:1\n");

@@ -60,13 +60,12 @@ size_t run_all(const std::string& kind) {
 
 TEST(FuzzCorpus, SeedCorporaKeepTheContract) {
   // Every target has a seed corpus with valid and invalid files.
-  for (const Target& t : targets()) EXPECT_GE(files_in(kFuzzDir / "corpus" / t.name).size(), 5u) << t.name;
+  for (const Target& t : targets())
+    EXPECT_GE(files_in(kFuzzDir / "corpus" / t.name).size(), 5u) << t.name;
   EXPECT_GT(run_all("corpus"), 0u);
 }
 
-TEST(FuzzCorpus, RegressionInputsKeepTheContract) {
-  EXPECT_GT(run_all("regressions"), 0u);
-}
+TEST(FuzzCorpus, RegressionInputsKeepTheContract) { EXPECT_GT(run_all("regressions"), 0u); }
 
 // The checks themselves fail on what a misbehaving reader would return.
 TEST(FuzzCorpus, ContractCatchesMalformedResults) {

@@ -207,8 +207,9 @@ TEST_F(ModelFileTest, RoundTrip) {
 TEST_F(ModelFileTest, NoParametersIsInputError) {
   // No model has zero parameters: the header's layers cannot fit.
   save_model(path_, spec_, {});
-  expect_load_error("bad header: a mlp model with input {1,28,28}, hidden {64,32} and 10 classes "
-                    "cannot have only 0 parameters");
+  expect_load_error(
+      "bad header: a mlp model with input {1,28,28}, hidden {64,32} and 10 classes "
+      "cannot have only 0 parameters");
 }
 
 TEST_F(ModelFileTest, LayoutIsAsDocumented) {

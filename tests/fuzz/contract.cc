@@ -92,9 +92,8 @@ std::string check_idx_gz(std::string_view bytes) {
   std::string_view images, labels;
   split_idx(bytes, &images, &labels);
   const std::string gz_images = with_gzip_magic(images), gz_labels = with_gzip_magic(labels);
-  return verdict(
-      [&] { return parse_idx("images.idx.gz", gz_images, "labels.idx.gz", gz_labels); }, true,
-      {"images.idx.gz", "labels.idx.gz"});
+  return verdict([&] { return parse_idx("images.idx.gz", gz_images, "labels.idx.gz", gz_labels); },
+                 true, {"images.idx.gz", "labels.idx.gz"});
 }
 
 std::string check_cifar10(std::string_view bytes) {
@@ -166,8 +165,8 @@ std::string check_model(std::string_view bytes) {
 
 const std::vector<Target>& targets() {
   static const std::vector<Target> all = {
-      {"idx", check_idx},       {"idx_gz", check_idx_gz}, {"cifar10", check_cifar10},
-      {"csv", check_csv},       {"libsvm", check_libsvm}, {"config", check_config},
+      {"idx", check_idx},     {"idx_gz", check_idx_gz}, {"cifar10", check_cifar10},
+      {"csv", check_csv},     {"libsvm", check_libsvm}, {"config", check_config},
       {"model", check_model},
   };
   return all;

@@ -8,10 +8,9 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <cstdio>
-#include <memory>
 #include <functional>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string_view>
 
@@ -308,7 +307,6 @@ std::string num(double v) {
   return os.str();
 }
 
-
 // `what` with every control byte (a newline in a quoted TOML string, say)
 // written as \xNN: an error is one line.
 std::string one_line(const std::string& what) {
@@ -426,8 +424,8 @@ Config parse_config_unchecked(const std::string& path, std::string_view file_tex
     } catch (const toml::parse_error& e) {
       const auto& src = e.source();
       throw InputError(path + ":" + std::to_string(src.begin.line) + ":" +
-                       std::to_string(src.begin.column) + ": expected a TOML config: " +
-                       std::string(e.description()));
+                       std::to_string(src.begin.column) +
+                       ": expected a TOML config: " + std::string(e.description()));
     }
     for (const auto& [section, node] : t) {
       const toml::table* st = node.as_table();

@@ -97,8 +97,6 @@ Dataset parse_csv(const std::string& path, std::string_view raw) {
   return d;
 }
 
-Dataset read_csv(const std::string& path) {
-  return parse_csv(path, data_internal::read_raw(path));
-}
+Dataset read_csv(const std::string& path) { return parse_csv(path, data_internal::read_raw(path)); }
 
 }  // namespace hsgd

@@ -107,9 +107,8 @@ Dataset parse_libsvm(const std::string& path, std::string_view raw) {
   if (max_index == 0) {
     throw InputError(fmt::format("{}: expected at least one feature, got none on any line", path));
   }
-  const int64_t bound =
-      std::min(kMaxDenseValues, std::max(kMinDenseBound, kDensePerByte * static_cast<int64_t>(
-                                                                              text.size())));
+  const int64_t bound = std::min(
+      kMaxDenseValues, std::max(kMinDenseBound, kDensePerByte * static_cast<int64_t>(text.size())));
   if (d.size() > bound / max_index) {
     throw InputError(fmt::format(
         "{}: expected at most {} dense values ({} per byte of a {}-byte file, at most {}), got {} "

@@ -9,10 +9,10 @@
 #include <zlib.h>
 
 #include <bit>
-#include <climits>
-#include <cstdint>
-#include <cmath>
 #include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -105,8 +105,8 @@ void check_spec(const Reader& r, size_t header_at, const ModelSpec& s, uint64_t 
   auto too_big = [&] {
     bad(fmt::format("a {} model with input {}{} and {} classes cannot have only {} parameters",
                     s.name, join(s.sample_shape),
-                    s.name == "mlp" ? ", hidden " + join(s.hidden) : std::string(),
-                    s.num_classes, num_params));
+                    s.name == "mlp" ? ", hidden " + join(s.hidden) : std::string(), s.num_classes,
+                    num_params));
   };
   if (!std::isfinite(s.input_mean)) bad("input_mean: expected a finite number");
   if (!(std::isfinite(s.input_std) && s.input_std > 0)) bad("input_std: expected a number > 0");
@@ -194,7 +194,8 @@ void parse_model(const std::string& path, std::string_view bytes, ModelSpec* spe
       if (!v.is_number_integer() ||
           (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(hi)
                                   : v.get<int64_t>() < lo || v.get<int64_t>() > hi)) {
-        r.fail_at(header_at, std::string("bad header: ") + key + " = " + v.dump(-1, ' ', true).substr(0, 40) +
+        r.fail_at(header_at, std::string("bad header: ") + key + " = " +
+                                 v.dump(-1, ' ', true).substr(0, 40) +
                                  ": expected an integer in [" + std::to_string(lo) + ", " +
                                  std::to_string(hi) + "]");
       }
@@ -212,7 +213,8 @@ void parse_model(const std::string& path, std::string_view bytes, ModelSpec* spe
     s.sample_shape = integers(header.at("sample_shape"), "sample_shape");
     s.num_classes = static_cast<int>(integer(header.at("num_classes"), "num_classes", 1, INT_MAX));
     s.hidden = integers(header.at("hidden"), "hidden");
-    num_params = static_cast<uint64_t>(integer(header.at("num_params"), "num_params", 0, INT64_MAX));
+    num_params =
+        static_cast<uint64_t>(integer(header.at("num_params"), "num_params", 0, INT64_MAX));
     s.input_mean = header.value("input_mean", 0.0);
     s.input_std = header.value("input_std", 1.0);
   } catch (const nlohmann::json::exception& e) {
