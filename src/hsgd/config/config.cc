@@ -357,6 +357,7 @@ size_t unsafe_non_ascii(std::string_view s) {
     }
     return false;
   };
+  char prev = '\n';  // the last character outside strings, comments and blanks
   for (size_t i = 0; i < s.size();) {
     const char ch = s[i];
     if (static_cast<unsigned char>(ch) >= 0x80) return i;
@@ -365,10 +366,17 @@ size_t unsafe_non_ascii(std::string_view s) {
       i = nl == std::string_view::npos ? s.size() : nl;
       continue;
     }
-    if (ch != '"' && ch != '\'') {
+    // A quote opens a string only where one may start (a line's start, after
+    // '=', '[', '{', ',' or '.'); elsewhere (`x = 1o"...`) toml++ reads it as
+    // part of the value before, character by character: not a string.
+    const bool string_start = prev == '\n' || prev == '=' || prev == '[' || prev == '{' ||
+                              prev == ',' || prev == '.';
+    if ((ch != '"' && ch != '\'') || !string_start) {
+      if (ch != ' ' && ch != '\t' && ch != '\r') prev = ch;
       ++i;
       continue;
     }
+    prev = ch;
     if (i + 2 < s.size() && s[i + 1] == ch && s[i + 2] == ch) {
       // A multi-line string: ASCII only, up to its closing triple quote.
       const size_t end = s.find(std::string(3, ch), i + 3);
