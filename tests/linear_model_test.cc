@@ -289,6 +289,11 @@ TEST_F(ModelFileTest, HeaderLiesFailBeforeAllocating) {
                  R"("num_params":15})",
                  15));
   expect_load_error("bad header: num_classes = 1e+300: expected an integer in [1, 2147483647]");
+  // 0 classes (found by the model fuzz target: nlohmann stores 0 as unsigned).
+  write_all(file(R"({"name":"softmax","sample_shape":[4],"num_classes":0,"hidden":[],)"
+                 R"("num_params":15})",
+                 15));
+  expect_load_error("bad header: num_classes = 0: expected an integer in [1, 2147483647]");
   write_all(file(R"({"name":"softmax","sample_shape":[-4],"num_classes":3,"hidden":[],)"
                  R"("num_params":15})",
                  15));

@@ -191,9 +191,14 @@ void parse_model(const std::string& path, std::string_view bytes, ModelSpec* spe
     // Integers are taken only from JSON integers in range: nlohmann's get<>
     // would convert 1e300 or -1 silently (or, for floats, with UB).
     auto integer = [&](const nlohmann::json& v, const char* key, int64_t lo, int64_t hi) {
-      if (!v.is_number_integer() ||
-          (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(hi)
-                                  : v.get<int64_t>() < lo || v.get<int64_t>() > hi)) {
+      // nlohmann stores every non-negative integer as unsigned: check both
+      // bounds in the representation it has.
+      const bool in_range =
+          v.is_number_unsigned()
+              ? v.get<uint64_t>() <= static_cast<uint64_t>(hi) &&
+                    (lo <= 0 || v.get<uint64_t>() >= static_cast<uint64_t>(lo))
+              : v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+      if (!in_range) {
         r.fail_at(header_at, std::string("bad header: ") + key + " = " +
                                  v.dump(-1, ' ', true).substr(0, 40) +
                                  ": expected an integer in [" + std::to_string(lo) + ", " +
