@@ -253,6 +253,9 @@ TEST(Config, NonAsciiOnlyInCommentsAndStringValues) {
                                    "in comments and single-line string values");
   const std::string bare = write_file("bare.toml", "[train]\nworkers = 2 \xcb\xa2\n");
   EXPECT_NE(error_of(bare, {}).find(bare + ":2:13: expected a TOML config"), std::string::npos);
+  // A --set value is taken as a string rather than handed to toml++.
+  EXPECT_EQ(load_config("", {{"train.budget", "1"}, {"train.out", "caf\xc3\xa9 x"}}).train.out,
+            "caf\xc3\xa9 x");
   const std::string multi = write_file("multi.toml", "[train]\nout = \"\"\"\\\n \xc3\xa9\"\"\"\n");
   EXPECT_NE(error_of(multi, {}).find(multi + ":3:2:"), std::string::npos) << error_of(multi, {});
 }

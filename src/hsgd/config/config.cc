@@ -448,9 +448,11 @@ Config parse_config_unchecked(const std::string& path, std::string_view file_tex
   }
   for (const auto& [key, text] : overrides) {
     toml::table parsed;
-    bool ok = true;
+    const std::string doc = "v = " + text;
+    // Text toml++ must not see (see unsafe_non_ascii) is taken as a string.
+    bool ok = unsafe_non_ascii(doc) == std::string_view::npos;
     try {
-      parsed = toml::parse("v = " + text);
+      if (ok) parsed = toml::parse(doc);
     } catch (const toml::parse_error&) {
       ok = false;
     }
