@@ -448,7 +448,8 @@ Config parse_config_unchecked(const std::string& path, std::string_view file_tex
   }
   for (const auto& [key, text] : overrides) {
     toml::table parsed;
-    const std::string doc = "v = " + text;
+    std::string doc = "v = ";
+    doc += text;
     // Text toml++ must not see (see unsafe_non_ascii) is taken as a string.
     bool ok = unsafe_non_ascii(doc) == std::string_view::npos;
     try {
@@ -627,7 +628,7 @@ std::string config_hash(const Config& c) {
   n.train.budget = 0;
   n.train.epochs = 0;
   n.train.checkpoint_every = 0;
-  n.train.out = "-";
+  n.train.out.assign(1, '-');  // not = "-": GCC 12 -Wrestrict false positive
   n.train.workers = 1;
   n.checkpoint.keep = 1;
   const std::string text = to_toml(n);
