@@ -343,65 +343,55 @@ std::string read_config_file(const std::string& path) {
 
 // Where toml++ 3.3 must not see a non-ASCII byte. Its whitespace test
 // (is_non_ascii_horizontal_whitespace) reaches __builtin_unreachable for
-// U+00A1..U+0499 and U+FB26..U+FEFE, and the parser runs it on every
-// character of a key, of a non-string value, of a multi-line string and
-// between tokens: undefined behaviour on a config holding "é" there (found by
-// the config fuzz target). Non-ASCII text is valid TOML only in comments and
-// strings anyway, so: it is allowed in comments and in single-line string
-// values (a string not followed by '=', '.' or ']'), and refused elsewhere.
-// Returns the offset of the first refused byte, or npos.
+// U+00A1..U+0499 and U+FB26..U+FEFE, and the parser runs it on characters
+// of keys, of values it scans for an error message, of multi-line strings
+// and between tokens: undefined behaviour on a config holding "é" there
+// (found three ways by the config fuzz target; predicting toml++'s tokens in
+// general proved fragile). So a line may hold non-ASCII text only in two
+// shapes whose tokens are certain: a comment line (`# ...`), and
+// `key = "value"` or `key = 'value'` with a bare ASCII key, the string closed
+// on that line and followed only by blanks and an optional comment; the
+// non-ASCII bytes inside the string or the comment. Elsewhere non-ASCII text
+// is invalid TOML or unneeded by hsgd's keys. Returns the offset of the
+// first refused byte, or npos.
 size_t unsafe_non_ascii(std::string_view s) {
-  auto non_ascii = [](std::string_view t) {
-    for (char ch : t) {
-      if (static_cast<unsigned char>(ch) >= 0x80) return true;
-    }
-    return false;
+  auto high = [](char ch) { return static_cast<unsigned char>(ch) >= 0x80; };
+  auto blank = [](char ch) { return ch == ' ' || ch == '\t'; };
+  auto bare = [](char ch) {
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           ch == '_' || ch == '-';
   };
-  char prev = '\n';  // the last character outside strings, comments and blanks
-  for (size_t i = 0; i < s.size();) {
-    const char ch = s[i];
-    if (static_cast<unsigned char>(ch) >= 0x80) return i;
-    if (ch == '#') {  // a comment: anything to the end of the line
-      const size_t nl = s.find('\n', i);
-      i = nl == std::string_view::npos ? s.size() : nl;
-      continue;
-    }
-    // A quote opens a string only where one may start (a line's start, after
-    // '=', '[', '{', ',' or '.'); elsewhere (`x = 1o"...`) toml++ reads it as
-    // part of the value before, character by character: not a string.
-    const bool string_start = prev == '\n' || prev == '=' || prev == '[' || prev == '{' ||
-                              prev == ',' || prev == '.';
-    if ((ch != '"' && ch != '\'') || !string_start) {
-      if (ch != ' ' && ch != '\t' && ch != '\r') prev = ch;
-      ++i;
-      continue;
-    }
-    prev = ch;
-    if (i + 2 < s.size() && s[i + 1] == ch && s[i + 2] == ch) {
-      // A multi-line string: ASCII only, up to its closing triple quote.
-      const size_t end = s.find(std::string(3, ch), i + 3);
-      const size_t stop = end == std::string_view::npos ? s.size() : end + 3;
-      for (size_t j = i; j < stop; ++j) {
-        if (static_cast<unsigned char>(s[j]) >= 0x80) return j;
+  for (size_t start = 0; start < s.size();) {
+    const size_t nl = s.find('\n', start);
+    const size_t end = nl == std::string_view::npos ? s.size() : nl;
+    const std::string_view line = s.substr(start, end - start);
+    const size_t first_high = std::find_if(line.begin(), line.end(), high) - line.begin();
+    if (first_high < line.size()) {
+      size_t i = 0;
+      while (i < line.size() && blank(line[i])) ++i;
+      bool safe = i < line.size() && line[i] == '#';
+      if (!safe) {
+        const size_t key = i;
+        while (i < line.size() && bare(line[i])) ++i;
+        const bool has_key = i > key;
+        while (i < line.size() && blank(line[i])) ++i;
+        const bool eq = has_key && i < line.size() && line[i] == '=';
+        if (eq) ++i;
+        while (i < line.size() && blank(line[i])) ++i;
+        const char q = i < line.size() ? line[i] : '\0';
+        if (eq && (q == '"' || q == '\'') && !(i + 1 < line.size() && line[i + 1] == q)) {
+          size_t j = i + 1;
+          while (j < line.size() && line[j] != q) j += (q == '"' && line[j] == '\\') ? 2 : 1;
+          if (j < line.size()) {  // closed on this line
+            ++j;
+            while (j < line.size() && blank(line[j])) ++j;
+            safe = j == line.size() || line[j] == '#' || line[j] == '\r';
+          }
+        }
       }
-      i = stop;
-      continue;
+      if (!safe) return start + first_high;
     }
-    // A single-line string: to the closing quote (basic strings skip escaped
-    // characters) or the end of the line.
-    size_t j = i + 1;
-    while (j < s.size() && s[j] != ch && s[j] != '\n') j += (ch == '"' && s[j] == '\\') ? 2 : 1;
-    j = std::min(j, s.size());
-    const std::string_view body = s.substr(i + 1, j - i - 1);
-    i = j < s.size() && s[j] == ch ? j + 1 : j;
-    if (!non_ascii(body)) continue;
-    size_t k = i;
-    while (k < s.size() && (s[k] == ' ' || s[k] == '\t')) ++k;
-    if (k < s.size() && (s[k] == '=' || s[k] == '.' || s[k] == ']')) {  // a key or a header
-      for (size_t b = 0; b < body.size(); ++b) {
-        if (static_cast<unsigned char>(body[b]) >= 0x80) return (body.data() - s.data()) + b;
-      }
-    }
+    start = end + 1;
   }
   return std::string_view::npos;
 }
