@@ -4,7 +4,7 @@ PRESET ?= release
 BUILD := build/$(PRESET)
 JOBS ?= 2
 
-.PHONY: deps build demo test test-asan test-tsan bench bench-mpi format clean
+.PHONY: deps build demo test test-asan test-tsan fuzz bench bench-mpi format clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -23,6 +23,13 @@ test-asan: deps
 	cmake --preset asan
 	cmake --build --preset asan -j $(JOBS)
 	ctest --preset asan -j $(JOBS)
+
+# libFuzzer on every reader, FUZZ_SECONDS each (docs/fuzzing.md). Installs
+# clang and libFuzzer (scripts/install-fuzz-deps.sh) only here.
+FUZZ_SECONDS ?= 60
+FUZZ_TIMEOUT ?= 1
+fuzz:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_TIMEOUT=$(FUZZ_TIMEOUT) JOBS=$(JOBS) bash scripts/fuzz.sh
 
 test-tsan: deps
 	cmake --preset tsan

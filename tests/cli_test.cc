@@ -76,7 +76,37 @@ std::vector<BadCase> bad_cases() {
   write("idx_gz/train-labels-idx1-ubyte", labels);
   const std::string bad_model = write("bad_model.bin", "HSGDMODEL1\n\x05\x00");
   const std::string syn = "train --data synthetic --model softmax --budget 1 ";
+  // Config files that are not configs.
+  const std::string not_toml = write("not_toml.toml", "{\"train\": {\"workers\": 2}}\n");
+  const std::string empty_toml = write("empty.toml", "");
+  std::string garbage;
+  for (int i = 0; i < 512; ++i) garbage += static_cast<char>((i * 131 + 7) % 256);
+  const std::string binary_toml = write("binary.toml", garbage);
+  const std::string high_toml = write("high.toml", "\xde\xad\xbe\xef\xca\xfe\n");
+  const std::string config_dir = tmp("config_dir.toml");
+  fs::create_directories(config_dir);
+  const std::string a_file = write("a_file", "x");
   return {
+      {"config_not_toml", "train --config " + not_toml,
+       "not_toml.toml:1:1: expected a TOML config"},
+      {"config_directory", "train --config " + config_dir,
+       config_dir + ": expected a TOML config file, got a directory"},
+      {"config_empty", "train --config " + empty_toml,
+       "empty.toml: expected a TOML config, got an empty file"},
+      {"config_binary", "train --config " + binary_toml,
+       "binary.toml: expected a TOML config (text), got binary data"},
+      {"config_non_ascii", "train --config " + high_toml, "high.toml:1:1: expected a TOML config"},
+      // As root no file is unreadable by mode bits: a read that fails (EIO).
+      {"config_unreadable", "train --config /proc/self/mem",
+       "/proc/self/mem: cannot read (Input/output error)"},
+      {"config_missing", "train --config /nonexistent/job.toml",
+       "/nonexistent/job.toml: cannot open (No such file or directory)"},
+      // Outputs that cannot be written, found before training starts.
+      {"out_is_a_file", syn + "--set train.out=" + a_file, "exists and is not a directory"},
+      {"out_under_a_file", syn + "--set train.out=" + a_file + "/run",
+       "train.out = '" + a_file + "/run': cannot create"},
+      // sysfs refuses to create files, even for root: a read-only directory.
+      {"out_read_only", syn + "--set train.out=/sys/fs", "train.out = '/sys/fs': cannot write"},
       {"idx_truncated", "train --data idx:" + idx_dir + " --budget 1", "offset"},
       {"gz_corrupt", "train --data idx:" + gz_dir + " --budget 1", "train-images-idx3-ubyte.gz"},
       {"csv_ragged", "train --data csv:" + ragged + " --budget 1", "ragged.csv:line 2"},
@@ -116,6 +146,25 @@ std::vector<BadCase> bad_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Cli, BadInput, ::testing::ValuesIn(bad_cases()),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// Mode bits: only for a user they apply to (root reads and writes anyway;
+// the /proc/self/mem and /sys/fs cases above cover those paths as root).
+TEST(Cli, ConfigWithoutReadPermissionAndReadOnlyOutDir) {
+  if (geteuid() == 0) GTEST_SKIP() << "running as root: mode bits do not deny root";
+  const std::string cfg = write("noread.toml", "[train]\nworkers = 2\n");
+  fs::permissions(cfg, fs::perms::none);
+  Outcome o = run("train --quiet --config " + cfg);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find(cfg + ": cannot open (Permission denied)"), std::string::npos) << o.err;
+  const std::string ro = tmp("read_only_out");
+  fs::create_directories(ro);
+  fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
+  o = run("train --quiet --data synthetic --model softmax --budget 1 --out " + ro);
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_NE(o.err.find("train.out = '" + ro + "': cannot write"), std::string::npos) << o.err;
+  EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+  fs::permissions(ro, fs::perms::owner_all);
+}
 
 // ---------------------------------------------------------------- end to end
 

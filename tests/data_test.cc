@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "alloc_probe.h"
 #include "hsgd/core/error.h"
 #include "hsgd/data/dataset.h"
 #include "hsgd/data/readers.h"
@@ -263,7 +264,10 @@ TEST_F(DataTest, MissingFile) {
   expect_input_error([&] { read_idx(p, p); }, {p + ": cannot open (No such file or directory)"});
   expect_input_error([&] { read_csv(p); }, {p + ": cannot open (No such file or directory)"});
   expect_input_error([&] { read_csv(dir_.string()); },
-                     {dir_.string() + ": cannot read (Is a directory)"});
+                     {dir_.string() + ": expected a file, got a directory"});
+  // A read that fails after the open (as root, chmod 000 would not stop it).
+  expect_input_error([&] { read_libsvm("/proc/self/mem"); },
+                     {"/proc/self/mem: cannot read (Input/output error)"});
 }
 
 // ---- CIFAR-10
@@ -401,6 +405,116 @@ TEST_F(DataTest, LibsvmBadTokens) {
   std::string s = write("d.svm", "");
   expect_input_error([&] { read_libsvm(s); },
                      {s + ":line 1: expected a data row, got an empty file"});
+}
+
+// ---- header lies: memory follows the bytes really there, not the claims
+
+// A gzip stream of `bytes` whose ISIZE trailer (the uncompressed size a
+// reader might preallocate) claims 4 GB.
+Bytes gzip_claiming_4gb(const Bytes& bytes) {
+  Bytes out(compressBound(bytes.size()) + 64, '\0');
+  z_stream s{};
+  deflateInit2(&s, 9, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+  s.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
+  s.avail_in = static_cast<uInt>(bytes.size());
+  s.next_out = reinterpret_cast<Bytef*>(out.data());
+  s.avail_out = static_cast<uInt>(out.size());
+  EXPECT_EQ(deflate(&s, Z_FINISH), Z_STREAM_END);
+  out.resize(s.total_out);
+  deflateEnd(&s);
+  for (int i = 1; i <= 4; ++i) out[out.size() - i] = '\xff';  // ISIZE = 2^32 - 1
+  return out;
+}
+
+constexpr size_t kSmall = 1 << 20;  // "did not allocate for the claim"
+
+TEST_F(DataTest, HeaderLiesIdxBillionImagesIn100Bytes) {
+  // 16-byte header claiming 10^9 images of 28x28 (784 GB), 84 bytes of data.
+  const std::string img = write("img", idx_images(1000000000, 28, 28, std::vector<uint8_t>(84, 1)));
+  ASSERT_EQ(fs::file_size(img), 100u);
+  const std::string lab = write("lab", idx_labels({1}));
+  EXPECT_LT(test::largest_allocation([&] {
+              expect_input_error([&] { read_idx(img, lab); },
+                                 {img + ": offset 100: expected 784000000000 bytes", "got 84"});
+            }),
+            kSmall);
+  // Labels claiming 10^9 against 1 image: refused before any label is read.
+  const std::string one = write("one", idx_images(1, 2, 2, {0, 1, 2, 3}));
+  const std::string lie = write("lie", idx_labels({1}, 1000000000));
+  EXPECT_LT(test::largest_allocation([&] {
+              expect_input_error([&] { read_idx(one, lie); },
+                                 {lie + ": offset 4: expected 1 labels"});
+            }),
+            kSmall);
+}
+
+TEST_F(DataTest, HeaderLiesIdxGzip) {
+  // The same 100-byte lie, gzip-compressed: checked against what the stream
+  // really inflates to.
+  const std::string img =
+      write_gz("img.gz", idx_images(1000000000, 28, 28, std::vector<uint8_t>(84, 1)));
+  const std::string lab = write("lab", idx_labels({1}));
+  EXPECT_LT(test::largest_allocation([&] {
+              expect_input_error([&] { read_idx(img, lab); },
+                                 {img + ": offset 100: expected 784000000000 bytes"});
+            }),
+            kSmall);
+  // A gzip trailer claiming 4 GB is not preallocated (zlib then refuses the
+  // stream: its length check fails). 4 KB of incompressible pixels: trusting
+  // ISIZE up to deflate's 1032:1 would take 4 MB.
+  std::vector<uint8_t> noise(64 * 64);
+  uint32_t x = 12345;
+  for (uint8_t& v : noise) v = static_cast<uint8_t>((x = x * 1664525u + 1013904223u) >> 24);
+  const std::string isize = write("isize.gz", gzip_claiming_4gb(idx_images(1, 64, 64, noise)));
+  EXPECT_LT(test::largest_allocation([&] {
+              expect_input_error([&] { read_idx(isize, lab); },
+                                 {isize + ": offset ", "incorrect length check"});
+            }),
+            kSmall);
+}
+
+TEST_F(DataTest, HeaderLiesCifar10GzipSize) {
+  // CIFAR-10 has no header: its only claim can be a gzip ISIZE.
+  write("test_batch.bin", gzip_claiming_4gb(cifar_record(4, 1)));
+  EXPECT_LT(test::largest_allocation([&] {
+              expect_input_error([&] { read_cifar10_dir(dir_.string(), false); },
+                                 {"test_batch.bin: offset", "incorrect length check"});
+            }),
+            kSmall);
+}
+
+TEST_F(DataTest, HeaderLiesCsvGzipSizeAndWideFirstRow) {
+  const std::string gz = write("a.csv.gz", gzip_claiming_4gb("0,1,2\n1,3,4\n"));
+  EXPECT_LT(test::largest_allocation(
+                [&] { expect_input_error([&] { read_csv(gz); }, {"incorrect length check"}); }),
+            kSmall);
+  // A 20 001-field first row then a ragged one: the row-size guess used to
+  // reserve memory never exceeds the file.
+  std::string wide = "0";
+  for (int i = 0; i < 20000; ++i) wide += ",1";
+  const std::string p = write("wide.csv", wide + "\n1,2\n");
+  EXPECT_LT(test::largest_allocation(
+                [&] { expect_input_error([&] { read_csv(p); }, {"wide.csv:line 2"}); }),
+            kSmall);
+}
+
+TEST_F(DataTest, HeaderLiesLibsvmHugeIndex) {
+  // One 14-byte line naming feature 4 000 000: 16 MB dense for 14 bytes.
+  const std::string p = write("a.svm", "0 4000000:1\n");
+  EXPECT_LT(test::largest_allocation([&] {
+              expect_input_error(
+                  [&] { read_libsvm(p); },
+                  {p + ": expected at most 1048576 dense values", "1 rows x 4000000"});
+            }),
+            kSmall);
+  const std::string q = write("b.svm", "0 1073741824:1\n");
+  EXPECT_LT(test::largest_allocation([&] { expect_input_error([&] { read_libsvm(q); }, {q}); }),
+            kSmall);
+  // Sparse but within 256 values per byte: read.
+  const std::string r = write("c.svm", "0 1:1\n1 1000:2\n");
+  Dataset d = read_libsvm(r);
+  EXPECT_EQ(d.sample_shape, (std::vector<int64_t>{1000}));
+  EXPECT_EQ(d.features[1000 + 999], 2.0f);
 }
 
 // ---- specs and compatibility

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "alloc_probe.h"
 #include "hsgd/core/error.h"
 #include "hsgd/core/rng.h"
 #include "hsgd/model/model.h"
@@ -154,7 +155,9 @@ class ModelFileTest : public ::testing::Test {
     spec_.num_classes = 10;
     spec_.hidden = {64, 32};
     Rng rng(3, 0);
-    for (int i = 0; i < 1000; ++i) params_.push_back(static_cast<float>(rng.normal()));
+    // As many as the real model (784*64+64 + 64*32+32 + 32*10+10): the
+    // header's layers are checked against the parameter count.
+    for (int i = 0; i < 52650; ++i) params_.push_back(static_cast<float>(rng.normal()));
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
@@ -201,12 +204,12 @@ TEST_F(ModelFileTest, RoundTrip) {
   EXPECT_EQ(p, params_);
 }
 
-TEST_F(ModelFileTest, RoundTripEmpty) {
+TEST_F(ModelFileTest, NoParametersIsInputError) {
+  // No model has zero parameters: the header's layers cannot fit.
   save_model(path_, spec_, {});
-  ModelSpec s;
-  std::vector<float> p = {1.0f};
-  load_model(path_, &s, &p);
-  EXPECT_TRUE(p.empty());
+  expect_load_error(
+      "bad header: a mlp model with input {1,28,28}, hidden {64,32} and 10 classes "
+      "cannot have only 0 parameters");
 }
 
 TEST_F(ModelFileTest, LayoutIsAsDocumented) {
@@ -255,6 +258,51 @@ TEST_F(ModelFileTest, BadMagicHeaderAndTrailingBytes) {
   expect_load_error("unexpected bytes");
   std::filesystem::remove(path_);
   expect_load_error("cannot open");
+}
+
+// Header lies: a few hundred bytes claiming a huge model fail before any
+// allocation of that size, and no spec that could make make_model build a
+// model larger than the file gets through.
+TEST_F(ModelFileTest, HeaderLiesFailBeforeAllocating) {
+  auto file = [](const std::string& header, size_t floats) {
+    std::string b = "HSGDMODEL1\n";
+    for (int i = 0; i < 4; ++i) b.push_back(static_cast<char>((header.size() >> (8 * i)) & 0xff));
+    return b + header + std::string(floats * 4 + 4, '\0');
+  };
+  constexpr size_t kSmall = 1 << 20;
+  // header_len claims 4 GB.
+  write_all(std::string("HSGDMODEL1\n\xff\xff\xff\xff{}", 17));
+  EXPECT_LT(test::largest_allocation([&] { expect_load_error("more bytes"); }), kSmall);
+  // num_params claims 2^39 floats (2 TB).
+  write_all(file(R"({"name":"softmax","sample_shape":[4],"num_classes":3,"hidden":[],)"
+                 R"("num_params":549755813888})",
+                 15));
+  EXPECT_LT(test::largest_allocation([&] { expect_load_error("more bytes"); }), kSmall);
+  // An mlp claiming two hidden layers of 2^30 in a 23-parameter file.
+  write_all(file(R"({"name":"mlp","sample_shape":[2,2],"num_classes":2,)"
+                 R"("hidden":[1073741824,1073741824],"num_params":23})",
+                 23));
+  EXPECT_LT(test::largest_allocation([&] { expect_load_error("cannot have only 23 parameters"); }),
+            kSmall);
+  // Numbers that are not integers in range.
+  write_all(file(R"({"name":"softmax","sample_shape":[4],"num_classes":1e300,"hidden":[],)"
+                 R"("num_params":15})",
+                 15));
+  expect_load_error("bad header: num_classes = 1e+300: expected an integer in [1, 2147483647]");
+  // 0 classes (found by the model fuzz target: nlohmann stores 0 as unsigned).
+  write_all(file(R"({"name":"softmax","sample_shape":[4],"num_classes":0,"hidden":[],)"
+                 R"("num_params":15})",
+                 15));
+  expect_load_error("bad header: num_classes = 0: expected an integer in [1, 2147483647]");
+  write_all(file(R"({"name":"softmax","sample_shape":[-4],"num_classes":3,"hidden":[],)"
+                 R"("num_params":15})",
+                 15));
+  expect_load_error("sample_shape {-4}: expected dimensions >= 1");
+}
+
+TEST_F(ModelFileTest, DirectoryIsInputError) {
+  path_ = dir_.string();
+  expect_load_error("expected a model file, got a directory");
 }
 
 TEST_F(ModelFileTest, SaveIntoMissingDirectoryIsInputError) {

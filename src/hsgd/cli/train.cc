@@ -2,8 +2,11 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -34,6 +37,15 @@ void prepare_out_dir(const std::string& dir) {
   }
   fs::create_directories(dir, ec);
   if (ec) throw InputError("train.out = '" + dir + "': cannot create (" + ec.message() + ")");
+  // Writable? (A read-only directory or file system; access(2) would let
+  // root through, a file actually created does not.)
+  const std::string probe = (fs::path(dir) / ".hsgd-write-probe.partial").string();
+  if (FILE* f = std::fopen(probe.c_str(), "wb")) {
+    std::fclose(f);
+    std::remove(probe.c_str());
+  } else {
+    throw InputError("train.out = '" + dir + "': cannot write (" + std::strerror(errno) + ")");
+  }
   for (const char* f : kOutputs) {
     fs::remove(fs::path(dir) / f, ec);
     fs::remove(fs::path(dir) / (std::string(f) + ".partial"), ec);

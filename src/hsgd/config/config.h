@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -121,7 +122,19 @@ using Override = std::pair<std::string, std::string>;
 
 // Builds a config: defaults, then the TOML file (if `path` is not empty), then
 // the overrides in order. Validates the result. Throws InputError.
+// The file must be a readable, non-empty text file; otherwise one line
+// naming it: "<path>: expected a TOML config file, got a directory",
+// "<path>: cannot open (<reason>)", "<path>: expected a TOML config, got an
+// empty file", "<path>: expected a TOML config (text), got binary data ...",
+// "<path>:<line>:<column>: expected a TOML config: <parser's reason>".
 Config load_config(const std::string& path, const std::vector<Override>& overrides);
+
+// load_config on the file's text held in memory (`path` names it in messages;
+// empty `path`: no file, `text` ignored). load_config reads the file and
+// calls this; the config fuzz target calls it directly. Every message is one
+// line (control characters written as \xNN).
+Config parse_config(const std::string& path, std::string_view text,
+                    const std::vector<Override>& overrides);
 
 // Checks every value (called by load_config; callable after edits).
 void validate(const Config& c);

@@ -21,9 +21,8 @@ std::vector<std::string> batch_files(const std::string& dir, bool train) {
   return files;
 }
 
-// Reads one batch file and checks its size and labels; returns its bytes.
-std::string read_batch(const std::string& path) {
-  std::string bytes = data_internal::read_file(path);
+// Checks one batch's size and labels (`bytes` already decoded).
+void check_batch(const std::string& path, std::string_view bytes) {
   if (bytes.empty() || bytes.size() % kRecord != 0) {
     data_internal::fail_at(
         path, bytes.size(),
@@ -39,34 +38,53 @@ std::string read_batch(const std::string& path) {
                                          kClasses - 1, at / kRecord, label));
     }
   }
-  return bytes;
+}
+
+// A data set of `records` samples (allocated once), filled batch by batch.
+Dataset empty_cifar(const std::string& name, size_t records) {
+  Dataset d;
+  d.name = name;
+  d.sample_shape = {3, 32, 32};
+  d.num_classes = kClasses;
+  data_internal::resize_for_bulk_write(&d.features, records * kPixels);
+  d.labels.reserve(records);
+  return d;
+}
+
+// Appends the records of a checked batch; `*dst` points into d->features.
+void append_records(std::string_view bytes, Dataset* d, float** dst) {
+  std::array<float, 256> scale{};
+  for (int v = 0; v < 256; ++v) scale[v] = static_cast<float>(v) / 255.0f;
+  const auto* src = reinterpret_cast<const unsigned char*>(bytes.data());
+  for (const auto* end = src + bytes.size(); src != end; src += kRecord, *dst += kPixels) {
+    d->labels.push_back(src[0]);
+    for (size_t i = 0; i < kPixels; ++i) (*dst)[i] = scale[src[1 + i]];
+  }
 }
 
 }  // namespace
 
+Dataset parse_cifar10_batch(const std::string& name, std::string_view raw) {
+  std::string storage;
+  const std::string_view bytes = data_internal::decode(name, raw, &storage);
+  check_batch(name, bytes);
+  Dataset d = empty_cifar(name, bytes.size() / kRecord);
+  float* dst = d.features.data();
+  append_records(bytes, &d, &dst);
+  return d;
+}
+
 Dataset read_cifar10_dir(const std::string& dir, bool train) {
-  Dataset d;
-  d.name = dir;
-  d.sample_shape = {3, 32, 32};
-  d.num_classes = kClasses;
   std::vector<std::string> batches;
   size_t records = 0;
   for (const std::string& path : batch_files(dir, train)) {
-    batches.push_back(read_batch(path));
+    batches.push_back(data_internal::read_file(path));
+    check_batch(path, batches.back());
     records += batches.back().size() / kRecord;
   }
-  std::array<float, 256> scale{};
-  for (int v = 0; v < 256; ++v) scale[v] = static_cast<float>(v) / 255.0f;
-  data_internal::resize_for_bulk_write(&d.features, records * kPixels);
-  d.labels.reserve(records);
+  Dataset d = empty_cifar(dir, records);
   float* dst = d.features.data();
-  for (const std::string& bytes : batches) {
-    const auto* src = reinterpret_cast<const unsigned char*>(bytes.data());
-    for (const auto* end = src + bytes.size(); src != end; src += kRecord, dst += kPixels) {
-      d.labels.push_back(src[0]);
-      for (size_t i = 0; i < kPixels; ++i) dst[i] = scale[src[1 + i]];
-    }
-  }
+  for (const std::string& bytes : batches) append_records(bytes, &d, &dst);
   return d;
 }
 

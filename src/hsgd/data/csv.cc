@@ -17,7 +17,7 @@ using data_internal::LineReader;
 [[noreturn]] void fail_field(const std::string& path, int64_t line, size_t field,
                              const std::string& expected, std::string_view got) {
   throw InputError(fmt::format("{}:line {} field {}: expected {}, got '{}'{}", path, line, field,
-                               expected, got,
+                               expected, data_internal::printable(got),
                                line == 1 ? " (CSV files must not have a header row)" : ""));
 }
 
@@ -27,8 +27,9 @@ size_t count_fields(std::string_view line) {
 
 }  // namespace
 
-Dataset read_csv(const std::string& path) {
-  const std::string text = data_internal::read_file(path);
+Dataset parse_csv(const std::string& path, std::string_view raw) {
+  std::string storage;
+  const std::string_view text = data_internal::decode(path, raw, &storage);
   Dataset d;
   d.name = path;
   size_t width = 0;        // fields per row, set by the first row
@@ -95,5 +96,7 @@ Dataset read_csv(const std::string& path) {
   d.num_classes = max_label + 1;
   return d;
 }
+
+Dataset read_csv(const std::string& path) { return parse_csv(path, data_internal::read_raw(path)); }
 
 }  // namespace hsgd

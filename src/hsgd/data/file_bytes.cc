@@ -64,10 +64,12 @@ std::string gunzip(const std::string& path, std::string_view in) {
     throw InputError(fmt::format("{}: cannot decompress (zlib: out of memory)", path));
   }
   InflateGuard guard{&s};
-  // Deflate expands at most ~1032:1, so a corrupt ISIZE cannot ask for more.
-  const size_t hint = std::min(size_hint(in), in.size() * 1032);
+  // ISIZE is a claim: trust it only up to 8x the compressed size (real IDX
+  // and CSV files compress 2-6x); beyond that the buffer grows by doubling
+  // as the stream really produces bytes, so a lying ISIZE costs nothing.
+  const size_t hint = std::min(size_hint(in), in.size() * 8);
   std::string out;
-  resize_for_bulk_write(&out, std::max<size_t>(hint + 64, 1 << 16));
+  resize_for_bulk_write(&out, std::max<size_t>(hint + 64, 1 << 12));
   size_t consumed = 0;                 // compressed bytes fed to zlib
   size_t produced = 0;                 // uncompressed bytes written to out
   constexpr size_t kChunk = 1u << 30;  // zlib counts in 32-bit uInt
@@ -105,11 +107,14 @@ std::string gunzip(const std::string& path, std::string_view in) {
   return out;
 }
 
-std::string read_file(const std::string& path) {
+std::string read_raw(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw InputError(fmt::format("{}: expected a file, got a directory", path));
+  }
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!f) throw InputError(fmt::format("{}: cannot open ({})", path, errno_text(errno)));
   std::string bytes;
-  std::error_code ec;
   auto size = std::filesystem::file_size(path, ec);
   if (!ec) resize_for_bulk_write(&bytes, size);
   size_t got = std::fread(bytes.data(), 1, bytes.size(), f.get());
@@ -119,8 +124,19 @@ std::string read_file(const std::string& path) {
   if (std::ferror(f.get())) {
     throw InputError(fmt::format("{}: cannot read ({})", path, errno_text(errno)));
   }
-  if (is_gzip(bytes)) return gunzip(path, bytes);
   return bytes;
+}
+
+std::string_view decode(const std::string& name, std::string_view raw, std::string* storage) {
+  if (!is_gzip(raw)) return raw;
+  *storage = gunzip(name, raw);
+  return *storage;
+}
+
+std::string read_file(const std::string& path) {
+  std::string raw = read_raw(path);
+  if (!is_gzip(raw)) return raw;
+  return gunzip(path, raw);
 }
 
 }  // namespace hsgd::data_internal

@@ -8,10 +8,19 @@
 
 namespace hsgd::data_internal {
 
-// The bytes of `path`, decompressed if they start with the gzip magic
-// (0x1f 0x8b; concatenated gzip members are joined). Throws InputError:
+// The raw bytes of `path` (not decompressed). Throws InputError:
 //   "<path>: cannot open (<strerror>)" / "<path>: cannot read (<strerror>)"
-//   "<path>: offset <n>: expected gzip data, got ..." (n in the compressed file)
+//   "<path>: expected a file, got a directory"
+std::string read_raw(const std::string& path);
+
+// `raw` itself, or, if it starts with the gzip magic (0x1f 0x8b), its
+// decompression written into `*storage` (concatenated gzip members are
+// joined). The result views `raw` or `*storage`. Memory is bounded by what
+// the stream really inflates to, never by its ISIZE field. Throws InputError
+// "<name>: offset <n>: expected gzip data, got ..." (n in the compressed bytes).
+std::string_view decode(const std::string& name, std::string_view raw, std::string* storage);
+
+// read_raw then decode, into one string.
 std::string read_file(const std::string& path);
 
 // Decompresses an in-memory gzip stream; `path` only names it in messages.

@@ -70,12 +70,14 @@ void check_payload(const std::string& path, std::string_view b, size_t header, u
 
 }  // namespace
 
-Dataset read_idx(const std::string& images_path, const std::string& labels_path) {
+Dataset parse_idx(const std::string& images_path, std::string_view images_raw,
+                  const std::string& labels_path, std::string_view labels_raw) {
   Dataset d;
   d.name = images_path;
   d.num_classes = kClasses;
   {
-    const std::string bytes = data_internal::read_file(images_path);
+    std::string storage;
+    const std::string_view bytes = data_internal::decode(images_path, images_raw, &storage);
     auto [n, rows, cols] = read_header<3>(images_path, bytes, kImagesMagic, "image");
     if (n == 0) fail_at(images_path, 4, "expected at least one image, got 0");
     if (rows == 0 || cols == 0) {
@@ -84,6 +86,8 @@ Dataset read_idx(const std::string& images_path, const std::string& labels_path)
     }
     const uint64_t pixels = static_cast<uint64_t>(rows) * cols;  // < 2^64
     const std::string what = fmt::format("pixels ({} images of {}x{})", n, rows, cols);
+    // The declared size is checked against the bytes really there (after
+    // decompression) before anything is allocated for it.
     if (pixels > UINT64_MAX / n) {
       fail_at(images_path, bytes.size(),
               fmt::format("expected {}*{}*{} bytes of {} after the 16-byte header, got {}", n, rows,
@@ -99,7 +103,8 @@ Dataset read_idx(const std::string& images_path, const std::string& labels_path)
     for (size_t i = 0, e = d.features.size(); i < e; ++i) dst[i] = scale[src[i]];
   }
   const size_t images = d.features.size() / (d.sample_shape[1] * d.sample_shape[2]);
-  const std::string bytes = data_internal::read_file(labels_path);
+  std::string storage;
+  const std::string_view bytes = data_internal::decode(labels_path, labels_raw, &storage);
   auto [n] = read_header<1>(labels_path, bytes, kLabelsMagic, "label");
   if (n != images) {
     fail_at(
@@ -117,6 +122,12 @@ Dataset read_idx(const std::string& images_path, const std::string& labels_path)
     d.labels[i] = src[i];
   }
   return d;
+}
+
+Dataset read_idx(const std::string& images_path, const std::string& labels_path) {
+  const std::string images = data_internal::read_raw(images_path);
+  const std::string labels = data_internal::read_raw(labels_path);
+  return parse_idx(images_path, images, labels_path, labels);
 }
 
 namespace {

@@ -13,12 +13,19 @@
 namespace hsgd {
 namespace {
 
-// Dense output is rows * max index floats; refuse more than 2^30 of them.
+// Dense output is rows * max index floats; refuse more than 2^30 of them,
+// and more than kDensePerByte per byte of input (at least kMinDenseBound):
+// memory follows the file's size, not the indices it writes (a 20-byte line
+// "0 1000000000:1" must not allocate 4 GB). 256 per byte admits data sets
+// as sparse as RCV1 (0.16 % non-zero).
 constexpr int64_t kMaxDenseValues = int64_t{1} << 30;
+constexpr int64_t kDensePerByte = 256;
+constexpr int64_t kMinDenseBound = int64_t{1} << 20;
 
 [[noreturn]] void fail_token(const std::string& path, int64_t line, const std::string& expected,
                              std::string_view token) {
-  throw InputError(fmt::format("{}:line {}: expected {}, got '{}'", path, line, expected, token));
+  throw InputError(fmt::format("{}:line {}: expected {}, got '{}'", path, line, expected,
+                               data_internal::printable(token)));
 }
 
 bool is_space(char c) { return c == ' ' || c == '\t'; }
@@ -42,8 +49,9 @@ struct Entry {
 
 }  // namespace
 
-Dataset read_libsvm(const std::string& path) {
-  const std::string text = data_internal::read_file(path);
+Dataset parse_libsvm(const std::string& path, std::string_view raw) {
+  std::string storage;
+  const std::string_view text = data_internal::decode(path, raw, &storage);
   Dataset d;
   d.name = path;
   std::vector<Entry> entries;
@@ -99,15 +107,23 @@ Dataset read_libsvm(const std::string& path) {
   if (max_index == 0) {
     throw InputError(fmt::format("{}: expected at least one feature, got none on any line", path));
   }
-  if (d.size() > kMaxDenseValues / max_index) {
-    throw InputError(fmt::format("{}: expected at most {} dense values, got {} rows x {} features",
-                                 path, kMaxDenseValues, d.size(), max_index));
+  const int64_t bound = std::min(
+      kMaxDenseValues, std::max(kMinDenseBound, kDensePerByte * static_cast<int64_t>(text.size())));
+  if (d.size() > bound / max_index) {
+    throw InputError(fmt::format(
+        "{}: expected at most {} dense values ({} per byte of a {}-byte file, at most {}), got {} "
+        "rows x {} features",
+        path, bound, kDensePerByte, text.size(), kMaxDenseValues, d.size(), max_index));
   }
   d.sample_shape = {max_index};
   d.num_classes = max_label + 1;
   d.features.assign(static_cast<size_t>(d.size() * max_index), 0.0f);
   for (const Entry& e : entries) d.features[e.row * max_index + e.index - 1] = e.value;
   return d;
+}
+
+Dataset read_libsvm(const std::string& path) {
+  return parse_libsvm(path, data_internal::read_raw(path));
 }
 
 }  // namespace hsgd

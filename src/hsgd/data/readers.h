@@ -10,6 +10,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "hsgd/data/dataset.h"
 
@@ -42,7 +43,22 @@ Dataset read_csv(const std::string& path);
 // LIBSVM: `label idx:val idx:val ...`, 1-based strictly increasing indices,
 // `#` starts a comment. Labels are integers >= 0; num_features = max index
 // seen; the result is dense (absent entries are 0), sample_shape {features}.
+// rows x features may not exceed 256 per byte of (decompressed) input, nor
+// 2^30, whichever is less (but at least 2^20): memory follows the file.
 Dataset read_libsvm(const std::string& path);
+
+// In-memory forms of the readers above: `raw` is a whole file's bytes as
+// they are on disk (gzip detected the same way), `name` names it in messages
+// and in Dataset::name. The path readers read the file and call these; the
+// fuzz targets (tests/fuzz/) call them directly. Same contract, same errors.
+// Every size a header declares is checked against the bytes really present
+// before anything is allocated for it, so memory is bounded by the input.
+Dataset parse_idx(const std::string& images_name, std::string_view images_raw,
+                  const std::string& labels_name, std::string_view labels_raw);
+// One CIFAR-10 batch file (a whole number of 3073-byte records).
+Dataset parse_cifar10_batch(const std::string& name, std::string_view raw);
+Dataset parse_csv(const std::string& name, std::string_view raw);
+Dataset parse_libsvm(const std::string& name, std::string_view raw);
 
 struct SyntheticOptions {
   int64_t samples = 10000;

@@ -42,6 +42,23 @@ std::string_view trim(std::string_view s) {
 
 bool is_blank(std::string_view s) { return trim(s).empty(); }
 
+std::string printable(std::string_view s, size_t max) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i == max) return out + "...";
+    const auto u = static_cast<unsigned char>(s[i]);
+    if (u < 0x20 || u >= 0x7f) {
+      static const char* kHex = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
 std::optional<float> parse_float(std::string_view s) {
   s = strip_plus(s);
   float v = 0;

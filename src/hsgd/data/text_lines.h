@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace hsgd::data_internal {
@@ -24,6 +25,10 @@ class LineReader {
 // `s` without leading and trailing spaces and tabs.
 std::string_view trim(std::string_view s);
 bool is_blank(std::string_view s);
+
+// `s` fit to quote in a one-line message: control and non-ASCII bytes
+// written as \xNN, cut to `max` characters with "..." after.
+std::string printable(std::string_view s, size_t max = 40);
 
 // The whole of `s` as a finite float (an optional leading '+' is allowed).
 std::optional<float> parse_float(std::string_view s);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hsgd/data/dataset.h"
@@ -72,6 +73,15 @@ std::vector<std::string> model_names();
 // stands under the final name.
 void save_model(const std::string& path, const ModelSpec& spec, std::span<const float> params);
 void load_model(const std::string& path, ModelSpec* spec, std::vector<float>* params);
+// load_model on a whole file's bytes held in memory (`path` names it in
+// messages); load_model reads the file and calls this, the fuzz target
+// calls it directly. Also checks the header against itself: dimensions >= 1,
+// input_mean and input_std finite (std > 0), and no weight matrix of the
+// model (input x classes, or the mlp's chain through `hidden`) larger than
+// num_params, which is itself checked against the file's length, so no
+// model built from a loaded spec is larger than its file.
+void parse_model(const std::string& path, std::string_view bytes, ModelSpec* spec,
+                 std::vector<float>* params);
 
 // Call once per process before any model is built: one OpenBLAS thread, one
 // torch intra-op/inter-op thread (workers are the parallelism). With glibc it

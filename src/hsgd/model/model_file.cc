@@ -4,16 +4,23 @@
 //   header_len bytes of JSON: {name, sample_shape, num_classes, hidden, num_params}
 //   num_params float32 values
 //   u32 CRC32 (zlib) of the float bytes
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <zlib.h>
 
 #include <bit>
 #include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 #include "hsgd/core/error.h"
@@ -44,16 +51,11 @@ uint32_t get_u32(const char* p) {
   return v;
 }
 
-// Reads a whole file, with bounds-checked cursor access that names the file
-// and offset on truncation.
+// Bounds-checked cursor over a whole file's bytes that names the file and
+// offset on truncation.
 class Reader {
  public:
-  explicit Reader(const std::string& path) : path_(path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) fail("cannot open: " + std::string(std::strerror(errno)));
-    data_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    if (in.bad()) fail("read error");
-  }
+  Reader(const std::string& path, std::string_view data) : path_(path), data_(data) {}
 
   const char* take(size_t bytes) {
     if (data_.size() - pos_ < bytes) {
@@ -74,9 +76,63 @@ class Reader {
 
  private:
   std::string path_;
-  std::string data_;
+  std::string_view data_;
   size_t pos_ = 0;
 };
+
+std::string read_whole_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw InputError(path + ": expected a model file, got a directory");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open: " + std::strerror(errno));
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw InputError(path + ": read error");
+  return data;
+}
+
+std::string join(const std::vector<int64_t>& v) { return fmt::format("{{{}}}", fmt::join(v, ",")); }
+
+// Checks what the header claims against itself and against num_params (which
+// the caller has already checked against the file's length), so that
+// make_model never builds a model larger than the file: every dimension is
+// positive, and every weight matrix the model has (input x classes, or the
+// mlp's chain input x hidden... x classes) fits in num_params. Throws
+// "bad header: ..." through `r`.
+void check_spec(const Reader& r, size_t header_at, const ModelSpec& s, uint64_t num_params) {
+  auto bad = [&](const std::string& what) { r.fail_at(header_at, "bad header: " + what); };
+  auto too_big = [&] {
+    bad(fmt::format("a {} model with input {}{} and {} classes cannot have only {} parameters",
+                    s.name, join(s.sample_shape),
+                    s.name == "mlp" ? ", hidden " + join(s.hidden) : std::string(), s.num_classes,
+                    num_params));
+  };
+  if (!std::isfinite(s.input_mean)) bad("input_mean: expected a finite number");
+  if (!(std::isfinite(s.input_std) && s.input_std > 0)) bad("input_std: expected a number > 0");
+  if (s.sample_shape.empty() || s.sample_shape.size() > 8) {
+    bad(fmt::format("sample_shape {}: expected 1 to 8 dimensions", join(s.sample_shape)));
+  }
+  for (int64_t x : s.sample_shape) {
+    if (x < 1) bad(fmt::format("sample_shape {}: expected dimensions >= 1", join(s.sample_shape)));
+  }
+  for (int64_t h : s.hidden) {
+    if (h < 1) bad(fmt::format("hidden {}: expected widths >= 1", join(s.hidden)));
+  }
+  // Widths along the model, each <= num_params <= 2^40, so no product of
+  // two overflows.
+  std::vector<uint64_t> chain{1};
+  for (int64_t x : s.sample_shape) {
+    if (static_cast<uint64_t>(x) > num_params) too_big();
+    chain[0] *= static_cast<uint64_t>(x);
+    if (chain[0] > num_params) too_big();
+  }
+  if (s.name == "mlp") chain.insert(chain.end(), s.hidden.begin(), s.hidden.end());
+  chain.push_back(static_cast<uint64_t>(s.num_classes));
+  for (size_t i = 0; i + 1 < chain.size(); ++i) {
+    if (chain[i + 1] > num_params || chain[i] * chain[i + 1] > num_params) too_big();
+  }
+}
 
 }  // namespace
 
@@ -119,8 +175,9 @@ void save_model(const std::string& path, const ModelSpec& spec, std::span<const 
   }
 }
 
-void load_model(const std::string& path, ModelSpec* spec, std::vector<float>* params) {
-  Reader r(path);
+void parse_model(const std::string& path, std::string_view bytes, ModelSpec* spec,
+                 std::vector<float>* params) {
+  Reader r(path, bytes);
   if (std::memcmp(r.take(kMagicLen), kMagic, kMagicLen) != 0) {
     r.fail_at(0, "not an hsgd model file (bad magic)");
   }
@@ -131,14 +188,40 @@ void load_model(const std::string& path, ModelSpec* spec, std::vector<float>* pa
   uint64_t num_params = 0;
   try {
     const auto header = nlohmann::json::parse(header_bytes, header_bytes + header_len);
+    // Integers are taken only from JSON integers in range: nlohmann's get<>
+    // would convert 1e300 or -1 silently (or, for floats, with UB).
+    auto integer = [&](const nlohmann::json& v, const char* key, int64_t lo, int64_t hi) {
+      // nlohmann stores every non-negative integer as unsigned: check both
+      // bounds in the representation it has.
+      const bool in_range =
+          v.is_number_unsigned()
+              ? v.get<uint64_t>() <= static_cast<uint64_t>(hi) &&
+                    (lo <= 0 || v.get<uint64_t>() >= static_cast<uint64_t>(lo))
+              : v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi;
+      if (!in_range) {
+        r.fail_at(header_at, std::string("bad header: ") + key + " = " +
+                                 v.dump(-1, ' ', true).substr(0, 40) +
+                                 ": expected an integer in [" + std::to_string(lo) + ", " +
+                                 std::to_string(hi) + "]");
+      }
+      return v.get<int64_t>();
+    };
+    auto integers = [&](const nlohmann::json& v, const char* key) {
+      if (!v.is_array()) {
+        r.fail_at(header_at, std::string("bad header: ") + key + ": expected an array");
+      }
+      std::vector<int64_t> out;
+      for (const auto& x : v) out.push_back(integer(x, key, INT64_MIN, INT64_MAX));
+      return out;
+    };
     s.name = header.at("name").get<std::string>();
-    s.sample_shape = header.at("sample_shape").get<std::vector<int64_t>>();
-    s.num_classes = header.at("num_classes").get<int>();
-    s.hidden = header.at("hidden").get<std::vector<int64_t>>();
-    num_params = header.at("num_params").get<uint64_t>();
+    s.sample_shape = integers(header.at("sample_shape"), "sample_shape");
+    s.num_classes = static_cast<int>(integer(header.at("num_classes"), "num_classes", 1, INT_MAX));
+    s.hidden = integers(header.at("hidden"), "hidden");
+    num_params =
+        static_cast<uint64_t>(integer(header.at("num_params"), "num_params", 0, INT64_MAX));
     s.input_mean = header.value("input_mean", 0.0);
     s.input_std = header.value("input_std", 1.0);
-    if (!(s.input_std > 0)) throw nlohmann::json::other_error::create(0, "input_std <= 0", nullptr);
   } catch (const nlohmann::json::exception& e) {
     r.fail_at(header_at, std::string("bad header: ") + e.what());
   }
@@ -150,6 +233,7 @@ void load_model(const std::string& path, ModelSpec* spec, std::vector<float>* pa
     r.fail("offset " + std::to_string(r.pos() + r.remaining()) + ": expected " +
            std::to_string(num_params * sizeof(float) + 4 - r.remaining()) + " more bytes");
   }
+  check_spec(r, header_at, s, num_params);
   const size_t float_bytes = num_params * sizeof(float);
   const char* float_data = r.take(float_bytes);
   const uint32_t stored_crc = get_u32(r.take(4));
@@ -160,6 +244,11 @@ void load_model(const std::string& path, ModelSpec* spec, std::vector<float>* pa
   params->resize(num_params);
   std::memcpy(params->data(), float_data, float_bytes);
   *spec = std::move(s);
+}
+
+void load_model(const std::string& path, ModelSpec* spec, std::vector<float>* params) {
+  const std::string bytes = read_whole_file(path);
+  parse_model(path, bytes, spec, params);
 }
 
 }  // namespace hsgd

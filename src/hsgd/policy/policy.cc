@@ -199,7 +199,7 @@ std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double 
     return std::make_unique<LocalPolicy>(o.k, o.local.async);
   }
   throw InputError(
-      "policy = '" + o.kind +
+      "policy.name = '" + o.kind +
       "': expected sync, async, hybrid, kasync:K, kbatch:K, local:H, ssp:S or hogwild");
 }
 
