@@ -3,14 +3,17 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <memory>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
 
+#include "hsgd/checkpoint/checkpoint.h"
 #include "hsgd/config/config.h"
 #include "hsgd/core/error.h"
 #include "hsgd/data/readers.h"
 #include "hsgd/model/model.h"
+#include "hsgd/server/server.h"
 
 namespace hsgd::fuzz {
 
@@ -163,11 +166,61 @@ std::string check_model(std::string_view bytes) {
   return "";
 }
 
+std::string check_checkpoint_manifest(std::string_view bytes) {
+  CheckpointManifest m;
+  try {
+    m = CheckpointStore::parse_manifest(bytes, "manifest.json");
+  } catch (const InputError& e) {
+    return check_message(e.what(), {"manifest.json"});
+  }
+  for (const CheckpointManifest::Blob& b : m.blobs) {
+    if (b.name.empty() || b.name.find('/') != std::string::npos || b.name.find("..") == 0) {
+      return "blob name '" + b.name + "' accepted";
+    }
+  }
+  if (m.info.workers < 0 || m.info.rows < 0 || !(m.info.train_s >= 0)) return "negative counts";
+  return "";
+}
+
+std::string check_server_state(std::string_view bytes) {
+  const size_t n = 210;
+  auto make = [n](std::vector<float>& params) {
+    ServerOptions so;
+    so.workers = 3;
+    PolicyOptions po;
+    po.kind = "sync";
+    OptimizerOptions oo;
+    oo.kind = "momentum";
+    return std::make_unique<Server>(params, so, make_policy(po, 3, 0.1), make_optimizer(oo, n));
+  };
+  std::vector<float> p1(n), p2(n);
+  std::unique_ptr<Server> a = make(p1), b = make(p2);
+  try {
+    StateReader r(bytes, "server.bin");
+    a->load(r);
+    r.expect_end();
+  } catch (const InputError& e) {
+    return check_message(e.what(), {"server.bin"});
+  }
+  StateWriter w1;
+  a->save(w1);
+  try {
+    StateReader r(w1.bytes(), "again");
+    b->load(r);
+  } catch (const InputError& e) {
+    return std::string("an accepted state does not load again: ") + e.what();
+  }
+  StateWriter w2;
+  b->save(w2);
+  return w1.bytes() == w2.bytes() ? "" : "an accepted state does not round-trip";
+}
+
 const std::vector<Target>& targets() {
   static const std::vector<Target> all = {
       {"idx", check_idx},     {"idx_gz", check_idx_gz}, {"cifar10", check_cifar10},
       {"csv", check_csv},     {"libsvm", check_libsvm}, {"config", check_config},
-      {"model", check_model},
+      {"model", check_model}, {"checkpoint_manifest", check_checkpoint_manifest},
+      {"server_state", check_server_state},
   };
   return all;
 }

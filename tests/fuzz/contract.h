@@ -43,6 +43,13 @@ std::string check_libsvm(std::string_view bytes);
 // round-trip through to_toml.
 std::string check_config(std::string_view bytes);
 std::string check_model(std::string_view bytes);  // a saved model file
+// A checkpoint manifest (CheckpointStore::parse_manifest): accepted ones
+// have plain blob names and sane counts.
+std::string check_checkpoint_manifest(std::string_view bytes);
+// A server-state blob (Server::load) into a sync server of 3 workers and
+// 210 parameters with momentum (the seed corpus's layout): an accepted state
+// saves and loads again, byte for byte.
+std::string check_server_state(std::string_view bytes);
 
 // The parts of the contract, exposed so their own tests can show they fail:
 // "" if `d` is a well-formed data set (pixels: every feature in [0, 1]);

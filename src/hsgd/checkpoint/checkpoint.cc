@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <climits>
+#include <cmath>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -150,59 +153,113 @@ double CheckpointStore::write(const CheckpointInfo& info,
   return s;
 }
 
+namespace {
+
+// An integer field in [lo, hi]; anything else (a float, 1e300, a string)
+// is an InputError naming the field, never a cast out of range.
+int64_t int_field(const nlohmann::json& m, const char* key, int64_t lo, int64_t hi,
+                  const std::string& path) {
+  const nlohmann::json& v = m.at(key);
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX) ||
+      v.get<int64_t>() < lo || v.get<int64_t>() > hi) {
+    throw InputError(fmt::format("{}: '{}' = {}: expected an integer in [{}, {}]", path, key,
+                                 v.dump(), lo, hi));
+  }
+  return v.get<int64_t>();
+}
+
+std::string string_field(const nlohmann::json& m, const char* key, const std::string& path) {
+  const nlohmann::json& v = m.at(key);
+  if (!v.is_string()) throw InputError(fmt::format("{}: '{}': expected a string", path, key));
+  return v.get<std::string>();
+}
+
+// Blob names are plain words: never a path out of the checkpoint directory.
+bool plain_name(const std::string& n) {
+  if (n.empty() || n.size() > 64) return false;
+  for (char ch : n) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+CheckpointManifest CheckpointStore::parse_manifest(std::string_view text, const std::string& path) {
+  CheckpointManifest out;
+  try {
+    const nlohmann::json m = nlohmann::json::parse(text);
+    if (!m.is_object()) throw InputError(path + ": not a checkpoint manifest (not an object)");
+    const int64_t format = int_field(m, "format", 0, INT32_MAX, path);
+    if (format != kCheckpointFormat) {
+      throw InputError(fmt::format("{}: checkpoint format {}, this hsgd reads format {}", path,
+                                   format, kCheckpointFormat));
+    }
+    CheckpointInfo& i = out.info;
+    i.id.config_hash = string_field(m, "config_hash", path);
+    i.id.model = string_field(m, "model", path);
+    i.id.num_params = int_field(m, "num_params", 0, INT64_MAX, path);
+    i.runtime = string_field(m, "runtime", path);
+    i.workers = static_cast<int>(int_field(m, "workers", 0, 1 << 20, path));
+    i.servers = static_cast<int>(int_field(m, "servers", 0, 1 << 20, path));
+    const nlohmann::json& t = m.at("train_s");
+    if (!t.is_number() || !std::isfinite(t.get<double>()) || t.get<double>() < 0) {
+      throw InputError(path + ": 'train_s': expected seconds >= 0");
+    }
+    i.train_s = t.get<double>();
+    i.updates = int_field(m, "updates", 0, INT64_MAX, path);
+    i.rows = int_field(m, "rows", 0, INT64_MAX, path);
+    const nlohmann::json& blobs = m.at("blobs");
+    if (!blobs.is_array()) throw InputError(path + ": 'blobs': expected an array");
+    for (const nlohmann::json& b : blobs) {
+      if (!b.is_object()) throw InputError(path + ": 'blobs': expected objects");
+      CheckpointManifest::Blob blob;
+      blob.name = string_field(b, "name", path);
+      if (!plain_name(blob.name)) {
+        throw InputError(path + ": blob name '" + blob.name +
+                         "': expected letters, digits, '-' and '_'");
+      }
+      blob.bytes = static_cast<uint64_t>(int_field(b, "bytes", 0, INT64_MAX, path));
+      blob.crc32c = string_field(b, "crc32c", path);
+      out.blobs.push_back(std::move(blob));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(path + ": not a checkpoint manifest (" + e.what() + ")");
+  }
+  return out;
+}
+
 Checkpoint CheckpointStore::load(const std::string& ckpt_dir, const CheckpointIdentity& id) {
   Checkpoint c;
   c.path = ckpt_dir;
   const std::string mpath = ckpt_dir + "/manifest.json";
-  nlohmann::json m;
-  try {
-    m = nlohmann::json::parse(read_all(mpath));
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(mpath + ": not a checkpoint manifest (" + e.what() + ")");
+  const CheckpointManifest m = parse_manifest(read_all(mpath), mpath);
+  c.info = m.info;
+  const CheckpointInfo& i = c.info;
+  if (i.id.model != id.model || i.id.num_params != id.num_params) {
+    throw InputError(fmt::format(
+        "{}: a checkpoint of model {} with {} parameters; this run is model {} with {} parameters",
+        mpath, i.id.model, i.id.num_params, id.model, id.num_params));
   }
-  try {
-    const int format = m.at("format").get<int>();
-    if (format != kCheckpointFormat) {
-      throw InputError(fmt::format("{}: checkpoint format {}, this hsgd reads format {}", mpath,
-                                   format, kCheckpointFormat));
+  if (i.id.config_hash != id.config_hash) {
+    throw InputError(mpath +
+                     ": written for another configuration (config_hash differs: was config.toml "
+                     "edited?)");
+  }
+  for (const CheckpointManifest::Blob& b : m.blobs) {
+    const std::string path = ckpt_dir + "/" + b.name + ".bin";
+    std::error_code ec;
+    const auto on_disk = std::filesystem::file_size(path, ec);
+    if (ec) throw InputError(path + ": missing (" + ec.message() + ")");
+    if (on_disk != b.bytes) {
+      throw InputError(fmt::format("{}: truncated ({} bytes, the manifest says {})", path,
+                                   on_disk, b.bytes));
     }
-    CheckpointInfo& i = c.info;
-    i.id.config_hash = m.at("config_hash").get<std::string>();
-    i.id.model = m.at("model").get<std::string>();
-    i.id.num_params = m.at("num_params").get<int64_t>();
-    i.runtime = m.at("runtime").get<std::string>();
-    i.workers = m.at("workers").get<int>();
-    i.servers = m.at("servers").get<int>();
-    i.train_s = m.at("train_s").get<double>();
-    i.updates = m.at("updates").get<int64_t>();
-    i.rows = m.at("rows").get<int64_t>();
-    if (i.id.model != id.model || i.id.num_params != id.num_params) {
-      throw InputError(
-          fmt::format("{}: a checkpoint of model {} with {} parameters; this run is "
-                      "model {} with {} parameters",
-                      mpath, i.id.model, i.id.num_params, id.model, id.num_params));
+    std::string bytes = read_all(path);
+    if (hex32(crc32c(bytes)) != b.crc32c) {
+      throw InputError(path + ": checksum mismatch (the blob is corrupt)");
     }
-    if (i.id.config_hash != id.config_hash) {
-      throw InputError(mpath +
-                       ": written for another configuration (config_hash differs: was "
-                       "config.toml edited?)");
-    }
-    for (const nlohmann::json& b : m.at("blobs")) {
-      const std::string name = b.at("name").get<std::string>();
-      const std::string path = ckpt_dir + "/" + name + ".bin";
-      std::string bytes = read_all(path);
-      const uint64_t want = b.at("bytes").get<uint64_t>();
-      if (bytes.size() != want) {
-        throw InputError(fmt::format("{}: truncated ({} bytes, the manifest says {})", path,
-                                     bytes.size(), want));
-      }
-      if (hex32(crc32c(bytes)) != b.at("crc32c").get<std::string>()) {
-        throw InputError(path + ": checksum mismatch (the blob is corrupt)");
-      }
-      c.blobs[name] = std::move(bytes);
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(mpath + ": not a checkpoint manifest (" + e.what() + ")");
+    c.blobs[b.name] = std::move(bytes);
   }
   return c;
 }

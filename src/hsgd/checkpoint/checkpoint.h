@@ -21,6 +21,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hsgd {
@@ -42,6 +43,17 @@ struct CheckpointInfo {
   double train_s = 0;   // training seconds at the cut
   int64_t updates = 0;  // server version at the cut
   int64_t rows = 0;     // metrics rows written before the cut
+};
+
+// A manifest as read, before any blob is.
+struct CheckpointManifest {
+  struct Blob {
+    std::string name;  // letters, digits, '-', '_'
+    uint64_t bytes = 0;
+    std::string crc32c;  // 8 hex digits
+  };
+  CheckpointInfo info;
+  std::vector<Blob> blobs;
 };
 
 struct Checkpoint {
@@ -70,6 +82,10 @@ class CheckpointStore {
   // The newest complete, valid checkpoint of `run_dir` matching `id`.
   // Throws InputError when there is none (naming why the newest failed).
   static Checkpoint load_latest(const std::string& run_dir, const CheckpointIdentity& id);
+  // Parses a manifest's text; throws InputError naming `path` for anything
+  // but a manifest of this format (wrong types, integers out of range, blob
+  // names that are not plain words). Reads nothing else.
+  static CheckpointManifest parse_manifest(std::string_view text, const std::string& path);
   // Verifies one checkpoint directory (checksums, sizes, format, identity).
   static Checkpoint load(const std::string& ckpt_dir, const CheckpointIdentity& id);
   // Checkpoint directories of run_dir, newest first (complete ones only).
