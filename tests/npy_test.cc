@@ -84,10 +84,10 @@ TEST_F(NpyTest, Float64FeaturesAndOtherLabelDtypes) {
   const std::vector<double> x(kX.begin(), kX.end());
   const std::string xp = write("x.npy", npy_bytes("<f8", {3, 2}, raw(x)));
   expect_small(read_npy(xp, write("y1.npy", npy_bytes("|u1", {3}, std::string("\0\2\1", 3)))));
-  expect_small(read_npy(xp, write("y2.npy", npy_bytes("<i2", {3, 1}, raw(std::vector<int16_t>{
-                                                                      0, 2, 1})))));
-  expect_small(read_npy(xp, write("y3.npy", npy_bytes("<u4", {3}, raw(std::vector<uint32_t>{
-                                                                    0, 2, 1})))));
+  expect_small(
+      read_npy(xp, write("y2.npy", npy_bytes("<i2", {3, 1}, raw(std::vector<int16_t>{0, 2, 1})))));
+  expect_small(
+      read_npy(xp, write("y3.npy", npy_bytes("<u4", {3}, raw(std::vector<uint32_t>{0, 2, 1})))));
   expect_small(
       read_npy(xp, write("y4.npy", npy_bytes("<f4", {3}, raw(std::vector<float>{0, 2, 1})))));
 }
@@ -95,21 +95,23 @@ TEST_F(NpyTest, Float64FeaturesAndOtherLabelDtypes) {
 TEST_F(NpyTest, Uint8ImagesScaledAndShapeKept) {
   std::string pixels;
   for (int i = 0; i < 2 * 2 * 2 * 3; ++i) pixels += static_cast<char>(i * 10);
-  const Dataset d = read_npy(write("x.npy", npy_bytes("|u1", {2, 2, 2, 3}, pixels)),
-                             write("y.npy", npy_bytes("<i4", {2}, raw(std::vector<int32_t>{1, 0}))));
+  const Dataset d =
+      read_npy(write("x.npy", npy_bytes("|u1", {2, 2, 2, 3}, pixels)),
+               write("y.npy", npy_bytes("<i4", {2}, raw(std::vector<int32_t>{1, 0}))));
   EXPECT_EQ(d.sample_shape, (std::vector<int64_t>{2, 2, 3}));
   ASSERT_EQ(d.features.size(), 24u);
   EXPECT_FLOAT_EQ(d.features[23], 230.0f / 255.0f);
   // N x H x W: one channel.
-  const Dataset g = read_npy(write("g.npy", npy_bytes("|u1", {2, 3, 4}, pixels)),
-                             write("y.npy", npy_bytes("<i4", {2}, raw(std::vector<int32_t>{1, 0}))));
+  const Dataset g =
+      read_npy(write("g.npy", npy_bytes("|u1", {2, 3, 4}, pixels)),
+               write("y.npy", npy_bytes("<i4", {2}, raw(std::vector<int32_t>{1, 0}))));
   EXPECT_EQ(g.sample_shape, (std::vector<int64_t>{1, 3, 4}));
 }
 
 TEST_F(NpyTest, NpzDefaultKeysStoredAndDeflated) {
   for (bool deflate : {false, true}) {
-    const std::string p = write("d.npz", zip_bytes({{"y.npy", good_y(), deflate},
-                                                   {"x.npy", good_x(), deflate}}));
+    const std::string p =
+        write("d.npz", zip_bytes({{"y.npy", good_y(), deflate}, {"x.npy", good_x(), deflate}}));
     std::optional<Dataset> test;
     expect_small(read_npz(p, "", "", &test));
     EXPECT_FALSE(test.has_value());
@@ -158,7 +160,8 @@ TEST_F(NpyTest, BadMagic) {
   const std::string p = write("x.npy", "PK\3\4 not numpy at all");
   expect_input_error([&] { read_npy(p, p); }, {p + ": offset 0:", "bad magic"});
   const std::string z = write("z.npz", good_x());
-  expect_input_error([&] { read_npz(z, "", "", nullptr); }, {z + ": offset 0:", "zip", "bad magic"});
+  expect_input_error([&] { read_npz(z, "", "", nullptr); },
+                     {z + ": offset 0:", "zip", "bad magic"});
 }
 
 TEST_F(NpyTest, UnsupportedDtypes) {
@@ -191,13 +194,14 @@ TEST_F(NpyTest, ShapeMismatchBetweenXAndY) {
 
 TEST_F(NpyTest, BadLabels) {
   const std::string x = write("x.npy", good_x());
-  const std::string neg = write("n.npy", npy_bytes("<i8", {3}, raw(std::vector<int64_t>{0, -1, 1})));
+  const std::string neg =
+      write("n.npy", npy_bytes("<i8", {3}, raw(std::vector<int64_t>{0, -1, 1})));
   expect_input_error([&] { read_npy(x, neg); }, {neg, "label -1 at index 1"});
   const std::string frac =
       write("f.npy", npy_bytes("<f8", {3}, raw(std::vector<double>{0, 1.5, 1})));
   expect_input_error([&] { read_npy(x, frac); }, {frac, "label 1.5 at index 1", "integer"});
-  const std::string big = write(
-      "b.npy", npy_bytes("<u8", {3}, raw(std::vector<uint64_t>{0, 1, uint64_t{1} << 63})));
+  const std::string big =
+      write("b.npy", npy_bytes("<u8", {3}, raw(std::vector<uint64_t>{0, 1, uint64_t{1} << 63})));
   expect_input_error([&] { read_npy(x, big); }, {big, "label 9223372036854775808 at index 2"});
 }
 

@@ -17,8 +17,9 @@ inline std::string npy_bytes(const std::string& descr, const std::vector<int64_t
   std::string dims;
   for (int64_t d : shape) dims += std::to_string(d) + ", ";
   if (shape.size() > 1) dims.resize(dims.size() - 2);
-  std::string header = "{'descr': '" + descr + "', 'fortran_order': " +
-                       (fortran ? "True" : "False") + ", 'shape': (" + dims + "), }";
+  std::string header = "{'descr': '" + descr +
+                       "', 'fortran_order': " + (fortran ? "True" : "False") + ", 'shape': (" +
+                       dims + "), }";
   while ((10 + header.size() + 1) % 64 != 0) header += ' ';
   header += '\n';
   std::string b = "\x93NUMPY";
@@ -89,11 +90,11 @@ inline std::string zip_bytes(const std::vector<ZipMember>& members) {
     put_le(&cd, packed.size(), 4);
     put_le(&cd, m.data.size(), 4);
     put_le(&cd, m.name.size(), 2);
-    put_le(&cd, 0, 2);   // extra
-    put_le(&cd, 0, 2);   // comment
-    put_le(&cd, 0, 2);   // disk
-    put_le(&cd, 0, 2);   // internal attributes
-    put_le(&cd, 0, 4);   // external attributes
+    put_le(&cd, 0, 2);  // extra
+    put_le(&cd, 0, 2);  // comment
+    put_le(&cd, 0, 2);  // disk
+    put_le(&cd, 0, 2);  // internal attributes
+    put_le(&cd, 0, 4);  // external attributes
     put_le(&cd, offset, 4);
     cd += m.name;
   }

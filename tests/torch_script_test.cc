@@ -98,8 +98,7 @@ TEST(TorchScript, ScriptedMlpFlatLayoutInitAndGradientMatchAutograd) {
   const double loss = m->gradient(b);
   // The same with plain autograd on the module loaded from the file.
   const torch::Tensor x = torch::from_blob(b.features.data(), {5, 8}).clone();
-  const torch::Tensor y =
-      torch::from_blob(b.labels.data(), {5}, torch::kInt32).to(torch::kInt64);
+  const torch::Tensor y = torch::from_blob(b.labels.data(), {5}, torch::kInt32).to(torch::kInt64);
   for (auto t : ref.parameters()) t.mutable_grad() = torch::Tensor();
   const torch::Tensor ref_loss =
       torch::nn::functional::cross_entropy(ref.forward({x}).toTensor(), y);
@@ -169,8 +168,8 @@ TEST(TorchScript, BuffersRecomputedFromTheCalibrationSet) {
   torch::Tensor mean_sum, var_sum;
   for (int64_t begin : {int64_t{0}, int64_t{256}}) {
     const int64_t n = std::min<int64_t>(256, 300 - begin);
-    const torch::Tensor x = torch::from_blob(
-        const_cast<float*>(train.features.data()) + begin * 784, {n, 1, 28, 28});
+    const torch::Tensor x =
+        torch::from_blob(const_cast<float*>(train.features.data()) + begin * 784, {n, 1, 28, 28});
     const torch::Tensor h = conv1.forward({x}).toTensor();
     const torch::Tensor mu = h.mean({0, 2, 3});
     const torch::Tensor var = h.var({0, 2, 3}, /*unbiased=*/true);
@@ -271,11 +270,11 @@ TEST(TorchScript, ExportLoadsBackWithTheSameLogits) {
 }
 
 TEST(TorchScript, ZooModelsExportWithTheSameLoss) {
-  for (const auto& [name, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
-           {"softmax", {1, 28, 28}},
-           {"mlp", {1, 28, 28}},
-           {"lenet5", {1, 28, 28}},
-           {"cifar-cnn", {3, 32, 32}}}) {
+  for (const auto& [name, shape] :
+       std::vector<std::pair<std::string, std::vector<int64_t>>>{{"softmax", {1, 28, 28}},
+                                                                 {"mlp", {1, 28, 28}},
+                                                                 {"lenet5", {1, 28, 28}},
+                                                                 {"cifar-cnn", {3, 32, 32}}}) {
     SCOPED_TRACE(name);
     ModelSpec s;
     s.name = name;
@@ -300,9 +299,9 @@ TEST(TorchScript, ZooModelsExportWithTheSameLoss) {
     const torch::Tensor x = torch::from_blob(d.features.data(), xs).clone() * 2.0 + 0.5;
     const torch::Tensor y = torch::from_blob(d.labels.data(), {40}, torch::kInt32);
     torch::NoGradGuard no_grad;
-    const double pt_loss = torch::nn::functional::cross_entropy(pt.forward({x}).toTensor(),
-                                                                y.to(torch::kInt64))
-                               .item<double>();
+    const double pt_loss =
+        torch::nn::functional::cross_entropy(pt.forward({x}).toTensor(), y.to(torch::kInt64))
+            .item<double>();
     EXPECT_NEAR(pt_loss, loss, 1e-4);
   }
   ModelSpec lin;
@@ -332,7 +331,8 @@ TEST(TorchScript, BadModulesOneClearLine) {
                      {"bad_output.pt: forward returns shape {2,1,3}", "expected {2,3}"});
   expect_input_error(spec_of("mlp_scripted.pt", {8}, 5),
                      {"forward returns shape {2,3}", "the data has 5 classes"});
-  expect_input_error(spec_of("no_params.pt", {8}, 3), {"no_params.pt: the module has no parameters"});
+  expect_input_error(spec_of("no_params.pt", {8}, 3),
+                     {"no_params.pt: the module has no parameters"});
   expect_input_error(spec_of("float64.pt", {8}, 3),
                      {"float64.pt: parameter 'fc1.weight' is Double", "float32"});
 }

@@ -24,8 +24,8 @@ namespace fs = std::filesystem;
 
 // The files a finished run leaves in its directory. A run removes them first
 // and writes each under a .partial name until it is complete.
-const char* kOutputs[] = {"metrics.csv",  "metrics.jsonl", "config.toml", "model.bin",
-                          "model.pt",     "summary.json",  "plot.png"};
+const char* kOutputs[] = {"metrics.csv", "metrics.jsonl", "config.toml", "model.bin",
+                          "model.pt",    "summary.json",  "plot.png"};
 
 void prepare_out_dir(const std::string& dir) {
   std::error_code ec;

@@ -117,8 +117,7 @@ NpyArray parse_npy(const std::string& name, std::string_view b) {
   const bool known_kind = a.kind == 'f' || a.kind == 'i' || a.kind == 'u';
   if (ec != std::errc() || end != descr.data() + descr.size() || !known_kind ||
       (a.kind == 'f' && a.itemsize != 4 && a.itemsize != 8) ||
-      (a.kind != 'f' && a.itemsize != 1 && a.itemsize != 2 && a.itemsize != 4 &&
-       a.itemsize != 8)) {
+      (a.kind != 'f' && a.itemsize != 1 && a.itemsize != 2 && a.itemsize != 4 && a.itemsize != 8)) {
     fail(name, fmt::format("unsupported dtype '{}' (expected float32, float64, uint8 or an "
                            "integer type)",
                            descr));
@@ -170,9 +169,9 @@ NpyArray parse_npy(const std::string& name, std::string_view b) {
                         fmt::join(a.shape, ","), a.itemsize, have));
   }
   if (need < have) {
-    fail_at(name, header_at + header_len + need,
-            fmt::format("expected end of file after the array data, got {} more bytes",
-                        have - need));
+    fail_at(
+        name, header_at + header_len + need,
+        fmt::format("expected end of file after the array data, got {} more bytes", have - need));
   }
   a.count = static_cast<int64_t>(count);
   a.data_at = header_at + header_len;
@@ -231,8 +230,8 @@ Dataset to_dataset(const NpyArray& x, const NpyArray& y) {
   }
   const int64_t n = x.shape[0];
   if (y.shape[0] != n) {
-    fail(y.name, fmt::format("{} labels for the {} samples of {} (shape {})", y.shape[0], n,
-                             x.name, shape_text(x.shape)));
+    fail(y.name, fmt::format("{} labels for the {} samples of {} (shape {})", y.shape[0], n, x.name,
+                             shape_text(x.shape)));
   }
   if (n == 0) fail(x.name, "expected at least one sample, got 0");
   Dataset d;
@@ -251,8 +250,8 @@ Dataset to_dataset(const NpyArray& x, const NpyArray& y) {
     if (y.kind == 'f') {
       const double v = float_at(y, i);
       if (!(v >= 0 && v <= static_cast<double>(kMaxLabel)) || v != std::floor(v)) {
-        fail(y.name, fmt::format("label {} at index {}: expected an integer in [0, {}]", v, i,
-                                 kMaxLabel));
+        fail(y.name,
+             fmt::format("label {} at index {}: expected an integer in [0, {}]", v, i, kMaxLabel));
       }
       label = static_cast<int64_t>(v);
     } else {
@@ -308,7 +307,8 @@ std::vector<ZipMember> zip_members(const std::string& path, std::string_view b) 
   if (b.size() < 4 || b.substr(0, 2) != "PK") {
     fail_at(path, 0, "expected a zip archive (an .npz from np.savez), got bad magic");
   }
-  if (b.size() < kEocd) fail_at(path, b.size(), "truncated zip archive: no end of central directory");
+  if (b.size() < kEocd)
+    fail_at(path, b.size(), "truncated zip archive: no end of central directory");
   // The end-of-central-directory record: the last "PK\5\6" within 64 KiB + 22.
   size_t eocd = std::string_view::npos;
   const size_t lowest = b.size() > kEocd + 65535 ? b.size() - kEocd - 65535 : 0;
@@ -409,8 +409,8 @@ std::string_view zip_extract(const std::string& path, std::string_view b, const 
   std::string_view out;
   if (m.method == 0) {
     if (m.uncompressed != m.compressed) {
-      fail(where, fmt::format("corrupt zip entry: stored with {} bytes, {} declared",
-                              m.compressed, m.uncompressed));
+      fail(where, fmt::format("corrupt zip entry: stored with {} bytes, {} declared", m.compressed,
+                              m.uncompressed));
     }
     out = packed;
   } else if (m.method == 8) {
@@ -442,8 +442,8 @@ std::string_view zip_extract(const std::string& path, std::string_view b, const 
     }
     inflateEnd(&s);
     if (produced > m.uncompressed) {
-      fail(where, fmt::format("corrupt zip entry: inflates past the {} bytes declared",
-                              m.uncompressed));
+      fail(where,
+           fmt::format("corrupt zip entry: inflates past the {} bytes declared", m.uncompressed));
     }
     if (rc != Z_STREAM_END) {
       fail(where, consumed == packed.size()
@@ -461,9 +461,8 @@ std::string_view zip_extract(const std::string& path, std::string_view b, const 
     fail(where, fmt::format("unsupported zip compression method {} (expected stored or deflate)",
                             m.method));
   }
-  const auto crc = static_cast<uint32_t>(crc32_z(crc32_z(0L, Z_NULL, 0),
-                                                 reinterpret_cast<const Bytef*>(out.data()),
-                                                 out.size()));
+  const auto crc = static_cast<uint32_t>(
+      crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(out.data()), out.size()));
   if (crc != m.crc) fail(where, "CRC32 mismatch: the archive is corrupt");
   return out;
 }

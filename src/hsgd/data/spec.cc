@@ -33,12 +33,9 @@ Spec parse_spec(const std::string& spec, const char* option) {
       std::string_view name;
       Kind kind;
       const char* what;
-    } kinds[] = {{"idx", Kind::kIdx, "a directory"},
-                 {"cifar10", Kind::kCifar10, "a directory"},
-                 {"csv", Kind::kCsv, "a file"},
-                 {"libsvm", Kind::kLibsvm, "a file"},
-                 {"npy", Kind::kNpy, "X.npy,Y.npy"},
-                 {"npz", Kind::kNpz, "a file"}};
+    } kinds[] = {{"idx", Kind::kIdx, "a directory"}, {"cifar10", Kind::kCifar10, "a directory"},
+                 {"csv", Kind::kCsv, "a file"},      {"libsvm", Kind::kLibsvm, "a file"},
+                 {"npy", Kind::kNpy, "X.npy,Y.npy"}, {"npz", Kind::kNpz, "a file"}};
     for (const auto& k : kinds) {
       if (kind != k.name) continue;
       if (path.empty()) {
@@ -46,7 +43,8 @@ Spec parse_spec(const std::string& spec, const char* option) {
                                      k.what, k.name));
       }
       if (k.kind == Kind::kNpy && path.find(',') == std::string::npos) {
-        throw InputError(fmt::format("{} '{}': expected npy:X.npy,Y.npy (two files)", option, spec));
+        throw InputError(
+            fmt::format("{} '{}': expected npy:X.npy,Y.npy (two files)", option, spec));
       }
       return {k.kind, std::move(path)};
     }

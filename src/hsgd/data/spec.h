@@ -17,7 +17,8 @@ struct LoadedData {
 // Loads a spec. `fashion-mnist` reads /usr/share/datasets/fashion-mnist (the
 // Debian package dataset-fashion-mnist) and returns both splits; idx:DIR and
 // cifar10:DIR return both splits when the test files exist, npz:FILE when it
-// holds x_test and y_test besides x and y; the others return only `train`. Throws InputError for an unknown spec kind
+// holds x_test and y_test besides x and y; the others return only `train`. Throws InputError for an
+// unknown spec kind
 // ("--data 'xyz': expected one of fashion-mnist, synthetic, idx:DIR, ...") or
 // any reader error. Dataset::name is the file or directory read, or
 // "synthetic".

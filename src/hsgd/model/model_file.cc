@@ -92,7 +92,8 @@ bool is_torchscript(const std::string& name) { return name.starts_with("torchscr
 void read_model_archive(ModelSpec* spec) {
   if (!is_torchscript(spec->name) || !spec->archive.empty()) return;
   const std::string path = spec->name.substr(spec->name.find(':') + 1);
-  if (path.empty()) throw InputError("--model torchscript:FILE: expected a file after 'torchscript:'");
+  if (path.empty())
+    throw InputError("--model torchscript:FILE: expected a file after 'torchscript:'");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open (" + std::strerror(errno) + ")");
   spec->archive.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -117,8 +118,8 @@ void save_model(const std::string& path, const ModelSpec& spec, std::span<const 
   prefix += header_text;
   const size_t float_bytes = params.size() * sizeof(float);
   std::string crc;
-  put_u32(&crc, crc_after(crc_of(params.data(), float_bytes), spec.archive.data(),
-                          spec.archive.size()));
+  put_u32(&crc,
+          crc_after(crc_of(params.data(), float_bytes), spec.archive.data(), spec.archive.size()));
 
   const std::string partial = path + ".partial";
   {

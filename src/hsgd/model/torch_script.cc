@@ -32,7 +32,8 @@ std::string one_line(const std::string& what) {
 }
 
 std::string torch_message(const std::exception& e) {
-  if (const auto* c = dynamic_cast<const c10::Error*>(&e)) return one_line(c->what_without_backtrace());
+  if (const auto* c = dynamic_cast<const c10::Error*>(&e))
+    return one_line(c->what_without_backtrace());
   return one_line(e.what());
 }
 
@@ -46,10 +47,10 @@ TorchScriptModel::TorchScriptModel(std::string source, const std::string& archiv
     std::istringstream in(archive);
     module_ = torch::jit::load(in);
   } catch (const std::exception& e) {
-    throw InputError(fmt::format(
-        "{}: not a TorchScript module (save one with torch.jit.script(m).save(FILE) or "
-        "torch.jit.trace(m, x).save(FILE)): {}",
-        source_, torch_message(e)));
+    throw InputError(
+        fmt::format("{}: not a TorchScript module (save one with torch.jit.script(m).save(FILE) or "
+                    "torch.jit.trace(m, x).save(FILE)): {}",
+                    source_, torch_message(e)));
   }
   for (const auto& p : module_.named_parameters(/*recurse=*/true)) {
     if (p.value.scalar_type() != torch::kFloat32) {
@@ -138,14 +139,15 @@ double TorchScriptModel::gradient(const Batch& batch) {
   HSGD_ASSERT(!flat_params_.empty(), "gradient before bind");
   const int64_t n = batch.size();
   if (static_cast<int64_t>(batch.features.size()) != n * sample_size_) {
-    throw InputError(fmt::format("batch: {} feature values for {} samples, the model expects {} "
-                                 "per sample",
-                                 batch.features.size(), n, sample_size_));
+    throw InputError(
+        fmt::format("batch: {} feature values for {} samples, the model expects {} "
+                    "per sample",
+                    batch.features.size(), n, sample_size_));
   }
   for (int64_t i = 0; i < n; ++i) {
     if (batch.labels[i] < 0 || batch.labels[i] >= num_classes_) {
-      throw InputError(fmt::format("batch: label {} outside [0, {})", batch.labels[i],
-                                   num_classes_));
+      throw InputError(
+          fmt::format("batch: label {} outside [0, {})", batch.labels[i], num_classes_));
     }
   }
   std::fill(flat_grads_.begin(), flat_grads_.end(), 0.0f);
@@ -256,8 +258,8 @@ EvalResult TorchScriptModel::evaluate(const Dataset& data) {
   const int64_t n = data.size();
   for (int64_t i = 0; i < n; ++i) {
     if (data.labels[i] < 0 || data.labels[i] >= num_classes_) {
-      throw InputError(fmt::format("{}: label {} outside [0, {})", data.name, data.labels[i],
-                                   num_classes_));
+      throw InputError(
+          fmt::format("{}: label {} outside [0, {})", data.name, data.labels[i], num_classes_));
     }
   }
   EvalResult r;
@@ -302,6 +304,7 @@ namespace {
 // parameters; an empty optional for any other layer.
 std::optional<torch::jit::Module> zoo_module(TorchModel& m) {
   torch::jit::Module out("hsgd.Zoo");
+  out.register_attribute("training", c10::BoolType::get(), false);  // as Python modules have
   std::string code = "def forward(self, x):\n";
   int i = 0;
   for (const auto& child : m.module().named_children()) {
@@ -345,6 +348,7 @@ std::optional<torch::jit::Module> zoo_module(TorchModel& m) {
 // input first: model.pt.
 std::string standalone_archive(const torch::jit::Module& net, const ModelSpec& spec) {
   torch::jit::Module wrapper("hsgd.Trained");
+  wrapper.register_attribute("training", c10::BoolType::get(), false);  // as Python modules have
   wrapper.register_module("net", net);
   wrapper.register_attribute("input_mean", c10::FloatType::get(), spec.input_mean);
   wrapper.register_attribute("input_std", c10::FloatType::get(), spec.input_std);
@@ -376,8 +380,8 @@ std::string export_torchscript(const ModelSpec& spec, std::span<const float> par
   }
   ModelSpec s = spec;
   read_model_archive(&s);
-  TorchScriptModel m(s.name.substr(s.name.find(':') + 1), s.archive, s.sample_shape,
-                     s.num_classes, calibration);
+  TorchScriptModel m(s.name.substr(s.name.find(':') + 1), s.archive, s.sample_shape, s.num_classes,
+                     calibration);
   m.bind(p, g);
   m.recompute_buffers();
   torch::jit::Module module = m.module();
