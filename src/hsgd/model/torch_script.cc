@@ -128,8 +128,12 @@ void TorchScriptModel::bind(std::span<float> params, std::span<float> grads) {
   }
 }
 
-void TorchScriptModel::init_params(uint64_t /*seed*/) {
+void TorchScriptModel::init_params(uint64_t seed) {
   HSGD_ASSERT(!flat_params_.empty(), "init_params before bind");
+  {
+    std::lock_guard<std::mutex> lock(torch_global_rng_mutex());
+    torch::manual_seed(seed);  // the module's random draws (dropout) follow the seed
+  }
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(initial_params_[i]);
   for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i].copy_(initial_buffers_[i]);

@@ -53,7 +53,8 @@ class TorchScriptModel final : public Model {
   int64_t num_params() const override { return num_params_; }
   void bind(std::span<float> params, std::span<float> grads) override;
   // Copies the archive's own initial parameters and buffers (the module
-  // carries its initialization; `seed` is not used).
+  // carries its initialization) and seeds torch's global generator, from
+  // which the module's random operations (dropout) draw, with `seed`.
   void init_params(uint64_t seed) override;
   double gradient(const Batch& batch) override;
   // Recomputes the buffers (with a calibration set), then evaluates in
