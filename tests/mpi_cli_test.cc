@@ -150,6 +150,22 @@ TEST(MpiCli, AnotherRuntimeUnderMpirunIsAnError) {
   EXPECT_EQ(count(o.err, "pass --runtime mpi"), 1) << o.err;
 }
 
+// A TorchScript module with BatchNorm (tests/data/torchscript) on NumPy data
+// over MPI: parameters sharded over 2 server ranks, buffers recomputed at
+// rank 0's evaluation, model.pt written.
+TEST(MpiCli, TorchScriptModelOnNpzData) {
+  const std::string dir = std::string(HSGD_SOURCE_DIR) + "/tests/data/torchscript/";
+  const std::string out = tmp("torchscript");
+  Outcome o = run(kMpirun + "-np 4 ", "train --quiet --runtime mpi --servers 2 --data npz:" + dir +
+                                          "images.npz --model torchscript:" + dir +
+                                          "bn_cnn_traced.pt --policy hybrid --batch 16 --lr 0.05 "
+                                          "--epochs 4 --out " +
+                                          out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_GT(summary(out)["test_acc"].get<double>(), 0.9);
+  EXPECT_TRUE(fs::exists(out + "/model.pt"));
+}
+
 }  // namespace
 }  // namespace hsgd
 

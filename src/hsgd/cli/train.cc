@@ -27,8 +27,8 @@ namespace fs = std::filesystem;
 
 // The files a finished run leaves in its directory. A run removes them first
 // and writes each under a .partial name until it is complete.
-const char* kOutputs[] = {"metrics.csv", "metrics.jsonl", "config.toml",
-                          "model.bin",   "summary.json",  "plot.png"};
+const char* kOutputs[] = {"metrics.csv", "metrics.jsonl", "config.toml", "model.bin",
+                          "model.pt",    "summary.json",  "plot.png"};
 
 void prepare_out_dir(const std::string& dir) {
   std::error_code ec;
@@ -129,11 +129,13 @@ std::unique_ptr<Prepared> prepare(const TrainArgs& a) {
   spec.sample_shape = train_set.sample_shape;
   spec.num_classes = train_set.num_classes;
   spec.hidden = c.model.hidden;
+  read_model_archive(&spec);  // torchscript:FILE
   Job& job = p->job;
   job.config = &p->c;
   job.train = &train_set;
   job.test = &test_set;
-  job.make_model = [spec] { return make_model(spec); };
+  // The training set calibrates buffers (BatchNorm statistics) at evaluation.
+  job.make_model = [spec, &train_set] { return make_model(spec, &train_set); };
   job.initial_params = initial_params(job.make_model, c.train.seed);       // validates the shape
   job.partition = std::make_shared<const Partition>(make_partition(job));  // checks [data] keys
   return p;
@@ -189,7 +191,19 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
   const ModelSpec& spec = p.spec;
   bool finite = true;
   for (float v : r.params) finite = finite && std::isfinite(v);
-  if (finite) save_model(out + "/model.bin", spec, r.params);
+  // A torchscript model's file embeds the trained module (with its buffers);
+  // model.pt is the trained model taking unstandardized inputs, for
+  // torch.jit.load.
+  std::string model_pt;
+  if (finite) {
+    ModelSpec trained = spec;
+    if (is_torchscript(spec.name)) {
+      trained.archive = export_torchscript(spec, r.params, &p.train_set, /*standalone=*/false);
+    }
+    save_model(out + "/model.bin", trained, r.params);
+    model_pt = export_torchscript(spec, r.params, &p.train_set, /*standalone=*/true);
+    if (!model_pt.empty()) write_file_atomic(out + "/model.pt", model_pt);
+  }
   // The config as run: with the values the runtime resolved (calibrations).
   std::vector<Override> as_run = a.overrides;
   as_run.insert(as_run.end(), r.resolved.begin(), r.resolved.end());
@@ -261,11 +275,11 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
     std::fprintf(stderr,
                  "hsgd: done: test_acc %.2f%%  test_loss %.4f  after %.1f s of training "
                  "(%lld updates, %.2f epochs, %.0f samples/s, final K %d)\n"
-                 "hsgd: wrote %s/{metrics.csv, metrics.jsonl, config.toml, model.bin, "
+                 "hsgd: wrote %s/{metrics.csv, metrics.jsonl, config.toml, model.bin%s, "
                  "summary.json%s}\n",
                  100.0 * last.test_acc, last.test_loss, r.train_s,
                  static_cast<long long>(last.updates), last.epoch, sps, last.k, out.c_str(),
-                 plot_note.c_str());
+                 model_pt.empty() ? "" : ", model.pt", plot_note.c_str());
   }
 }
 

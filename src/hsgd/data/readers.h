@@ -9,6 +9,7 @@
 // Readers set Dataset::name to the file (or, for CIFAR-10, the directory).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -59,6 +60,24 @@ Dataset parse_idx(const std::string& images_name, std::string_view images_raw,
 Dataset parse_cifar10_batch(const std::string& name, std::string_view raw);
 Dataset parse_csv(const std::string& name, std::string_view raw);
 Dataset parse_libsvm(const std::string& name, std::string_view raw);
+
+// NumPy arrays: features X and integer labels Y, each a .npy file (format
+// 1.0-3.0, little-endian, C order; Fortran order is refused). X: float32,
+// float64 or uint8 (uint8 scaled to [0, 1] as for IDX), shape N x D
+// (sample_shape {D}), N x H x W ({1, H, W}) or N x C x H x W ({C, H, W}).
+// Y: shape (N,) or (N, 1), any integer dtype, or a float dtype holding
+// integers; labels in [0, 2^31 - 2]; num_classes = max label + 1. Messages
+// name the file (for an .npz, "FILE (member.npy)"). Memory is bounded by the
+// file size: declared shapes are checked against the bytes present first.
+Dataset read_npy(const std::string& x_path, const std::string& y_path);
+
+// An .npz archive (np.savez or np.savez_compressed: a zip, members stored or
+// deflated, zip64 understood). With both keys empty: arrays "x" and "y" if
+// present (and then, if `test` is not null and the archive also holds
+// "x_test" and "y_test", those into *test), else the first two arrays. With
+// keys: those arrays (key = member name without ".npy").
+Dataset read_npz(const std::string& path, const std::string& x_key, const std::string& y_key,
+                 std::optional<Dataset>* test);
 
 struct SyntheticOptions {
   int64_t samples = 10000;

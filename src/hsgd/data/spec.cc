@@ -1,4 +1,5 @@
-// Data specs: fashion-mnist | synthetic | idx:DIR | cifar10:DIR | csv:FILE | libsvm:FILE.
+// Data specs: fashion-mnist | synthetic | idx:DIR | cifar10:DIR | csv:FILE | libsvm:FILE |
+// npy:X,Y | npz:FILE[:XKEY,YKEY].
 #include "hsgd/data/spec.h"
 
 #include <fmt/format.h>
@@ -13,7 +14,7 @@ namespace {
 
 constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
-enum class Kind { kFashionMnist, kSynthetic, kIdx, kCifar10, kCsv, kLibsvm };
+enum class Kind { kFashionMnist, kSynthetic, kIdx, kCifar10, kCsv, kLibsvm, kNpy, kNpz };
 
 struct Spec {
   Kind kind;
@@ -32,23 +33,48 @@ Spec parse_spec(const std::string& spec, const char* option) {
       std::string_view name;
       Kind kind;
       const char* what;
-    } kinds[] = {{"idx", Kind::kIdx, "a directory"},
-                 {"cifar10", Kind::kCifar10, "a directory"},
-                 {"csv", Kind::kCsv, "a file"},
-                 {"libsvm", Kind::kLibsvm, "a file"}};
+    } kinds[] = {{"idx", Kind::kIdx, "a directory"}, {"cifar10", Kind::kCifar10, "a directory"},
+                 {"csv", Kind::kCsv, "a file"},      {"libsvm", Kind::kLibsvm, "a file"},
+                 {"npy", Kind::kNpy, "X.npy,Y.npy"}, {"npz", Kind::kNpz, "a file"}};
     for (const auto& k : kinds) {
       if (kind != k.name) continue;
       if (path.empty()) {
         throw InputError(fmt::format("{} '{}': expected {} after '{}:', got nothing", option, spec,
                                      k.what, k.name));
       }
+      if (k.kind == Kind::kNpy && path.find(',') == std::string::npos) {
+        throw InputError(
+            fmt::format("{} '{}': expected npy:X.npy,Y.npy (two files)", option, spec));
+      }
       return {k.kind, std::move(path)};
     }
   }
   throw InputError(fmt::format(
       "{} '{}': expected one of fashion-mnist, synthetic, idx:DIR, cifar10:DIR, csv:FILE, "
-      "libsvm:FILE",
+      "libsvm:FILE, npy:X.npy,Y.npy, npz:FILE[:XKEY,YKEY]",
       option, spec));
+}
+
+// npy:X,Y: split at the first comma.
+Dataset read_npy_spec(const std::string& path) {
+  const size_t comma = path.find(',');
+  return read_npy(path.substr(0, comma), path.substr(comma + 1));
+}
+
+// npz:FILE or npz:FILE:XKEY,YKEY (keys: a last ':' followed by one comma and
+// no '/').
+Dataset read_npz_spec(const std::string& path, std::optional<Dataset>* test) {
+  const size_t colon = path.rfind(':');
+  if (colon != std::string::npos) {
+    const std::string keys = path.substr(colon + 1);
+    const size_t comma = keys.find(',');
+    if (comma != std::string::npos && keys.find(',', comma + 1) == std::string::npos &&
+        keys.find('/') == std::string::npos) {
+      return read_npz(path.substr(0, colon), keys.substr(0, comma), keys.substr(comma + 1),
+                      nullptr);
+    }
+  }
+  return read_npz(path, "", "", test);
 }
 
 Dataset read_fashion_mnist(bool train) {
@@ -88,6 +114,12 @@ LoadedData load_data(const std::string& spec_text, const SyntheticOptions& synth
     case Kind::kLibsvm:
       out.train = read_libsvm(spec.path);
       break;
+    case Kind::kNpy:
+      out.train = read_npy_spec(spec.path);
+      break;
+    case Kind::kNpz:
+      out.train = read_npz_spec(spec.path, &out.test);
+      break;
   }
   return out;
 }
@@ -107,6 +139,13 @@ Dataset load_test_data(const std::string& spec_text, const SyntheticOptions& syn
       return read_csv(spec.path);
     case Kind::kLibsvm:
       return read_libsvm(spec.path);
+    case Kind::kNpy:
+      return read_npy_spec(spec.path);
+    case Kind::kNpz: {
+      std::optional<Dataset> test;
+      Dataset all = read_npz_spec(spec.path, &test);
+      return test ? std::move(*test) : std::move(all);
+    }
   }
   HSGD_ASSERT(false, "load_test_data: unhandled spec kind");
   return {};

@@ -1,5 +1,6 @@
 // Data specs as given on the command line: fashion-mnist | synthetic |
-// idx:DIR | cifar10:DIR | csv:FILE | libsvm:FILE.
+// idx:DIR | cifar10:DIR | csv:FILE | libsvm:FILE | npy:X.npy,Y.npy |
+// npz:FILE[:XKEY,YKEY].
 #pragma once
 #include <optional>
 #include <string>
@@ -15,8 +16,9 @@ struct LoadedData {
 
 // Loads a spec. `fashion-mnist` reads /usr/share/datasets/fashion-mnist (the
 // Debian package dataset-fashion-mnist) and returns both splits; idx:DIR and
-// cifar10:DIR return both splits when the test files exist; csv, libsvm and
-// synthetic return only `train`. Throws InputError for an unknown spec kind
+// cifar10:DIR return both splits when the test files exist, npz:FILE when it
+// holds x_test and y_test besides x and y; the others return only `train`. Throws InputError for an
+// unknown spec kind
 // ("--data 'xyz': expected one of fashion-mnist, synthetic, idx:DIR, ...") or
 // any reader error. Dataset::name is the file or directory read, or
 // "synthetic".

@@ -47,7 +47,8 @@ class Model {
 
 // What a model is; enough to rebuild it (stored in saved model files).
 struct ModelSpec {
-  std::string name;                   // softmax | mlp | lenet5 | cifar-cnn | linear-test
+  // softmax | mlp | lenet5 | cifar-cnn | linear-test | torchscript:FILE
+  std::string name;
   std::vector<int64_t> sample_shape;  // per-sample input shape
   int num_classes = 0;
   std::vector<int64_t> hidden = {128};  // mlp hidden layer widths
@@ -57,12 +58,45 @@ struct ModelSpec {
   // the same scale.
   double input_mean = 0.0;
   double input_std = 1.0;
+  // torchscript:FILE models: the TorchScript archive the model is built
+  // from (FILE's bytes, read by read_model_archive; in a saved model file,
+  // the trained module with its buffers). Empty for the zoo.
+  std::string archive;
 };
+
+// Whether `name` is a torchscript:FILE model.
+bool is_torchscript(const std::string& name);
+
+// For a torchscript:FILE spec with no archive yet, reads FILE into
+// spec->archive (InputError "FILE: cannot open (...)" if unreadable); does
+// nothing for other models.
+void read_model_archive(ModelSpec* spec);
 
 // Builds a model. Throws InputError if the name is unknown or the input shape
 // does not suit the model (e.g. lenet5 needs {1,28,28} or {1,32,32};
-// cifar-cnn needs {3,32,32}). The model uses one intra-op thread.
-std::unique_ptr<Model> make_model(const ModelSpec& spec);
+// cifar-cnn needs {3,32,32}), and for torchscript:FILE if spec.archive is not
+// TorchScript, its forward fails on a batch shaped like the data or does not
+// return N x num_classes logits, it has no parameters, or a parameter is not
+// float32. The model uses one intra-op thread.
+//
+// `calibration` (borrowed; must outlive the model; may be null) is the
+// training set. Models with buffers (BatchNorm running statistics) recompute
+// them from it at every evaluate(): see TorchScriptModel. Without it they
+// evaluate with the buffers they hold (those of the archive).
+std::unique_ptr<Model> make_model(const ModelSpec& spec, const Dataset* calibration = nullptr);
+
+// The trained model as a TorchScript archive that torch.jit.load reads:
+// a torchscript:FILE model with `params` bound and its buffers recomputed
+// from `calibration` (if not null), in eval mode. With `standalone`, the
+// module is wrapped so that forward takes unstandardized inputs (it applies
+// (x - input_mean) / input_std first, attributes of the wrapper) and returns
+// the logits: model.pt. Without, the bare module: what a model file embeds.
+// Zoo models (softmax, mlp, lenet5, cifar-cnn) are rebuilt as TorchScript
+// from their layers, for `standalone` only (their model files need no
+// archive). Returns an empty string where there is no TorchScript form
+// (linear-test, which is plain C++; zoo models without `standalone`).
+std::string export_torchscript(const ModelSpec& spec, std::span<const float> params,
+                               const Dataset* calibration, bool standalone);
 
 // Names accepted by make_model, for help and error messages.
 std::vector<std::string> model_names();

@@ -1,9 +1,12 @@
 // Model file format (all integers little-endian):
 //   "HSGDMODEL1\n"                     11 bytes of magic
 //   u32 header_len
-//   header_len bytes of JSON: {name, sample_shape, num_classes, hidden, num_params}
+//   header_len bytes of JSON: {name, sample_shape, num_classes, hidden, num_params,
+//                               input_mean, input_std, archive_bytes}
 //   num_params float32 values
-//   u32 CRC32 (zlib) of the float bytes
+//   archive_bytes bytes: the TorchScript archive of a torchscript:FILE model
+//                        (absent, and archive_bytes 0 or missing, for the zoo)
+//   u32 CRC32 (zlib) of the float bytes followed by the archive bytes
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <zlib.h>
@@ -38,6 +41,10 @@ constexpr size_t kMagicLen = sizeof(kMagic) - 1;
 uint32_t crc_of(const void* data, size_t bytes) {
   return static_cast<uint32_t>(
       crc32_z(crc32_z(0L, Z_NULL, 0), static_cast<const Bytef*>(data), bytes));
+}
+
+uint32_t crc_after(uint32_t crc, const void* data, size_t bytes) {
+  return static_cast<uint32_t>(crc32_z(crc, static_cast<const Bytef*>(data), bytes));
 }
 
 void put_u32(std::string* out, uint32_t v) {
@@ -119,6 +126,9 @@ void check_spec(const Reader& r, size_t header_at, const ModelSpec& s, uint64_t 
   for (int64_t h : s.hidden) {
     if (h < 1) bad(fmt::format("hidden {}: expected widths >= 1", join(s.hidden)));
   }
+  // A TorchScript module's architecture is in its archive: no size chain
+  // to check here (the archive's size is checked against the bytes present).
+  if (s.name.starts_with("torchscript:")) return;
   // Widths along the model, each <= num_params <= 2^40, so no product of
   // two overflows.
   std::vector<uint64_t> chain{1};
@@ -136,6 +146,20 @@ void check_spec(const Reader& r, size_t header_at, const ModelSpec& s, uint64_t 
 
 }  // namespace
 
+bool is_torchscript(const std::string& name) { return name.starts_with("torchscript:"); }
+
+void read_model_archive(ModelSpec* spec) {
+  if (!is_torchscript(spec->name) || !spec->archive.empty()) return;
+  const std::string path = spec->name.substr(spec->name.find(':') + 1);
+  if (path.empty())
+    throw InputError("--model torchscript:FILE: expected a file after 'torchscript:'");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open (" + std::strerror(errno) + ")");
+  spec->archive.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (in.bad()) throw InputError(path + ": cannot read");
+  if (spec->archive.empty()) throw InputError(path + ": empty file, not a TorchScript module");
+}
+
 void save_model(const std::string& path, const ModelSpec& spec, std::span<const float> params) {
   nlohmann::json header = {
       {"name", spec.name},
@@ -145,6 +169,7 @@ void save_model(const std::string& path, const ModelSpec& spec, std::span<const 
       {"num_params", params.size()},
       {"input_mean", spec.input_mean},
       {"input_std", spec.input_std},
+      {"archive_bytes", spec.archive.size()},
   };
   const std::string header_text = header.dump();
   std::string prefix(kMagic, kMagicLen);
@@ -152,7 +177,8 @@ void save_model(const std::string& path, const ModelSpec& spec, std::span<const 
   prefix += header_text;
   const size_t float_bytes = params.size() * sizeof(float);
   std::string crc;
-  put_u32(&crc, crc_of(params.data(), float_bytes));
+  put_u32(&crc,
+          crc_after(crc_of(params.data(), float_bytes), spec.archive.data(), spec.archive.size()));
 
   const std::string partial = path + ".partial";
   {
@@ -161,6 +187,7 @@ void save_model(const std::string& path, const ModelSpec& spec, std::span<const 
     out.write(prefix.data(), static_cast<std::streamsize>(prefix.size()));
     out.write(reinterpret_cast<const char*>(params.data()),
               static_cast<std::streamsize>(float_bytes));
+    out.write(spec.archive.data(), static_cast<std::streamsize>(spec.archive.size()));
     out.write(crc.data(), static_cast<std::streamsize>(crc.size()));
     out.flush();
     if (!out) {
@@ -186,6 +213,7 @@ void parse_model(const std::string& path, std::string_view bytes, ModelSpec* spe
   const char* header_bytes = r.take(header_len);
   ModelSpec s;
   uint64_t num_params = 0;
+  uint64_t archive_bytes = 0;
   try {
     const auto header = nlohmann::json::parse(header_bytes, header_bytes + header_len);
     // Integers are taken only from JSON integers in range: nlohmann's get<>
@@ -222,6 +250,10 @@ void parse_model(const std::string& path, std::string_view bytes, ModelSpec* spe
         static_cast<uint64_t>(integer(header.at("num_params"), "num_params", 0, INT64_MAX));
     s.input_mean = header.value("input_mean", 0.0);
     s.input_std = header.value("input_std", 1.0);
+    if (header.contains("archive_bytes")) {
+      archive_bytes = static_cast<uint64_t>(
+          integer(header.at("archive_bytes"), "archive_bytes", 0, INT64_MAX));
+    }
   } catch (const nlohmann::json::exception& e) {
     r.fail_at(header_at, std::string("bad header: ") + e.what());
   }
@@ -236,11 +268,19 @@ void parse_model(const std::string& path, std::string_view bytes, ModelSpec* spe
   check_spec(r, header_at, s, num_params);
   const size_t float_bytes = num_params * sizeof(float);
   const char* float_data = r.take(float_bytes);
+  if (archive_bytes > r.remaining()) {
+    r.fail("offset " + std::to_string(r.pos() + r.remaining()) + ": expected " +
+           std::to_string(archive_bytes + 4 - r.remaining()) + " more bytes");
+  }
+  const char* archive = r.take(archive_bytes);
   const uint32_t stored_crc = get_u32(r.take(4));
   if (r.remaining() != 0) {
     r.fail_at(r.pos(), std::to_string(r.remaining()) + " unexpected bytes after the checksum");
   }
-  if (crc_of(float_data, float_bytes) != stored_crc) r.fail("checksum mismatch: file is corrupt");
+  if (crc_after(crc_of(float_data, float_bytes), archive, archive_bytes) != stored_crc) {
+    r.fail("checksum mismatch: file is corrupt");
+  }
+  s.archive.assign(archive, archive_bytes);
   params->resize(num_params);
   std::memcpy(params->data(), float_data, float_bytes);
   *spec = std::move(s);

@@ -6,6 +6,7 @@
 #include "hsgd/model/linear_model.h"
 #include "hsgd/model/model.h"
 #include "hsgd/model/torch_model.h"
+#include "hsgd/model/torch_script.h"
 
 namespace hsgd {
 namespace {
@@ -68,10 +69,10 @@ TorchNet cifar_cnn_net(int classes) {
 }  // namespace
 
 std::vector<std::string> model_names() {
-  return {"softmax", "mlp", "lenet5", "cifar-cnn", "linear-test"};
+  return {"softmax", "mlp", "lenet5", "cifar-cnn", "linear-test", "torchscript:FILE"};
 }
 
-std::unique_ptr<Model> make_model(const ModelSpec& spec) {
+std::unique_ptr<Model> make_model(const ModelSpec& spec, const Dataset* calibration) {
   const auto& shape = spec.sample_shape;
   const int classes = spec.num_classes;
   if (classes < 1) {
@@ -82,6 +83,7 @@ std::unique_ptr<Model> make_model(const ModelSpec& spec) {
   for (int64_t d : shape) positive = positive && d > 0;
   if (!positive) bad_shape(spec, "with positive sizes");
   const int64_t in = product(shape);
+  if (is_torchscript(spec.name)) return make_torchscript_model(spec, calibration);
 
   if (spec.name == "linear-test") return make_linear_model(in, classes);
   if (spec.name == "softmax") {

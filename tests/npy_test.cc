@@ -1,0 +1,256 @@
+// Tests for the NumPy readers (hsgd/data/npy.cc): .npy and .npz (stored and
+// deflated zip members), dtypes, shapes, key selection, and one clear error
+// for each kind of bad input. Fixtures are written here (tests/npz_writer.h)
+// plus the ones numpy wrote under tests/data/torchscript/.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "hsgd/core/error.h"
+#include "hsgd/data/readers.h"
+#include "hsgd/data/spec.h"
+#include "npz_writer.h"
+
+namespace hsgd {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::npy_bytes;
+using testing::raw;
+using testing::zip_bytes;
+using testing::ZipMember;
+
+const std::string kFixtures = std::string(HSGD_SOURCE_DIR) + "/tests/data/torchscript/";
+
+class NpyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           (std::string("hsgd_npy_test_") + std::to_string(getpid()) + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& bytes) const {
+    const std::string p = (dir_ / name).string();
+    std::ofstream out(p, std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    return p;
+  }
+
+  fs::path dir_;
+};
+
+void expect_input_error(const std::function<void()>& fn, std::initializer_list<std::string> parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    for (const std::string& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << msg << "\nmissing: " << p;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+}
+
+const std::vector<float> kX = {0.5f, -1.0f, 2.0f, 3.0f, 4.0f, 5.25f};  // 3 x 2
+const std::vector<int64_t> kY = {0, 2, 1};
+
+std::string good_x() { return npy_bytes("<f4", {3, 2}, raw(kX)); }
+std::string good_y() { return npy_bytes("<i8", {3}, raw(kY)); }
+
+void expect_small(const Dataset& d) {
+  ASSERT_EQ(d.size(), 3);
+  EXPECT_EQ(d.sample_shape, (std::vector<int64_t>{2}));
+  EXPECT_EQ(d.num_classes, 3);
+  EXPECT_EQ(d.features, kX);
+  EXPECT_EQ(d.labels, (std::vector<int32_t>{0, 2, 1}));
+}
+
+TEST_F(NpyTest, Float32AndInt64) {
+  expect_small(read_npy(write("x.npy", good_x()), write("y.npy", good_y())));
+}
+
+TEST_F(NpyTest, Float64FeaturesAndOtherLabelDtypes) {
+  const std::vector<double> x(kX.begin(), kX.end());
+  const std::string xp = write("x.npy", npy_bytes("<f8", {3, 2}, raw(x)));
+  expect_small(read_npy(xp, write("y1.npy", npy_bytes("|u1", {3}, std::string("\0\2\1", 3)))));
+  expect_small(
+      read_npy(xp, write("y2.npy", npy_bytes("<i2", {3, 1}, raw(std::vector<int16_t>{0, 2, 1})))));
+  expect_small(
+      read_npy(xp, write("y3.npy", npy_bytes("<u4", {3}, raw(std::vector<uint32_t>{0, 2, 1})))));
+  expect_small(
+      read_npy(xp, write("y4.npy", npy_bytes("<f4", {3}, raw(std::vector<float>{0, 2, 1})))));
+}
+
+TEST_F(NpyTest, Uint8ImagesScaledAndShapeKept) {
+  std::string pixels;
+  for (int i = 0; i < 2 * 2 * 2 * 3; ++i) pixels += static_cast<char>(i * 10);
+  const Dataset d =
+      read_npy(write("x.npy", npy_bytes("|u1", {2, 2, 2, 3}, pixels)),
+               write("y.npy", npy_bytes("<i4", {2}, raw(std::vector<int32_t>{1, 0}))));
+  EXPECT_EQ(d.sample_shape, (std::vector<int64_t>{2, 2, 3}));
+  ASSERT_EQ(d.features.size(), 24u);
+  EXPECT_FLOAT_EQ(d.features[23], 230.0f / 255.0f);
+  // N x H x W: one channel.
+  const Dataset g =
+      read_npy(write("g.npy", npy_bytes("|u1", {2, 3, 4}, pixels)),
+               write("y.npy", npy_bytes("<i4", {2}, raw(std::vector<int32_t>{1, 0}))));
+  EXPECT_EQ(g.sample_shape, (std::vector<int64_t>{1, 3, 4}));
+}
+
+TEST_F(NpyTest, NpzDefaultKeysStoredAndDeflated) {
+  for (bool deflate : {false, true}) {
+    const std::string p =
+        write("d.npz", zip_bytes({{"y.npy", good_y(), deflate}, {"x.npy", good_x(), deflate}}));
+    std::optional<Dataset> test;
+    expect_small(read_npz(p, "", "", &test));
+    EXPECT_FALSE(test.has_value());
+  }
+}
+
+TEST_F(NpyTest, NpzFirstTwoArraysAndKeysAndTestSplit) {
+  const std::string first = write("f.npz", zip_bytes({{"a.npy", good_x()}, {"b.npy", good_y()}}));
+  expect_small(read_npz(first, "", "", nullptr));
+  const std::string keyed = write(
+      "k.npz", zip_bytes({{"junk.npy", good_y()}, {"feat.npy", good_x()}, {"lab.npy", good_y()}}));
+  expect_small(read_npz(keyed, "feat", "lab", nullptr));
+  expect_input_error([&] { read_npz(keyed, "feat", "nope", nullptr); },
+                     {keyed, "no array 'nope'", "junk, feat, lab"});
+  const std::string split = write(
+      "s.npz", zip_bytes({{"x.npy", good_x()},
+                          {"y.npy", good_y()},
+                          {"x_test.npy", npy_bytes("<f4", {1, 2}, raw(std::vector<float>{1, 2}))},
+                          {"y_test.npy", npy_bytes("<i8", {1}, raw(std::vector<int64_t>{2}))}}));
+  const LoadedData loaded = load_data("npz:" + split, {});
+  expect_small(loaded.train);
+  ASSERT_TRUE(loaded.test.has_value());
+  EXPECT_EQ(loaded.test->size(), 1);
+  EXPECT_EQ(load_test_data("npz:" + split, {}).size(), 1);
+  expect_small(load_data("npz:" + keyed + ":feat,lab", {}).train);
+  expect_small(
+      load_data("npy:" + write("x.npy", good_x()) + "," + write("y.npy", good_y()), {}).train);
+  expect_input_error([] { load_data("npy:onlyone.npy", {}); }, {"npy:X.npy,Y.npy"});
+}
+
+TEST_F(NpyTest, FilesWrittenByNumpy) {
+  const Dataset blobs =
+      read_npy(kFixtures + "blobs_x.npy", kFixtures + "blobs_y.npy");  // float64, int64
+  EXPECT_EQ(blobs.size(), 300);
+  EXPECT_EQ(blobs.sample_shape, (std::vector<int64_t>{8}));
+  EXPECT_EQ(blobs.num_classes, 3);
+  std::optional<Dataset> test;
+  const Dataset images = read_npz(kFixtures + "images.npz", "", "", &test);  // deflated
+  EXPECT_EQ(images.size(), 300);
+  EXPECT_EQ(images.sample_shape, (std::vector<int64_t>{1, 8, 8}));
+  ASSERT_TRUE(test.has_value());
+  EXPECT_EQ(test->size(), 60);
+}
+
+TEST_F(NpyTest, BadMagic) {
+  const std::string p = write("x.npy", "PK\3\4 not numpy at all");
+  expect_input_error([&] { read_npy(p, p); }, {p + ": offset 0:", "bad magic"});
+  const std::string z = write("z.npz", good_x());
+  expect_input_error([&] { read_npz(z, "", "", nullptr); },
+                     {z + ": offset 0:", "zip", "bad magic"});
+}
+
+TEST_F(NpyTest, UnsupportedDtypes) {
+  const std::string y = write("y.npy", good_y());
+  const std::string c = write("c.npy", npy_bytes("<c8", {3, 2}, std::string(48, '\0')));
+  expect_input_error([&] { read_npy(c, y); }, {c, "unsupported dtype '<c8'"});
+  const std::string i = write("i.npy", npy_bytes("<i4", {3, 2}, std::string(24, '\0')));
+  expect_input_error([&] { read_npy(i, y); }, {i, "unsupported feature dtype i4"});
+  const std::string be = write("b.npy", npy_bytes(">f4", {3, 2}, std::string(24, '\0')));
+  expect_input_error([&] { read_npy(be, y); }, {be, "big-endian"});
+  const std::string s = write("s.npy", npy_bytes("<U3", {3}, std::string(36, '\0')));
+  expect_input_error([&] { read_npy(write("x.npy", good_x()), s); }, {s, "unsupported dtype"});
+}
+
+TEST_F(NpyTest, FortranOrderRefused) {
+  const std::string f = write("f.npy", npy_bytes("<f4", {3, 2}, raw(kX), /*fortran=*/true));
+  expect_input_error([&] { read_npy(f, write("y.npy", good_y())); },
+                     {f, "Fortran-order", "C order"});
+}
+
+TEST_F(NpyTest, ShapeMismatchBetweenXAndY) {
+  const std::string x = write("x.npy", good_x());
+  const std::string y = write("y.npy", npy_bytes("<i8", {2}, raw(std::vector<int64_t>{0, 1})));
+  expect_input_error([&] { read_npy(x, y); }, {y, "2 labels for the 3 samples of " + x});
+  const std::string y2 = write("y2.npy", npy_bytes("<i8", {3, 2}, std::string(48, '\0')));
+  expect_input_error([&] { read_npy(x, y2); }, {y2, "labels have shape (3, 2)"});
+  const std::string x1 = write("x1.npy", npy_bytes("<f4", {6}, raw(kX)));
+  expect_input_error([&] { read_npy(x1, y); }, {x1, "features have shape (6,)"});
+}
+
+TEST_F(NpyTest, BadLabels) {
+  const std::string x = write("x.npy", good_x());
+  const std::string neg =
+      write("n.npy", npy_bytes("<i8", {3}, raw(std::vector<int64_t>{0, -1, 1})));
+  expect_input_error([&] { read_npy(x, neg); }, {neg, "label -1 at index 1"});
+  const std::string frac =
+      write("f.npy", npy_bytes("<f8", {3}, raw(std::vector<double>{0, 1.5, 1})));
+  expect_input_error([&] { read_npy(x, frac); }, {frac, "label 1.5 at index 1", "integer"});
+  const std::string big =
+      write("b.npy", npy_bytes("<u8", {3}, raw(std::vector<uint64_t>{0, 1, uint64_t{1} << 63})));
+  expect_input_error([&] { read_npy(x, big); }, {big, "label 9223372036854775808 at index 2"});
+}
+
+TEST_F(NpyTest, NonFiniteFeatures) {
+  std::vector<float> x = kX;
+  x[3] = std::nanf("");
+  const std::string p = write("x.npy", npy_bytes("<f4", {3, 2}, raw(x)));
+  expect_input_error([&] { read_npy(p, write("y.npy", good_y())); },
+                     {p, "feature 1 of sample 1 is nan"});
+}
+
+TEST_F(NpyTest, TruncatedAndHugeClaims) {
+  const std::string y = write("y.npy", good_y());
+  const std::string full = good_x();
+  const std::string t = write("t.npy", full.substr(0, full.size() - 3));
+  expect_input_error([&] { read_npy(t, y); }, {t, "truncated", "21 data bytes"});
+  const std::string h = write("h.npy", full.substr(0, 20));
+  expect_input_error([&] { read_npy(h, y); }, {h, "truncated"});
+  // A header claiming 2^48 x 2^48 elements over a few bytes: refused before
+  // any allocation.
+  const std::string huge =
+      write("huge.npy", npy_bytes("<f4", {int64_t{1} << 48, int64_t{1} << 48}, "abcd"));
+  expect_input_error([&] { read_npy(huge, y); }, {huge, "truncated"});
+  const std::string extra = write("e.npy", full + "zz");
+  expect_input_error([&] { read_npy(extra, y); }, {extra, "2 more bytes"});
+}
+
+TEST_F(NpyTest, CorruptZips) {
+  const std::string good = zip_bytes({{"x.npy", good_x(), true}, {"y.npy", good_y(), true}});
+  // Cut anywhere: one clear error, never a crash or a huge allocation.
+  for (size_t cut : {size_t{10}, good.size() / 2, good.size() - 5}) {
+    const std::string p = write("cut.npz", good.substr(0, cut));
+    expect_input_error([&] { read_npz(p, "", "", nullptr); }, {p});
+  }
+  // A flipped byte inside the compressed data: CRC or deflate error.
+  std::string flipped = good;
+  flipped[60] = static_cast<char>(flipped[60] ^ 0x55);
+  const std::string f = write("flip.npz", flipped);
+  expect_input_error([&] { read_npz(f, "", "", nullptr); }, {f});
+  // A central directory claiming a 4 GB member: refused by size, not allocated.
+  std::string lying = zip_bytes({{"x.npy", good_x(), true}, {"y.npy", good_y(), true}});
+  const size_t cd = lying.find(std::string("PK\1\2", 4));
+  ASSERT_NE(cd, std::string::npos);
+  for (int i = 0; i < 4; ++i) lying[cd + 24 + i] = '\xfe';
+  const std::string l = write("lie.npz", lying);
+  expect_input_error([&] { read_npz(l, "", "", nullptr); }, {l + " (x.npy)", "cannot inflate"});
+  const std::string one = write("one.npz", zip_bytes({{"x.npy", good_x()}}));
+  expect_input_error([&] { read_npz(one, "", "", nullptr); }, {one, "expected two arrays"});
+}
+
+}  // namespace
+}  // namespace hsgd
