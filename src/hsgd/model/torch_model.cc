@@ -99,6 +99,23 @@ void TorchModel::check_labels(const std::string& what, const int32_t* labels, in
   }
 }
 
+torch::Tensor batch_loss(const torch::Tensor& logits, const torch::Tensor& labels,
+                         const Batch& batch, std::span<float> losses, torch::Tensor* weights) {
+  namespace F = torch::nn::functional;
+  const int64_t n = batch.size();
+  if (batch.weights.empty() && losses.empty()) return F::cross_entropy(logits, labels);
+  torch::Tensor each =
+      F::cross_entropy(logits, labels, F::CrossEntropyFuncOptions().reduction(torch::kNone));
+  if (!losses.empty()) {
+    const torch::Tensor l = each.detach().contiguous();
+    std::copy_n(l.data_ptr<float>(), n, losses.begin());
+  }
+  if (batch.weights.empty()) return each.mean();
+  if (!weights->defined() || weights->size(0) != n) *weights = torch::empty({n}, torch::kFloat32);
+  std::copy_n(batch.weights.data(), n, weights->data_ptr<float>());
+  return (each * *weights).mean();
+}
+
 double TorchModel::gradient(const Batch& batch, std::span<float> losses) {
   HSGD_ASSERT(!flat_params_.empty() || num_params_ == 0, "gradient before bind");
   const int64_t n = batch.size();
@@ -124,26 +141,7 @@ double TorchModel::gradient(const Batch& batch, std::span<float> losses) {
   const torch::Tensor x =
       torch::from_blob(const_cast<float*>(batch.features.data()), input_shape_, torch::kFloat32);
   const torch::Tensor logits = net_.forward(x);
-  if (batch.weights.empty() && losses.empty()) {
-    torch::Tensor loss = torch::nn::functional::cross_entropy(logits, labels_);
-    loss.backward();  // accumulates into the zeroed views of flat_grads_
-    return loss.item<double>();
-  }
-  namespace F = torch::nn::functional;
-  torch::Tensor each =
-      F::cross_entropy(logits, labels_, F::CrossEntropyFuncOptions().reduction(torch::kNone));
-  if (!losses.empty()) {
-    const torch::Tensor l = each.detach().contiguous();
-    std::copy_n(l.data_ptr<float>(), n, losses.begin());
-  }
-  torch::Tensor loss;
-  if (batch.weights.empty()) {
-    loss = each.mean();
-  } else {
-    if (!weights_.defined() || weights_.size(0) != n) weights_ = torch::empty({n}, torch::kFloat32);
-    std::copy_n(batch.weights.data(), n, weights_.data_ptr<float>());
-    loss = (each * weights_).mean();
-  }
+  torch::Tensor loss = batch_loss(logits, labels_, batch, losses, &weights_);
   loss.backward();
   return loss.item<double>();
 }

@@ -47,6 +47,13 @@ using TorchNetFactory = std::function<TorchNet()>;
 // init_params() use torch's process-global generator; they serialize with
 // each other through a process-wide lock, but not with other code that seeds
 // or draws from torch's global generator while they run.
+// The loss to back-propagate for a batch: the mean cross-entropy, or, with
+// batch.weights, the mean of weight x per-example loss (importance
+// sampling); fills `losses` (one per sample) when it is not empty.
+// `weights` is scratch reused between calls.
+torch::Tensor batch_loss(const torch::Tensor& logits, const torch::Tensor& labels,
+                         const Batch& batch, std::span<float> losses, torch::Tensor* weights);
+
 class TorchModel final : public Model {
  public:
   // Throws InputError if a forward pass on a sample of `sample_shape` fails

@@ -139,7 +139,7 @@ void TorchScriptModel::init_params(uint64_t seed) {
   for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i].copy_(initial_buffers_[i]);
 }
 
-double TorchScriptModel::gradient(const Batch& batch) {
+double TorchScriptModel::gradient(const Batch& batch, std::span<float> losses) {
   HSGD_ASSERT(!flat_params_.empty(), "gradient before bind");
   const int64_t n = batch.size();
   if (static_cast<int64_t>(batch.features.size()) != n * sample_size_) {
@@ -163,7 +163,7 @@ double TorchScriptModel::gradient(const Batch& batch) {
   input_shape_[0] = n;
   const torch::Tensor x =
       torch::from_blob(const_cast<float*>(batch.features.data()), input_shape_, torch::kFloat32);
-  torch::Tensor loss = torch::nn::functional::cross_entropy(forward(x), labels_);
+  torch::Tensor loss = batch_loss(forward(x), labels_, batch, losses, &weights_);
   loss.backward();  // accumulates into the zeroed views of flat_grads_
   return loss.item<double>();
 }

@@ -56,7 +56,7 @@ class TorchScriptModel final : public Model {
   // carries its initialization) and seeds torch's global generator, from
   // which the module's random operations (dropout) draw, with `seed`.
   void init_params(uint64_t seed) override;
-  double gradient(const Batch& batch) override;
+  double gradient(const Batch& batch, std::span<float> losses) override;
   // Recomputes the buffers (with a calibration set), then evaluates in
   // eval() mode in chunks of 1000 samples, without autograd.
   EvalResult evaluate(const Dataset& data) override;
@@ -91,6 +91,7 @@ class TorchScriptModel final : public Model {
   std::span<float> flat_params_;
   std::span<float> flat_grads_;
   torch::Tensor labels_;
+  torch::Tensor weights_;  // per-example weights of the last weighted batch (importance sampling)
 };
 
 std::unique_ptr<Model> make_torchscript_model(const ModelSpec& spec, const Dataset* calibration);
