@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET="${FUZZ_SECONDS:-60}"
 JOBS="${JOBS:-2}"
-ALL=(idx idx_gz cifar10 csv libsvm config model checkpoint_manifest server_state)
+ALL=(idx idx_gz cifar10 csv libsvm config model npy npz checkpoint_manifest server_state)
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then TARGETS=("${ALL[@]}"); fi
 

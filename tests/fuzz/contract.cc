@@ -3,10 +3,11 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <memory>
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
+#include <optional>
 
 #include "hsgd/checkpoint/checkpoint.h"
 #include "hsgd/config/config.h"
@@ -166,6 +167,20 @@ std::string check_model(std::string_view bytes) {
   return "";
 }
 
+std::string check_npy(std::string_view bytes) {
+  std::string_view x, y;
+  split_idx(bytes, &x, &y);
+  return verdict([&] { return parse_npy_pair("x.npy", x, "y.npy", y); }, false, {"x.npy", "y.npy"});
+}
+
+std::string check_npz(std::string_view bytes) {
+  std::optional<Dataset> test;
+  std::string broken =
+      verdict([&] { return parse_npz("data.npz", bytes, "", "", &test); }, false, {"data.npz"});
+  if (broken.empty() && test) broken = check_dataset(*test, false);
+  return broken;
+}
+
 std::string check_checkpoint_manifest(std::string_view bytes) {
   CheckpointManifest m;
   try {
@@ -217,9 +232,16 @@ std::string check_server_state(std::string_view bytes) {
 
 const std::vector<Target>& targets() {
   static const std::vector<Target> all = {
-      {"idx", check_idx},     {"idx_gz", check_idx_gz}, {"cifar10", check_cifar10},
-      {"csv", check_csv},     {"libsvm", check_libsvm}, {"config", check_config},
-      {"model", check_model}, {"checkpoint_manifest", check_checkpoint_manifest},
+      {"idx", check_idx},
+      {"idx_gz", check_idx_gz},
+      {"cifar10", check_cifar10},
+      {"csv", check_csv},
+      {"libsvm", check_libsvm},
+      {"config", check_config},
+      {"model", check_model},
+      {"npy", check_npy},
+      {"npz", check_npz},
+      {"checkpoint_manifest", check_checkpoint_manifest},
       {"server_state", check_server_state},
   };
   return all;

@@ -43,6 +43,10 @@ std::string check_libsvm(std::string_view bytes);
 // round-trip through to_toml.
 std::string check_config(std::string_view bytes);
 std::string check_model(std::string_view bytes);  // a saved model file
+// NumPy: the idx framing (4-byte length L, L bytes of X's .npy, then Y's);
+// and one .npz archive (default keys, its test pair checked too).
+std::string check_npy(std::string_view bytes);
+std::string check_npz(std::string_view bytes);
 // A checkpoint manifest (CheckpointStore::parse_manifest): accepted ones
 // have plain blob names and sane counts.
 std::string check_checkpoint_manifest(std::string_view bytes);

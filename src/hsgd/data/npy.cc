@@ -494,17 +494,27 @@ Dataset npz_pair(const std::string& path, std::string_view bytes, const ZipMembe
 
 }  // namespace
 
+Dataset parse_npy_pair(const std::string& x_name, std::string_view x_raw, const std::string& y_name,
+                       std::string_view y_raw) {
+  const NpyArray x = parse_npy(x_name, x_raw);
+  const NpyArray y = parse_npy(y_name, y_raw);
+  return to_dataset(x, y);
+}
+
 Dataset read_npy(const std::string& x_path, const std::string& y_path) {
   const std::string bx = data_internal::read_file(x_path);
-  const NpyArray x = parse_npy(x_path, bx);
   const std::string by = data_internal::read_file(y_path);
-  const NpyArray y = parse_npy(y_path, by);
-  return to_dataset(x, y);
+  return parse_npy_pair(x_path, bx, y_path, by);
 }
 
 Dataset read_npz(const std::string& path, const std::string& x_key, const std::string& y_key,
                  std::optional<Dataset>* test) {
   const std::string bytes = data_internal::read_file(path);
+  return parse_npz(path, bytes, x_key, y_key, test);
+}
+
+Dataset parse_npz(const std::string& path, std::string_view bytes, const std::string& x_key,
+                  const std::string& y_key, std::optional<Dataset>* test) {
   const std::vector<ZipMember> members = zip_members(path, bytes);
   const ZipMember* mx = nullptr;
   const ZipMember* my = nullptr;

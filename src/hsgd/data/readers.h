@@ -78,6 +78,12 @@ Dataset read_npy(const std::string& x_path, const std::string& y_path);
 // keys: those arrays (key = member name without ".npy").
 Dataset read_npz(const std::string& path, const std::string& x_key, const std::string& y_key,
                  std::optional<Dataset>* test);
+// In-memory forms of the two (same contract and errors; used by the fuzz
+// targets).
+Dataset parse_npy_pair(const std::string& x_name, std::string_view x_raw, const std::string& y_name,
+                       std::string_view y_raw);
+Dataset parse_npz(const std::string& path, std::string_view bytes, const std::string& x_key,
+                  const std::string& y_key, std::optional<Dataset>* test);
 
 struct SyntheticOptions {
   int64_t samples = 10000;
