@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_helpers.h"
 #include "hsgd/data/readers.h"
 #include "hsgd/model/model.h"
 #include "npz_writer.h"
@@ -23,50 +24,8 @@
 namespace hsgd {
 namespace {
 
-namespace fs = std::filesystem;
-
-const std::string kHsgd = HSGD_BINARY_DIR "/hsgd";
 const std::string kDir = std::string(HSGD_SOURCE_DIR) + "/tests/data/torchscript/";
 const std::string kBlobs = "npy:" + kDir + "blobs_x.npy," + kDir + "blobs_y.npy";
-
-struct Outcome {
-  int code = -1;
-  std::string err;
-  std::string out;
-};
-
-std::string tmp(const std::string& name) {
-  struct Dir {
-    fs::path path = fs::path(::testing::TempDir()) / ("hsgd_tscli_" + std::to_string(getpid()));
-    Dir() { fs::create_directories(path); }
-    ~Dir() {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-  };
-  static const Dir dir;
-  return (dir.path / name).string();
-}
-
-Outcome run(const std::string& args) {
-  const std::string err_file = tmp("stderr.txt");
-  const std::string cmd = kHsgd + " " + args + " 2> " + err_file;
-  Outcome o;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) o.out.append(buf, n);
-  const int status = pclose(p);
-  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err_file);
-  o.err.assign(std::istreambuf_iterator<char>(e), {});
-  return o;
-}
-
-nlohmann::json summary(const std::string& dir) {
-  std::ifstream f(dir + "/summary.json");
-  return nlohmann::json::parse(f);
-}
 
 TEST(TorchScriptCli, TrainsOnEveryRuntimeAndEvalReadsModelBin) {
   for (const std::string flags :

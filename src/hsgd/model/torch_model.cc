@@ -61,13 +61,15 @@ void TorchModel::bind(std::span<float> params, std::span<float> grads) {
   HSGD_ASSERT(static_cast<int64_t>(grads.size()) == num_params_, "grads size != num_params");
   flat_params_ = params;
   flat_grads_ = grads;
+  bind_views(params_, params, grads);
+}
+
+void bind_views(std::vector<torch::Tensor>& params, std::span<float> flat, std::span<float> grads) {
   torch::NoGradGuard no_grad;
   int64_t offset = 0;
-  for (auto& p : params_) {
+  for (auto& p : params) {
     const auto shape = p.sizes().vec();
-    // set_data keeps the Parameter (and the autograd leaf the module
-    // registered) and only swaps its storage for the caller's.
-    p.set_data(torch::from_blob(params.data() + offset, shape, torch::kFloat32));
+    p.set_data(torch::from_blob(flat.data() + offset, shape, torch::kFloat32));
     p.mutable_grad() = torch::from_blob(grads.data() + offset, shape, torch::kFloat32);
     offset += p.numel();
   }

@@ -47,6 +47,11 @@ using TorchNetFactory = std::function<TorchNet()>;
 // init_params() use torch's process-global generator; they serialize with
 // each other through a process-wide lock, but not with other code that seeds
 // or draws from torch's global generator while they run.
+// Makes each tensor of `params` (in flat order) a view of its slice of
+// `flat` and its gradient a view of the same slice of `grads`: set_data keeps
+// the tensor the module holds (the autograd leaf) and swaps its storage.
+void bind_views(std::vector<torch::Tensor>& params, std::span<float> flat, std::span<float> grads);
+
 // The loss to back-propagate for a batch: the mean cross-entropy, or, with
 // batch.weights, the mean of weight x per-example loss (importance
 // sampling); fills `losses` (one per sample) when it is not empty.

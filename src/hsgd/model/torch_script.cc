@@ -116,16 +116,7 @@ void TorchScriptModel::bind(std::span<float> params, std::span<float> grads) {
   HSGD_ASSERT(static_cast<int64_t>(grads.size()) == num_params_, "grads size != num_params");
   flat_params_ = params;
   flat_grads_ = grads;
-  torch::NoGradGuard no_grad;
-  int64_t offset = 0;
-  for (auto& p : params_) {
-    const auto shape = p.sizes().vec();
-    // set_data keeps the tensor the module's slot holds (the autograd leaf)
-    // and swaps its storage for the caller's.
-    p.set_data(torch::from_blob(params.data() + offset, shape, torch::kFloat32));
-    p.mutable_grad() = torch::from_blob(grads.data() + offset, shape, torch::kFloat32);
-    offset += p.numel();
-  }
+  bind_views(params_, params, grads);
 }
 
 void TorchScriptModel::init_params(uint64_t seed) {
