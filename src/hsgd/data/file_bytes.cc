@@ -37,8 +37,18 @@ struct InflateGuard {
 
 }  // namespace
 
+std::string one_line(std::string_view text, size_t max) {
+  std::string out;
+  for (char ch : text.substr(0, max)) {
+    const auto u = static_cast<unsigned char>(ch);
+    out += (u < 0x20 || u == 0x7f) ? '?' : ch;
+  }
+  if (text.size() > max) out += "...";
+  return out;
+}
+
 void fail_at(const std::string& file, uint64_t offset, const std::string& what) {
-  throw InputError(fmt::format("{}: offset {}: {}", file, offset, what));
+  throw InputError(one_line(fmt::format("{}: offset {}: {}", file, offset, what)));
 }
 
 void advise_huge_pages(void* p, size_t bytes) {

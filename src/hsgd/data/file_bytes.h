@@ -42,7 +42,11 @@ void resize_for_bulk_write(V* v, size_t n) {
   v->resize(n);
 }
 
-// Throws InputError "<file>: offset <offset>: <what>".
+// `text` on one line: control characters (a newline in a quoted header, a
+// member name) become '?', and anything past `max` bytes is cut with "...".
+std::string one_line(std::string_view text, size_t max = 400);
+
+// Throws InputError "<file>: offset <offset>: <what>" (made one line).
 [[noreturn]] void fail_at(const std::string& file, uint64_t offset, const std::string& what);
 
 }  // namespace hsgd::data_internal

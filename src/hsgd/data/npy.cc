@@ -45,7 +45,7 @@ uint64_t le(std::string_view b, size_t at, int bytes) {
 }
 
 [[noreturn]] void fail(const std::string& name, const std::string& what) {
-  throw InputError(fmt::format("{}: {}", name, what));
+  throw InputError(data_internal::one_line(fmt::format("{}: {}", name, what)));
 }
 
 // Value of `key` in the header dict text: the characters after "'key':", up
