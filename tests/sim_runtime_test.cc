@@ -411,7 +411,9 @@ void ExpectExactResume(const std::vector<Override>& o, const std::string& name, 
   j2.identity = {config_hash(s2.config), "linear-test",
                  static_cast<int64_t>(j2.initial_params.size())};
   const Checkpoint ck = CheckpointStore::load_latest(dir, j2.identity);
-  if (key == "train.budget") EXPECT_DOUBLE_EQ(ck.info.train_s, t1);
+  if (key == "train.budget") {
+    EXPECT_DOUBLE_EQ(ck.info.train_s, t1);
+  }
   RunResult b;
   {
     CheckpointStore store(dir, 2);
