@@ -9,7 +9,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <atomic>
+#include <condition_variable>
 #include <future>
+#include <mutex>
+#include <thread>
 #include <sstream>
 
 #include "hsgd/checkpoint/checkpoint.h"
@@ -270,6 +274,138 @@ TEST(SimChaos, EveryPolicySurvivesRandomKillsAndRejoinsWithinTwoPoints) {
                 policy, events, sum_clean / 10, sum_faulty / 10, worst);
     EXPECT_GT(events, 20u) << policy;
   }
+}
+
+// --- threads: a watchdog fails the test instead of hanging CI ---
+
+// Aborts the process with a message if not destroyed within `seconds`.
+class Watchdog {
+ public:
+  Watchdog(const std::string& what, double seconds)
+      : thread_([this, what, seconds] {
+          std::unique_lock lk(mu_);
+          if (!cv_.wait_for(lk, std::chrono::duration<double>(seconds), [&] { return done_; })) {
+            std::fprintf(stderr, "watchdog: %s still running after %.0f s: hung\n", what.c_str(),
+                         seconds);
+            std::abort();
+          }
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard lk(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+struct Threads : testing::LinearJob {
+  explicit Threads(const std::vector<Override>& o)
+      : LinearJob({{"train.runtime", "threads"},
+                   {"train.workers", "4"},
+                   {"train.batch", "16"},
+                   {"train.budget", "1.2"},
+                   {"train.eval_every", "0.3"},
+                   {"optim.lr", "0.1"},
+                   {"policy.step", "20"}},
+                  o) {}
+  RunResult run(const std::string& name, Job j) {
+    const std::string dir = testing::fresh_dir("mem_thr_" + name);
+    Recorder rec(dir);
+    Watchdog dog("threads run " + name, 60);
+    RunResult r = ThreadsRuntime().run(j, &rec, nullptr);
+    rec.finish();
+    return r;
+  }
+  RunResult run(const std::string& name) { return run(name, job()); }
+};
+
+TEST(ThreadsChaos, EveryPolicySurvivesKillsRejoinsAndExceptions) {
+  for (const char* policy : {"sync", "async", "kasync:4", "hybrid", "ssp:2", "local:4"}) {
+    Threads t({{"policy.name", policy},
+               {"faults.kill_rate", "60"},  // one per worker per second
+               {"faults.rejoin_after", "0.02"},
+               // The linear model computes a gradient in microseconds.
+               {"faults.exception_rate", "0.0002"},
+               {"faults.kill", "worker:1@0.2s"},
+               {"faults.rejoin", "worker:1@0.5s"}});
+    std::string name = policy;
+    for (char& ch : name) ch = ch == ':' ? '_' : ch;
+    const RunResult r = t.run(name);
+    EXPECT_TRUE(r.stopped.empty()) << policy << ": " << r.stopped;
+    EXPECT_GT(r.last.updates, 0) << policy;
+    EXPECT_GE(r.membership.size(), 2u) << policy;
+    bool killed1 = false, rejoined1 = false;
+    for (const MembershipEvent& e : r.membership) {
+      killed1 |= e.worker == 1 && !e.join && e.cause == MembershipCause::kKill;
+      rejoined1 |= e.worker == 1 && e.join;
+    }
+    EXPECT_TRUE(killed1) << policy;
+    EXPECT_TRUE(rejoined1) << policy;
+    // Every leave is followed by a join of the same worker or the end.
+    std::vector<int> live(4, 1);
+    for (const MembershipEvent& e : r.membership) {
+      EXPECT_EQ(live[static_cast<size_t>(e.worker)], e.join ? 0 : 1) << policy;
+      live[static_cast<size_t>(e.worker)] = e.join ? 1 : 0;
+    }
+  }
+}
+
+// A model whose gradient throws a real error on chosen calls.
+class FlakyModel : public Model {
+ public:
+  FlakyModel(std::unique_ptr<Model> inner, std::shared_ptr<std::atomic<int>> calls, int every)
+      : inner_(std::move(inner)), calls_(std::move(calls)), every_(every) {}
+  int64_t num_params() const override { return inner_->num_params(); }
+  void bind(std::span<float> p, std::span<float> g) override { inner_->bind(p, g); }
+  void init_params(uint64_t seed) override { inner_->init_params(seed); }
+  double gradient(const Batch& b, std::span<float> losses) override {
+    if (calls_->fetch_add(1) % every_ == every_ - 1) throw std::runtime_error("flaky library call");
+    return inner_->gradient(b, losses);
+  }
+  EvalResult evaluate(const Dataset& d) override { return inner_->evaluate(d); }
+
+ private:
+  std::unique_ptr<Model> inner_;
+  std::shared_ptr<std::atomic<int>> calls_;
+  int every_;
+};
+
+TEST(ThreadsMembership, AGradientThatThrowsMakesTheWorkerLeaveAndRejoin) {
+  Threads t({{"policy.name", "sync"}, {"faults.rejoin_after", "0.01"}});
+  Job j = t.job();
+  const int64_t f = t.train.sample_size();
+  const int k = t.train.num_classes;
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  j.make_model = [calls, f, k]() -> std::unique_ptr<Model> {
+    return std::make_unique<FlakyModel>(make_linear_model(f, k), calls, 2000);
+  };
+  const RunResult r = t.run("flaky", j);
+  EXPECT_TRUE(r.stopped.empty()) << r.stopped;
+  ASSERT_GE(r.membership.size(), 2u);
+  EXPECT_EQ(r.membership[0].cause, MembershipCause::kError);
+  EXPECT_EQ(r.membership[0].detail, "flaky library call");
+  EXPECT_GT(r.last.updates, 10);
+}
+
+TEST(ThreadsMembership, BelowMinWorkersStopsWithOneLine) {
+  Threads t({{"policy.name", "sync"},
+             {"train.budget", "30"},
+             {"train.min_workers", "3"},
+             {"faults.kill", "worker:0@0.1s,worker:2@0.2s"}});
+  const RunResult r = t.run("min");
+  EXPECT_NE(r.stopped.find("2 of 4 workers live, fewer than train.min_workers = 3: worker 2 left"),
+            std::string::npos)
+      << r.stopped;
+  EXPECT_LT(r.last.time_s, 5.0);
+  EXPECT_EQ(r.last.live_workers, 2);
 }
 
 }  // namespace

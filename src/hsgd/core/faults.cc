@@ -158,6 +158,16 @@ void FaultPlan::apply(const MembershipEvent& e) {
   }
 }
 
+void FaultPlan::restart_at(double t) {
+  for (size_t w = 0; w < w_.size(); ++w) {
+    PerWorker& p = w_[w];
+    while (p.next_kill < kills_[w].size() && kills_[w][p.next_kill] < t) ++p.next_kill;
+    while (p.next_rejoin < rejoins_[w].size() && rejoins_[w][p.next_rejoin] < t) ++p.next_rejoin;
+    p.timed_rejoin = kInf;
+    p.random_kill = draw_kill(p, t);
+  }
+}
+
 bool FaultPlan::gradient_throws(int worker) {
   if (!(opt_.exception_rate > 0) || worker < 0 || static_cast<size_t>(worker) >= w_.size()) {
     return false;

@@ -90,6 +90,10 @@ class FaultPlan {
   // random kill after a join, the rejoin time after a random kill or an
   // exception).
   void apply(const MembershipEvent& e);
+  // A resume that does not restore the plan (threads, mpi): every worker is
+  // live at `t`; scheduled faults before t are void and random kills are
+  // drawn from t.
+  void restart_at(double t);
   // One draw per gradient: true when this gradient throws.
   bool gradient_throws(int worker);
 
