@@ -379,13 +379,17 @@ class FlakyModel : public Model {
 };
 
 TEST(ThreadsMembership, AGradientThatThrowsMakesTheWorkerLeaveAndRejoin) {
-  Threads t({{"policy.name", "sync"}, {"faults.rejoin_after", "0.01"}});
+  // An epoch budget, not time: the same number of gradients under tsan.
+  Threads t({{"policy.name", "sync"},
+             {"train.budget", "0"},
+             {"train.epochs", "5"},
+             {"faults.rejoin_after", "0.01"}});
   Job j = t.job();
   const int64_t f = t.train.sample_size();
   const int k = t.train.num_classes;
   auto calls = std::make_shared<std::atomic<int>>(0);
   j.make_model = [calls, f, k]() -> std::unique_ptr<Model> {
-    return std::make_unique<FlakyModel>(make_linear_model(f, k), calls, 2000);
+    return std::make_unique<FlakyModel>(make_linear_model(f, k), calls, 100);
   };
   const RunResult r = t.run("flaky", j);
   EXPECT_TRUE(r.stopped.empty()) << r.stopped;

@@ -107,7 +107,7 @@ void put_value(toml::table& t, const std::string& key, const T& v) {
 }
 
 // faults.kill / faults.rejoin: an array of "worker:W@Ts" strings, or one
-// string (a --set value: comma-separated).
+// string (a --set value: comma- or semicolon-separated).
 std::vector<FaultAt> as_fault_list(const Where& w, const toml::node& n) {
   std::vector<FaultAt> out;
   auto add = [&](const std::string& spec) {
@@ -122,10 +122,16 @@ std::vector<FaultAt> as_fault_list(const Where& w, const toml::node& n) {
     return out;
   }
   if (auto s = n.value_exact<std::string>()) {
-    std::stringstream ss(*s);
+    // Comma- or semicolon-separated (';' inside an `hsgd compare --policies`
+    // entry, whose list is comma-separated).
     std::string item;
-    while (std::getline(ss, item, ',')) {
-      if (!item.empty()) add(item);
+    for (char ch : *s + ",") {
+      if (ch == ',' || ch == ';') {
+        if (!item.empty()) add(item);
+        item.clear();
+      } else {
+        item += ch;
+      }
     }
     return out;
   }
