@@ -636,6 +636,11 @@ void validate(const Config& c) {
     if (h < 1) throw InputError("model.hidden: expected widths >= 1, got " + std::to_string(h));
   }
   validate(c.faults, t.workers, t.min_workers);
+  if (c.faults.any() && (t.runtime == "mpi" || c.policy.kind == "hogwild")) {
+    throw InputError(std::string("[faults]: fault injection runs on the sim and threads runtimes, ") +
+                     (t.runtime == "mpi" ? "not on mpi (README: Workers that leave and rejoin)"
+                                         : "not with policy hogwild (it has no server)"));
+  }
   validate(c.data.partition);
   validate(c.sampling);
   validate(c.optim, c.lr_schedule);
