@@ -40,8 +40,10 @@ TEST(Faults, ConfigParsesEveryKeyAndRoundTrips) {
   EXPECT_EQ(to_toml(back), to_toml(c));
   EXPECT_EQ(back.faults.kill, c.faults.kill);
   // --set: comma-separated specs, rejoin_after off.
-  const Config s = parse_config(
-      "", "", {{"train.budget", "10"}, {"faults.kill", "worker:0@1s,worker:1@2s"}, {"faults.rejoin_after", "off"}});
+  const Config s = parse_config("", "",
+                                {{"train.budget", "10"},
+                                 {"faults.kill", "worker:0@1s,worker:1@2s"},
+                                 {"faults.rejoin_after", "off"}});
   EXPECT_EQ(s.faults.kill.size(), 2u);
   EXPECT_LT(s.faults.rejoin_after, 0);
 }
@@ -70,7 +72,12 @@ TEST(Faults, BadInputIsOneLineNamingTheKey) {
   EXPECT_NE(error_of({{"train.min_workers", "0"}}).find("train.min_workers = 0"),
             std::string::npos);
   EXPECT_NE(error_of({{"train.min_workers", "9"}}).find("train.workers"), std::string::npos);
-  for (const std::string& e : {error_of({{"faults.kill", "x"}}), error_of({{"faults.kill_rate", "-1"}})}) {
+  EXPECT_NE(error_of({{"train.runtime", "mpi"}, {"faults.kill_rate", "1"}}).find("not on mpi"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"policy.name", "hogwild"}, {"faults.kill_rate", "1"}}).find("hogwild"),
+            std::string::npos);
+  for (const std::string& e :
+       {error_of({{"faults.kill", "x"}}), error_of({{"faults.kill_rate", "-1"}})}) {
     EXPECT_EQ(e.find('\n'), std::string::npos) << e;
   }
 }

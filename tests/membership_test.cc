@@ -4,17 +4,17 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <atomic>
-#include <condition_variable>
 #include <future>
 #include <mutex>
-#include <thread>
 #include <sstream>
+#include <thread>
 
 #include "hsgd/checkpoint/checkpoint.h"
 #include "hsgd/core/error.h"
@@ -54,8 +54,8 @@ struct Sim : testing::LinearJob {
     const std::string dir = testing::fresh_dir("mem_" + name);
     RunResult r;
     {
-      std::unique_ptr<Recorder> owned =
-          resume ? std::make_unique<Recorder>(dir, resume->info.rows) : std::make_unique<Recorder>(dir);
+      std::unique_ptr<Recorder> owned = resume ? std::make_unique<Recorder>(dir, resume->info.rows)
+                                               : std::make_unique<Recorder>(dir);
       Recorder& rec = *owned;
       Job j = job();
       j.checkpoints = store;
@@ -102,9 +102,9 @@ TEST(SimMembership, ScheduledKillAndRejoinAreLoggedAndLiveWorkersFollow) {
     EXPECT_EQ(r.membership[2].cause, MembershipCause::kRejoin);
     const std::vector<int> live = live_column(csv);
     ASSERT_GE(live.size(), 12u);
-    EXPECT_EQ(live[0], 6);   // t = 0
-    EXPECT_EQ(live[3], 5);   // t = 0.75
-    EXPECT_EQ(live[6], 4);   // t = 1.5
+    EXPECT_EQ(live[0], 6);  // t = 0
+    EXPECT_EQ(live[3], 5);  // t = 0.75
+    EXPECT_EQ(live[6], 4);  // t = 1.5
     EXPECT_EQ(live.back(), 5);
     // The dead workers stop pushing; the run goes on.
     EXPECT_GT(r.last.updates, 0) << policy;
@@ -126,7 +126,8 @@ TEST(SimMembership, FaultyRunsAreByteIdenticalAndDependOnTheSeed) {
   EXPECT_NE(a, c);
   EXPECT_GT(ra.membership.size(), 4u);
   bool exception = false;
-  for (const MembershipEvent& e : ra.membership) exception |= e.cause == MembershipCause::kException;
+  for (const MembershipEvent& e : ra.membership)
+    exception |= e.cause == MembershipCause::kException;
   EXPECT_TRUE(exception);
 }
 
@@ -251,9 +252,8 @@ TEST(SimChaos, EveryPolicySurvivesRandomKillsAndRejoinsWithinTwoPoints) {
     size_t events = 0;
     for (int seed = 1; seed <= 10; ++seed) {
       // 5000 samples (1000 test: 0.1 pp each), 4 virtual seconds.
-      const std::vector<Override> base = {{"policy.name", policy},
-                                          {"train.budget", "4"},
-                                          {"train.seed", std::to_string(seed)}};
+      const std::vector<Override> base = {
+          {"policy.name", policy}, {"train.budget", "4"}, {"train.seed", std::to_string(seed)}};
       std::vector<Override> faulty = base;
       faulty.push_back({"faults.kill_rate", "20"});  // one kill per worker per 3 s
       faulty.push_back({"faults.rejoin_after", "0.3"});
@@ -269,9 +269,10 @@ TEST(SimChaos, EveryPolicySurvivesRandomKillsAndRejoinsWithinTwoPoints) {
       EXPECT_LE(gap, 0.02) << policy << " seed " << seed << ": " << clean.last.test_acc << " vs "
                            << f.last.test_acc;
     }
-    std::printf("chaos %-9s 10/10 complete, %zu membership events, mean acc %.4f -> %.4f, "
-                "worst |gap| %.4f\n",
-                policy, events, sum_clean / 10, sum_faulty / 10, worst);
+    std::printf(
+        "chaos %-9s 10/10 complete, %zu membership events, mean acc %.4f -> %.4f, "
+        "worst |gap| %.4f\n",
+        policy, events, sum_clean / 10, sum_faulty / 10, worst);
     EXPECT_GT(events, 20u) << policy;
   }
 }

@@ -282,7 +282,9 @@ const std::map<std::string, std::map<std::string, Field>>& fields() {
                 c.train.min_workers = static_cast<int>(as_int(w, n));
               },
               [](const Config& c, toml::table& t) {
-                if (c.train.min_workers != 1) t.insert_or_assign("min_workers", c.train.min_workers);
+                if (c.train.min_workers != 1) {
+                  t.insert_or_assign("min_workers", c.train.min_workers);
+                }
               }};
     for (const char* key : {"kill", "rejoin"}) {
       const bool kill = std::string(key) == "kill";
@@ -637,7 +639,8 @@ void validate(const Config& c) {
   }
   validate(c.faults, t.workers, t.min_workers);
   if (c.faults.any() && (t.runtime == "mpi" || c.policy.kind == "hogwild")) {
-    throw InputError(std::string("[faults]: fault injection runs on the sim and threads runtimes, ") +
+    throw InputError(std::string("[faults]: fault injection runs on the sim and threads "
+                                 "runtimes, ") +
                      (t.runtime == "mpi" ? "not on mpi (README: Workers that leave and rejoin)"
                                          : "not with policy hogwild (it has no server)"));
   }

@@ -79,12 +79,18 @@ void validate(const FaultOptions& o, int workers, int min_workers) {
 
 const char* to_string(MembershipCause c) {
   switch (c) {
-    case MembershipCause::kKill: return "kill";
-    case MembershipCause::kRandomKill: return "random_kill";
-    case MembershipCause::kException: return "exception";
-    case MembershipCause::kRejoin: return "rejoin";
-    case MembershipCause::kSignal: return "signal";
-    case MembershipCause::kError: return "error";
+    case MembershipCause::kKill:
+      return "kill";
+    case MembershipCause::kRandomKill:
+      return "random_kill";
+    case MembershipCause::kException:
+      return "exception";
+    case MembershipCause::kRejoin:
+      return "rejoin";
+    case MembershipCause::kSignal:
+      return "signal";
+    case MembershipCause::kError:
+      return "error";
   }
   return "?";
 }
@@ -152,8 +158,7 @@ void FaultPlan::apply(const MembershipEvent& e) {
     }
     p.random_kill = kInf;
     const bool timed = e.cause == MembershipCause::kRandomKill ||
-                       e.cause == MembershipCause::kException ||
-                       e.cause == MembershipCause::kError;
+                       e.cause == MembershipCause::kException || e.cause == MembershipCause::kError;
     p.timed_rejoin = timed && opt_.rejoin_after >= 0 ? e.time + opt_.rejoin_after : kInf;
   }
 }

@@ -37,7 +37,9 @@ struct FaultOptions {
   double rejoin_after = -1;
   // Probability that one gradient computation throws, in [0, 1].
   double exception_rate = 0;
-  bool any() const { return !kill.empty() || !rejoin.empty() || kill_rate > 0 || exception_rate > 0; }
+  bool any() const {
+    return !kill.empty() || !rejoin.empty() || kill_rate > 0 || exception_rate > 0;
+  }
 };
 
 // Parses "worker:W@Ts" (W >= 0, T >= 0 seconds, finite). Throws InputError
@@ -51,12 +53,12 @@ void validate(const FaultOptions& o, int workers, int min_workers);
 
 // Why a worker left or joined.
 enum class MembershipCause : int32_t {
-  kKill,       // faults.kill
-  kRandomKill, // faults.kill_rate
-  kException,  // faults.exception_rate, or the gradient threw
-  kRejoin,     // faults.rejoin or faults.rejoin_after
-  kSignal,     // mpi: SIGTERM / SIGINT
-  kError,      // threads: the worker's gradient threw a real error
+  kKill,        // faults.kill
+  kRandomKill,  // faults.kill_rate
+  kException,   // faults.exception_rate, or the gradient threw
+  kRejoin,      // faults.rejoin or faults.rejoin_after
+  kSignal,      // mpi: SIGTERM / SIGINT
+  kError,       // threads: the worker's gradient threw a real error
 };
 const char* to_string(MembershipCause c);
 

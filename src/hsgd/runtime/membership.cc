@@ -123,10 +123,4 @@ void Membership::load(StateReader& r) {
   if (stale_.size() != static_cast<size_t>(n_)) r.fail("corrupt (stale shards)");
 }
 
-std::string membership_line(const MembershipEvent& e) {
-  return fmt::format("{:.3f} s: worker {} {} ({}{}{})", e.time, e.worker,
-                     e.join ? "joined" : "left", to_string(e.cause),
-                     e.detail.empty() ? "" : ": ", e.detail);
-}
-
 }  // namespace hsgd

@@ -67,7 +67,4 @@ class Membership {
   std::map<int, std::shared_ptr<const Partition>> partitions_;
 };
 
-// The membership events as JSON-ready rows: [time, worker, "join"|"leave", cause, detail].
-std::string membership_line(const MembershipEvent& e);
-
 }  // namespace hsgd

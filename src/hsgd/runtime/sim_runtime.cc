@@ -449,7 +449,9 @@ class SimRun {
       StateReader mr(ck.blob("membership"), ck.path + "/membership.bin");
       membership_.load(mr);
       mr.expect_end();
-      for (int w = 0; w < n_; ++w) workers_[static_cast<size_t>(w)].sampler = membership_.sampler_for(w);
+      for (int w = 0; w < n_; ++w) {
+        workers_[static_cast<size_t>(w)].sampler = membership_.sampler_for(w);
+      }
     }
     StateReader r(ck.blob("sim"), ck.path + "/sim.bin");
     r.expect_tag(kSimTag, "simulator");
