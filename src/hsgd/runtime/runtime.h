@@ -92,6 +92,9 @@ struct RunResult {
   // The workers' sampling and gradient time, summed (threads and sim; the
   // mpi runtime leaves it empty).
   SamplerCost sampler_cost;
+  // Every leave and join during the run, in order (issue 10; summary.json
+  // "membership"). Empty when membership never changed.
+  std::vector<MembershipEvent> membership;
   // False on the MPI ranks other than 0: they hold no results (every other
   // field is left empty) and write nothing.
   bool primary = true;
