@@ -94,6 +94,14 @@ int main(int argc, char** argv) {
   compare->add_option("--runtime", compare_runtime, "train.runtime for every run");
   compare->add_option("--set", compare_sets, "override any config key for every run (repeatable)");
 
+  // ---- sweep
+  hsgd::cli::SweepArgs sa;
+  CLI::App* sweep = app.add_subcommand(
+      "sweep", "Run a grid of configs x policies x seeds on the simulator and tabulate it");
+  sweep->add_option("grid", sa.grid_path, "sweep grid (TOML; README, \"Sweep a grid\")")->required();
+  sweep->add_option("--out", sa.out, "output directory (runs/sweep); a rerun resumes it");
+  sweep->add_option("--jobs", sa.jobs, "runs at a time (default: the grid's jobs, 2)");
+
   // ---- bench
   hsgd::cli::BenchArgs ba;
   CLI::App* bench = app.add_subcommand("bench", "Print throughput figures (see BENCHMARKS.md)");
@@ -128,6 +136,7 @@ int main(int argc, char** argv) {
     }
     if (*eval) return hsgd::cli::eval(ea);
     if (*plot) return hsgd::cli::plot(plot_dirs, plot_out);
+    if (*sweep) return hsgd::cli::sweep(sa);
     if (*bench) return ba.mpi ? hsgd::cli::bench_mpi(ba) : hsgd::cli::bench(ba);
     if (*compare) {
       if (!compare_runtime.empty()) ca.overrides.push_back({"train.runtime", compare_runtime});
