@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
        "held-out fraction when the data has no test split (0.2)",
        {}},
       {"--model", "model.name", "softmax | mlp | lenet5 | cifar-cnn | linear-test", {}},
-      {"--policy", "policy.name", "sync | async | hybrid | kasync:K | kbatch:K | ssp:S", {}},
+      {"--policy", "policy.name", "sync | async | hybrid | auto | kasync:K | kbatch:K | ssp:S", {}},
       {"--workers", "train.workers", "number of workers (4)", {}},
       {"--batch", "train.batch", "batch size per worker (64)", {}},
       {"--lr", "optim.lr", "learning rate (0.01)", {}},
