@@ -114,7 +114,10 @@ void AutoController::end_window() {
       ref += hist_mean_[i] / kBlock;
       ref_se2 += hist_se2_[i] / (kBlock * kBlock);
     }
-    if (parts_.rise && mean - ref > kRiseSigmas * std::sqrt(hist_se2_[h - 1] + ref_se2)) {
+    const bool rose = mean - ref > kRiseSigmas * std::sqrt(hist_se2_[h - 1] + ref_se2);
+    rise_streak_ = rose ? rise_streak_ + 1 : 0;
+    if (parts_.rise && rise_streak_ >= kRiseWindows) {
+      rise_streak_ = 0;
       k_ = std::min(workers_, 2 * k_);
       hold_ = kHoldWindows;
       hist_mean_.clear();
@@ -157,7 +160,8 @@ std::vector<double> AutoController::save_state() const {
                            static_cast<double>(windows_),
                            tau_ema_,
                            static_cast<double>(tau_count_),
-                           static_cast<double>(live_)};
+                           static_cast<double>(live_),
+                           static_cast<double>(rise_streak_)};
   for (size_t i = 0; i < 2 * kBlock; ++i) {
     s.push_back(i < hist_mean_.size() ? hist_mean_[i] : 0.0);
     s.push_back(i < hist_se2_.size() ? hist_se2_[i] : 0.0);
@@ -168,7 +172,7 @@ std::vector<double> AutoController::save_state() const {
 }
 
 void AutoController::restore_state(std::span<const double> s) {
-  constexpr size_t kHead = 12 + 4 * kBlock;
+  constexpr size_t kHead = 13 + 4 * kBlock;
   HSGD_ASSERT(s.size() == kHead + 2 * static_cast<size_t>(kTracked), "auto policy state size");
   k_ = std::clamp(static_cast<int>(s[0]), 1, workers_);
   sum_ = s[1];
@@ -182,11 +186,12 @@ void AutoController::restore_state(std::span<const double> s) {
   tau_ema_ = s[9];
   tau_count_ = static_cast<int64_t>(s[10]);
   live_ = std::max(1, static_cast<int>(s[11]));
+  rise_streak_ = static_cast<int64_t>(s[12]);
   hist_mean_.clear();
   hist_se2_.clear();
   for (size_t i = 0; i < h; ++i) {
-    hist_mean_.push_back(s[12 + 2 * i]);
-    hist_se2_.push_back(s[12 + 2 * i + 1]);
+    hist_mean_.push_back(s[13 + 2 * i]);
+    hist_se2_.push_back(s[13 + 2 * i + 1]);
   }
   free_since_.assign(s.begin() + kHead, s.begin() + kHead + kTracked);
   duration_.assign(s.begin() + kHead + kTracked, s.end());
