@@ -122,7 +122,8 @@ void AutoController::end_window() {
       hold_ = kHoldWindows;
       hist_mean_.clear();
       hist_se2_.clear();
-      block_pos_ = flat_streak_ = 0;
+      block_pos_ = flat_streak_ = last_change_ = 0;
+      flat_need_ = kFlatBlocks;
       return;
     }
   }
@@ -135,16 +136,29 @@ void AutoController::end_window() {
     se2 += hist_se2_[i] / (kBlock * kBlock);
   }
   if (after - before < -kTrendSigmas * std::sqrt(se2)) {
-    // Falling beyond noise: more, staler updates are paying; step back
-    // towards async.
+    // Falling beyond noise. Right after a flat K + 1 that is the increase
+    // paying off: keep it. Otherwise more, staler updates are paying: step
+    // back towards async.
     flat_streak_ = 0;
-    if (parts_.fall && hold_ == 0) k_ = std::max(1, k_ - 1);
-  } else if (++flat_streak_ >= kFlatBlocks) {
+    flat_need_ = kFlatBlocks;
+    if (last_change_ > 0) {
+      last_change_ = 0;
+    } else if (parts_.fall && hold_ == 0 && k_ > 1) {
+      --k_;
+    }
+  } else if (++flat_streak_ >= flat_need_) {
     // Flat (or creeping up) within noise: at the noise floor, averaging more
     // pushes per update lowers it, as long as waiting for them is cheap.
+    // Each such step needs twice the flat stretch of the one before, so a
+    // slow but real descent (invisible block to block) is not mistaken for
+    // a floor more than a few times.
     flat_streak_ = 0;
     const int limit = parts_.cap ? cap() : workers_;
-    if (parts_.flat && k_ < limit) ++k_;
+    if (parts_.flat && k_ < limit) {
+      ++k_;
+      last_change_ = 1;
+      flat_need_ *= 2;
+    }
   }
 }
 
@@ -161,7 +175,9 @@ std::vector<double> AutoController::save_state() const {
                            tau_ema_,
                            static_cast<double>(tau_count_),
                            static_cast<double>(live_),
-                           static_cast<double>(rise_streak_)};
+                           static_cast<double>(rise_streak_),
+                           static_cast<double>(flat_need_),
+                           static_cast<double>(last_change_)};
   for (size_t i = 0; i < 2 * kBlock; ++i) {
     s.push_back(i < hist_mean_.size() ? hist_mean_[i] : 0.0);
     s.push_back(i < hist_se2_.size() ? hist_se2_[i] : 0.0);
@@ -172,7 +188,7 @@ std::vector<double> AutoController::save_state() const {
 }
 
 void AutoController::restore_state(std::span<const double> s) {
-  constexpr size_t kHead = 13 + 4 * kBlock;
+  constexpr size_t kHead = 15 + 4 * kBlock;
   HSGD_ASSERT(s.size() == kHead + 2 * static_cast<size_t>(kTracked), "auto policy state size");
   k_ = std::clamp(static_cast<int>(s[0]), 1, workers_);
   sum_ = s[1];
@@ -187,11 +203,13 @@ void AutoController::restore_state(std::span<const double> s) {
   tau_count_ = static_cast<int64_t>(s[10]);
   live_ = std::max(1, static_cast<int>(s[11]));
   rise_streak_ = static_cast<int64_t>(s[12]);
+  flat_need_ = std::max<int64_t>(kFlatBlocks, static_cast<int64_t>(s[13]));
+  last_change_ = static_cast<int64_t>(s[14]);
   hist_mean_.clear();
   hist_se2_.clear();
   for (size_t i = 0; i < h; ++i) {
-    hist_mean_.push_back(s[13 + 2 * i]);
-    hist_se2_.push_back(s[13 + 2 * i + 1]);
+    hist_mean_.push_back(s[15 + 2 * i]);
+    hist_se2_.push_back(s[15 + 2 * i + 1]);
   }
   free_since_.assign(s.begin() + kHead, s.begin() + kHead + kTracked);
   duration_.assign(s.begin() + kHead + kTracked, s.end());

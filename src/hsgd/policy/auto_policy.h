@@ -34,11 +34,12 @@ class AutoController final : public Policy {
   // Constants of the rule (not per-problem settings: README explains each).
   static constexpr int kMinWindow = 8;        // pushes per window, at least
   static constexpr int kBlock = 4;            // windows per block (trend tests)
-  static constexpr double kRiseSigmas = 3;    // a rise: > 3 standard errors ...
+  static constexpr double kRiseSigmas = 2.5;  // a rise: > 2.5 standard errors ...
   static constexpr int kRiseWindows = 2;      // ... in 2 windows in a row
   static constexpr double kTrendSigmas = 2;   // a fall: < -2 standard errors
   static constexpr int kHoldWindows = 8;      // no decrease this long after a rise
-  static constexpr int kFlatBlocks = 2;       // flat blocks in a row before K + 1
+  static constexpr int kFlatBlocks = 2;       // flat blocks in a row before the first K + 1
+                                              // (doubling after each flat K + 1)
   static constexpr double kCapFactor = 1.5;   // "in time": duration <= 1.5 x the fastest quarter's
 
   AutoController(int workers, AutoParts parts);
@@ -70,6 +71,8 @@ class AutoController final : public Policy {
   // first (fewer at the start and after a rise).
   std::vector<double> hist_mean_, hist_se2_;
   int64_t hold_ = 0, block_pos_ = 0, flat_streak_ = 0, windows_ = 0, rise_streak_ = 0;
+  int64_t flat_need_ = kFlatBlocks;  // flat blocks needed for the next K + 1
+  int64_t last_change_ = 0;          // +1: the last change was a flat K + 1
   // Staleness of observed pushes: exponential moving average (weight 1/n).
   double tau_ema_ = 0;
   int64_t tau_count_ = 0;
