@@ -66,8 +66,10 @@ struct BenchArgs {
   int repeats = 5;     // compute-only rounds (median reported)
   bool mpi = false;    // the mpi runtime's figures (under mpirun -np 3)
   bool checkpoint = false;  // only the checkpoint write/resume figures
+  bool auto_policy = false;  // only the auto policy's decision cost (#17)
 };
 int bench(const BenchArgs& a);
 int bench_mpi(const BenchArgs& a);
+int bench_auto(const BenchArgs& a);
 
 }  // namespace hsgd::cli

@@ -111,6 +111,7 @@ int main(int argc, char** argv) {
   bench->add_flag("--mpi", ba.mpi,
                   "the mpi runtime's figures instead; run as mpirun -np 3 hsgd bench --mpi");
   bench->add_flag("--checkpoint", ba.checkpoint, "only the checkpoint write and resume figures");
+  bench->add_flag("--auto", ba.auto_policy, "only the auto policy's decision cost against the server's");
 
   try {
     app.parse(argc, argv);
@@ -137,6 +138,7 @@ int main(int argc, char** argv) {
     if (*eval) return hsgd::cli::eval(ea);
     if (*plot) return hsgd::cli::plot(plot_dirs, plot_out);
     if (*sweep) return hsgd::cli::sweep(sa);
+    if (*bench && ba.auto_policy) return hsgd::cli::bench_auto(ba);
     if (*bench) return ba.mpi ? hsgd::cli::bench_mpi(ba) : hsgd::cli::bench(ba);
     if (*compare) {
       if (!compare_runtime.empty()) ca.overrides.push_back({"train.runtime", compare_runtime});
