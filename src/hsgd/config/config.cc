@@ -211,6 +211,7 @@ const std::map<std::string, std::map<std::string, Field>>& fields() {
     HSGD_STR("policy", "name", policy_name);
     HSGD_INT("policy", "k", policy.k);
     HSGD_INT("policy", "s", policy.s);
+    HSGD_STR("policy", "auto_ablate", policy.auto_ablate);  // auto (#17), ablations only
     HSGD_DBL("policy", "loss_smoothing", policy.schedule.loss_smoothing);
     HSGD_STR("policy", "schedule", policy.schedule.kind);
     HSGD_DBL("policy", "k0", policy.schedule.k0);
