@@ -294,6 +294,7 @@ pid_t spawn(const std::string& self, const Grid& g, const Run& r) {
 
 int sweep(const SweepArgs& a) {
   // 1. The grid and every run's config, validated before anything runs.
+  if (a.jobs < 0 || a.jobs > 64) throw InputError("--jobs = " + std::to_string(a.jobs) + ": expected 1 to 64");
   const Grid g = parse_grid(a.grid_path);
   const int jobs = a.jobs > 0 ? a.jobs : g.jobs;
   if (a.out.empty()) throw InputError("--out: expected a directory");
