@@ -55,8 +55,10 @@ struct BenchArgs {
   int repeats = 5;     // compute-only rounds (median reported)
   bool mpi = false;    // the mpi runtime's figures (under mpirun -np 3)
   bool checkpoint = false;  // only the checkpoint write/resume figures
+  bool sim = false;         // only the parallel simulator's figures (bench_sim.cc)
 };
 int bench(const BenchArgs& a);
 int bench_mpi(const BenchArgs& a);
+int bench_sim(const BenchArgs& a);
 
 }  // namespace hsgd::cli

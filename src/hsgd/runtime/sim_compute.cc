@@ -192,18 +192,6 @@ void SimCompute::compute_into(int worker, Engine& e, Slot& s) {
 void SimCompute::request(int worker, std::span<const float> params, uint64_t version, double due) {
   HSGD_ASSERT(params.size() == np_, "sim: request of the wrong size");
   Slot& s = slots_[static_cast<size_t>(worker)];
-  if (threads_ == 1 || stop_) {
-    HSGD_ASSERT(s.state == State::kIdle, "sim: a worker requested two pushes at once");
-    std::copy(params.begin(), params.end(), inline_->params.begin());
-    try {
-      compute_into(worker, *inline_, s);
-    } catch (...) {
-      s.error = std::current_exception();
-    }
-    s.state = State::kReady;
-    ++held_;
-    return;
-  }
   if (!last_snap_ || last_snap_->version != version) {
     auto pool = buffers_;
     auto* raw = new Snapshot{version, pool->get()};
@@ -222,6 +210,7 @@ void SimCompute::request(int worker, std::span<const float> params, uint64_t ver
     s.seq = next_seq_++;
     s.due = due;
     s.snap = last_snap_;
+    if (pool_.empty()) return;  // take() computes it
     heap_.push_back(Pending{due, s.seq, worker});
     std::push_heap(heap_.begin(), heap_.end(), std::greater<Pending>());
   }

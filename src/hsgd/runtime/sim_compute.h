@@ -21,8 +21,9 @@
 // the loop (plus what the loop computes itself when it needs a push no pool
 // thread has started).
 //
-// With threads == 1 there is no pool: request() computes at once on the
-// calling thread, with no snapshot (the simulator as it always was).
+// With threads == 1 there is no pool: take() computes the push on the
+// calling thread, from the request's snapshot (so a sync round of 256
+// workers holds one copy of the parameters, not 256 gradients).
 //
 // Thread-safety: every method is called from one thread (the event loop's).
 #pragma once
