@@ -71,12 +71,21 @@ struct SimCompute::Engine {
   Batch scratch;
 };
 
+namespace {
+// Results computed ahead: as many as fit in 64 MB, at least 4 per thread
+// (so no thread idles on the window), at most one per worker.
+size_t default_window(int threads, int workers, size_t np) {
+  const size_t by_memory = (size_t{64} << 20) / (4 * std::max<size_t>(np, 1));
+  const size_t lo = 4 * static_cast<size_t>(std::max(1, threads));
+  return std::max(lo, std::min(by_memory, static_cast<size_t>(std::max(1, workers))));
+}
+}  // namespace
+
 SimCompute::SimCompute(int threads, int workers, size_t num_params, const ModelFactory& make_model,
                        PushKernel* kernel, int window)
     : threads_(std::max(1, threads)),
       np_(num_params),
-      window_(window > 0 ? static_cast<size_t>(window)
-                         : static_cast<size_t>(std::max(8, 4 * std::max(1, threads)))),
+      window_(window > 0 ? static_cast<size_t>(window) : default_window(threads, workers, num_params)),
       kernel_(kernel),
       buffers_(std::make_shared<BufferPool>(num_params, window_ + 8)),
       slots_(static_cast<size_t>(workers)) {
@@ -158,6 +167,10 @@ void SimCompute::pool_main(Engine& e) {
 }
 
 bool SimCompute::can_start() {
+  return can_start_any() && (unbounded_ || held_ + running_ < window_);
+}
+
+bool SimCompute::can_start_any() {
   while (!heap_.empty()) {
     const Pending& top = heap_.front();
     const Slot& s = slots_[static_cast<size_t>(top.worker)];
@@ -165,7 +178,7 @@ bool SimCompute::can_start() {
     std::pop_heap(heap_.begin(), heap_.end(), std::greater<Pending>());
     heap_.pop_back();  // taken by the loop meanwhile
   }
-  return !heap_.empty() && (unbounded_ || held_ + running_ < window_);
+  return !heap_.empty();
 }
 
 void SimCompute::run(int worker, Engine& e, std::shared_ptr<const Snapshot> snap) {
@@ -219,18 +232,32 @@ void SimCompute::request(int worker, std::span<const float> params, uint64_t ver
 
 void SimCompute::complete(int worker, std::unique_lock<std::mutex>& lock) {
   Slot& s = slots_[static_cast<size_t>(worker)];
-  if (s.state == State::kPending) {
-    // No pool thread has started it: compute it here rather than wait.
-    s.state = State::kRunning;
-    std::shared_ptr<const Snapshot> snap = std::move(s.snap);
+  for (;;) {
+    int w = -1;
+    if (s.state == State::kPending) {
+      w = worker;  // no pool thread has started it: compute it here
+    } else if (s.state == State::kRunning && !pool_.empty() && can_start_any()) {
+      // A pool thread computes it: compute the next request meanwhile
+      // rather than sleep (a wake-up on a loaded machine costs more).
+      std::pop_heap(heap_.begin(), heap_.end(), std::greater<Pending>());
+      w = heap_.back().worker;
+      heap_.pop_back();
+    } else if (s.state == State::kRunning) {
+      done_cv_.wait(lock, [&] { return s.state != State::kRunning; });
+      return;
+    } else {
+      return;
+    }
+    Slot& t = slots_[static_cast<size_t>(w)];
+    t.state = State::kRunning;
+    std::shared_ptr<const Snapshot> snap = std::move(t.snap);
     lock.unlock();
-    run(worker, *inline_, std::move(snap));
+    run(w, *inline_, std::move(snap));
     lock.lock();
-    s.state = State::kReady;
+    t.state = State::kReady;
     ++held_;
-    return;
+    done_cv_.notify_all();  // (nobody else waits on the loop's work today)
   }
-  done_cv_.wait(lock, [&] { return s.state != State::kRunning; });
 }
 
 PushResult SimCompute::take(int worker) {

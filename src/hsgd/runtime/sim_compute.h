@@ -17,9 +17,10 @@
 // Parameters: with threads > 1 a request keeps a snapshot of the parameters
 // it pulled until a pool thread has copied them into its model; snapshots are
 // shared (refcounted) between requests that pulled the same version, and
-// their buffers recycled. Results wait in at most `window` buffers ahead of
-// the loop (plus what the loop computes itself when it needs a push no pool
-// thread has started).
+// their buffers recycled. Pool threads take requests earliest due first;
+// results wait in at most `window` buffers ahead of the loop (plus what the
+// loop computes itself: a push it needs that no pool thread has started, or
+// the next request while a pool thread finishes the one it needs).
 //
 // With threads == 1 there is no pool: take() computes the push on the
 // calling thread, from the request's snapshot (so a sync round of 256
@@ -68,7 +69,8 @@ class SimCompute {
   // threads >= 1 (threads == 1: no pool). Builds one model per pool thread
   // on that thread (and one for the calling thread); rethrows the first
   // error of a model's construction. `kernel` is borrowed and must outlive
-  // this object; `window` >= 1 bounds the results computed ahead.
+  // this object; `window` bounds the results computed ahead (0: as many as
+  // fit in 64 MB, at least 4 per thread, at most one per worker).
   SimCompute(int threads, int workers, size_t num_params, const ModelFactory& make_model,
              PushKernel* kernel, int window = 0);
   ~SimCompute();
@@ -130,8 +132,10 @@ class SimCompute {
   struct Engine;  // a model bound to its own parameter and gradient buffers
 
   void pool_main(Engine& e);
-  // Pops stale heap entries; true if a pending request may start now.
+  // Pops stale heap entries; true if a pending request may start now
+  // (within the window), or is pending at all.
   bool can_start();
+  bool can_start_any();
   // Computes slot `worker` (state kRunning, snapshot moved to `snap`) with
   // `e`, outside the lock; stores the result under it.
   void run(int worker, Engine& e, std::shared_ptr<const Snapshot> snap);
