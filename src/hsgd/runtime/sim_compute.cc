@@ -178,7 +178,7 @@ bool SimCompute::can_start_any() {
     std::pop_heap(heap_.begin(), heap_.end(), std::greater<Pending>());
     heap_.pop_back();  // taken by the loop meanwhile
   }
-  return !heap_.empty();
+  return !heap_.empty() && (unbounded_ || heap_.front().due < horizon_);
 }
 
 void SimCompute::run(int worker, Engine& e, std::shared_ptr<const Snapshot> snap) {
@@ -321,6 +321,11 @@ void SimCompute::install(int worker, std::span<const float> grads, double loss, 
   s.error = nullptr;
   s.state = State::kReady;
   ++held_;
+}
+
+void SimCompute::set_horizon(double t) {
+  std::lock_guard<std::mutex> lock(mu_);
+  horizon_ = t;
 }
 
 size_t SimCompute::live_snapshots() const { return buffers_->live_snapshots(); }

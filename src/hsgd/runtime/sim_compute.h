@@ -31,6 +31,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -101,6 +102,9 @@ class SimCompute {
   // Makes `grads` (num_params floats) worker's outstanding, computed push
   // (a push restored from a checkpoint). The worker must have none.
   void install(int worker, std::span<const float> grads, double loss, int64_t samples);
+  // Requests due at or after `t` are computed only when taken or settled,
+  // not ahead (the run ends before they are needed). Default: no horizon.
+  void set_horizon(double t);
   // Drops pushes not started, waits for the running ones and joins the pool.
   // Afterwards only install/outstanding/take/finish of computed pushes work.
   void stop();
@@ -161,6 +165,7 @@ class SimCompute {
   size_t running_ = 0;  // pool threads computing
   bool unbounded_ = false;  // settle_all: ignore the window
   bool stop_ = false;
+  double horizon_ = std::numeric_limits<double>::infinity();
   std::shared_ptr<const Snapshot> last_snap_;  // the newest version's snapshot
 };
 

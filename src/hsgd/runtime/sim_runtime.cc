@@ -142,6 +142,7 @@ class SimRun final : public PushKernel {
                                   c_.train.epochs * static_cast<double>(job_.train->size())))
                             : 0;
     double end_time = budget;
+    compute_->set_horizon(budget);  // pushes due after it are never needed
     auto last_status = SteadyClock::now();
     uint64_t processed = 0;
     bool stopped_at_row = false;  // divergence seen by an evaluation
