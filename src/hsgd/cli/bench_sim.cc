@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "hsgd/cli/commands.h"
@@ -92,6 +93,14 @@ RunResult sim_run(const ModelSpec& spec, const Dataset& train, const Dataset& te
   return r;
 }
 
+// User + system CPU seconds of this process so far (every thread).
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
 // Linux: resets the process's peak RSS (clear_refs 5), then reads it (VmHWM).
 void reset_peak_rss() {
   std::ofstream f("/proc/self/clear_refs");
@@ -119,8 +128,9 @@ int bench_sim(const BenchArgs& a) {
       "delayed; %d rounds, each: compute-only (1 thread, %.1f s), then the simulator with "
       "sim.threads = 1 and 2 (~%.1f s each); medians of the per-round figures\n\n",
       train.name.c_str(), batch, workers, rounds, a.seconds / 2, a.seconds);
-  std::printf("%-8s %9s %12s %12s %12s %12s %8s %8s %8s\n", "model", "params", "compute/s",
-              "sim 1t/s", "sim 2t/s", "2t comp/s", "1t/c", "2t/c", "2t/1t");
+  std::printf("%-8s %9s %12s %12s %12s %12s %8s %8s %8s %10s %10s %8s\n", "model", "params",
+              "compute/s", "sim 1t/s", "sim 2t/s", "2t comp/s", "1t/c", "2t/c", "2t/1t",
+              "cpu us/c", "cpu us/2t", "cpu eff");
   for (const char* name : {"softmax", "lenet5"}) {
     const ModelSpec spec = spec_of(name, train);
     if (std::string(name) == "lenet5" && train.sample_shape != std::vector<int64_t>{1, 28, 28} &&
@@ -128,35 +138,44 @@ int bench_sim(const BenchArgs& a) {
       continue;
     }
     const int64_t np = make_model(spec)->num_params();
-    std::vector<double> c, s1, s2, k2, r1, r2, r21;
+    std::vector<double> c, s1, s2, k2, r1, r2, r21, cpu_c, cpu_2;
     for (int r = 0; r < rounds; ++r) {
+      const double cpu0 = cpu_seconds();
       c.push_back(compute_only_rate(spec, train, batch, a.seconds / 2));
+      cpu_c.push_back((cpu_seconds() - cpu0) / (c.back() * a.seconds / 2));
       // Virtual time per gradient = real time per gradient at one thread, so
       // a budget of seconds / workers virtual seconds takes ~seconds (plus
       // the first rounds: every worker computes before its first push lands).
       const double g = 1.0 / c.back();
       const double budget = a.seconds / workers + 4 * g;
       for (int threads : {1, 2}) {
+        const double cpu1 = cpu_seconds();
         const RunResult res = sim_run(spec, train, test, workers, "hybrid", threads, budget, g, batch);
         (threads == 1 ? s1 : s2).push_back(static_cast<double>(res.gradients) / res.real_train_s);
         if (threads == 2) {
           k2.push_back(static_cast<double>(res.sampler_cost.batches) / res.real_train_s);
+          // Whole run (model builds and evaluation included) per pushed gradient.
+          cpu_2.push_back((cpu_seconds() - cpu1) / static_cast<double>(res.gradients));
         }
       }
       r1.push_back(s1.back() / c.back());
       r2.push_back(s2.back() / c.back());
       r21.push_back(s2.back() / s1.back());
     }
-    std::printf("%-8s %9lld %12.0f %12.0f %12.0f %12.0f %8.3f %8.3f %8.3f\n", name,
-                static_cast<long long>(np), median(c), median(s1), median(s2), median(k2),
-                median(r1), median(r2), median(r21));
+    std::printf("%-8s %9lld %12.0f %12.0f %12.0f %12.0f %8.3f %8.3f %8.3f %10.1f %10.1f %8.3f\n",
+                name, static_cast<long long>(np), median(c), median(s1), median(s2), median(k2),
+                median(r1), median(r2), median(r21), 1e6 * median(cpu_c), 1e6 * median(cpu_2),
+                median(cpu_c) / median(cpu_2));
     std::fflush(stdout);
   }
   std::printf(
       "\ngradients per real second of training (evaluation excluded). sim 1t/s, sim 2t/s: pushes\n"
       "applied; 2t comp/s: gradients the pool computed (it also computes pushes the budget\n"
       "cuts off, which one thread, computing on demand, never does: up to one per worker,\n"
-      "a visible share of a short run). Ratios: medians of the per-round ratios.\n\n");
+      "a visible share of a short run). Ratios: medians of the per-round ratios.\n"
+      "cpu us/c, cpu us/2t: CPU microseconds (user + system, all threads) per gradient,\n"
+      "compute-only and per pushed gradient of the 2-thread simulator (whole run); cpu eff =\n"
+      "their ratio: the 2-thread rate over 2 x compute-only when both cores are free.\n\n");
 
   // Memory: peak RSS of one short run each, 256 workers, 2 threads.
   std::printf("peak resident memory, %d workers, sim.threads = 2, each run alone:\n", workers);
