@@ -60,5 +60,7 @@ struct BenchArgs {
 int bench(const BenchArgs& a);
 int bench_mpi(const BenchArgs& a);
 int bench_sim(const BenchArgs& a);
+// bench_stream.cc: the server's update at 10M parameters against a triad.
+void print_server_vs_triad(int repeats);
 
 }  // namespace hsgd::cli
