@@ -56,6 +56,7 @@ struct BenchArgs {
   bool mpi = false;    // the mpi runtime's figures (under mpirun -np 3)
   bool checkpoint = false;  // only the checkpoint write/resume figures
   bool sim = false;         // only the parallel simulator's figures (bench_sim.cc)
+  bool stream = false;      // only the server update against the triad (bench_stream.cc)
 };
 int bench(const BenchArgs& a);
 int bench_mpi(const BenchArgs& a);

@@ -105,6 +105,8 @@ int main(int argc, char** argv) {
   bench->add_flag("--checkpoint", ba.checkpoint, "only the checkpoint write and resume figures");
   bench->add_flag("--sim", ba.sim,
                   "only the parallel simulator's gradient rate (256 workers, 1 and 2 threads)");
+  bench->add_flag("--stream", ba.stream,
+                  "only the server's update at 10M parameters against a STREAM-like triad");
 
   try {
     app.parse(argc, argv);
@@ -132,6 +134,10 @@ int main(int argc, char** argv) {
     if (*plot) return hsgd::cli::plot(plot_dirs, plot_out);
     if (*bench) {
       if (ba.sim) return hsgd::cli::bench_sim(ba);
+      if (ba.stream) {
+        hsgd::cli::print_server_vs_triad(ba.repeats);
+        return 0;
+      }
       return ba.mpi ? hsgd::cli::bench_mpi(ba) : hsgd::cli::bench(ba);
     }
     if (*compare) {
