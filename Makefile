@@ -4,7 +4,7 @@ PRESET ?= release
 BUILD := build/$(PRESET)
 JOBS ?= 2
 
-.PHONY: deps build demo test test-asan test-tsan fuzz bench bench-mpi format clean
+.PHONY: deps build demo test test-asan test-tsan fuzz bench bench-mpi bench-sim bench-peers format clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -42,6 +42,20 @@ bench: build
 # The mpi runtime's figures: 3 ranks (1 server, 2 workers) on this machine.
 bench-mpi: build
 	mpirun --allow-run-as-root --oversubscribe -np 3 $(BUILD)/hsgd bench --mpi --seconds 3 --repeats 5
+
+# The parallel simulator's figures (BENCHMARKS.md: issue #12).
+bench-sim: build
+	$(BUILD)/hsgd bench --sim --seconds 3 --repeats 3
+
+# hsgd against PyTorch single-process, DDP (gloo) and Hogwild on LeNet-5
+# (bench/peers/peers.py). Optional: installs Debian's python3-torch if missing.
+PEERS_SECONDS ?= 20
+PEERS_ROUNDS ?= 1
+bench-peers: build
+	/usr/bin/python3 -c 'import torch' 2>/dev/null || \
+	  (apt-get update && apt-get install -y --no-install-recommends python3-torch python3-numpy)
+	/usr/bin/python3 bench/peers/peers.py --hsgd $(BUILD)/hsgd --seconds $(PEERS_SECONDS) \
+	  --rounds $(PEERS_ROUNDS)
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

@@ -644,3 +644,39 @@ TEST(ServerMembership, LeaveAndJoinAreIdempotentAndSurviveSaveAndLoad) {
 
 }  // namespace
 }  // namespace hsgd
+
+namespace hsgd {
+namespace {
+
+// The finiteness check (an OR over exponent bits when clipping is off)
+// agrees with IEEE on every class of value, wherever it sits in a long push.
+TEST(Server, FinitenessCheckOfLongPushes) {
+  const size_t n = 1003;
+  std::vector<float> params(n, 0.0f);
+  ServerOptions so;
+  so.workers = 1;
+  PolicyOptions po;
+  po.kind = "async";
+  OptimizerOptions oo;
+  Server server(params, so, make_policy(po, 1, 1e-30), make_optimizer(oo, n));
+  int64_t dropped = 0;
+  for (const float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    for (const size_t at : {size_t{0}, size_t{17}, n - 1}) {
+      std::vector<float> g(n, 1.0f);
+      g[at] = bad;
+      server.on_push(0, server.version(), g, 1, 0.0, 0.0);
+      EXPECT_EQ(server.consecutive_nonfinite(), ++dropped) << bad << " at " << at;
+    }
+  }
+  // The largest finite values, denormals and zeros of both signs are finite.
+  std::vector<float> g(n, std::numeric_limits<float>::max());
+  g[1] = -std::numeric_limits<float>::max();
+  g[2] = std::numeric_limits<float>::denorm_min();
+  g[3] = -0.0f;
+  const Decision d = server.on_push(0, server.version(), g, 1, 0.0, 0.0);
+  EXPECT_TRUE(d.applied);
+  EXPECT_EQ(server.consecutive_nonfinite(), 0);
+}
+
+}  // namespace
+}  // namespace hsgd

@@ -229,6 +229,7 @@ int bench(const BenchArgs& a) {
   for (const char* o : {"sgd", "momentum"}) {
     std::printf("  %-9s %.3f ns/param\n", o, server_ns_per_param(o, n, a.repeats));
   }
+  print_server_vs_triad(a.repeats);
 
   // The simulator adds little beyond the gradients it must compute.
   {

@@ -112,6 +112,10 @@ int main(int argc, char** argv) {
                   "the mpi runtime's figures instead; run as mpirun -np 3 hsgd bench --mpi");
   bench->add_flag("--checkpoint", ba.checkpoint, "only the checkpoint write and resume figures");
   bench->add_flag("--auto", ba.auto_policy, "only the auto policy's decision cost against the server's");
+  bench->add_flag("--sim", ba.sim,
+                  "only the parallel simulator's gradient rate (256 workers, 1 and 2 threads)");
+  bench->add_flag("--stream", ba.stream,
+                  "only the server's update at 10M parameters against a STREAM-like triad");
 
   try {
     app.parse(argc, argv);
@@ -138,8 +142,15 @@ int main(int argc, char** argv) {
     if (*eval) return hsgd::cli::eval(ea);
     if (*plot) return hsgd::cli::plot(plot_dirs, plot_out);
     if (*sweep) return hsgd::cli::sweep(sa);
-    if (*bench && ba.auto_policy) return hsgd::cli::bench_auto(ba);
-    if (*bench) return ba.mpi ? hsgd::cli::bench_mpi(ba) : hsgd::cli::bench(ba);
+    if (*bench) {
+      if (ba.auto_policy) return hsgd::cli::bench_auto(ba);
+      if (ba.sim) return hsgd::cli::bench_sim(ba);
+      if (ba.stream) {
+        hsgd::cli::print_server_vs_triad(ba.repeats);
+        return 0;
+      }
+      return ba.mpi ? hsgd::cli::bench_mpi(ba) : hsgd::cli::bench(ba);
+    }
     if (*compare) {
       if (!compare_runtime.empty()) ca.overrides.push_back({"train.runtime", compare_runtime});
       for (const std::string& s : compare_sets) {

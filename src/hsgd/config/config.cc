@@ -275,6 +275,7 @@ const std::map<std::string, std::map<std::string, Field>>& fields() {
     HSGD_DBL("sim", "server_ns_per_param", sim.server_ns_per_param);
     HSGD_DBL("sim", "latency", sim.latency);
     HSGD_DBL("sim", "bandwidth", sim.bandwidth);
+    HSGD_INT("sim", "threads", sim.threads);
     HSGD_DBL("stragglers", "slowdown", stragglers.slowdown);
     // Membership and fault injection (issue 10). Written only when not the
     // default, so a fault-free config (and its hash) is unchanged.
@@ -707,6 +708,10 @@ void validate(const Config& c) {
   if (!(m.bandwidth > 0) || !std::isfinite(m.bandwidth)) {
     throw InputError("sim.bandwidth = " + num(m.bandwidth) + ": expected bytes per second > 0");
   }
+  if (m.threads < 0 || m.threads > 1024) {
+    throw InputError("sim.threads = " + std::to_string(m.threads) +
+                     ": expected 0 (every core) to 1024");
+  }
   if (!(g.slowdown >= 1) || !std::isfinite(g.slowdown)) {
     throw InputError("stragglers.slowdown = " + num(g.slowdown) + ": expected a factor >= 1");
   }
@@ -729,6 +734,7 @@ std::string config_hash(const Config& c) {
   n.train.out.assign(1, '-');  // not = "-": GCC 12 -Wrestrict false positive
   n.train.workers = 1;
   n.checkpoint.keep = 1;
+  n.sim.threads = 0;  // the simulator's output does not depend on it
   const std::string text = to_toml(n);
   char buf[16];
   std::snprintf(buf, sizeof buf, "%08x", crc32c(text));
@@ -737,7 +743,7 @@ std::string config_hash(const Config& c) {
 
 bool resumable_key(const std::string& k) {
   return k == "train.budget" || k == "train.epochs" || k == "train.checkpoint_every" ||
-         k == "checkpoint.keep" || k == "train.workers";
+         k == "checkpoint.keep" || k == "train.workers" || k == "sim.threads";
 }
 
 std::string to_toml(const Config& c) {

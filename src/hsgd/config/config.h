@@ -99,6 +99,9 @@ struct SimConfig {
   double server_ns_per_param = -1;
   double latency = 50e-6;     // one-way network latency per message
   double bandwidth = 1.25e9;  // bytes per second (10 Gbit/s); a message carries 4 bytes/param
+  // Threads that compute the simulated workers' gradients (runtime/sim_compute.h);
+  // 0 = every core. The output is the same for any value.
+  int threads = 0;
 };
 
 struct Config {

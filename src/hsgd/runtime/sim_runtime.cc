@@ -7,6 +7,7 @@
 #include <deque>
 #include <limits>
 #include <optional>
+#include <thread>
 
 #include "hsgd/core/error.h"
 #include "hsgd/core/stats.h"
@@ -15,6 +16,7 @@
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/membership.h"
 #include "hsgd/runtime/row.h"
+#include "hsgd/runtime/sim_compute.h"
 #include "hsgd/server/server.h"
 
 namespace hsgd {
@@ -77,11 +79,21 @@ class EventQueue {
  private:
   std::vector<Event> heap_;
   uint64_t next_seq_ = 0;
+
+ public:
+  // Whether worker w has an event of `type` queued.
+  std::vector<bool> workers_with(EventType type, int workers) const {
+    std::vector<bool> out(static_cast<size_t>(workers), false);
+    for (const Event& e : heap_) {
+      if (e.type == type) out[static_cast<size_t>(e.worker)] = true;
+    }
+    return out;
+  }
 };
 
-// One simulated worker's state between its pull and its push.
+// One simulated worker's state between its pull and its push (its push
+// itself is computed by SimCompute).
 struct SimWorker {
-  std::vector<float> grads;
   uint64_t version = 0;
   double loss = 0;
   int64_t batch = 0;
@@ -96,7 +108,7 @@ constexpr uint32_t kSimTag = 0x53494D31;  // "SIM1"
 
 // One simulated run. Its members are the whole state of the simulation
 // between two events: exactly what a checkpoint saves (save()/load()).
-class SimRun {
+class SimRun final : public PushKernel {
  public:
   SimRun(const Job& job, Recorder* recorder, Observer* observer)
       : job_(job),
@@ -118,10 +130,10 @@ class SimRun {
     model_->bind(work_params_, work_grads_);
     workers_.reserve(static_cast<size_t>(n_));
     for (int w = 0; w < n_; ++w) {
-      workers_.push_back(SimWorker{std::vector<float>(np_), 0, 0, 0, -1, 0,
-                                   make_sampler(job, w)});
+      workers_.push_back(SimWorker{0, 0, 0, -1, 0, make_sampler(job, w)});
     }
     for (int w = 0; local_h_ > 0 && w < n_; ++w) locals_.push_back(make_local_worker(c_, np_));
+    compute_ = std::make_unique<SimCompute>(sim_threads(c_), n_, np_, job.make_model, this);
     const double bytes = 4.0 * static_cast<double>(np_);
     transfer_ = c_.sim.latency + bytes / c_.sim.bandwidth;
     server_cost_ = c_.sim.server_ns_per_param * 1e-9 * static_cast<double>(np_);
@@ -144,6 +156,7 @@ class SimRun {
                                   c_.train.epochs * static_cast<double>(job_.train->size())))
                             : 0;
     double end_time = budget;
+    compute_->set_horizon(budget);  // pushes due after it are never needed
     auto last_status = SteadyClock::now();
     uint64_t processed = 0;
     bool stopped_at_row = false;  // divergence seen by an evaluation
@@ -196,6 +209,7 @@ class SimRun {
     // The final checkpoint is the state at the end of training, before the
     // closing row (which a longer run may not have: resuming drops it).
     if (job_.checkpoints && (stopped_.empty() || below_min_)) checkpoint(end_time);
+    compute_->stop();  // pushes not yet computed are dropped
     RunResult result;
     result.last = stopped_at_row ? recorder_->rows().back() : evaluate(end_time);
     result.stopped = stopped_;
@@ -213,6 +227,25 @@ class SimRun {
 
  private:
   static constexpr double kNever = std::numeric_limits<double>::infinity();
+
+  // sim.threads, 0 = every core; one for TorchScript models, whose forward
+  // may draw from torch's process-wide generator (dropout): the order of
+  // draws must not depend on the threads.
+  static int sim_threads(const Config& c) {
+    if (is_torchscript(c.model.name)) return 1;
+    if (c.sim.threads > 0) return c.sim.threads;
+    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  }
+
+  // PushKernel: worker w's next push, on a SimCompute thread (the worker's
+  // sampler and local state are only touched there until the push is taken).
+  double compute(int w, Model& model, std::span<float> params, std::span<float> grads,
+                 Batch* scratch, int64_t* samples) override {
+    // local:H: H local steps (H x the compute time in virtual time).
+    return compute_push(model, params, grads, workers_[static_cast<size_t>(w)].sampler,
+                        c_.train.batch, local_h_ > 0 ? &locals_[static_cast<size_t>(w)] : nullptr,
+                        local_h_, scratch, samples);
+  }
 
   double idle_at(double t) const {
     double total = 0;
@@ -246,7 +279,11 @@ class SimRun {
     const int w = server_queue_.front();
     server_queue_.pop_front();
     SimWorker& sw = workers_[static_cast<size_t>(w)];
-    in_service_decision_ = server_.on_push(w, sw.version, sw.grads, sw.batch, sw.loss, now);
+    const PushResult push = compute_->take(w);
+    sw.loss = push.loss;
+    sw.batch = push.samples;
+    in_service_decision_ = server_.on_push(w, sw.version, push.grads, sw.batch, sw.loss, now);
+    compute_->finish(w);
     in_service_ = w;
     server_busy_ = true;
     const double cost = server_cost_ * (in_service_decision_.applied ? 2.0 : 1.0);
@@ -267,18 +304,15 @@ class SimRun {
           leave(w, ev.time, MembershipCause::kException);
           break;
         }
+        compute_->settle(w);  // (nothing outstanding at a pull: its last push was finished)
         membership_.refresh(w, sw.sampler, c_.train.batch * std::max(1, local_h_), server_, false);
-        std::span<const float> p = server_.params();
-        std::copy(p.begin(), p.end(), work_params_.begin());
-        // local:H: H local steps, H x the compute time below, one delay draw.
-        sw.loss = compute_push(*model_, work_params_, work_grads_, sw.sampler, c_.train.batch,
-                               local_h_ > 0 ? &locals_[static_cast<size_t>(w)] : nullptr, local_h_,
-                               &batch_, &sw.batch);
-        std::copy(work_grads_.begin(), work_grads_.end(), sw.grads.begin());
         sw.version = d.version;
+        // local:H: H x the compute time, one delay draw.
         const double compute =
             std::max(1, local_h_) * c_.sim.compute_time * delays_.slowdown(w) + delays_.draw(w);
-        events_.push(ev.time + transfer_ + compute + transfer_, EventType::kPushArrive, w);
+        const double due = ev.time + transfer_ + compute + transfer_;
+        compute_->request(w, server_.params(), d.version, due);  // needed at `due`
+        events_.push(due, EventType::kPushArrive, w);
         break;
       }
       case EventType::kPushArrive:
@@ -358,6 +392,9 @@ class SimRun {
     }
     events_.drop_worker(w);
     std::erase(server_queue_, w);
+    // Its gradient in the making is lost, but its sampler moves on as if it
+    // had been computed, whatever sim.threads is.
+    if (compute_->outstanding(w)) compute_->finish(w);
     if (server_busy_ && in_service_ == w) in_service_orphaned_ = true;
     const Decision d = server_.on_leave(w, t);
     after_membership(w, d, MembershipEvent{t, w, false, cause, ""});
@@ -389,6 +426,7 @@ class SimRun {
   // The cut between events at virtual time t.
   void checkpoint(double t) {
     if (!job_.checkpoints) return;
+    compute_->settle_all();  // every in-flight push computed; no thread touches a worker
     StateWriter server_bytes;
     server_.save(server_bytes);
     StateWriter w;
@@ -404,11 +442,23 @@ class SimRun {
     w.put<uint64_t>(in_service_decision_.version);
     w.put<uint8_t>(in_service_decision_.caller_waits);
     w.put_vec(in_service_decision_.released);
-    for (const SimWorker& sw : workers_) {
-      w.put_vec(sw.grads);
-      w.put(sw.version);
-      w.put(sw.loss);
-      w.put(sw.batch);
+    std::vector<float> zeros;
+    for (int i = 0; i < n_; ++i) {
+      const SimWorker& sw = workers_[static_cast<size_t>(i)];
+      // The in-flight push, or zeros for a worker with none.
+      if (compute_->outstanding(i)) {
+        const PushResult push = compute_->take(i);
+        w.put_span(push.grads);
+        w.put(sw.version);
+        w.put(push.loss);
+        w.put(push.samples);
+      } else {
+        if (zeros.empty()) zeros.assign(np_, 0.0f);
+        w.put_vec(zeros);
+        w.put(sw.version);
+        w.put(sw.loss);
+        w.put(sw.batch);
+      }
       w.put(sw.wait_since);
       w.put(sw.idle);
       save_sampler(sw.sampler, w);
@@ -474,11 +524,18 @@ class SimRun {
       if (v < 0 || v >= n_) r.fail("corrupt (released workers)");
     }
     if (server_busy_ && (in_service_ < 0 || in_service_ >= n_)) r.fail("corrupt (in service)");
-    for (SimWorker& sw : workers_) {
-      r.get_into(std::span<float>(sw.grads), "a worker's gradient");
+    // Workers whose push is on its way to the server or queued there have
+    // it in flight: it is theirs to push again.
+    std::vector<bool> in_flight = events_.workers_with(EventType::kPushArrive, n_);
+    for (int v : q) in_flight[static_cast<size_t>(v)] = true;
+    std::vector<float> grads(np_);
+    for (int i = 0; i < n_; ++i) {
+      SimWorker& sw = workers_[static_cast<size_t>(i)];
+      r.get_into(std::span<float>(grads), "a worker's gradient");
       sw.version = r.get<uint64_t>();
       sw.loss = r.get<double>();
       sw.batch = r.get<int64_t>();
+      if (in_flight[static_cast<size_t>(i)]) compute_->install(i, grads, sw.loss, sw.batch);
       sw.wait_since = r.get<double>();
       sw.idle = r.get<double>();
       load_sampler(sw.sampler, r);
@@ -505,7 +562,7 @@ class SimRun {
   Recorder* recorder_;
   Observer* observer_;
   const size_t np_;
-  // One model computes every worker's gradients and the evaluations.
+  // The evaluations' model (the gradients are SimCompute's).
   std::unique_ptr<Model> model_;
   std::vector<float> work_params_, work_grads_;
   std::vector<float> params_;
@@ -515,7 +572,6 @@ class SimRun {
   const int local_h_;
   std::vector<LocalWorker> locals_;  // local:H: momentum kept across rounds
   const Dataset test_;
-  Batch batch_;
   double transfer_ = 0;     // one message with parameters
   double server_cost_ = 0;  // one push (an update costs as much again)
   EventQueue events_;
@@ -534,6 +590,9 @@ class SimRun {
   Membership membership_;
   bool in_service_orphaned_ = false;  // the push in service is of a worker that left
   bool below_min_ = false;            // stopped_ says fewer than min_workers are live
+  // Declared last: its threads call compute() on the members above, and
+  // stop before they are destroyed.
+  std::unique_ptr<SimCompute> compute_;
 };
 
 }  // namespace

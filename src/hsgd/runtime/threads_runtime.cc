@@ -6,6 +6,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -35,7 +36,11 @@ struct WorkerState {
 
 struct Shared {
   std::mutex mu;  // guards everything below and the server
-  std::condition_variable cv;
+  std::condition_variable cv;  // the driving thread's (stop)
+  // One per worker: its release or the stop wakes that worker alone, not
+  // every waiter (sync releases all workers one by one each update).
+  std::unique_ptr<std::condition_variable[]> wake;
+  size_t num_wake = 0;
   Server* server = nullptr;
   std::vector<char> released;
   IdleMeter idle;  // on clock's seconds
@@ -53,6 +58,7 @@ struct Shared {
 void request_stop(Shared& s) {
   s.stop = true;
   s.cv.notify_all();
+  for (size_t w = 0; w < s.num_wake; ++w) s.wake[w].notify_all();
 }
 
 // An injected gradient failure (faults.exception_rate).
@@ -67,10 +73,11 @@ void change_membership(Shared& s, int id, bool join, MembershipCause cause,
                        const std::string& detail, double now) {
   const Decision d = join ? s.server->on_join(id, now) : s.server->on_leave(id, now);
   for (int r : d.released) {
-    if (r != id) s.released[static_cast<size_t>(r)] = 1;
+    if (r == id) continue;
+    s.released[static_cast<size_t>(r)] = 1;
+    s.wake[static_cast<size_t>(r)].notify_one();
   }
   s.released[static_cast<size_t>(id)] = 0;
-  if (!d.released.empty()) s.cv.notify_all();
   const std::string why = s.membership->record(MembershipEvent{now, id, join, cause, detail},
                                                *s.server);
   if (!why.empty() && s.stopped.empty()) {
@@ -87,7 +94,7 @@ bool wait_until_released(Shared& s, int id) {
   const auto w = static_cast<size_t>(id);
   std::unique_lock lk(s.mu);
   s.idle.begin(w, s.clock.seconds());
-  s.cv.wait(lk, [&] { return s.released[w] || s.stop; });
+  s.wake[w].wait(lk, [&] { return s.released[w] || s.stop; });
   s.released[w] = 0;
   s.idle.end(w, s.clock.seconds());
   return !s.stop;
@@ -214,7 +221,8 @@ void worker_loop(const WorkerArgs& a) {
     const double delay = delays.extra_seconds(a.id, since(t0));
     if (delay > 0) {
       std::unique_lock lk(s.mu);
-      s.cv.wait_for(lk, std::chrono::duration<double>(delay), [&] { return s.stop; });
+      s.wake[static_cast<size_t>(a.id)].wait_for(lk, std::chrono::duration<double>(delay),
+                                                 [&] { return s.stop; });
     }
     bool wait = false;
     {
@@ -226,8 +234,10 @@ void worker_loop(const WorkerArgs& a) {
         break;
       }
       Decision d = s.server->on_push(a.id, version, grads, pushed, loss, now);
-      for (int r : d.released) s.released[static_cast<size_t>(r)] = 1;
-      if (!d.released.empty()) s.cv.notify_all();
+      for (int r : d.released) {
+        s.released[static_cast<size_t>(r)] = 1;
+        s.wake[static_cast<size_t>(r)].notify_one();
+      }
       if (a.epoch_target_samples > 0 && s.server->samples() >= a.epoch_target_samples) {
         request_stop(s);
       }
@@ -433,6 +443,8 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   s.delays = &delays;
   s.workers = &workers;
   s.released.assign(static_cast<size_t>(n), 0);
+  s.wake = std::make_unique<std::condition_variable[]>(static_cast<size_t>(n));
+  s.num_wake = static_cast<size_t>(n);
   s.idle.resize(static_cast<size_t>(n));
   const Dataset test = head(*job.test, c.train.eval_samples);
   Pauser pauser(job, s, test);
