@@ -11,6 +11,7 @@
 #include "hsgd/core/error.h"
 #include "hsgd/core/stats.h"
 #include "hsgd/runtime/clock.h"
+#include "hsgd/runtime/compression.h"
 #include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/row.h"
@@ -101,8 +102,10 @@ class SimRun {
                 make_optimizer(server_optimizer(c_), np_)),
         delays_(c_.stragglers, n_, c_.train.seed),
         local_h_(server_.policy().local_steps()),
-        test_(head(*job.test, c_.train.eval_samples)) {
+        test_(head(*job.test, c_.train.eval_samples)),
+        compress_(make_compression(c_, model_->param_shapes(), job.initial_params)) {
     model_->bind(work_params_, work_grads_);
+    compress_cost_ = std::max(0.0, c_.compress.sim_ns_per_param) * 1e-9 * static_cast<double>(np_);
     workers_.reserve(static_cast<size_t>(n_));
     for (int w = 0; w < n_; ++w) {
       workers_.push_back(SimWorker{std::vector<float>(np_), 0, 0, 0, -1, 0,
@@ -193,6 +196,8 @@ class SimRun {
     result.wall_s = since(wall0);
     result.real_train_s = result.wall_s - eval_real_;
     for (const SimWorker& sw : workers_) result.sampler_cost += sw.sampler.cost;
+    result.compress_on = compress_ != nullptr;
+    result.compress = counters_;
     return result;
   }
 
@@ -217,6 +222,12 @@ class SimRun {
     last_row_time_ = t;
     last_idle_ = idle_total;
     MetricsRow r = build_row(server_, server_.take_stats(), e, t, idle, job_);
+    if (compress_) {
+      r.has_compress = true;
+      r.bytes_pushed = counters_.bytes_pushed;
+      r.bytes_pulled = counters_.bytes_pulled;
+      r.compress_s = counters_.compress_s;
+    }
     recorder_->write(r);
     observer_->on_row(r);
     eval_real_ += since(e0);
@@ -246,16 +257,27 @@ class SimRun {
           break;
         }
         std::span<const float> p = server_.params();
-        std::copy(p.begin(), p.end(), work_params_.begin());
+        double pull_t = transfer_, push_t = transfer_;
+        if (compress_ && compress_->pull_on()) {
+          pull_t = compressed_pull(w, p, d.version);
+        } else {
+          std::copy(p.begin(), p.end(), work_params_.begin());
+          if (compress_) counters_.bytes_pulled += compress_->plain_bytes();
+        }
         // local:H: H local steps, H x the compute time below, one delay draw.
         sw.loss = compute_push(*model_, work_params_, work_grads_, sw.sampler, c_.train.batch,
                                local_h_ > 0 ? &locals_[static_cast<size_t>(w)] : nullptr, local_h_,
                                &batch_, &sw.batch);
-        std::copy(work_grads_.begin(), work_grads_.end(), sw.grads.begin());
+        if (compress_ && compress_->push_on()) {
+          push_t = compressed_push(w, d.version, sw.grads);
+        } else {
+          std::copy(work_grads_.begin(), work_grads_.end(), sw.grads.begin());
+          if (compress_) counters_.bytes_pushed += compress_->plain_bytes();
+        }
         sw.version = d.version;
         const double compute =
             std::max(1, local_h_) * c_.sim.compute_time * delays_.slowdown(w) + delays_.draw(w);
-        events_.push(ev.time + transfer_ + compute + transfer_, EventType::kPushArrive, w);
+        events_.push(ev.time + pull_t + compute + push_t, EventType::kPushArrive, w);
         break;
       }
       case EventType::kPushArrive:
@@ -281,6 +303,28 @@ class SimRun {
         break;
       }
     }
+  }
+
+  // [compress]: the worker's parameters after a compressed pull (what the
+  // server records it holds), and the message's time on the network plus
+  // the configured compression cost.
+  double compressed_pull(int w, std::span<const float> params, uint64_t version) {
+    const bool z = compress_->encode_pull(w, params, version, &wire_);
+    std::span<const float> h = compress_->held(w);
+    std::copy(h.begin(), h.end(), work_params_.begin());
+    counters_.bytes_pulled += static_cast<int64_t>(wire_.size());
+    const double cost = z ? compress_cost_ : 0.0;
+    counters_.compress_s += cost;
+    return c_.sim.latency + static_cast<double>(wire_.size()) / c_.sim.bandwidth + cost;
+  }
+  // The worker's compressed push (error feedback): `sent` receives what the
+  // server decodes and aggregates.
+  double compressed_push(int w, uint64_t version, std::span<float> sent) {
+    const bool z = compress_->encode_push(w, work_grads_, version, &wire_, sent);
+    counters_.bytes_pushed += static_cast<int64_t>(wire_.size());
+    const double cost = z ? compress_cost_ : 0.0;
+    counters_.compress_s += cost;
+    return c_.sim.latency + static_cast<double>(wire_.size()) / c_.sim.bandwidth + cost;
   }
 
   void status(double t) {
@@ -327,6 +371,10 @@ class SimRun {
     w.put(next_checkpoint_ == kNever ? -1.0 : next_checkpoint_);
     w.put(last_row_time_);
     w.put(last_idle_);
+    if (compress_) {  // [compress]: residuals, held copies, warm starts, counters
+      compress_->save(w);
+      w.put(counters_);
+    }
     CheckpointInfo info;
     info.id = job_.identity;
     info.runtime = "sim";
@@ -391,6 +439,10 @@ class SimRun {
     }
     last_row_time_ = r.get<double>();
     last_idle_ = r.get<double>();
+    if (compress_) {
+      compress_->load(r);
+      counters_ = r.get<CompressCounters>();
+    }
     r.expect_end();
   }
 
@@ -425,6 +477,11 @@ class SimRun {
   double last_idle_ = 0;
   double eval_real_ = 0;  // real seconds spent evaluating and checkpointing
   std::string stopped_;
+  // [compress]; null when off.
+  std::unique_ptr<Compression> compress_;
+  double compress_cost_ = 0;  // virtual seconds per compressed message
+  CompressCounters counters_;
+  std::string wire_;  // the last compressed message
 };
 
 }  // namespace
@@ -480,6 +537,12 @@ std::vector<std::pair<std::string, std::string>> SimRuntime::resolve(const Job& 
     out.push_back(
         {"sim.server_ns_per_param", full(calibrate_server_ns(c, job.initial_params.size()))});
   }
+  if (c.compress.on() && c.compress.sim_ns_per_param < 0) {
+    std::unique_ptr<Model> model = job.make_model();
+    out.push_back({"compress.sim_ns_per_param",
+                   full(calibrate_compress_ns(c, model->param_shapes(),
+                                              job.initial_params.size()))});
+  }
   return out;
 }
 
@@ -502,6 +565,7 @@ RunResult SimRuntime::run(const Job& job, Recorder* recorder, Observer* observer
       const double x = std::stod(v);
       if (k == "sim.compute_time") with_costs->sim.compute_time = x;
       if (k == "sim.server_ns_per_param") with_costs->sim.server_ns_per_param = x;
+      if (k == "compress.sim_ns_per_param") with_costs->compress.sim_ns_per_param = x;
     }
     j.config = &*with_costs;
   }
