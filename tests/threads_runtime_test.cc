@@ -271,3 +271,40 @@ TEST(ThreadsRuntime, DivergenceStopsTheRunWithAReason) {
 
 }  // namespace
 }  // namespace hsgd
+
+namespace hsgd {
+namespace {
+
+// [compress] on threads: the worker really encodes its push (error
+// feedback) and decodes its pull; the server decodes and aggregates.
+TEST(ThreadsRuntime, CompressedPushAndPullLearnAndCountTheirBytes) {
+  for (const auto& [push, pull] : std::vector<std::pair<std::string, std::string>>{
+           {"topk:0.1", "qsgd:16"}, {"sign", "none"}, {"powersgd:1", "fp16"}}) {
+    Fixture f("threads_compress_" + push.substr(0, 4),
+              {{"policy.name", "async"}, {"compress.push", push}, {"compress.pull", pull}});
+    RunResult r;
+    {
+      Recorder rec(f.dir, true);
+      r = ThreadsRuntime().run(f.job(), &rec, nullptr);
+      rec.finish();
+    }
+    const auto rows = read_metrics_csv(f.dir + "/metrics.csv");
+    ASSERT_GE(rows.size(), 2u);
+    EXPECT_TRUE(rows.back().has_compress);
+    EXPECT_GT(r.last.test_acc, rows.front().test_acc + 0.2) << push;
+    ASSERT_TRUE(r.compress_on);
+    const int64_t plain = 4 * static_cast<int64_t>(r.params.size());
+    EXPECT_GT(r.compress.bytes_pushed, 0);
+    EXPECT_LT(r.compress.bytes_pushed, r.gradients * plain) << push;
+    if (pull == "none") {
+      EXPECT_EQ(r.compress.bytes_pulled % plain, 0);
+    } else {
+      EXPECT_LT(r.compress.bytes_pulled, r.gradients * plain) << pull;
+    }
+    EXPECT_GT(r.compress.compress_s, 0.0);
+    EXPECT_EQ(rows.back().bytes_pushed, r.compress.bytes_pushed);
+  }
+}
+
+}  // namespace
+}  // namespace hsgd
