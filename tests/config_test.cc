@@ -331,6 +331,8 @@ TEST(Config, CompressKeys) {
       {{{"compress.warmup", "-3"}}, "compress.warmup = -3"},
       {{{"compress.push", "sign"}, {"policy.name", "hogwild"}, {"optim.kind", "sgd"}},
        "compress.push = 'sign': policy hogwild has no server"},
+      {{{"compress.pull", "fp16"}, {"train.runtime", "mpi"}},
+       "compress.pull = 'fp16': the mpi runtime does not compress yet"},
   };
   for (auto [o, needle] : bad) {
     o.insert(o.begin(), {"train.budget", "1"});

@@ -55,8 +55,11 @@ struct BenchArgs {
   int repeats = 5;     // compute-only rounds (median reported)
   bool mpi = false;    // the mpi runtime's figures (under mpirun -np 3)
   bool checkpoint = false;  // only the checkpoint write/resume figures
+  bool compress = false;    // only the compressors' costs (issue 14)
+  std::string model = "lenet5";  // the model of --compress
 };
 int bench(const BenchArgs& a);
 int bench_mpi(const BenchArgs& a);
+int bench_compress(const BenchArgs& a);
 
 }  // namespace hsgd::cli

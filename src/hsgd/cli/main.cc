@@ -103,6 +103,9 @@ int main(int argc, char** argv) {
   bench->add_flag("--mpi", ba.mpi,
                   "the mpi runtime's figures instead; run as mpirun -np 3 hsgd bench --mpi");
   bench->add_flag("--checkpoint", ba.checkpoint, "only the checkpoint write and resume figures");
+  bench->add_flag("--compress", ba.compress,
+                  "only the compressors' cost per gradient and bytes per push ([compress])");
+  bench->add_option("--model", ba.model, "the model of --compress (lenet5)");
 
   try {
     app.parse(argc, argv);
@@ -128,7 +131,10 @@ int main(int argc, char** argv) {
     }
     if (*eval) return hsgd::cli::eval(ea);
     if (*plot) return hsgd::cli::plot(plot_dirs, plot_out);
-    if (*bench) return ba.mpi ? hsgd::cli::bench_mpi(ba) : hsgd::cli::bench(ba);
+    if (*bench) {
+      if (ba.compress) return hsgd::cli::bench_compress(ba);
+      return ba.mpi ? hsgd::cli::bench_mpi(ba) : hsgd::cli::bench(ba);
+    }
     if (*compare) {
       if (!compare_runtime.empty()) ca.overrides.push_back({"train.runtime", compare_runtime});
       for (const std::string& s : compare_sets) {

@@ -548,6 +548,13 @@ void validate_compress(const Config& c) {
     throw InputError("compress.sim_ns_per_param = " + num(z.sim_ns_per_param) +
                      ": expected nanoseconds >= 0, or -1 to calibrate");
   }
+  if (z.on() && c.train.runtime == "mpi") {
+    const char* key = z.push.none() ? "compress.pull" : "compress.push";
+    throw InputError(std::string(key) + " = '" +
+                     (z.push.none() ? z.pull.name() : z.push.name()) +
+                     "': the mpi runtime does not compress yet (threads and sim do); expected "
+                     "none with train.runtime = 'mpi'");
+  }
   if (z.on() && c.policy.kind == "hogwild") {
     const char* key = z.push.none() ? "compress.pull" : "compress.push";
     throw InputError(std::string(key) + " = '" +
