@@ -268,7 +268,8 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
                            {"bytes_pushed", r.compress.bytes_pushed},
                            {"bytes_pulled", r.compress.bytes_pulled},
                            {"bytes_per_push", static_cast<double>(r.compress.bytes_pushed) / pushes},
-                           {"compress_s", r.compress.compress_s}};
+                           {"compress_s", r.compress.compress_s},
+                           {"plain_bytes_per_message", 4 * static_cast<int64_t>(r.params.size())}};
   }
   write_file_atomic(out + "/summary.json", summary.dump(2) + "\n");
   recorder.finish();
