@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# The compression grid of issue 14 on the simulator: every compressor (push
-# and pull alike), with and without error feedback for topk and sign, at two
+# The compression grid of issue 14 on the simulator: every compressor, with and without error feedback for topk and sign, at two
 # bandwidths, for each policy; then a markdown table (final accuracy, virtual
 # seconds to a target accuracy, bytes per update, compression ratio).
 #
@@ -8,6 +7,8 @@
 # workers, async and hybrid, 10 Gbit/s and 100 Mbit/s): costly. The reduced
 # grid of docs/results.md is
 #   MODEL=softmax BUDGET=2 POLICIES=async TARGET=0.75 scripts/compress-grid.sh
+# The push is compressed with each compressor; the pull with PULL (none by
+# default; PULL=same compresses it with the push's compressor too).
 # Usage: [VAR=value ...] scripts/compress-grid.sh [OUT_DIR]
 set -euo pipefail
 HSGD=${HSGD:-build/release/hsgd}
@@ -21,6 +22,7 @@ POLICIES=${POLICIES:-"async hybrid"}
 BANDWIDTHS=${BANDWIDTHS:-"1.25e9 1.25e7"}   # bytes/s: 10 Gbit/s, 100 Mbit/s
 COMPUTE_TIME=${COMPUTE_TIME:-0}             # 0 = calibrate on this machine
 TARGET=${TARGET:-0.85}
+PULL=${PULL:-none}                          # the pull compressor: none, or "same" as the push
 COMPRESSORS=${COMPRESSORS:-"none fp16 topk:0.01 randomk:0.01 qsgd:16 sign powersgd:2 topk:0.01/noef sign/noef"}
 mkdir -p "$OUT"
 for policy in $POLICIES; do
@@ -36,7 +38,7 @@ for policy in $POLICIES; do
         --out "$OUT/$name" \
         --set train.eval_samples="$EVAL_SAMPLES" --set sim.bandwidth="$bw" \
         --set sim.compute_time="$COMPUTE_TIME" --set sim.server_ns_per_param=1 \
-        --set compress.push="$z" --set compress.pull="$z" \
+        --set compress.push="$z" --set compress.pull="$([[ $PULL == same ]] && echo "$z" || echo "$PULL")" \
         --set compress.error_feedback="$ef" --set compress.sim_ns_per_param=-1
     done
   done
