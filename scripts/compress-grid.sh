@@ -46,9 +46,9 @@ done
 python3 - "$OUT" "$TARGET" <<'PY'
 import csv, json, os, sys
 out, target = sys.argv[1], float(sys.argv[2])
-print(f"| policy | bandwidth (B/s) | compressor | final acc | virtual s to {target:.0%} "
+print(f"| policy | bandwidth (B/s) | compressor | final acc | mean acc | virtual s to {target:.0%} "
       "| bytes/update | push ratio | updates |")
-print("|---|---|---|---|---|---|---|---|")
+print("|---|---|---|---|---|---|---|---|---|")
 names = [n for n in sorted(os.listdir(out)) if os.path.exists(os.path.join(out, n, "summary.json"))]
 sums = {n: json.load(open(os.path.join(out, n, "summary.json"))) for n in names}
 # Without compression summary.json has no [compress] totals: every push and
@@ -63,6 +63,8 @@ for name in names:
     rows = list(csv.DictReader(open(os.path.join(d, "metrics.csv"))))
     hit = next((float(r["time_s"]) for r in rows if float(r["test_acc"]) >= target), None)
     last = rows[-1]
+    accs = [float(r["test_acc"]) for r in rows[1:]]  # the rows after t = 0
+    mean_acc = sum(accs) / max(1, len(accs))
     z = s["compress"]
     updates = int(last["updates"])
     moved = z["bytes_pushed"] + z["bytes_pulled"]
@@ -70,6 +72,6 @@ for name in names:
     policy, bw, comp = name.split("_", 2)
     comp = comp.replace("_noef", " (no EF)").replace("_", ":", 1)
     reached = "%.2f" % hit if hit is not None else "not reached"
-    print(f"| {policy} | {bw[2:]} | {comp} | {float(last['test_acc']):.3f} | {reached} | "
+    print(f"| {policy} | {bw[2:]} | {comp} | {float(last['test_acc']):.3f} | {mean_acc:.3f} | {reached} | "
           f"{moved / max(1, updates):.0f} | {ratio:.1f} | {updates} |")
 PY
