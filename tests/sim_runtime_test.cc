@@ -446,6 +446,11 @@ TEST(SimRuntime, ResumeIsByteExactWithCompressionOn) {
            {"powersgd", "powersgd:1", "none"},
            {"sign_randomk", "sign", "randomk:0.2"}}) {
     std::vector<Override> o = base;
+    if (name == "powersgd") {  // composes with a waiting policy and the mitigations
+      o[0] = {"policy.name", "hybrid"};
+      o.push_back({"staleness.dc_asgd", "true"});
+      o.push_back({"compress.warmup", "5"});
+    }
     o.push_back({"compress.push", push});
     o.push_back({"compress.pull", pull});
     ExpectExactResume(o, "compress_" + name);
