@@ -20,9 +20,12 @@
 #include "hsgd/data/dataset.h"
 #include "hsgd/data/readers.h"
 #include "hsgd/data/spec.h"
+#include "test_helpers.h"
 
 namespace hsgd {
 namespace {
+
+using testing_helpers::expect_input_error;
 
 namespace fs = std::filesystem;
 using Bytes = std::string;
@@ -61,25 +64,8 @@ Bytes cifar_record(uint8_t label, int seed) {
   return b;
 }
 
-class DataTest : public ::testing::Test {
+class DataTest : public testing_helpers::TempDirTest {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           (std::string("hsgd_data_test_") + std::to_string(getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  std::string write(const std::string& name, const Bytes& bytes) const {
-    std::ofstream out(path(name), std::ios::binary);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    return path(name);
-  }
-
   std::string write_gz(const std::string& name, const Bytes& bytes) const {
     gzFile f = gzopen(path(name).c_str(), "wb");
     EXPECT_NE(f, nullptr);
@@ -88,23 +74,7 @@ class DataTest : public ::testing::Test {
     gzclose(f);
     return path(name);
   }
-
-  fs::path dir_;
 };
-
-// Asserts `fn` throws InputError whose message contains every `parts`, and
-// is one line.
-void expect_input_error(const std::function<void()>& fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected InputError";
-  } catch (const InputError& e) {
-    const std::string msg = e.what();
-    for (const std::string& p : parts)
-      EXPECT_NE(msg.find(p), std::string::npos) << msg << "\nmissing: " << p;
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-  }
-}
 
 // A data set whose sample i has features {i, -i} and label i % 3.
 Dataset indexed(int64_t n) {

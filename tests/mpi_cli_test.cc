@@ -85,6 +85,18 @@ INSTANTIATE_TEST_SUITE_P(Mpi, Layout, ::testing::Values(1, 2), [](const auto& in
 const std::string kTiny =
     "train --quiet --data synthetic --model linear-test --epochs 1 --eval-every 1000 ";
 
+// auto (#17) on two server shards: both replicas see the same events and
+// take the same K decisions (a divergence would stop the run with an error).
+TEST(MpiCli, AutoRunsOnShardedServers) {
+  const std::string out = tmp("auto");
+  Outcome o = run(kMpirun + "-np 4 ", kTiny + "--runtime mpi --servers 2 --policy auto --batch 8 "
+                                              "--lr 0.1 --set optim.kind=momentum --out " + out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  const auto s = summary(out);
+  EXPECT_EQ(s["policy"], "auto");
+  EXPECT_GT(s["updates"].get<int64_t>(), 0);
+}
+
 TEST(MpiCli, TooFewRanksIsOneErrorFromRankZero) {
   const std::string out = tmp("few");
   Outcome o = run(kMpirun + "-np 2 ", kTiny + "--runtime mpi --servers 2 --out " + out);
@@ -237,6 +249,108 @@ TEST(MpiCli, AKilledRankEndsTheLaunchAndAResumedLaunchCompletes) {
   EXPECT_NEAR(last_t, 2.0, 0.4);
   EXPECT_EQ(summary(out)["workers"].get<int>(), 1);
   EXPECT_GT(summary(out)["test_acc"].get<double>(), 0.5);
+}
+
+// Membership on mpi (issue 10).
+
+// The pid of MPI rank `rank` of the launch whose command line holds `needle`.
+pid_t rank_pid(const std::string& needle, int rank) {
+  for (pid_t p : pids_with(needle)) {
+    std::ifstream f("/proc/" + std::to_string(p) + "/environ", std::ios::binary);
+    std::string env((std::istreambuf_iterator<char>(f)), {});
+    const std::string key = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
+    for (size_t at = 0; (at = env.find(key, at)) != std::string::npos; at += key.size()) {
+      const size_t end = at + key.size();
+      if ((at == 0 || env[at - 1] == '\0') && (end == env.size() || env[end] == '\0')) return p;
+    }
+  }
+  return -1;
+}
+
+// Starts `mpirun -np N hsgd args` in the background (output to out.log) and
+// waits until the first checkpoint exists (training is under way).
+pid_t launch_until_training(const std::string& np, const std::string& args,
+                            const std::string& out) {
+  const pid_t launcher = fork();
+  if (launcher == 0) {
+    const std::string cmd =
+        "exec " + kMpirun + "-np " + np + " " + kHsgd + " " + args + " > " + out + ".log 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  while (CheckpointDirs(out).empty() &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(90)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return launcher;
+}
+
+std::string slurp_file(const std::string& path) {
+  std::ifstream f(path);
+  return std::string((std::istreambuf_iterator<char>(f)), {});
+}
+
+// SIGTERM to a worker rank: it tells rank 0 (which replays the leave on
+// every shard), stops and waits at the end; the others go on to the
+// budget, live_workers drops, and the launch exits 0. mpi.timeout is shorter
+// than the rest of the run, so the leaver must not time out waiting.
+TEST(MpiCli, SigtermToAWorkerRankIsAGracefulLeaveAndTheRunCompletes) {
+  for (const char* layout : {"1", "2"}) {
+    const std::string out = tmp(std::string("mpi_term_") + layout);
+    const std::string args =
+        std::string("train --quiet --runtime mpi --servers ") + layout +
+        " --data synthetic --model linear-test --batch 16 --lr 0.1 --policy sync "
+        "--eval-every 0.5 --budget 4 --checkpoint-every 0.5 --set mpi.timeout=3 --out " +
+        out;
+    const pid_t launcher = launch_until_training("5", args, out);
+    ASSERT_FALSE(CheckpointDirs(out).empty()) << slurp_file(out + ".log");
+    const pid_t victim = rank_pid(out, 4);  // the last worker
+    ASSERT_GT(victim, 0);
+    kill(victim, SIGTERM);
+    int status = 0;
+    waitpid(launcher, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status)) << slurp_file(out + ".log");
+    EXPECT_EQ(WEXITSTATUS(status), 0) << slurp_file(out + ".log");
+    const nlohmann::json s = summary(out);
+    ASSERT_EQ(s["membership"].size(), 1u) << s.dump();
+    const int servers = std::stoi(layout);
+    EXPECT_EQ(s["membership"][0]["worker"].get<int>(), 4 - servers);
+    EXPECT_EQ(s["membership"][0]["event"].get<std::string>(), "leave");
+    EXPECT_EQ(s["membership"][0]["cause"].get<std::string>(), "signal");
+    EXPECT_TRUE(s["stopped"].is_null());
+    std::ifstream csv(out + "/metrics.csv");
+    std::string line, last;
+    while (std::getline(csv, line)) last = line;
+    EXPECT_NEAR(std::stod(last.substr(0, last.find(','))), 4.0, 0.3) << last;
+    EXPECT_EQ(s["workers"].get<int>(), 5 - servers);
+    EXPECT_TRUE(pids_with(out).empty());
+  }
+}
+
+// SIGKILL to a server rank: the launch ends (mpirun takes every rank down,
+// Open MPI 4 has no process-fault tolerance), non-zero, within the timeout,
+// with a line naming the dead rank; no rank outlives it.
+TEST(MpiCli, ASigkilledServerRankEndsTheLaunchNamingIt) {
+  const std::string out = tmp("mpi_kill_server");
+  const std::string args =
+      "train --quiet --runtime mpi --servers 2 --data synthetic --model linear-test --batch 16 "
+      "--lr 0.1 --policy async --eval-every 0.5 --budget 30 --checkpoint-every 0.5 "
+      "--set mpi.timeout=10 --out " +
+      out;
+  const pid_t launcher = launch_until_training("4", args, out);
+  ASSERT_FALSE(CheckpointDirs(out).empty()) << slurp_file(out + ".log");
+  const pid_t victim = rank_pid(out, 1);  // server shard 1
+  ASSERT_GT(victim, 0);
+  kill(victim, SIGKILL);
+  int status = 0;
+  const auto k0 = std::chrono::steady_clock::now();
+  waitpid(launcher, &status, 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - k0, std::chrono::seconds(20));
+  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_TRUE(pids_with(out).empty());
+  const std::string log = slurp_file(out + ".log");
+  EXPECT_NE(log.find("rank 1"), std::string::npos) << log;
 }
 
 }  // namespace

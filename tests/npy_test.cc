@@ -17,6 +17,7 @@
 #include "hsgd/data/readers.h"
 #include "hsgd/data/spec.h"
 #include "npz_writer.h"
+#include "test_helpers.h"
 
 namespace hsgd {
 namespace {
@@ -26,41 +27,11 @@ using testing::npy_bytes;
 using testing::raw;
 using testing::zip_bytes;
 using testing::ZipMember;
+using testing_helpers::expect_input_error;
 
 const std::string kFixtures = std::string(HSGD_SOURCE_DIR) + "/tests/data/torchscript/";
 
-class NpyTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           (std::string("hsgd_npy_test_") + std::to_string(getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string write(const std::string& name, const std::string& bytes) const {
-    const std::string p = (dir_ / name).string();
-    std::ofstream out(p, std::ios::binary);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    return p;
-  }
-
-  fs::path dir_;
-};
-
-void expect_input_error(const std::function<void()>& fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected InputError";
-  } catch (const InputError& e) {
-    const std::string msg = e.what();
-    for (const std::string& p : parts)
-      EXPECT_NE(msg.find(p), std::string::npos) << msg << "\nmissing: " << p;
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-  }
-}
+class NpyTest : public testing_helpers::TempDirTest {};
 
 const std::vector<float> kX = {0.5f, -1.0f, 2.0f, 3.0f, 4.0f, 5.25f};  // 3 x 2
 const std::vector<int64_t> kY = {0, 2, 1};

@@ -13,9 +13,12 @@
 #include <vector>
 
 #include "hsgd/core/error.h"
+#include "test_helpers.h"
 
 namespace hsgd {
 namespace {
+
+using testing_helpers::expect_input_error;
 
 // n samples, sample i has feature i and label i % classes.
 Dataset labelled(int64_t n, int classes) {
@@ -38,18 +41,6 @@ PartitionOptions opts(const std::string& kind, double alpha = 0.5, int classes =
   o.classes_per_worker = classes;
   o.global_fraction = global;
   return o;
-}
-
-void expect_input_error(const std::function<void()>& fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected InputError";
-  } catch (const InputError& e) {
-    const std::string msg = e.what();
-    for (const std::string& p : parts)
-      EXPECT_NE(msg.find(p), std::string::npos) << msg << "\nmissing: " << p;
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
-  }
 }
 
 // Fraction of a worker's shard in its most frequent class, averaged.

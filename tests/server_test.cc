@@ -476,3 +476,171 @@ TEST(Server, LoadRefusesTruncatedAndForeignState) {
 
 }  // namespace
 }  // namespace hsgd
+
+// Membership: every policy keeps its meaning with the live set (issue 10).
+namespace hsgd {
+namespace {
+
+TEST(ServerMembership, SyncReformsItsBarrierOverTheLiveWorkersAndNeverWaitsForADeadOne) {
+  Rig r(4, kind("sync"));
+  r.server->on_leave(3, 0.0);
+  EXPECT_EQ(r.server->threshold(0), 3);
+  EXPECT_TRUE(r.push(0, {1, 1}).caller_waits);
+  EXPECT_TRUE(r.push(1, {1, 1}).caller_waits);
+  const Decision d = r.push(2, {1, 1});
+  EXPECT_TRUE(d.applied);
+  EXPECT_EQ(d.released, (std::vector<int>{0, 1}));
+  // Worker 1 dies with the barrier half-formed: the other two complete it.
+  r.push(0, {1, 1});
+  r.push(1, {1, 1});
+  const Decision l = r.server->on_leave(1, 0.0);
+  EXPECT_FALSE(l.applied);  // 2 of the live {0, 2} have not all pushed
+  EXPECT_EQ(l.released, std::vector<int>{1});
+  const Decision d2 = r.push(2, {1, 1});
+  EXPECT_TRUE(d2.applied);  // 0 and 2, plus dead 1's buffered push in the mean
+  EXPECT_EQ(r.server->version(), 2u);
+  // A joiner raises the barrier again from the next round.
+  r.server->on_join(3, 0.0);
+  EXPECT_EQ(r.server->threshold(0), 3);
+  r.push(0, {1, 1});
+  r.push(2, {1, 1});
+  EXPECT_EQ(r.server->version(), 2u);
+  EXPECT_TRUE(r.push(3, {1, 1}).applied);
+}
+
+TEST(ServerMembership, SyncBufferedPushOfALeaverIsAveragedIntoTheNextUpdate) {
+  Rig r(3, kind("sync"), 1.0, 1);
+  r.push(0, {3.0f});
+  r.server->on_leave(0, 0.0);
+  r.push(1, {0.0f});
+  EXPECT_TRUE(r.push(2, {0.0f}).applied);
+  // mean of {3, 0, 0}: the leaver's honestly computed gradient is kept.
+  EXPECT_NEAR(r.params[0], -1.0f, 1e-6);
+}
+
+TEST(ServerMembership, KasyncClampsKToTheLiveCountAndRaisesItBackOnJoin) {
+  Rig r(4, kind("kasync", 3));
+  EXPECT_EQ(r.server->threshold(0), 3);
+  r.server->on_leave(0, 0.0);
+  r.server->on_leave(1, 0.0);
+  EXPECT_EQ(r.server->threshold(0), 2);
+  EXPECT_TRUE(r.push(2, {1, 1}).caller_waits);
+  EXPECT_TRUE(r.push(3, {1, 1}).applied);
+  r.server->on_leave(2, 0.0);
+  EXPECT_EQ(r.server->threshold(0), 1);
+  EXPECT_TRUE(r.push(3, {1, 1}).applied);  // the last live worker alone
+  r.server->on_join(0, 0.0);
+  r.server->on_join(1, 0.0);
+  EXPECT_EQ(r.server->threshold(0), 3);
+}
+
+TEST(ServerMembership, KasyncLeaveThatLowersKBelowTheBufferFiresIt) {
+  Rig r(3, kind("kasync", 3));
+  r.push(0, {1, 1});
+  r.push(1, {1, 1});
+  EXPECT_EQ(r.server->version(), 0u);
+  const Decision d = r.server->on_leave(2, 0.0);
+  EXPECT_TRUE(d.applied);
+  EXPECT_EQ(d.released, (std::vector<int>{0, 1}));
+}
+
+TEST(ServerMembership, HybridClampsItsScheduleToTheLiveCount) {
+  PolicyOptions po = kind("hybrid");
+  po.schedule.kind = "step";
+  po.schedule.k0 = 4;  // K = 4 = n from the start
+  po.schedule.step = 1000;
+  Rig r(4, po);
+  EXPECT_EQ(r.server->threshold(0), 4);
+  r.server->on_leave(1, 0.0);
+  EXPECT_EQ(r.server->threshold(0), 3);
+  r.push(0, {1, 1});
+  r.push(2, {1, 1});
+  EXPECT_TRUE(r.push(3, {1, 1}).applied);
+}
+
+TEST(ServerMembership, AsyncAndKbatchNeverWaitAndIgnoreMembership) {
+  for (const char* k : {"async", "kbatch"}) {
+    Rig r(3, kind(k, 2));
+    r.server->on_leave(0, 0.0);
+    r.server->on_leave(1, 0.0);
+    const int before = static_cast<int>(r.server->version());
+    for (int i = 0; i < 4; ++i) EXPECT_FALSE(r.push(2, {1, 1}).caller_waits) << k;
+    EXPECT_GT(static_cast<int>(r.server->version()), before) << k;
+  }
+}
+
+TEST(ServerMembership, SspMinimumClockIsOverLiveWorkersAndARejoinerStartsAtTheMinimum) {
+  PolicyOptions po = kind("ssp");
+  po.s = 1;
+  Rig r(3, po);
+  // Worker 0 runs ahead of the stalled worker 2.
+  r.server->on_pull(0);
+  r.push(0, {1, 1});
+  r.server->on_pull(1);
+  r.push(1, {1, 1});
+  r.server->on_pull(0);
+  r.push(0, {1, 1});
+  EXPECT_TRUE(r.server->on_pull(0).caller_waits);  // clock 2, min 0
+  // Worker 2 dies: the minimum is now over {0, 1} = 1, so 0 may go on.
+  const Decision l = r.server->on_leave(2, 0.0);
+  EXPECT_EQ(l.released, std::vector<int>{0});
+  EXPECT_FALSE(r.server->on_pull(0).caller_waits);
+  // Worker 2 rejoins: its clock starts at the live minimum, nobody blocks.
+  const Decision j = r.server->on_join(2, 0.0);
+  EXPECT_TRUE(j.released.empty());
+  EXPECT_EQ(r.server->clock(2), r.server->clock(1));
+  EXPECT_FALSE(r.server->on_pull(2).caller_waits);
+}
+
+TEST(ServerMembership, LocalAveragesTheLiveWorkersDeltas) {
+  Rig r(3, kind("local", 4), 1.0, 1);
+  EXPECT_EQ(r.server->threshold(0), 3);
+  r.server->on_leave(2, 0.0);
+  EXPECT_EQ(r.server->threshold(0), 2);
+  EXPECT_TRUE(r.push(0, {2.0f}).caller_waits);
+  const Decision d = r.push(1, {4.0f});
+  EXPECT_TRUE(d.applied);
+  EXPECT_NEAR(r.params[0], -3.0f, 1e-6);  // the mean of the two live deltas
+  // A rejoiner takes part in the next round.
+  r.server->on_join(2, 0.0);
+  r.push(0, {0.0f});
+  r.push(1, {0.0f});
+  EXPECT_EQ(r.server->version(), 1u);
+  EXPECT_TRUE(r.push(2, {0.0f}).applied);
+}
+
+TEST(ServerMembership, EveryLiveWorkerLeavingThenOneJoiningFiresWhatWasBuffered) {
+  Rig r(2, kind("sync"));
+  r.push(0, {1, 1});
+  r.server->on_leave(0, 0.0);
+  const Decision d = r.server->on_leave(1, 0.0);
+  EXPECT_FALSE(d.applied);  // nobody live: nothing fires
+  EXPECT_EQ(r.server->live_workers(), 0);
+  const Decision j = r.server->on_join(1, 0.0);
+  EXPECT_FALSE(j.applied);  // the dead worker's push counts for no live worker
+  EXPECT_TRUE(r.push(1, {1, 1}).applied);
+  EXPECT_EQ(r.server->version(), 1u);
+}
+
+TEST(ServerMembership, LeaveAndJoinAreIdempotentAndSurviveSaveAndLoad) {
+  Rig r(3, kind("sync"));
+  r.server->on_leave(1, 0.0);
+  EXPECT_TRUE(r.server->on_leave(1, 0.0).released.empty());
+  r.server->on_join(5, 0.0);  // a new id grows the server
+  EXPECT_EQ(r.server->known_workers(), 6);
+  EXPECT_EQ(r.server->live_workers(), 3);
+  r.server->on_join(5, 0.0);
+  EXPECT_EQ(r.server->live_workers(), 3);
+  StateWriter w;
+  r.server->save(w);
+  Rig r2(3, kind("sync"));
+  const auto bytes = w.take();
+  StateReader rd(bytes, "mem");
+  r2.server->load(rd);
+  EXPECT_EQ(r2.server->live_workers(), 3);
+  EXPECT_FALSE(r2.server->is_live(1));
+  EXPECT_TRUE(r2.server->is_live(5));
+}
+
+}  // namespace
+}  // namespace hsgd

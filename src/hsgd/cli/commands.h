@@ -49,6 +49,17 @@ struct CompareArgs {
 };
 int compare(const CompareArgs& a);
 
+// hsgd sweep GRID.toml: every cell of the grid x every policy x every seed
+// on the simulator, `jobs` child `hsgd train` processes at a time, into
+// out/cells/<cell>/<policy>/seed-<s>; runs already done (same config) are
+// skipped; then out/sweep.{md,json} and heatmap*.{dat,png} (metrics/sweep.h).
+struct SweepArgs {
+  std::string grid_path;
+  std::string out = "runs/sweep";
+  int jobs = 0;  // 0: the grid's `jobs` (default 2)
+};
+int sweep(const SweepArgs& a);
+
 struct BenchArgs {
   std::string data = "fashion-mnist";
   double seconds = 3;  // per throughput measurement
@@ -57,9 +68,11 @@ struct BenchArgs {
   bool checkpoint = false;  // only the checkpoint write/resume figures
   bool compress = false;    // only the compressors' costs (issue 14)
   std::string model = "lenet5";  // the model of --compress
+  bool auto_policy = false;  // only the auto policy's decision cost (#17)
 };
 int bench(const BenchArgs& a);
 int bench_mpi(const BenchArgs& a);
 int bench_compress(const BenchArgs& a);
+int bench_auto(const BenchArgs& a);
 
 }  // namespace hsgd::cli

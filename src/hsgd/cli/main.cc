@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
        "held-out fraction when the data has no test split (0.2)",
        {}},
       {"--model", "model.name", "softmax | mlp | lenet5 | cifar-cnn | linear-test", {}},
-      {"--policy", "policy.name", "sync | async | hybrid | kasync:K | kbatch:K | ssp:S", {}},
+      {"--policy", "policy.name", "sync | async | hybrid | auto | kasync:K | kbatch:K | ssp:S", {}},
       {"--workers", "train.workers", "number of workers (4)", {}},
       {"--batch", "train.batch", "batch size per worker (64)", {}},
       {"--lr", "optim.lr", "learning rate (0.01)", {}},
@@ -94,6 +94,14 @@ int main(int argc, char** argv) {
   compare->add_option("--runtime", compare_runtime, "train.runtime for every run");
   compare->add_option("--set", compare_sets, "override any config key for every run (repeatable)");
 
+  // ---- sweep
+  hsgd::cli::SweepArgs sa;
+  CLI::App* sweep = app.add_subcommand(
+      "sweep", "Run a grid of configs x policies x seeds on the simulator and tabulate it");
+  sweep->add_option("grid", sa.grid_path, "sweep grid (TOML; README, \"Sweep a grid\")")->required();
+  sweep->add_option("--out", sa.out, "output directory (runs/sweep); a rerun resumes it");
+  sweep->add_option("--jobs", sa.jobs, "runs at a time (default: the grid's jobs, 2)");
+
   // ---- bench
   hsgd::cli::BenchArgs ba;
   CLI::App* bench = app.add_subcommand("bench", "Print throughput figures (see BENCHMARKS.md)");
@@ -106,6 +114,7 @@ int main(int argc, char** argv) {
   bench->add_flag("--compress", ba.compress,
                   "only the compressors' cost per gradient and bytes per push ([compress])");
   bench->add_option("--model", ba.model, "the model of --compress (lenet5)");
+  bench->add_flag("--auto", ba.auto_policy, "only the auto policy's decision cost against the server's");
 
   try {
     app.parse(argc, argv);
@@ -131,10 +140,10 @@ int main(int argc, char** argv) {
     }
     if (*eval) return hsgd::cli::eval(ea);
     if (*plot) return hsgd::cli::plot(plot_dirs, plot_out);
-    if (*bench) {
-      if (ba.compress) return hsgd::cli::bench_compress(ba);
-      return ba.mpi ? hsgd::cli::bench_mpi(ba) : hsgd::cli::bench(ba);
-    }
+    if (*sweep) return hsgd::cli::sweep(sa);
+    if (*bench && ba.compress) return hsgd::cli::bench_compress(ba);
+    if (*bench && ba.auto_policy) return hsgd::cli::bench_auto(ba);
+    if (*bench) return ba.mpi ? hsgd::cli::bench_mpi(ba) : hsgd::cli::bench(ba);
     if (*compare) {
       if (!compare_runtime.empty()) ca.overrides.push_back({"train.runtime", compare_runtime});
       for (const std::string& s : compare_sets) {

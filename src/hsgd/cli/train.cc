@@ -239,6 +239,15 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
   summary["dropped"] = dropped;
   summary["nonfinite"] = nonfinite;
   summary["stopped"] = r.stopped.empty() ? nlohmann::json() : nlohmann::json(r.stopped);
+  // Membership events (issue 10): [{time_s, worker, event, cause, detail}].
+  summary["membership"] = nlohmann::json::array();
+  for (const MembershipEvent& e : r.membership) {
+    summary["membership"].push_back({{"time_s", e.time},
+                                     {"worker", e.worker},
+                                     {"event", e.join ? "join" : "leave"},
+                                     {"cause", to_string(e.cause)},
+                                     {"detail", e.detail}});
+  }
   if (store || resumed) {
     summary["checkpoints"] = {
         {"written", store ? store->written() : 0},

@@ -106,6 +106,38 @@ void put_value(toml::table& t, const std::string& key, const T& v) {
   t.insert_or_assign(key, v);
 }
 
+// faults.kill / faults.rejoin: an array of "worker:W@Ts" strings, or one
+// string (a --set value: comma- or semicolon-separated).
+std::vector<FaultAt> as_fault_list(const Where& w, const toml::node& n) {
+  std::vector<FaultAt> out;
+  auto add = [&](const std::string& spec) {
+    out.push_back(parse_fault_at(w.str(), spec));
+  };
+  if (const toml::array* a = n.as_array()) {
+    for (const toml::node& e : *a) {
+      auto s = e.value_exact<std::string>();
+      if (!s) bad(w, e, "a list of \"worker:W@Ts\" strings, e.g. [\"worker:3@20s\"]");
+      add(*s);
+    }
+    return out;
+  }
+  if (auto s = n.value_exact<std::string>()) {
+    // Comma- or semicolon-separated (';' inside an `hsgd compare --policies`
+    // entry, whose list is comma-separated).
+    std::string item;
+    for (char ch : *s + ",") {
+      if (ch == ',' || ch == ';') {
+        if (!item.empty()) add(item);
+        item.clear();
+      } else {
+        item += ch;
+      }
+    }
+    return out;
+  }
+  bad(w, n, "a list of \"worker:W@Ts\" strings, e.g. [\"worker:3@20s\"]");
+}
+
 // The registry of every config key: section -> key -> setter/writer.
 const std::map<std::string, std::map<std::string, Field>>& fields() {
   static const auto* f = [] {
@@ -179,6 +211,7 @@ const std::map<std::string, std::map<std::string, Field>>& fields() {
     HSGD_STR("policy", "name", policy_name);
     HSGD_INT("policy", "k", policy.k);
     HSGD_INT("policy", "s", policy.s);
+    HSGD_STR("policy", "auto_ablate", policy.auto_ablate);  // auto (#17), ablations only
     HSGD_DBL("policy", "loss_smoothing", policy.schedule.loss_smoothing);
     HSGD_STR("policy", "schedule", policy.schedule.kind);
     HSGD_DBL("policy", "k0", policy.schedule.k0);
@@ -293,6 +326,63 @@ const std::map<std::string, std::map<std::string, Field>>& fields() {
     compress_num("min_bytes", &CompressOptions::min_bytes);
     compress_num("warmup", &CompressOptions::warmup);
     compress_num("sim_ns_per_param", &CompressOptions::sim_ns_per_param);
+    // Membership and fault injection (issue 10). Written only when not the
+    // default, so a fault-free config (and its hash) is unchanged.
+    r["train"]["min_workers"] =
+        Field{[](Config& c, const Where& w, const toml::node& n) {
+                c.train.min_workers = static_cast<int>(as_int(w, n));
+              },
+              [](const Config& c, toml::table& t) {
+                if (c.train.min_workers != 1) {
+                  t.insert_or_assign("min_workers", c.train.min_workers);
+                }
+              }};
+    for (const char* key : {"kill", "rejoin"}) {
+      const bool kill = std::string(key) == "kill";
+      r["faults"][key] = Field{
+          [kill](Config& c, const Where& w, const toml::node& n) {
+            (kill ? c.faults.kill : c.faults.rejoin) = as_fault_list(w, n);
+          },
+          [kill, key](const Config& c, toml::table& t) {
+            const std::vector<FaultAt>& v = kill ? c.faults.kill : c.faults.rejoin;
+            if (v.empty()) return;
+            toml::array a;
+            for (const FaultAt& f : v) a.push_back(to_string(f));
+            t.insert_or_assign(key, a);
+          }};
+    }
+    r["faults"]["kill_rate"] =
+        Field{[](Config& c, const Where& w, const toml::node& n) {
+                c.faults.kill_rate = as_double(w, n);
+              },
+              [](const Config& c, toml::table& t) {
+                if (c.faults.kill_rate != 0) t.insert_or_assign("kill_rate", c.faults.kill_rate);
+              }};
+    r["faults"]["exception_rate"] =
+        Field{[](Config& c, const Where& w, const toml::node& n) {
+                c.faults.exception_rate = as_double(w, n);
+              },
+              [](const Config& c, toml::table& t) {
+                if (c.faults.exception_rate != 0) {
+                  t.insert_or_assign("exception_rate", c.faults.exception_rate);
+                }
+              }};
+    r["faults"]["rejoin_after"] =
+        Field{[](Config& c, const Where& w, const toml::node& n) {
+                if (auto s = n.value_exact<std::string>(); s && *s == "off") {
+                  c.faults.rejoin_after = -1;
+                  return;
+                }
+                if (n.is_string()) bad(w, n, "seconds >= 0 or 'off'");
+                const double v = as_double(w, n);
+                if (!(v >= 0) || !std::isfinite(v)) bad(w, n, "seconds >= 0 or 'off'");
+                c.faults.rejoin_after = v;
+              },
+              [](const Config& c, toml::table& t) {
+                if (c.faults.rejoin_after >= 0) {
+                  t.insert_or_assign("rejoin_after", c.faults.rejoin_after);
+                }
+              }};
 #undef HSGD_INT
 #undef HSGD_DBL
 #undef HSGD_STR
@@ -631,6 +721,13 @@ void validate(const Config& c) {
   for (int64_t h : c.model.hidden) {
     if (h < 1) throw InputError("model.hidden: expected widths >= 1, got " + std::to_string(h));
   }
+  validate(c.faults, t.workers, t.min_workers);
+  if (c.faults.any() && (t.runtime == "mpi" || c.policy.kind == "hogwild")) {
+    throw InputError(std::string("[faults]: fault injection runs on the sim and threads "
+                                 "runtimes, ") +
+                     (t.runtime == "mpi" ? "not on mpi (README: Workers that leave and rejoin)"
+                                         : "not with policy hogwild (it has no server)"));
+  }
   validate(c.data.partition);
   validate(c.sampling);
   validate(c.optim, c.lr_schedule);
@@ -732,8 +829,7 @@ std::string to_toml(const Config& c) {
   for (const auto& [section, keys] : fields()) {
     toml::table t;
     for (const auto& [key, field] : keys) field.put(c, t);
-    if (t.empty()) continue;  // [compress] when off
-    root.insert_or_assign(section, t);
+    if (!t.empty()) root.insert_or_assign(section, t);  // [faults], [compress] only when set
   }
   std::ostringstream os;
   os << root << "\n";

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "hsgd/compress/stage.h"
+#include "hsgd/core/faults.h"
 #include "hsgd/data/importance.h"
 #include "hsgd/data/partition.h"
 #include "hsgd/data/readers.h"
@@ -57,6 +58,9 @@ struct TrainConfig {
   // The run stops (exit code 3) after more than this many consecutive pushes
   // were dropped for a NaN or Inf. >= 1.
   int64_t max_nonfinite = 100;
+  // Membership (issue 10): the run stops (exit code 3) when fewer than this
+  // many workers are live. 1..workers.
+  int min_workers = 1;
 };
 
 // [checkpoint]: how many of the newest checkpoints are kept (>= 1).
@@ -118,6 +122,7 @@ struct Config {
   // [compress] (issue 14): push/pull compressors and error feedback. The
   // section is written by to_toml only when a compressor is on.
   CompressOptions compress;
+  FaultOptions faults;  // [faults]: core/faults.h
 };
 
 // One override: "section.key" and its value as text (parsed as a TOML value;

@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 #include <mpi.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <deque>
 #include <map>
 #include <optional>
@@ -211,6 +213,11 @@ void run_replica(const Job& job, const Layout& l, const std::vector<float>& init
           return fmt::format("on server shard {} sending its checkpoint state to rank 0", l.rank);
         });
         break;
+      case Event::kLeave: {
+        const Decision d = shard.server().on_leave(e.worker, e.seconds);
+        if (d.version != e.version) diverged(d.version);
+        break;
+      }
       case Event::kStop:
         shard.settle();
         return;
@@ -221,8 +228,21 @@ void run_replica(const Job& job, const Layout& l, const std::vector<float>& init
   }
 }
 
-// A worker rank: the threads runtime's worker loop over messages.
-void run_worker(const Job& job, const Layout& l, bool resuming) {
+// Set by SIGTERM / SIGINT on a worker rank: leave at the next request.
+volatile std::sig_atomic_t g_leave_requested = 0;
+extern "C" void on_leave_signal(int) { g_leave_requested = 1; }
+void catch_leave_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_leave_signal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+// A worker rank: the threads runtime's worker loop over messages. Returns
+// true when it left the run on SIGTERM / SIGINT (issue 10).
+bool run_worker(const Job& job, const Layout& l, bool resuming) {
   const Config& c = *job.config;
   const int id = l.rank - l.servers;
   ShardSampler sampler = make_sampler(job, id);
@@ -339,12 +359,18 @@ void run_worker(const Job& job, const Layout& l, bool resuming) {
                                      local ? &*local : nullptr, local_h, &batch, &pushed);
     const double delay = delays.extra_seconds(id, since(t0));
     if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+    if (g_leave_requested) {  // a graceful leave: the gradient in hand is dropped
+      request.type = Request::kLeave;
+      exchange(false);        // answered with stop
+      return true;
+    }
     request.type = Request::kPush;
     request.version = *version;
     request.batch = pushed;
     request.loss = loss;
     version = exchange(true);
   }
+  return false;
 }
 
 constexpr uint32_t kMpiTag = 0x4D504931;  // "MPI1"
@@ -545,6 +571,8 @@ class Primary {
     result.gradients = server().pushes();
     result.staleness_histogram = server().staleness_histogram();
     for (int w = 0; w < l_.workers; ++w) result.worker_pushes.push_back(server().clock(w));
+    result.membership = membership_;
+    result.stopped = stopped_;
     return result;
   }
 
@@ -646,6 +674,9 @@ class Primary {
         return;
       }
       pull(w);
+    } else if (r.type == Request::kLeave) {
+      leave(w);
+      return;
     } else {
       throw MpiError(fmt::format("server shard 0 received an unknown request type {} from {}",
                                  r.type, worker_name(w, l_.servers)));
@@ -687,6 +718,26 @@ class Primary {
     state_[static_cast<size_t>(w)] = kDone;
   }
 
+  // Worker w leaves (SIGTERM / SIGINT on its rank): every shard runs
+  // on_leave in rank 0's order, the workers it releases go on, and w is
+  // answered stop. Below train.min_workers the run ends (exit 3).
+  void leave(int w) {
+    const double now = clock_.seconds();
+    const Decision d = server().on_leave(w, now);
+    emit(Event{.type = Event::kLeave, .worker = w, .seconds = now, .version = d.version});
+    left_[static_cast<size_t>(w)] = 1;
+    membership_.push_back(MembershipEvent{now, w, false, MembershipCause::kSignal, ""});
+    stop_worker(w);
+    release(d.released);
+    if (server().live_workers() < c_.train.min_workers && stopped_.empty()) {
+      stopped_ = fmt::format(
+          "{} of {} workers live, fewer than train.min_workers = {}: worker {} left at {:.3f} s "
+          "(signal)",
+          server().live_workers(), l_.workers, c_.train.min_workers, w, now);
+      if (!stopping_) request_end();
+    }
+  }
+
   // The end of training: at once, or, with checkpoints on, at a gate cut
   // that writes the final checkpoint first.
   void request_end() {
@@ -713,6 +764,10 @@ class Primary {
       });
     }
     for (int w = 0; w < l_.workers; ++w) {
+      if (left_[static_cast<size_t>(w)]) {  // gone: a resume starts it afresh
+        blobs["worker-" + std::to_string(w)] = "";
+        continue;
+      }
       reply(w, Reply::kSave, 0);
       blobs["worker-" + std::to_string(w)] =
           recv_bytes(l_.comm, l_.worker_rank(w), l_.timeout, [&] {
@@ -850,6 +905,10 @@ class Primary {
   double stop_time_ = 0;
   int64_t epoch_target_ = 0;
   double last_idle_ = 0, last_time_ = 0;
+  // Membership (issue 10): workers that left on a signal, and the log.
+  std::vector<char> left_ = std::vector<char>(static_cast<size_t>(l_.workers), 0);
+  std::vector<MembershipEvent> membership_;
+  std::string stopped_;  // below train.min_workers
 };
 
 // Every rank must run the same job: the same parameter count and data.
@@ -897,6 +956,7 @@ RunResult MpiRuntime::run(const Job& job, Recorder* recorder, Observer* observer
   check(MPI_Comm_size(l.comm, &l.ranks), "MPI_Comm_size");
   l.servers = c.train.servers;
   l.workers = l.ranks - l.servers;
+  if (l.rank >= l.servers) catch_leave_signals();  // a graceful leave (issue 10)
   l.timeout = c.mpi.timeout;
   l.num_params = job.initial_params.size();
   check_launch(l.ranks, l.servers, static_cast<int64_t>(l.num_params));
@@ -923,6 +983,7 @@ RunResult MpiRuntime::run(const Job& job, Recorder* recorder, Observer* observer
   check(MPI_Bcast(&resuming, 1, MPI_INT, 0, l.comm), "MPI_Bcast");
 
   RunResult result;
+  bool left = false;
   if (l.rank == 0) {
     Observer quiet;
     HSGD_ASSERT(recorder != nullptr, "rank 0 needs a recorder");
@@ -932,13 +993,14 @@ RunResult MpiRuntime::run(const Job& job, Recorder* recorder, Observer* observer
     run_replica(job, l, initial, resuming != 0);
     result.primary = false;
   } else {
-    run_worker(job, l, resuming != 0);
+    left = run_worker(job, l, resuming != 0);
     result.primary = false;
   }
-  // Every rank is through its last message: end together.
+  // Every rank is through its last message: end together. A worker that
+  // left waits here for the others without a deadline (the run goes on).
   MPI_Request barrier = MPI_REQUEST_NULL;
   check(MPI_Ibarrier(l.comm, &barrier), "MPI_Ibarrier");
-  wait_one(&barrier, l.timeout,
+  wait_one(&barrier, left ? 1e9 : l.timeout,
            [&] { return fmt::format("on rank {} at the final barrier", l.rank); });
   MPI_Comm_free(&l.comm);
   return result;

@@ -44,7 +44,8 @@ enum Tag : int {
 
 // worker -> rank 0.
 struct Request {
-  enum Type : int32_t { kPull = 1, kPush = 2 };
+  // leave: the worker leaves the run (SIGTERM/SIGINT); the reply is stop.
+  enum Type : int32_t { kPull = 1, kPush = 2, kLeave = 3 };
   int32_t type = kPull;
   int32_t pad = 0;
   uint64_t version = 0;  // push: the version the gradient was computed from
@@ -64,7 +65,8 @@ struct Reply {
 // rank 0 -> rank s: one event of the server state machine, in rank 0's order.
 struct Event {
   // checkpoint: send this shard's server state to rank 0 (kTagState).
-  enum Type : int32_t { kPull = 1, kPush, kDiscard, kEval, kStop, kCheckpoint };
+  // leave: the worker left (Server::on_leave at `seconds`).
+  enum Type : int32_t { kPull = 1, kPush, kDiscard, kEval, kStop, kCheckpoint, kLeave };
   int32_t type = kPull;
   int32_t worker = -1;
   uint64_t push_version = 0;  // push: the version the gradient was computed from

@@ -33,6 +33,7 @@ class Momentum final : public Optimizer {
  public:
   Momentum(double mu, double wd, bool nesterov, size_t n)
       : mu_(static_cast<float>(mu)),
+        configured_(mu),
         wd_(static_cast<float>(wd)),
         nesterov_(nesterov),
         v_(n, 0.0f) {}
@@ -45,6 +46,11 @@ class Momentum final : public Optimizer {
       w[i] -= a * (nesterov_ ? gi + mu_ * v_[i] : v_[i]);
     }
   }
+  void set_implicit_momentum(double m) override {
+    m = std::clamp(m, 0.0, 0.999);
+    mu_ = m == 0 ? static_cast<float>(configured_)
+                 : static_cast<float>(std::max(0.0, 1.0 - (1.0 - configured_) / (1.0 - m)));
+  }
   std::vector<float> save_state() const override { return v_; }
   void restore_state(std::span<const float> s) override {
     HSGD_ASSERT(s.size() == v_.size(), "optimizer state size mismatch");
@@ -52,7 +58,9 @@ class Momentum final : public Optimizer {
   }
 
  private:
-  float mu_, wd_;
+  float mu_;
+  double configured_;
+  float wd_;
   bool nesterov_;
   std::vector<float> v_;
 };

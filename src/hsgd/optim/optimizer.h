@@ -56,6 +56,12 @@ class Optimizer {
   virtual ~Optimizer() = default;
   // params -= lr * direction(grad).
   virtual void step(std::span<float> params, std::span<const float> grad, double lr) = 0;
+  // The momentum asynchrony adds by itself, m in [0, 1) (Policy::
+  // implicit_momentum; Mitliagkas et al. 2016). Momentum and Nesterov then
+  // use mu' = max(0, 1 - (1 - mu) / (1 - m)), so that momenta composed as
+  // 1 - (1 - mu')(1 - m) give back the configured mu; 0 (the default) leaves
+  // mu as configured. The others ignore it.
+  virtual void set_implicit_momentum(double /*m*/) {}
   // Per-run state (velocity; Adam: step count, m, v) for checkpoints.
   // restore_state takes what save_state of the same kind and size returned.
   virtual std::vector<float> save_state() const { return {}; }

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "hsgd/core/error.h"
+#include "hsgd/policy/auto_policy.h"
 
 namespace hsgd {
 namespace {
@@ -166,6 +167,7 @@ std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double 
     return std::make_unique<SspPolicy>(o.s);
   }
   if (o.kind == "async") return std::make_unique<AsyncPolicy>();
+  if (o.kind == "auto") return std::make_unique<AutoController>(workers, parse_auto_ablate(o.auto_ablate));
   if (o.kind == "hogwild") return std::make_unique<AsyncPolicy>("hogwild");
   if (o.kind == "kasync" || o.kind == "kbatch") {
     if (o.k < 1 || o.k > workers) {
@@ -200,7 +202,7 @@ std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double 
   }
   throw InputError(
       "policy.name = '" + o.kind +
-      "': expected sync, async, hybrid, kasync:K, kbatch:K, local:H, ssp:S or hogwild");
+      "': expected sync, async, hybrid, auto, kasync:K, kbatch:K, local:H, ssp:S or hogwild");
 }
 
 }  // namespace hsgd

@@ -45,6 +45,23 @@ struct PolicyOptions {
   LocalOptions local;           // local
   ScheduleOptions schedule;     // hybrid
   Aggregation aggregation = Aggregation::kMean;
+  // auto: the parts of its rule to switch off, for ablations only
+  // (policy.auto_ablate; policy/auto_policy.h). "" = the full rule.
+  std::string auto_ablate;
+};
+
+// What the server tells a policy after each finite, unfiltered push
+// (Policy::observe_push): everything in it is the same on every replica of a
+// sharded server (no gradient values), so replicas decide alike.
+struct PushSignal {
+  int worker = 0;
+  int64_t staleness = 0;  // tau = V - v of the push
+  double loss = 0;        // the push's training loss (finite)
+  double seconds = 0;     // the runtime's time of the push
+  int live_workers = 1;
+  bool pusher_waits = false;  // the pusher is still waiting after this push
+  // Workers whose wait ended with this push (an update was applied).
+  const std::vector<int>* released = nullptr;
 };
 
 class Policy {
@@ -68,6 +85,14 @@ class Policy {
   // Called by the server with every push's training loss, before the push
   // is buffered (hybrid(adaptive) smooths it into its threshold).
   virtual void on_push_loss(double /*loss*/) {}
+  // Called by the server at the end of every finite push it buffered (not
+  // for filtered or non-finite pushes): auto's signals.
+  virtual void observe_push(const PushSignal&) {}
+  // The momentum the policy's asynchrony adds by itself, in [0, 1): the
+  // server's momentum optimizers shrink their own to keep the total at the
+  // configured value (Optimizer::set_implicit_momentum). 0 for every policy
+  // but auto.
+  virtual double implicit_momentum() const { return 0; }
   // Per-run state for checkpoints (empty for the stateless policies).
   virtual std::vector<double> save_state() const { return {}; }
   virtual void restore_state(std::span<const double>) {}

@@ -96,6 +96,9 @@ struct RunResult {
   // seconds spent compressing/decompressing (virtual on sim), since the start.
   bool compress_on = false;
   CompressCounters compress;
+  // Every leave and join during the run, in order (issue 10; summary.json
+  // "membership"). Empty when membership never changed.
+  std::vector<MembershipEvent> membership;
   // False on the MPI ranks other than 0: they hold no results (every other
   // field is left empty) and write nothing.
   bool primary = true;

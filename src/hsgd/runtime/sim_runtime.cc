@@ -14,13 +14,16 @@
 #include "hsgd/runtime/compression.h"
 #include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/local_steps.h"
+#include "hsgd/runtime/membership.h"
 #include "hsgd/runtime/row.h"
 #include "hsgd/server/server.h"
 
 namespace hsgd {
 namespace {
 
-enum class EventType : int32_t { kPullArrive, kPushArrive, kServerDone };
+// kFault: a membership fault of the worker may be due (issue 10; stale ones
+// are ignored: the fault plan says what is due).
+enum class EventType : int32_t { kPullArrive, kPushArrive, kServerDone, kFault };
 
 struct Event {
   double time;
@@ -45,6 +48,15 @@ class EventQueue {
     heap_.pop_back();
     return e;
   }
+  // Drops the worker's pull and push events (it left): the order of the
+  // others is unchanged, (time, seq) being a total order.
+  void drop_worker(int worker) {
+    std::erase_if(heap_, [&](const Event& e) {
+      return e.worker == worker &&
+             (e.type == EventType::kPullArrive || e.type == EventType::kPushArrive);
+    });
+    std::make_heap(heap_.begin(), heap_.end(), std::greater<Event>());
+  }
   void save(StateWriter& w) const {
     w.put_vec(heap_);
     w.put(next_seq_);
@@ -54,7 +66,7 @@ class EventQueue {
     next_seq_ = r.get<uint64_t>();
     for (const Event& e : heap_) {
       if (e.worker < 0 || e.worker >= workers || e.seq >= next_seq_ ||
-          static_cast<int>(e.type) < 0 || static_cast<int>(e.type) > 2) {
+          static_cast<int>(e.type) < 0 || static_cast<int>(e.type) > 3) {
         r.fail("corrupt (an event of an unknown worker or type)");
       }
     }
@@ -103,7 +115,8 @@ class SimRun {
         delays_(c_.stragglers, n_, c_.train.seed),
         local_h_(server_.policy().local_steps()),
         test_(head(*job.test, c_.train.eval_samples)),
-        compress_(make_compression(c_, model_->param_shapes(), job.initial_params)) {
+        compress_(make_compression(c_, model_->param_shapes(), job.initial_params)),
+        membership_(job, n_) {
     model_->bind(work_params_, work_grads_);
     compress_cost_ = std::max(0.0, c_.compress.sim_ns_per_param) * 1e-9 * static_cast<double>(np_);
     workers_.reserve(static_cast<size_t>(n_));
@@ -125,6 +138,7 @@ class SimRun {
       load(*job_.resume);
     } else {
       for (int w = 0; w < n_; ++w) events_.push(c_.sim.latency, EventType::kPullArrive, w);
+      for (int w = 0; w < n_; ++w) schedule_fault(w);
       evaluate(0.0);
     }
     const double budget = c_.train.budget > 0 ? c_.train.budget : kNever;
@@ -184,7 +198,7 @@ class SimRun {
     if (done_already) end_time = now_;
     // The final checkpoint is the state at the end of training, before the
     // closing row (which a longer run may not have: resuming drops it).
-    if (job_.checkpoints && stopped_.empty()) checkpoint(end_time);
+    if (job_.checkpoints && (stopped_.empty() || below_min_)) checkpoint(end_time);
     RunResult result;
     result.last = stopped_at_row ? recorder_->rows().back() : evaluate(end_time);
     result.stopped = stopped_;
@@ -198,6 +212,7 @@ class SimRun {
     for (const SimWorker& sw : workers_) result.sampler_cost += sw.sampler.cost;
     result.compress_on = compress_ != nullptr;
     result.compress = counters_;
+    result.membership = membership_.log();
     return result;
   }
 
@@ -231,7 +246,10 @@ class SimRun {
     recorder_->write(r);
     observer_->on_row(r);
     eval_real_ += since(e0);
-    stopped_ = divergence(server_.params(), e.loss, t, static_cast<int64_t>(server_.version()));
+    // (A stop below train.min_workers keeps its reason through the last row.)
+    if (!below_min_) {
+      stopped_ = divergence(server_.params(), e.loss, t, static_cast<int64_t>(server_.version()));
+    }
     return r;
   }
 
@@ -256,6 +274,11 @@ class SimRun {
           sw.wait_since = ev.time;
           break;
         }
+        if (membership_.plan().gradient_throws(w)) {  // faults.exception_rate
+          leave(w, ev.time, MembershipCause::kException);
+          break;
+        }
+        membership_.refresh(w, sw.sampler, c_.train.batch * std::max(1, local_h_), server_, false);
         std::span<const float> p = server_.params();
         double pull_t = transfer_, push_t = transfer_;
         if (compress_ && compress_->pull_on()) {
@@ -289,17 +312,31 @@ class SimRun {
         server_busy_ = false;
         for (int r : in_service_decision_.released) {
           SimWorker& rw = workers_[static_cast<size_t>(r)];
+          // Left (or left and rejoined) since this push's service began.
+          if (rw.wait_since < 0 && membership_.changed()) continue;
           HSGD_ASSERT(rw.wait_since >= 0, "released a worker that was not waiting");
           rw.idle += ev.time - rw.wait_since;
           rw.wait_since = -1;
           events_.push(ev.time + c_.sim.latency, EventType::kPullArrive, r);
         }
-        if (in_service_decision_.caller_waits) {
+        if (in_service_orphaned_) {  // the pusher left while its push was served
+          in_service_orphaned_ = false;
+        } else if (in_service_decision_.caller_waits) {
           sw.wait_since = ev.time;
         } else {
           events_.push(ev.time + c_.sim.latency, EventType::kPullArrive, w);
         }
         if (!server_queue_.empty()) start_service(ev.time);
+        break;
+      }
+      case EventType::kFault: {
+        const FaultDue due = membership_.plan().next(w, server_.is_live(w));
+        if (due.time != ev.time) break;  // superseded by a later membership change
+        if (due.join) {
+          join(w, ev.time, due.cause);
+        } else {
+          leave(w, ev.time, due.cause);
+        }
         break;
       }
     }
@@ -325,6 +362,61 @@ class SimRun {
     const double cost = z ? compress_cost_ : 0.0;
     counters_.compress_s += cost;
     return c_.sim.latency + static_cast<double>(wire_.size()) / c_.sim.bandwidth + cost;
+  }
+
+  // Membership (issue 10): small hooks around the loop above.
+  void schedule_fault(int w) {
+    const FaultDue due = membership_.plan().next(w, server_.is_live(w));
+    if (std::isfinite(due.time)) events_.push(std::max(due.time, now_), EventType::kFault, w);
+  }
+
+  // Releases worker r, whose wait the server ended at time t.
+  void release(int r, double t) {
+    SimWorker& rw = workers_[static_cast<size_t>(r)];
+    if (rw.wait_since < 0) return;
+    rw.idle += t - rw.wait_since;
+    rw.wait_since = -1;
+    events_.push(t + c_.sim.latency, EventType::kPullArrive, r);
+  }
+
+  void after_membership(int w, const Decision& d, const MembershipEvent& e) {
+    for (int r : d.released) {
+      if (r != w) release(r, e.time);
+    }
+    const std::string why = membership_.record(e, server_);
+    if (!why.empty() && stopped_.empty()) {
+      stopped_ = why;
+      below_min_ = true;
+    }
+    schedule_fault(w);
+  }
+
+  // Worker w leaves at time t: what it was computing is lost; a push the
+  // server is serving stays (DESIGN.md: a leaver's buffered push is kept).
+  void leave(int w, double t, MembershipCause cause) {
+    if (!server_.is_live(w)) return;
+    SimWorker& sw = workers_[static_cast<size_t>(w)];
+    if (sw.wait_since >= 0) {
+      sw.idle += t - sw.wait_since;
+      sw.wait_since = -1;
+    }
+    events_.drop_worker(w);
+    std::erase(server_queue_, w);
+    if (server_busy_ && in_service_ == w) in_service_orphaned_ = true;
+    const Decision d = server_.on_leave(w, t);
+    after_membership(w, d, MembershipEvent{t, w, false, cause, ""});
+  }
+
+  // Worker w (re)joins at time t with a fresh shard and local state; its
+  // first event is a pull of the newest parameters.
+  void join(int w, double t, MembershipCause cause) {
+    if (server_.is_live(w)) return;
+    const Decision d = server_.on_join(w, t);
+    SimWorker& sw = workers_[static_cast<size_t>(w)];
+    membership_.refresh(w, sw.sampler, c_.train.batch, server_, true);
+    if (local_h_ > 0) locals_[static_cast<size_t>(w)] = make_local_worker(c_, np_);
+    events_.push(t + c_.sim.latency, EventType::kPullArrive, w);
+    after_membership(w, d, MembershipEvent{t, w, true, cause, ""});
   }
 
   void status(double t) {
@@ -371,6 +463,9 @@ class SimRun {
     w.put(next_checkpoint_ == kNever ? -1.0 : next_checkpoint_);
     w.put(last_row_time_);
     w.put(last_idle_);
+    w.put<uint8_t>(in_service_orphaned_);
+    StateWriter mem;
+    membership_.save(mem);
     if (compress_) {  // [compress]: residuals, held copies, warm starts, counters
       compress_->save(w);
       w.put(counters_);
@@ -383,7 +478,8 @@ class SimRun {
     info.updates = static_cast<int64_t>(server_.version());
     info.rows = static_cast<int64_t>(recorder_->rows().size());
     const auto e0 = SteadyClock::now();
-    job_.checkpoints->write(info, {{"server", server_bytes.take()}, {"sim", w.take()}});
+    job_.checkpoints->write(
+        info, {{"server", server_bytes.take()}, {"sim", w.take()}, {"membership", mem.take()}});
     eval_real_ += since(e0);  // like evaluation, not simulated work
   }
 
@@ -397,6 +493,14 @@ class SimRun {
     StateReader sr(ck.blob("server"), ck.path + "/server.bin");
     server_.load(sr);
     sr.expect_end();
+    if (ck.blobs.count("membership")) {  // before the samplers: their shards
+      StateReader mr(ck.blob("membership"), ck.path + "/membership.bin");
+      membership_.load(mr);
+      mr.expect_end();
+      for (int w = 0; w < n_; ++w) {
+        workers_[static_cast<size_t>(w)].sampler = membership_.sampler_for(w);
+      }
+    }
     StateReader r(ck.blob("sim"), ck.path + "/sim.bin");
     r.expect_tag(kSimTag, "simulator");
     if (r.get<int32_t>() != n_) r.fail("corrupt (worker count)");
@@ -439,6 +543,7 @@ class SimRun {
     }
     last_row_time_ = r.get<double>();
     last_idle_ = r.get<double>();
+    in_service_orphaned_ = r.get<uint8_t>() != 0;
     if (compress_) {
       compress_->load(r);
       counters_ = r.get<CompressCounters>();
@@ -482,6 +587,10 @@ class SimRun {
   double compress_cost_ = 0;  // virtual seconds per compressed message
   CompressCounters counters_;
   std::string wire_;  // the last compressed message
+  // Membership (issue 10).
+  Membership membership_;
+  bool in_service_orphaned_ = false;  // the push in service is of a worker that left
+  bool below_min_ = false;            // stopped_ says fewer than min_workers are live
 };
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/gate.h"
 #include "hsgd/runtime/local_steps.h"
+#include "hsgd/runtime/membership.h"
 #include "hsgd/runtime/row.h"
 #include "hsgd/server/server.h"
 
@@ -49,11 +50,38 @@ struct Shared {
   // [compress]: null when off. Its pull side and `counters` are guarded by mu.
   Compression* compress = nullptr;
   CompressCounters counters;
+  Membership* membership = nullptr;  // issue 10; guarded by mu
+  bool below_min = false;            // stopped says fewer than min_workers are live
 };
 
 void request_stop(Shared& s) {
   s.stop = true;
   s.cv.notify_all();
+}
+
+// An injected gradient failure (faults.exception_rate).
+struct InjectedFault : std::runtime_error {
+  InjectedFault() : std::runtime_error("injected by faults.exception_rate") {}
+};
+
+// Membership (issue 10), under s.mu: worker `id` leaves or joins at `now`;
+// the server's released workers are woken; below train.min_workers the run
+// stops with the reason.
+void change_membership(Shared& s, int id, bool join, MembershipCause cause,
+                       const std::string& detail, double now) {
+  const Decision d = join ? s.server->on_join(id, now) : s.server->on_leave(id, now);
+  for (int r : d.released) {
+    if (r != id) s.released[static_cast<size_t>(r)] = 1;
+  }
+  s.released[static_cast<size_t>(id)] = 0;
+  if (!d.released.empty()) s.cv.notify_all();
+  const std::string why = s.membership->record(MembershipEvent{now, id, join, cause, detail},
+                                               *s.server);
+  if (!why.empty() && s.stopped.empty()) {
+    s.stopped = why;
+    s.below_min = true;
+    request_stop(s);
+  }
 }
 
 // Blocks worker `id` (outside the gate) until the server releases it, and
@@ -79,6 +107,28 @@ struct WorkerArgs {
   // read before any worker starts, since another's push may release it.
   bool starts_waiting = false;
 };
+
+// A worker that left waits (outside the gate) until the fault plan's rejoin
+// time on the training clock, then joins again with a fresh shard and local
+// state; its next step pulls the newest parameters. Returns false when the
+// run stops first or no rejoin is due (the thread ends).
+bool sit_out(Shared& s, int id, WorkerState& ws, const Config& c, int local_h, size_t np) {
+  std::unique_lock lk(s.mu);
+  for (;;) {
+    if (s.stop) return false;
+    const FaultDue due = s.membership->plan().next(id, false);
+    if (!std::isfinite(due.time)) return false;
+    const double now = s.clock.seconds();
+    if (due.time <= now) {
+      change_membership(s, id, true, due.cause, "", now);
+      s.membership->refresh(id, ws.sampler, c.train.batch, *s.server, true);
+      if (local_h > 0) ws.local.emplace(make_local_worker(c, np));
+      return true;
+    }
+    // The clock stands still during evaluations: wake at least every 50 ms.
+    s.cv.wait_for(lk, std::chrono::duration<double>(std::min(0.05, due.time - now)));
+  }
+}
 
 void worker_loop(const WorkerArgs& a) {
   const Config& c = *a.job->config;
@@ -108,12 +158,33 @@ void worker_loop(const WorkerArgs& a) {
   while (inside.enter()) {
     uint64_t version = 0;
     bool pull_waits = false;
+    bool out = false;  // left by fault injection: sits out until its rejoin
+    bool throws = false;
+    {
+      std::lock_guard lk(s.mu);
+      if (s.stop) break;
+      const double now = s.clock.seconds();
+      const FaultDue due = s.membership->plan().next(a.id, true);
+      if (due.time <= now) {
+        change_membership(s, a.id, false, due.cause, "", now);
+        out = true;
+      } else {
+        s.membership->refresh(a.id, ws.sampler, c.train.batch * std::max(1, local_h), *s.server,
+                              false);
+      }
+    }
+    if (out) {
+      inside.exit();
+      if (!sit_out(s, a.id, ws, c, local_h, np)) break;
+      continue;
+    }
     {
       std::lock_guard lk(s.mu);
       if (s.stop) break;
       const Decision d = s.server->on_pull(a.id);
       pull_waits = d.caller_waits;
       if (!pull_waits) {
+        throws = s.membership->plan().gradient_throws(a.id);
         version = d.version;
         std::span<const float> p = s.server->params();
         if (z && z->pull_on()) {  // the server encodes under its lock
@@ -143,8 +214,29 @@ void worker_loop(const WorkerArgs& a) {
     }
     int64_t pushed = 0;  // samples behind this push
     const auto t0 = SteadyClock::now();
-    const double loss = compute_push(*model, params, grads, ws.sampler, c.train.batch,
-                                     ws.local ? &*ws.local : nullptr, local_h, &batch, &pushed);
+    double loss = 0;
+    std::string failure;  // the gradient threw: the worker leaves
+    try {
+      if (throws) throw InjectedFault();
+      loss = compute_push(*model, params, grads, ws.sampler, c.train.batch,
+                          ws.local ? &*ws.local : nullptr, local_h, &batch, &pushed);
+    } catch (const InputError&) {
+      throw;  // bad input ends the run
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    if (!failure.empty()) {
+      {
+        std::lock_guard lk(s.mu);
+        if (s.stop) break;
+        change_membership(s, a.id, false,
+                          throws ? MembershipCause::kException : MembershipCause::kError,
+                          throws ? "" : failure, s.clock.seconds());
+      }
+      inside.exit();
+      if (!sit_out(s, a.id, ws, c, local_h, np)) break;
+      continue;
+    }
     const double delay = delays.extra_seconds(a.id, since(t0));
     if (delay > 0) {
       std::unique_lock lk(s.mu);
@@ -397,7 +489,9 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
     if (server.policy().local_steps() > 0)
       workers.back().local.emplace(make_local_worker(c, params.size()));
   }
+  Membership membership(job, n);
   Shared s;
+  s.membership = &membership;
   s.server = &server;
   s.delays = &delays;
   s.workers = &workers;
@@ -414,6 +508,7 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   double start_s = 0;
   if (job.resume) {
     start_s = restore(*job.resume, c, server, workers, delays, s.idle, pauser, s);
+    membership.plan().restart_at(start_s);  // every worker live again (README)
     // Released workers of a resume with fewer workers hold no thread.
   } else {
     // The row at t = 0: the initial model.
@@ -526,8 +621,9 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
     result.last = recorder->rows().back();
     result.params.assign(server.params().begin(), server.params().end());
   } else {
-    MetricsRow last = pauser.evaluate(recorder, job.checkpoints != nullptr && s.stopped.empty(),
-                                      /*paused_already=*/true);
+    MetricsRow last =
+        pauser.evaluate(recorder, job.checkpoints != nullptr && (s.stopped.empty() || s.below_min),
+                        /*paused_already=*/true);
     observer->on_row(last);
     result.last = last;
     result.params = pauser.params();
@@ -542,6 +638,7 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   for (const WorkerState& ws : workers) result.sampler_cost += ws.sampler.cost;
   result.compress_on = s.compress != nullptr;
   result.compress = s.counters;
+  result.membership = membership.log();
   return result;
 }
 

@@ -162,6 +162,7 @@ void Server::apply(Decision* d, std::span<const float> sum) {
     for (float& g : acc_) g *= inv;
   }
   if (opt_.staleness.gap_aware) std::copy(params_.begin(), params_.end(), before_.begin());
+  optimizer_->set_implicit_momentum(policy_->implicit_momentum());  // auto (#17)
   optimizer_->step(params_, sum, lr_at(opt_.lr_schedule, opt_.lr, static_cast<int64_t>(version_)));
   if (opt_.staleness.gap_aware) {
     track_step(step_ema_, before_, params_, opt_.staleness.gap_decay);
@@ -237,6 +238,7 @@ Decision Server::on_push(int worker, uint64_t version, std::span<const float> gr
   } else {
     d.released.erase(std::remove(d.released.begin(), d.released.end(), worker), d.released.end());
   }
+  policy_->observe_push({worker, tau, loss, seconds, live_count_, waiting_[w], &d.released});  // auto (#17)
   release_pull_waiters(&d);
   return d;
 }

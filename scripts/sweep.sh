@@ -1,0 +1,22 @@
+#!/bin/sh
+# Runs the sweeps of issue 17 (docs/results.md, "auto against the best fixed
+# policy"). Usage: scripts/sweep.sh [reduced|full] [OUT]
+#   reduced (default): the grids docs/results.md reports (~10 CPU-minutes):
+#     sweep-mlp-reduced, sweep-ablation, sweep-momentum.
+#   full: the issue's grids, sweep-mlp (972 runs) and sweep-lenet5 (144 runs),
+#     several CPU-hours on two cores; resumable (rerun to continue).
+# HSGD names the binary (default build/release/hsgd). Every sweep resumes:
+# runs already done are skipped.
+set -eu
+cd "$(dirname "$0")/.."
+HSGD=${HSGD:-build/release/hsgd}
+MODE=${1:-reduced}
+OUT=${2:-docs/results/sweep}
+case "$MODE" in
+  reduced) GRIDS="sweep-mlp-reduced sweep-ablation sweep-momentum" ;;
+  full) GRIDS="sweep-mlp sweep-lenet5 sweep-momentum" ;;
+  *) echo "usage: scripts/sweep.sh [reduced|full] [OUT]" >&2; exit 2 ;;
+esac
+for g in $GRIDS; do
+  "$HSGD" sweep "examples/sweep/$g.toml" --out "$OUT/$g" > /dev/null
+done

@@ -1,0 +1,111 @@
+// hsgd sweep end to end: a 2x2 grid, two policies, the linear-test model on
+// the simulator (fixed costs): the table, resumption, determinism, and bad
+// grid files (one line, exit 2).
+#include "cli_helpers.h"
+
+namespace hsgd {
+namespace {
+
+std::string grid(const std::string& extra = "") {
+  return "policies = [\"async\", \"sync\"]\n"
+         "candidate = \"sync\"\n"
+         "seeds = [1]\n" +
+         extra +
+         "[set]\n"
+         "data.spec = \"synthetic\"\n"
+         "model.name = \"linear-test\"\n"
+         "train.workers = 3\n"
+         "train.budget = 2\n"
+         "train.eval_every = 1\n"
+         "sim.compute_time = 0.1\n"
+         "sim.server_ns_per_param = 1.0\n"
+         "[axes]\n"
+         "optim.lr = [0.01, 0.1]\n"
+         "train.batch = [8, 32]\n";
+}
+
+std::string slurp(const std::string& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+TEST(SweepCli, TableResumptionAndDeterminism) {
+  const std::string g = write("grid.toml", grid());
+  const std::string out = tmp("sweep-a");
+  Outcome o = run("sweep " + g + " --out " + out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.err.find("8 runs, 0 done, 8 to run"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("[8/8]"), std::string::npos) << o.err;
+  const std::string md = slurp(out + "/sweep.md");
+  EXPECT_EQ(md, o.out);
+  // One summary row per cell, the axis values first, async best.
+  for (const char* row : {"| 0.01 | 8 | async |", "| 0.01 | 32 | async |", "| 0.1 | 8 | async |",
+                          "| 0.1 | 32 | async |"}) {
+    EXPECT_NE(md.find(row), std::string::npos) << row << "\n" << md;
+  }
+  const nlohmann::json j = nlohmann::json::parse(slurp(out + "/sweep.json"));
+  ASSERT_EQ(j["cells"].size(), 4u);
+  for (const auto& c : j["cells"]) {
+    const double a = c["policies"]["async"]["interval_mean"]["mean"];
+    const double s = c["policies"]["sync"]["interval_mean"]["mean"];
+    EXPECT_NEAR(c["candidate_minus_best"].get<double>(), s - std::max(a, s), 1e-12);
+    EXPECT_GT(a, 0.2);
+  }
+  EXPECT_TRUE(fs::exists(out + "/heatmap.dat"));
+
+  // Resumption: nothing to run again; one run's marker removed: only it runs.
+  o = run("sweep " + g + " --out " + out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.err.find("8 runs, 8 done, 0 to run"), std::string::npos) << o.err;
+  EXPECT_EQ(slurp(out + "/sweep.md"), md);
+  fs::remove(out + "/cells/optim.lr-0.1_train.batch-8/sync/seed-1/sweep-done");
+  o = run("sweep " + g + " --out " + out + " --jobs 1");
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.err.find("8 runs, 7 done, 1 to run"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("optim.lr-0.1_train.batch-8 | sync"), std::string::npos) << o.err;
+  EXPECT_EQ(slurp(out + "/sweep.md"), md);
+
+  // A changed setting reruns what it changes (the runs' config hash).
+  const std::string g2 = write("grid2.toml", grid());
+  // Determinism: a second sweep into another directory, byte for byte.
+  const std::string out_b = tmp("sweep-b");
+  o = run("sweep " + g2 + " --out " + out_b);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(slurp(out_b + "/sweep.json"), slurp(out + "/sweep.json"));
+  EXPECT_EQ(slurp(out_b + "/sweep.md"), md);
+}
+
+TEST(SweepCli, BadGridsOneLineExit2) {
+  struct Case {
+    std::string text, expect;
+  };
+  const std::vector<Case> cases = {
+      {"policies = [\n", "expected a sweep grid (TOML)"},
+      {"", "empty file"},
+      {"seeds = [1]\n", "policies: expected a non-empty array"},
+      {grid("colour = 1\n"), "unknown key 'colour'"},
+      {"policies = [\"async\"]\ncandidate = \"auto\"\n", "candidate = 'auto': expected one of policies"},
+      {"policies = [\"async\", \"async\"]\n", "'async' is listed twice"},
+      {"policies = [\"async\"]\n[axes]\noptim.lr = 0.1\n", "[axes] optim.lr: expected a non-empty array"},
+      {"policies = [\"async\"]\n[axes]\ntrain.seed = [1, 2]\n", "[axes] 'train.seed': the sweep sets it"},
+      {"policies = [\"async\"]\n[axes]\noptim.lr = [0.1]\n[plot]\nx = \"optim.lr\"\ny = \"train.batch\"\n",
+       "[plot] 'train.batch': expected one of the [axes] keys"},
+      {"policies = [\"nosuch\"]\n[set]\ntrain.budget = 1\n", "expected sync, async"},
+      {"policies = [\"async\"]\n[set]\ntrain.budget = 1\noptim.lr = -1\n", "optim.lr"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string g = write("bad" + std::to_string(i) + ".toml", cases[i].text);
+    const std::string out = tmp("bad-out" + std::to_string(i));
+    const Outcome o = run("sweep " + g + " --out " + out);
+    EXPECT_EQ(o.code, 2) << cases[i].text;
+    EXPECT_NE(o.err.find(cases[i].expect), std::string::npos) << cases[i].text << "\n" << o.err;
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+    EXPECT_FALSE(fs::exists(out)) << "nothing written for: " << cases[i].text;
+  }
+  const Outcome o = run("sweep " + tmp("missing.toml"));
+  EXPECT_EQ(o.code, 2);
+  EXPECT_NE(o.err.find("cannot open"), std::string::npos) << o.err;
+}
+
+}  // namespace
+}  // namespace hsgd
