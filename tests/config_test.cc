@@ -331,6 +331,9 @@ TEST(Config, CompressKeys) {
       {{{"compress.warmup", "-3"}}, "compress.warmup = -3"},
       {{{"compress.push", "sign"}, {"policy.name", "hogwild"}, {"optim.kind", "sgd"}},
        "compress.push = 'sign': policy hogwild has no server"},
+      {{{"compress.pull", "qsgd:4"}}, "compress.pull = 'qsgd:4': expected qsgd:S with S >= 12"},
+      {{{"compress.push", "qsgd:4"}, {"compress.error_feedback", "true"}},
+       "compress.push = 'qsgd:4': expected qsgd:S with S >= 12"},
       {{{"compress.pull", "fp16"}, {"train.runtime", "mpi"}},
        "compress.pull = 'fp16': the mpi runtime does not compress yet"},
   };

@@ -442,7 +442,7 @@ TEST(SimRuntime, ResumeIsByteExactWithCompressionOn) {
                                       {"compress.sim_ns_per_param", "2"}};
   for (const auto& [name, push, pull] :
        std::vector<std::tuple<std::string, std::string, std::string>>{
-           {"topk_qsgd", "topk:0.1", "qsgd:8"},
+           {"topk_qsgd", "topk:0.1", "qsgd:16"},
            {"powersgd", "powersgd:1", "none"},
            {"sign_randomk", "sign", "randomk:0.2"}}) {
     std::vector<Override> o = base;
