@@ -141,6 +141,16 @@ std::vector<BadCase> bad_cases() {
        "data.min_partition_size = 60"},
       {"sampling_mix_zero", syn + "--set sampling.kind=loss --set sampling.uniform_mix=0",
        "sampling.uniform_mix = 0"},
+      // [compress] (issue 14)
+      {"compress_ratio_zero", syn + "--set compress.push=topk:0", "compress.push = 'topk:0'"},
+      {"compress_ratio_above_one", syn + "--set compress.pull=randomk:1.5",
+       "compress.pull = 'randomk:1.5'"},
+      {"compress_qsgd_one_level", syn + "--set compress.push=qsgd:1", "compress.push = 'qsgd:1'"},
+      {"compress_rank_zero", syn + "--set compress.push=powersgd:0",
+       "compress.push = 'powersgd:0'"},
+      {"compress_unknown", syn + "--set compress.push=zip", "compress.push = 'zip'"},
+      {"compress_hogwild", syn + "--policy hogwild --set optim.kind=sgd --set compress.push=sign",
+       "policy hogwild has no server"},
   };
 }
 

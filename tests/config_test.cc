@@ -295,5 +295,58 @@ TEST(Config, NonAsciiOnlyInCommentsAndStringValues) {
   EXPECT_NE(error_of(multi, {}).find(multi + ":3:2:"), std::string::npos) << error_of(multi, {});
 }
 
+TEST(Config, CompressKeys) {
+  // Off (the default): no [compress] section, so config.toml and the hash
+  // are what they were before compression existed.
+  const Config off = load_config("", {{"train.budget", "1"}});
+  EXPECT_EQ(to_toml(off).find("[compress]"), std::string::npos);
+  const Config on = load_config("", {{"train.budget", "1"},
+                                     {"compress.push", "topk:0.01"},
+                                     {"compress.pull", "qsgd:16"},
+                                     {"compress.error_feedback", "false"},
+                                     {"compress.min_bytes", "1024"},
+                                     {"compress.warmup", "10"}});
+  EXPECT_EQ(on.compress.push.name(), "topk:0.01");
+  EXPECT_EQ(on.compress.pull.levels, 16);
+  EXPECT_FALSE(on.compress.push_feedback());
+  EXPECT_EQ(on.compress.min_bytes, 1024);
+  const std::string text = to_toml(on);
+  EXPECT_NE(text.find("[compress]"), std::string::npos);
+  const Config back = load_config(write_file("compress.toml", text), {});
+  EXPECT_EQ(to_toml(back), text);
+  EXPECT_NE(config_hash(on), config_hash(off));
+  // error_feedback defaults to auto: on for the biased compressors only.
+  EXPECT_TRUE(load_config("", {{"train.budget", "1"}, {"compress.push", "sign"}})
+                  .compress.push_feedback());
+  EXPECT_FALSE(load_config("", {{"train.budget", "1"}, {"compress.push", "qsgd:4"}})
+                   .compress.push_feedback());
+  const std::vector<std::pair<std::vector<Override>, std::string>> bad = {
+      {{{"compress.push", "topk:0"}}, "compress.push = 'topk:0': expected topk:R with the kept fraction R in (0, 1]"},
+      {{{"compress.push", "randomk:1.5"}}, "compress.push = 'randomk:1.5': expected randomk:R"},
+      {{{"compress.pull", "qsgd:1"}}, "compress.pull = 'qsgd:1': expected qsgd:S"},
+      {{{"compress.push", "powersgd:0"}}, "compress.push = 'powersgd:0': expected powersgd:R"},
+      {{{"compress.push", "zip"}}, "compress.push = 'zip': expected none, fp16"},
+      {{{"compress.error_feedback", "maybe"}}, "compress.error_feedback = 'maybe': expected true"},
+      {{{"compress.min_bytes", "-1"}}, "compress.min_bytes = -1: expected >= 0"},
+      {{{"compress.warmup", "-3"}}, "compress.warmup = -3"},
+      {{{"compress.push", "sign"}, {"policy.name", "hogwild"}, {"optim.kind", "sgd"}},
+       "compress.push = 'sign': policy hogwild has no server"},
+      {{{"compress.pull", "qsgd:4"}}, "compress.pull = 'qsgd:4': expected qsgd:S with S >= 12"},
+      {{{"compress.push", "qsgd:4"}, {"compress.error_feedback", "true"}},
+       "compress.push = 'qsgd:4': expected qsgd:S with S >= 12"},
+      {{{"compress.pull", "fp16"}, {"train.runtime", "mpi"}},
+       "compress.pull = 'fp16': the mpi runtime does not compress yet"},
+  };
+  for (auto [o, needle] : bad) {
+    o.insert(o.begin(), {"train.budget", "1"});
+    const std::string e = error_of("", o);
+    EXPECT_NE(e.find(needle), std::string::npos) << "got: '" << e << "'";
+    EXPECT_EQ(e.find('\n'), std::string::npos);
+  }
+  const std::string file = write_file("badc.toml", "[compress]\npush = \"topk:2\"\n");
+  EXPECT_NE(error_of(file, {}).find(file + ": compress.push = 'topk:2'"), std::string::npos)
+      << error_of(file, {});
+}
+
 }  // namespace
 }  // namespace hsgd

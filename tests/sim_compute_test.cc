@@ -217,6 +217,27 @@ const std::vector<std::pair<std::string, std::vector<Override>>>& cases() {
         {"data.global_fraction", "0.1"},
         {"sampling.kind", "loss"},
         {"sampling.warmup", "0"}}},
+      // Workers killed, failing and rejoining (issue 10): a leaver's gradient
+      // in the making is finished and dropped the same way for any count.
+      {"churn",
+       {{"policy.name", "kasync:2"},
+        {"faults.kill_rate", "20"},
+        {"faults.rejoin_after", "0.2"},
+        {"faults.exception_rate", "0.02"}}},
+      // Compression (issue 14): a compressed push is computed at its pull;
+      // a compressed pull's parameters are the worker's own snapshot.
+      // (A fixed compression cost: calibrating it would time this machine.)
+      {"compress_push",
+       {{"policy.name", "async"},
+        {"compress.push", "topk:0.2"},
+        {"compress.sim_ns_per_param", "2"}}},
+      {"compress_pull",
+       {{"policy.name", "hybrid"},
+        {"compress.pull", "fp16"},
+        {"compress.push", "sign"},
+        {"compress.sim_ns_per_param", "2"}}},
+      {"compress_pull_only",
+       {{"policy.name", "async"}, {"compress.pull", "bf16"}, {"compress.sim_ns_per_param", "2"}}},
   };
   return c;
 }
@@ -240,7 +261,8 @@ TEST(SimThreads, EveryPolicyGivesTheSameCsvAndParametersForAnyThreadCount) {
 // Checkpoints written with one thread count resume under another, byte for
 // byte as the uninterrupted run.
 TEST(SimThreads, ResumeUnderAnotherThreadCountIsByteExact) {
-  for (const std::string name : {"async", "sync", "local", "skewed_importance"}) {
+  for (const std::string name :
+       {"async", "sync", "local", "skewed_importance", "churn", "compress_pull"}) {
     std::vector<Override> o;
     for (const auto& c : cases()) {
       if (c.first == name) o = c.second;

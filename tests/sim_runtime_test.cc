@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "hsgd/checkpoint/checkpoint.h"
 #include "hsgd/core/error.h"
@@ -51,7 +52,7 @@ struct Sim : testing::LinearJob {
     fs::create_directories(dir);
     RunResult r;
     {
-      Recorder rec(dir);
+      Recorder rec(dir, config.compress.on());
       r = SimRuntime().run(job(), &rec, nullptr);
       rec.finish();
     }
@@ -396,7 +397,7 @@ void ExpectExactResume(const std::vector<Override>& o, const std::string& name, 
   {
     CheckpointStore store(dir, 2);
     j1.checkpoints = &store;
-    Recorder rec(dir);
+    Recorder rec(dir, s1.config.compress.on());
     const RunResult r1 = SimRuntime().run(j1, &rec, nullptr);
     EXPECT_TRUE(r1.stopped.empty());
     EXPECT_GE(store.written(), 1);  // the final one at least
@@ -419,7 +420,7 @@ void ExpectExactResume(const std::vector<Override>& o, const std::string& name, 
     CheckpointStore store(dir, 2);
     j2.checkpoints = &store;
     j2.resume = &ck;
-    Recorder rec(dir, ck.info.rows);
+    Recorder rec(dir, ck.info.rows, s2.config.compress.on());
     b = SimRuntime().run(j2, &rec, nullptr);
     rec.finish();
   }
@@ -428,6 +429,32 @@ void ExpectExactResume(const std::vector<Override>& o, const std::string& name, 
   EXPECT_EQ(b.staleness_histogram, a.staleness_histogram);
   EXPECT_EQ(b.worker_pushes, a.worker_pushes);
   EXPECT_EQ(b.gradients, a.gradients);
+  EXPECT_EQ(b.compress.bytes_pushed, a.compress.bytes_pushed);
+  EXPECT_EQ(b.compress.bytes_pulled, a.compress.bytes_pulled);
+}
+
+// [compress]: residuals, held copies, powersgd warm starts and the byte
+// counters are in the checkpoint; resume stays byte-exact.
+TEST(SimRuntime, ResumeIsByteExactWithCompressionOn) {
+  const std::vector<Override> base = {{"policy.name", "async"},
+                                      {"stragglers.fraction", "0.5"},
+                                      {"stragglers.sigma", "0.05"},
+                                      {"compress.sim_ns_per_param", "2"}};
+  for (const auto& [name, push, pull] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"topk_qsgd", "topk:0.1", "qsgd:16"},
+           {"powersgd", "powersgd:1", "none"},
+           {"sign_randomk", "sign", "randomk:0.2"}}) {
+    std::vector<Override> o = base;
+    if (name == "powersgd") {  // composes with a waiting policy and the mitigations
+      o[0] = {"policy.name", "hybrid"};
+      o.push_back({"staleness.dc_asgd", "true"});
+      o.push_back({"compress.warmup", "5"});
+    }
+    o.push_back({"compress.push", push});
+    o.push_back({"compress.pull", pull});
+    ExpectExactResume(o, "compress_" + name);
+  }
 }
 
 TEST(SimRuntime, ResumeFromACheckpointIsByteExactForEveryPolicy) {
@@ -500,6 +527,41 @@ TEST(SimRuntime, ReportsWorkerPushesAndStopsOnNonFiniteTraining) {
           .run("diverge");
   EXPECT_NE(d.stopped.find("training diverged"), std::string::npos) << d.stopped;
   EXPECT_LT(d.train_s, 2.0);
+}
+
+}  // namespace
+}  // namespace hsgd
+
+namespace hsgd {
+namespace {
+
+TEST(SimRuntime, CompressionIsDeterministicAndChargesTheCompressedBytes) {
+  // A slow network (10 kB/s): messages of 4 bytes per parameter dominate.
+  const std::vector<Override> slow = {{"policy.name", "async"},
+                                      {"sim.bandwidth", "1e4"},
+                                      {"compress.sim_ns_per_param", "1"}};
+  std::string plain_csv;
+  const RunResult plain = Sim(slow).run("cmp_none", &plain_csv);
+  EXPECT_FALSE(plain.compress_on);
+  EXPECT_EQ(plain_csv.find("bytes_pushed"), std::string::npos);
+  std::vector<Override> topk = slow;
+  topk.push_back({"compress.push", "topk:0.05"});
+  topk.push_back({"compress.pull", "fp16"});
+  std::string a, b;
+  const RunResult ra = Sim(topk).run("cmp_topk_a", &a);
+  Sim(topk).run("cmp_topk_b", &b);
+  EXPECT_EQ(a, b);  // same config and seed, same bytes
+  EXPECT_NE(a.find(",bytes_pushed,bytes_pulled,compress_s\n"), std::string::npos);
+  ASSERT_TRUE(ra.compress_on);
+  const int64_t plain_msg = 4 * static_cast<int64_t>(ra.params.size());
+  EXPECT_LT(ra.compress.bytes_pushed, ra.gradients * plain_msg / 5);
+  EXPECT_GT(ra.compress.bytes_pushed, 0);
+  EXPECT_GT(ra.compress.compress_s, 0.0);
+  // Fewer bytes on a slow link: more updates in the same virtual time.
+  EXPECT_GT(ra.last.updates, 2 * plain.last.updates);
+  EXPECT_EQ(ra.last.bytes_pushed, ra.compress.bytes_pushed);
+  // It still learns.
+  EXPECT_GT(ra.last.test_acc, 0.5);
 }
 
 }  // namespace

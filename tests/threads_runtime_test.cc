@@ -271,3 +271,99 @@ TEST(ThreadsRuntime, DivergenceStopsTheRunWithAReason) {
 
 }  // namespace
 }  // namespace hsgd
+
+namespace hsgd {
+namespace {
+
+// [compress] on threads: the worker really encodes its push (error
+// feedback) and decodes its pull; the server decodes and aggregates.
+TEST(ThreadsRuntime, CompressedPushAndPullLearnAndCountTheirBytes) {
+  for (const auto& [push, pull] : std::vector<std::pair<std::string, std::string>>{
+           {"topk:0.1", "qsgd:16"}, {"sign", "none"}, {"powersgd:1", "fp16"}}) {
+    Fixture f("threads_compress_" + push.substr(0, 4),
+              {{"policy.name", "async"}, {"compress.push", push}, {"compress.pull", pull}});
+    RunResult r;
+    {
+      Recorder rec(f.dir, true);
+      r = ThreadsRuntime().run(f.job(), &rec, nullptr);
+      rec.finish();
+    }
+    const auto rows = read_metrics_csv(f.dir + "/metrics.csv");
+    ASSERT_GE(rows.size(), 2u);
+    EXPECT_TRUE(rows.back().has_compress);
+    EXPECT_GT(r.last.test_acc, rows.front().test_acc + 0.2) << push;
+    ASSERT_TRUE(r.compress_on);
+    const int64_t plain = 4 * static_cast<int64_t>(r.params.size());
+    EXPECT_GT(r.compress.bytes_pushed, 0);
+    EXPECT_LT(r.compress.bytes_pushed, r.gradients * plain) << push;
+    if (pull == "none") {
+      EXPECT_EQ(r.compress.bytes_pulled % plain, 0);
+    } else {
+      EXPECT_LT(r.compress.bytes_pulled, r.gradients * plain) << pull;
+    }
+    EXPECT_GT(r.compress.compress_s, 0.0);
+    EXPECT_EQ(rows.back().bytes_pushed, r.compress.bytes_pushed);
+  }
+}
+
+}  // namespace
+}  // namespace hsgd
+
+namespace hsgd {
+namespace {
+
+// [compress] state (residuals, held copies, byte counters) goes into threads
+// checkpoints; a resume with the same worker count continues them, with
+// another count starts them afresh, and both go on learning.
+TEST(ThreadsRuntime, CheckpointsCarryTheCompressionState) {
+  const std::vector<Override> o = {{"train.epochs", "0"},
+                                   {"train.budget", "0.4"},
+                                   {"train.eval_every", "0.1"},
+                                   {"train.checkpoint_every", "0.15"},
+                                   {"policy.name", "async"},
+                                   {"compress.push", "topk:0.2"},
+                                   {"compress.pull", "sign"}};
+  Fixture f("resume_compress", o);
+  Job j = f.job();
+  j.identity = {config_hash(f.config), "linear-test",
+                static_cast<int64_t>(j.initial_params.size())};
+  RunResult r1;
+  {
+    CheckpointStore store(f.dir, 2);
+    j.checkpoints = &store;
+    Recorder rec(f.dir, true);
+    r1 = ThreadsRuntime().run(j, &rec, nullptr);
+    rec.finish();
+  }
+  ASSERT_GT(r1.compress.bytes_pushed, 0);
+  for (const char* workers : {"2", "3"}) {
+    std::vector<Override> o2 = o;
+    o2.push_back({"train.budget", "0.8"});
+    o2.push_back({"train.workers", workers});
+    Fixture g(std::string("resume_compress2_") + workers, o2);
+    fs::remove_all(g.dir);
+    fs::copy(f.dir, g.dir, fs::copy_options::recursive);
+    Job j2 = g.job();
+    j2.identity = {config_hash(g.config), "linear-test",
+                   static_cast<int64_t>(j2.initial_params.size())};
+    const Checkpoint ck2 = CheckpointStore::load_latest(g.dir, j2.identity);
+    j2.resume = &ck2;
+    RunResult r2;
+    {
+      Recorder rec(g.dir, ck2.info.rows, true);
+      r2 = ThreadsRuntime().run(j2, &rec, nullptr);
+      rec.finish();
+    }
+    EXPECT_TRUE(r2.stopped.empty());
+    // The counters continue from the checkpoint's.
+    EXPECT_GE(r2.compress.bytes_pushed, r1.compress.bytes_pushed) << workers;
+    EXPECT_GT(r2.last.test_acc, 0.5) << workers;
+    const auto rows = read_metrics_csv(g.dir + "/metrics.csv");
+    for (size_t i = 1; i < rows.size(); ++i) {
+      EXPECT_GE(rows[i].bytes_pushed, rows[i - 1].bytes_pushed);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hsgd

@@ -66,12 +66,15 @@ struct BenchArgs {
   int repeats = 5;     // compute-only rounds (median reported)
   bool mpi = false;    // the mpi runtime's figures (under mpirun -np 3)
   bool checkpoint = false;  // only the checkpoint write/resume figures
+  bool compress = false;    // only the compressors' costs (issue 14)
+  std::string model = "lenet5";  // the model of --compress
   bool auto_policy = false;  // only the auto policy's decision cost (#17)
   bool sim = false;         // only the parallel simulator's figures (bench_sim.cc)
   bool stream = false;      // only the server update against the triad (bench_stream.cc)
 };
 int bench(const BenchArgs& a);
 int bench_mpi(const BenchArgs& a);
+int bench_compress(const BenchArgs& a);
 int bench_auto(const BenchArgs& a);
 int bench_sim(const BenchArgs& a);
 // bench_stream.cc: the server's update at 10M parameters against a triad.

@@ -111,6 +111,9 @@ int main(int argc, char** argv) {
   bench->add_flag("--mpi", ba.mpi,
                   "the mpi runtime's figures instead; run as mpirun -np 3 hsgd bench --mpi");
   bench->add_flag("--checkpoint", ba.checkpoint, "only the checkpoint write and resume figures");
+  bench->add_flag("--compress", ba.compress,
+                  "only the compressors' cost per gradient and bytes per push ([compress])");
+  bench->add_option("--model", ba.model, "the model of --compress (lenet5)");
   bench->add_flag("--auto", ba.auto_policy, "only the auto policy's decision cost against the server's");
   bench->add_flag("--sim", ba.sim,
                   "only the parallel simulator's gradient rate (256 workers, 1 and 2 threads)");
@@ -143,6 +146,7 @@ int main(int argc, char** argv) {
     if (*plot) return hsgd::cli::plot(plot_dirs, plot_out);
     if (*sweep) return hsgd::cli::sweep(sa);
     if (*bench) {
+      if (ba.compress) return hsgd::cli::bench_compress(ba);
       if (ba.auto_policy) return hsgd::cli::bench_auto(ba);
       if (ba.sim) return hsgd::cli::bench_sim(ba);
       if (ba.stream) {

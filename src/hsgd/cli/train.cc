@@ -269,6 +269,17 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
                            {"sampling_s_per_batch", sc.sampling_s / sc.batches},
                            {"gradient_s_per_batch", sc.gradient_s / sc.batches}};
   }
+  if (r.compress_on) {  // [compress] (issue 14): totals since the start
+    const double pushes = static_cast<double>(std::max<int64_t>(1, r.gradients));
+    summary["compress"] = {{"push", c.compress.push.name()},
+                           {"pull", c.compress.pull.name()},
+                           {"error_feedback", c.compress.push_feedback()},
+                           {"bytes_pushed", r.compress.bytes_pushed},
+                           {"bytes_pulled", r.compress.bytes_pulled},
+                           {"bytes_per_push", static_cast<double>(r.compress.bytes_pushed) / pushes},
+                           {"compress_s", r.compress.compress_s},
+                           {"plain_bytes_per_message", 4 * static_cast<int64_t>(r.params.size())}};
+  }
   write_file_atomic(out + "/summary.json", summary.dump(2) + "\n");
   recorder.finish();
   std::string plot_note;
@@ -331,9 +342,9 @@ int run_in_process(const TrainArgs& args, Prepared& p) {
   }
   std::optional<Recorder> recorder;
   if (ck) {
-    recorder.emplace(p.c.train.out, ck->info.rows);
+    recorder.emplace(p.c.train.out, ck->info.rows, p.c.compress.on());
   } else {
-    recorder.emplace(p.c.train.out);
+    recorder.emplace(p.c.train.out, p.c.compress.on());
   }
   std::optional<CheckpointStore> store;
   if (p.c.train.checkpoint_every > 0) store.emplace(p.c.train.out, p.c.checkpoint.keep);
@@ -406,13 +417,13 @@ int run_under_mpirun(const TrainArgs& args) {
   if (root) {
     write_file_atomic(p->c.train.out + "/config.toml", to_toml(p->c));
     if (ck) {
-      recorder.emplace(p->c.train.out, ck->info.rows);
+      recorder.emplace(p->c.train.out, ck->info.rows, p->c.compress.on());
       if (!a.quiet) {
         std::fprintf(stderr, "hsgd: resuming from %s (%.3f s of training, update %lld)\n",
                      ck->path.c_str(), ck->info.train_s, static_cast<long long>(ck->info.updates));
       }
     } else {
-      recorder.emplace(p->c.train.out);
+      recorder.emplace(p->c.train.out, p->c.compress.on());
     }
     if (p->c.train.checkpoint_every > 0) store.emplace(p->c.train.out, p->c.checkpoint.keep);
   }

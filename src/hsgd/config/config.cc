@@ -277,6 +277,56 @@ const std::map<std::string, std::map<std::string, Field>>& fields() {
     HSGD_DBL("sim", "bandwidth", sim.bandwidth);
     HSGD_INT("sim", "threads", sim.threads);
     HSGD_DBL("stragglers", "slowdown", stragglers.slowdown);
+    // [compress] (issue 14). Written only when a compressor is on, so a run
+    // without compression has the config.toml and hash it had before.
+    for (const char* key : {"push", "pull"}) {
+      const bool push = std::string(key) == "push";
+      r["compress"][key] = Field{
+          [push](Config& c, const Where& w, const toml::node& n) {
+            (push ? c.compress.push : c.compress.pull) =
+                parse_compressor(as_string(w, n), w.str());
+          },
+          [push, key](const Config& c, toml::table& t) {
+            if (c.compress.on()) {
+              t.insert_or_assign(key, (push ? c.compress.push : c.compress.pull).name());
+            }
+          }};
+    }
+    r["compress"]["error_feedback"] =
+        Field{[](Config& c, const Where& w, const toml::node& n) {
+                if (auto b = n.value_exact<bool>()) {
+                  c.compress.error_feedback = *b ? 1 : 0;
+                } else if (n.value_exact<std::string>() == "auto") {
+                  c.compress.error_feedback = -1;
+                } else {
+                  bad(w, n, "true, false or \"auto\"");
+                }
+              },
+              [](const Config& c, toml::table& t) {
+                if (!c.compress.on()) return;
+                if (c.compress.error_feedback < 0) {
+                  t.insert_or_assign("error_feedback", "auto");
+                } else {
+                  t.insert_or_assign("error_feedback", c.compress.error_feedback != 0);
+                }
+              }};
+    auto compress_num = [&r](const char* key, auto member) {
+      r["compress"][key] = Field{
+          [member](Config& c, const Where& w, const toml::node& n) {
+            using T = std::remove_reference_t<decltype(c.compress.*member)>;
+            if constexpr (std::is_integral_v<T>) {
+              c.compress.*member = as_int(w, n);
+            } else {
+              c.compress.*member = as_double(w, n);
+            }
+          },
+          [member, key](const Config& c, toml::table& t) {
+            if (c.compress.on()) t.insert_or_assign(key, c.compress.*member);
+          }};
+    };
+    compress_num("min_bytes", &CompressOptions::min_bytes);
+    compress_num("warmup", &CompressOptions::warmup);
+    compress_num("sim_ns_per_param", &CompressOptions::sim_ns_per_param);
     // Membership and fault injection (issue 10). Written only when not the
     // default, so a fault-free config (and its hash) is unchanged.
     r["train"]["min_workers"] =
@@ -573,6 +623,53 @@ Config load_config(const std::string& path, const std::vector<Override>& overrid
   return parse_config(path, path.empty() ? std::string() : read_config_file(path), overrides);
 }
 
+namespace {
+
+void validate_compress(const Config& c) {
+  const CompressOptions& z = c.compress;
+  if (z.min_bytes < 0) {
+    throw InputError("compress.min_bytes = " + std::to_string(z.min_bytes) + ": expected >= 0");
+  }
+  if (z.warmup < 0) {
+    throw InputError("compress.warmup = " + std::to_string(z.warmup) +
+                     ": expected updates >= 0");
+  }
+  if (!(z.sim_ns_per_param >= 0 || z.sim_ns_per_param == -1) ||
+      !std::isfinite(z.sim_ns_per_param)) {
+    throw InputError("compress.sim_ns_per_param = " + num(z.sim_ns_per_param) +
+                     ": expected nanoseconds >= 0, or -1 to calibrate");
+  }
+  // Error feedback and the pull's held copies converge only with a
+  // compressor whose error is smaller than what it compresses; qsgd's
+  // variance bound sqrt(128) / S (buckets of 128) is below 1 from S = 12.
+  if (z.pull.kind == CompressorSpec::Kind::kQsgd && z.pull.levels < 12) {
+    throw InputError("compress.pull = '" + z.pull.name() +
+                     "': expected qsgd:S with S >= 12 on the pull path (with fewer levels the "
+                     "quantization error exceeds the difference sent and the workers' copies "
+                     "diverge)");
+  }
+  if (z.push.kind == CompressorSpec::Kind::kQsgd && z.push.levels < 12 && z.push_feedback()) {
+    throw InputError("compress.push = '" + z.push.name() +
+                     "': expected qsgd:S with S >= 12 under compress.error_feedback = true (the "
+                     "residual grows with fewer levels); or error_feedback = false");
+  }
+  if (z.on() && c.train.runtime == "mpi") {
+    const char* key = z.push.none() ? "compress.pull" : "compress.push";
+    throw InputError(std::string(key) + " = '" +
+                     (z.push.none() ? z.pull.name() : z.push.name()) +
+                     "': the mpi runtime does not compress yet (threads and sim do); expected "
+                     "none with train.runtime = 'mpi'");
+  }
+  if (z.on() && c.policy.kind == "hogwild") {
+    const char* key = z.push.none() ? "compress.pull" : "compress.push";
+    throw InputError(std::string(key) + " = '" +
+                     (z.push.none() ? z.pull.name() : z.push.name()) +
+                     "': policy hogwild has no server to compress for; expected none");
+  }
+}
+
+}  // namespace
+
 void validate(const Config& c) {
   const TrainConfig& t = c.train;
   if (t.workers < 1)
@@ -715,6 +812,7 @@ void validate(const Config& c) {
   if (!(g.slowdown >= 1) || !std::isfinite(g.slowdown)) {
     throw InputError("stragglers.slowdown = " + num(g.slowdown) + ": expected a factor >= 1");
   }
+  validate_compress(c);
 }
 
 std::string toml_string(const std::string& s) {
@@ -751,7 +849,7 @@ std::string to_toml(const Config& c) {
   for (const auto& [section, keys] : fields()) {
     toml::table t;
     for (const auto& [key, field] : keys) field.put(c, t);
-    if (!t.empty()) root.insert_or_assign(section, t);  // [faults] only when set
+    if (!t.empty()) root.insert_or_assign(section, t);  // [faults], [compress] only when set
   }
   std::ostringstream os;
   os << root << "\n";

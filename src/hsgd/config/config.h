@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "hsgd/compress/stage.h"
 #include "hsgd/core/faults.h"
 #include "hsgd/data/importance.h"
 #include "hsgd/data/partition.h"
@@ -121,6 +122,9 @@ struct Config {
   SimConfig sim;
   MpiConfig mpi;
   CheckpointConfig checkpoint;
+  // [compress] (issue 14): push/pull compressors and error feedback. The
+  // section is written by to_toml only when a compressor is on.
+  CompressOptions compress;
   FaultOptions faults;  // [faults]: core/faults.h
 };
 

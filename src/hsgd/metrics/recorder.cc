@@ -41,10 +41,15 @@ const std::string& csv_header() {
   return h;
 }
 
-Recorder::Recorder(const std::string& dir) : dir_(dir) {
+const std::string& csv_header_compress() {
+  static const std::string h = csv_header() + ",bytes_pushed,bytes_pulled,compress_s";
+  return h;
+}
+
+Recorder::Recorder(const std::string& dir, bool compress) : dir_(dir), compress_(compress) {
   csv_ = open_or_throw(dir + "/metrics.csv.partial");
   jsonl_ = open_or_throw(dir + "/metrics.jsonl.partial");
-  std::fprintf(csv_, "%s\n", csv_header().c_str());
+  std::fprintf(csv_, "%s\n", (compress ? csv_header_compress() : csv_header()).c_str());
 }
 
 namespace {
@@ -81,12 +86,14 @@ std::vector<std::string> first_lines(const std::string& path, size_t n) {
 
 }  // namespace
 
-Recorder::Recorder(const std::string& dir, int64_t keep_rows) : dir_(dir) {
+Recorder::Recorder(const std::string& dir, int64_t keep_rows, bool compress)
+    : dir_(dir), compress_(compress) {
   const auto keep = static_cast<size_t>(std::max<int64_t>(0, keep_rows));
   const std::string csv_path = newest_of(dir, "metrics.csv");
   const std::vector<std::string> csv = first_lines(csv_path, keep + 1);
-  if (csv[0] != csv_header()) {
-    throw InputError(csv_path + ":1: expected the hsgd metrics header '" + csv_header() + "'");
+  const std::string& header = compress ? csv_header_compress() : csv_header();
+  if (csv[0] != header) {
+    throw InputError(csv_path + ":1: expected the hsgd metrics header '" + header + "'");
   }
   const std::vector<std::string> jsonl = first_lines(newest_of(dir, "metrics.jsonl"), keep);
   std::string csv_text, jsonl_text;
@@ -116,7 +123,14 @@ void Recorder::write(const MetricsRow& r) {
       "{:.3f},{},{},{:.4f},{},{:.6f},{:.6f},{:.6f},{:.4f},{},{},{},{:.4f},{},{},{}\n", r.time_s,
       r.updates, r.samples, r.epoch, r.k, r.train_loss, r.test_loss, r.test_acc, r.staleness_mean,
       r.staleness_max, r.dropped, r.nonfinite, r.idle_frac, r.live_workers, r.policy, r.seed);
-  std::fputs(line.c_str(), csv_);
+  if (compress_) {
+    std::string more = fmt::format(",{},{},{:.6f}\n", r.bytes_pushed, r.bytes_pulled, r.compress_s);
+    std::string l = line;
+    l.pop_back();
+    std::fputs((l + more).c_str(), csv_);
+  } else {
+    std::fputs(line.c_str(), csv_);
+  }
   nlohmann::json j = {{"time_s", r.time_s},
                       {"updates", r.updates},
                       {"samples", r.samples},
@@ -133,6 +147,11 @@ void Recorder::write(const MetricsRow& r) {
                       {"live_workers", r.live_workers},
                       {"policy", r.policy},
                       {"seed", r.seed}};
+  if (compress_) {
+    j["bytes_pushed"] = r.bytes_pushed;
+    j["bytes_pulled"] = r.bytes_pulled;
+    j["compress_s"] = r.compress_s;
+  }
   std::fputs((j.dump() + "\n").c_str(), jsonl_);
   std::fflush(csv_);
   std::fflush(jsonl_);
@@ -151,9 +170,11 @@ std::vector<MetricsRow> read_metrics_csv(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw InputError(path + ": cannot open (" + std::strerror(errno) + ")");
   std::string line;
-  if (!std::getline(in, line) || line != csv_header()) {
+  if (!std::getline(in, line) || (line != csv_header() && line != csv_header_compress())) {
     throw InputError(path + ":1: expected the hsgd metrics header '" + csv_header() + "'");
   }
+  const bool compress = line == csv_header_compress();
+  const size_t fields = compress ? 19 : 16;
   std::vector<MetricsRow> rows;
   int lineno = 1;
   while (std::getline(in, line)) {
@@ -163,8 +184,9 @@ std::vector<MetricsRow> read_metrics_csv(const std::string& path) {
     std::stringstream ss(line);
     std::string cell;
     while (std::getline(ss, cell, ',')) f.push_back(cell);
-    if (f.size() != 16) {
-      throw InputError(fmt::format("{}:{}: expected 16 fields, got {}", path, lineno, f.size()));
+    if (f.size() != fields) {
+      throw InputError(
+          fmt::format("{}:{}: expected {} fields, got {}", path, lineno, fields, f.size()));
     }
     auto d = [&](int i) {
       try {
@@ -195,6 +217,12 @@ std::vector<MetricsRow> read_metrics_csv(const std::string& path) {
     r.live_workers = static_cast<int>(d(13));
     r.policy = f[14];
     r.seed = static_cast<uint64_t>(d(15));
+    if (compress) {
+      r.has_compress = true;
+      r.bytes_pushed = static_cast<int64_t>(d(16));
+      r.bytes_pulled = static_cast<int64_t>(d(17));
+      r.compress_s = d(18);
+    }
     rows.push_back(r);
   }
   return rows;

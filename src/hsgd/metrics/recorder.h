@@ -27,21 +27,31 @@ struct MetricsRow {
   int live_workers = 0;
   std::string policy;
   uint64_t seed = 0;
+  // With compression on ([compress], issue 14) three more columns, totals
+  // since the start: bytes of all pushes and pulls as they travel, and the
+  // seconds spent compressing and decompressing (virtual on sim).
+  bool has_compress = false;
+  int64_t bytes_pushed = 0;
+  int64_t bytes_pulled = 0;
+  double compress_s = 0;
 };
 
 // The CSV header line (no newline).
 const std::string& csv_header();
+// The same with the compression columns appended.
+const std::string& csv_header_compress();
 
 // Thread-safety: none (one writer).
 class Recorder {
  public:
   // Creates `dir/metrics.csv.partial` and `dir/metrics.jsonl.partial`.
-  explicit Recorder(const std::string& dir);
+  // `compress`: write the compression columns (csv_header_compress()).
+  explicit Recorder(const std::string& dir, bool compress = false);
   // Resumes a run: keeps the header and the first `keep_rows` rows of the
   // run's metrics.csv and metrics.jsonl (final or .partial, whichever is
   // newer), rewrites them as .partial, and appends after them. Throws
   // InputError naming the file if it has fewer rows or cannot be read.
-  Recorder(const std::string& dir, int64_t keep_rows);
+  Recorder(const std::string& dir, int64_t keep_rows, bool compress = false);
   ~Recorder();
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
@@ -56,9 +66,11 @@ class Recorder {
   std::FILE* csv_ = nullptr;
   std::FILE* jsonl_ = nullptr;
   std::vector<MetricsRow> rows_;
+  bool compress_ = false;
 };
 
-// Reads a metrics.csv written by Recorder. Throws InputError naming the file
+// Reads a metrics.csv written by Recorder (with or without the compression
+// columns). Throws InputError naming the file
 // and line on anything else.
 std::vector<MetricsRow> read_metrics_csv(const std::string& path);
 

@@ -23,6 +23,9 @@ class LinearModel final : public Model {
   }
 
   int64_t num_params() const override { return classes_ * (features_ + 1); }
+  std::vector<std::vector<int64_t>> param_shapes() const override {
+    return {{classes_, features_}, {classes_}};
+  }
 
   void bind(std::span<float> params, std::span<float> grads) override {
     HSGD_ASSERT(static_cast<int64_t>(params.size()) == num_params(), "params size != num_params");

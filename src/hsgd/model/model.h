@@ -25,6 +25,10 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual int64_t num_params() const = 0;
+  // The shapes of the parameter tensors in flat-buffer order (their element
+  // counts sum to num_params()); the compressors use them (powersgd
+  // factorises the matrix-shaped ones). Default: one vector.
+  virtual std::vector<std::vector<int64_t>> param_shapes() const { return {{num_params()}}; }
   // Makes the model read its parameters from `params` and write gradients to
   // `grads` (both num_params() floats, owned by the caller, which must keep
   // them alive while bound). Parameters are views: writing `params` changes

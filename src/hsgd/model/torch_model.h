@@ -66,6 +66,11 @@ class TorchModel final : public Model {
   TorchModel(TorchNetFactory factory, std::vector<int64_t> sample_shape, int num_classes);
 
   int64_t num_params() const override { return num_params_; }
+  std::vector<std::vector<int64_t>> param_shapes() const override {
+    std::vector<std::vector<int64_t>> out;
+    for (const auto& p : params_) out.push_back(p.sizes().vec());
+    return out;
+  }
   void bind(std::span<float> params, std::span<float> grads) override;
   void init_params(uint64_t seed) override;
   // Throws InputError on a batch whose feature count is not a multiple of

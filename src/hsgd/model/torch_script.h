@@ -51,6 +51,11 @@ class TorchScriptModel final : public Model {
                    std::vector<int64_t> sample_shape, int num_classes, const Dataset* calibration);
 
   int64_t num_params() const override { return num_params_; }
+  std::vector<std::vector<int64_t>> param_shapes() const override {
+    std::vector<std::vector<int64_t>> out;
+    for (const auto& p : params_) out.push_back(p.sizes().vec());
+    return out;
+  }
   void bind(std::span<float> params, std::span<float> grads) override;
   // Copies the archive's own initial parameters and buffers (the module
   // carries its initialization) and seeds torch's global generator, from

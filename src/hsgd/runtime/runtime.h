@@ -92,6 +92,10 @@ struct RunResult {
   // The workers' sampling and gradient time, summed (threads and sim; the
   // mpi runtime leaves it empty).
   SamplerCost sampler_cost;
+  // [compress] on: bytes of all pushes and pulls as they travelled and the
+  // seconds spent compressing/decompressing (virtual on sim), since the start.
+  bool compress_on = false;
+  CompressCounters compress;
   // Every leave and join during the run, in order (issue 10; summary.json
   // "membership"). Empty when membership never changed.
   std::vector<MembershipEvent> membership;

@@ -12,6 +12,7 @@
 #include "hsgd/core/error.h"
 #include "hsgd/core/stats.h"
 #include "hsgd/runtime/clock.h"
+#include "hsgd/runtime/compression.h"
 #include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/membership.h"
@@ -126,8 +127,10 @@ class SimRun final : public PushKernel {
         delays_(c_.stragglers, n_, c_.train.seed),
         local_h_(server_.policy().local_steps()),
         test_(head(*job.test, c_.train.eval_samples)),
+        compress_(make_compression(c_, model_->param_shapes(), job.initial_params)),
         membership_(job, n_) {
     model_->bind(work_params_, work_grads_);
+    compress_cost_ = std::max(0.0, c_.compress.sim_ns_per_param) * 1e-9 * static_cast<double>(np_);
     workers_.reserve(static_cast<size_t>(n_));
     for (int w = 0; w < n_; ++w) {
       workers_.push_back(SimWorker{0, 0, 0, -1, 0, make_sampler(job, w)});
@@ -221,6 +224,8 @@ class SimRun final : public PushKernel {
     result.wall_s = since(wall0);
     result.real_train_s = result.wall_s - eval_real_;
     for (const SimWorker& sw : workers_) result.sampler_cost += sw.sampler.cost;
+    result.compress_on = compress_ != nullptr;
+    result.compress = counters_;
     result.membership = membership_.log();
     return result;
   }
@@ -265,6 +270,12 @@ class SimRun final : public PushKernel {
     last_row_time_ = t;
     last_idle_ = idle_total;
     MetricsRow r = build_row(server_, server_.take_stats(), e, t, idle, job_);
+    if (compress_) {
+      r.has_compress = true;
+      r.bytes_pushed = counters_.bytes_pushed;
+      r.bytes_pulled = counters_.bytes_pulled;
+      r.compress_s = counters_.compress_s;
+    }
     recorder_->write(r);
     observer_->on_row(r);
     eval_real_ += since(e0);
@@ -306,13 +317,39 @@ class SimRun final : public PushKernel {
         }
         compute_->settle(w);  // (nothing outstanding at a pull: its last push was finished)
         membership_.refresh(w, sw.sampler, c_.train.batch * std::max(1, local_h_), server_, false);
+        std::span<const float> pulled = server_.params();
+        uint64_t key = d.version;  // requests of one version share a parameter snapshot
+        double pull_t = transfer_, push_t = transfer_;
+        if (compress_ && compress_->pull_on()) {
+          pull_t = compressed_pull(w, pulled, d.version);  // the worker's copy, in work_params_
+          pulled = work_params_;
+          key = kOwnCopy + own_copies_++;  // one worker's own copy: never shared
+        } else if (compress_) {
+          counters_.bytes_pulled += compress_->plain_bytes();
+        }
         sw.version = d.version;
         // local:H: H x the compute time, one delay draw.
         const double compute =
             std::max(1, local_h_) * c_.sim.compute_time * delays_.slowdown(w) + delays_.draw(w);
-        const double due = ev.time + transfer_ + compute + transfer_;
-        compute_->request(w, server_.params(), d.version, due);  // needed at `due`
-        events_.push(due, EventType::kPushArrive, w);
+        if (compress_ && compress_->push_on()) {
+          // The compressed push's size, hence its time on the wire, is known
+          // only once the gradient is: it is computed now, on this thread,
+          // and what the server will decode waits in the engine as the
+          // worker's outstanding push.
+          compute_->request(w, pulled, key, ev.time);
+          const PushResult g = compute_->take(w);
+          std::copy(g.grads.begin(), g.grads.end(), work_grads_.begin());
+          const double loss = g.loss;
+          const int64_t samples = g.samples;
+          compute_->finish(w);
+          sent_.resize(np_);
+          push_t = compressed_push(w, d.version, sent_);
+          compute_->install(w, sent_, loss, samples);
+        } else {
+          if (compress_) counters_.bytes_pushed += compress_->plain_bytes();
+          compute_->request(w, pulled, key, ev.time + pull_t + compute + push_t);
+        }
+        events_.push(ev.time + pull_t + compute + push_t, EventType::kPushArrive, w);
         break;
       }
       case EventType::kPushArrive:
@@ -352,6 +389,28 @@ class SimRun final : public PushKernel {
         break;
       }
     }
+  }
+
+  // [compress]: the worker's parameters after a compressed pull (what the
+  // server records it holds), and the message's time on the network plus
+  // the configured compression cost.
+  double compressed_pull(int w, std::span<const float> params, uint64_t version) {
+    const bool z = compress_->encode_pull(w, params, version, &wire_);
+    std::span<const float> h = compress_->held(w);
+    std::copy(h.begin(), h.end(), work_params_.begin());
+    counters_.bytes_pulled += static_cast<int64_t>(wire_.size());
+    const double cost = z ? compress_cost_ : 0.0;
+    counters_.compress_s += cost;
+    return c_.sim.latency + static_cast<double>(wire_.size()) / c_.sim.bandwidth + cost;
+  }
+  // The worker's compressed push (error feedback): `sent` receives what the
+  // server decodes and aggregates.
+  double compressed_push(int w, uint64_t version, std::span<float> sent) {
+    const bool z = compress_->encode_push(w, work_grads_, version, &wire_, sent);
+    counters_.bytes_pushed += static_cast<int64_t>(wire_.size());
+    const double cost = z ? compress_cost_ : 0.0;
+    counters_.compress_s += cost;
+    return c_.sim.latency + static_cast<double>(wire_.size()) / c_.sim.bandwidth + cost;
   }
 
   // Membership (issue 10): small hooks around the loop above.
@@ -472,6 +531,10 @@ class SimRun final : public PushKernel {
     w.put<uint8_t>(in_service_orphaned_);
     StateWriter mem;
     membership_.save(mem);
+    if (compress_) {  // [compress]: residuals, held copies, warm starts, counters
+      compress_->save(w);
+      w.put(counters_);
+    }
     CheckpointInfo info;
     info.id = job_.identity;
     info.runtime = "sim";
@@ -553,6 +616,10 @@ class SimRun final : public PushKernel {
     last_row_time_ = r.get<double>();
     last_idle_ = r.get<double>();
     in_service_orphaned_ = r.get<uint8_t>() != 0;
+    if (compress_) {
+      compress_->load(r);
+      counters_ = r.get<CompressCounters>();
+    }
     r.expect_end();
   }
 
@@ -586,10 +653,20 @@ class SimRun final : public PushKernel {
   double last_idle_ = 0;
   double eval_real_ = 0;  // real seconds spent evaluating and checkpointing
   std::string stopped_;
+  // [compress]; null when off.
+  std::unique_ptr<Compression> compress_;
+  double compress_cost_ = 0;  // virtual seconds per compressed message
+  CompressCounters counters_;
+  std::string wire_;  // the last compressed message
   // Membership (issue 10).
   Membership membership_;
   bool in_service_orphaned_ = false;  // the push in service is of a worker that left
   bool below_min_ = false;            // stopped_ says fewer than min_workers are live
+  // [compress]: a compressed pull's parameters are the worker's own, so its
+  // request gets a key of its own (above every server version).
+  static constexpr uint64_t kOwnCopy = uint64_t{1} << 63;
+  uint64_t own_copies_ = 0;
+  std::vector<float> sent_;  // a compressed push as the server decodes it
   // Declared last: its threads call compute() on the members above, and
   // stop before they are destroyed.
   std::unique_ptr<SimCompute> compute_;
@@ -648,6 +725,12 @@ std::vector<std::pair<std::string, std::string>> SimRuntime::resolve(const Job& 
     out.push_back(
         {"sim.server_ns_per_param", full(calibrate_server_ns(c, job.initial_params.size()))});
   }
+  if (c.compress.on() && c.compress.sim_ns_per_param < 0) {
+    std::unique_ptr<Model> model = job.make_model();
+    out.push_back({"compress.sim_ns_per_param",
+                   full(calibrate_compress_ns(c, model->param_shapes(),
+                                              job.initial_params.size()))});
+  }
   return out;
 }
 
@@ -670,6 +753,7 @@ RunResult SimRuntime::run(const Job& job, Recorder* recorder, Observer* observer
       const double x = std::stod(v);
       if (k == "sim.compute_time") with_costs->sim.compute_time = x;
       if (k == "sim.server_ns_per_param") with_costs->sim.server_ns_per_param = x;
+      if (k == "compress.sim_ns_per_param") with_costs->compress.sim_ns_per_param = x;
     }
     j.config = &*with_costs;
   }

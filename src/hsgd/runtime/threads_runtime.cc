@@ -14,6 +14,7 @@
 #include "hsgd/core/error.h"
 #include "hsgd/core/rng.h"
 #include "hsgd/runtime/clock.h"
+#include "hsgd/runtime/compression.h"
 #include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/gate.h"
 #include "hsgd/runtime/local_steps.h"
@@ -51,6 +52,9 @@ struct Shared {
   TrainClock clock;
   DelayModel* delays = nullptr;
   std::vector<WorkerState>* workers = nullptr;
+  // [compress]: null when off. Its pull side and `counters` are guarded by mu.
+  Compression* compress = nullptr;
+  CompressCounters counters;
   Membership* membership = nullptr;  // issue 10; guarded by mu
   bool below_min = false;            // stopped says fewer than min_workers are live
 };
@@ -144,9 +148,17 @@ void worker_loop(const WorkerArgs& a) {
   model->bind(params, grads);
   Batch batch;
   int local_h = 0;  // local:H: H local steps, then push the model delta
+  Compression* const z = s.compress;
+  std::string pull_bytes, push_bytes;  // [compress]: the messages as they travel
+  std::vector<float> sent(z ? np : 0), scratch;
   {
     std::lock_guard lk(s.mu);
     local_h = s.server->policy().local_steps();
+    // With pull compression the worker holds what the server records for it.
+    if (z && z->pull_on()) {
+      std::span<const float> h = z->held(a.id);
+      std::copy(h.begin(), h.end(), params.begin());
+    }
   }
   if (a.starts_waiting && !wait_until_released(s, a.id)) return;
   GateScope inside(s.gate);  // exits on every path, exceptions included
@@ -182,8 +194,22 @@ void worker_loop(const WorkerArgs& a) {
         throws = s.membership->plan().gradient_throws(a.id);
         version = d.version;
         std::span<const float> p = s.server->params();
-        std::copy(p.begin(), p.end(), params.begin());
+        if (z && z->pull_on()) {  // the server encodes under its lock
+          const auto c0 = SteadyClock::now();
+          z->encode_pull(a.id, p, version, &pull_bytes);
+          s.counters.bytes_pulled += static_cast<int64_t>(pull_bytes.size());
+          s.counters.compress_s += since(c0);
+        } else {
+          std::copy(p.begin(), p.end(), params.begin());
+          if (z) s.counters.bytes_pulled += z->plain_bytes();
+        }
       }
+    }
+    double worker_compress_s = 0;
+    if (!pull_waits && z && z->pull_on()) {  // the worker decodes its pull
+      const auto c0 = SteadyClock::now();
+      z->decode_pull(pull_bytes, params, &scratch);
+      worker_compress_s += since(c0);
     }
     if (pull_waits) {
       // SSP: too far ahead. Wait outside the gate until released, then pull
@@ -224,6 +250,15 @@ void worker_loop(const WorkerArgs& a) {
       s.wake[static_cast<size_t>(a.id)].wait_for(lk, std::chrono::duration<double>(delay),
                                                  [&] { return s.stop; });
     }
+    std::span<const float> push = grads;
+    if (z && z->push_on()) {
+      // The worker encodes (error feedback); the server decodes the bytes.
+      const auto c0 = SteadyClock::now();
+      z->encode_push(a.id, grads, version, &push_bytes, sent);
+      z->decode_push(push_bytes, sent);
+      worker_compress_s += since(c0);
+      push = sent;
+    }
     bool wait = false;
     {
       std::lock_guard lk(s.mu);
@@ -233,7 +268,12 @@ void worker_loop(const WorkerArgs& a) {
         request_stop(s);
         break;
       }
-      Decision d = s.server->on_push(a.id, version, grads, pushed, loss, now);
+      if (z) {
+        s.counters.bytes_pushed +=
+            z->push_on() ? static_cast<int64_t>(push_bytes.size()) : z->plain_bytes();
+        s.counters.compress_s += worker_compress_s;
+      }
+      Decision d = s.server->on_push(a.id, version, push, pushed, loss, now);
       for (int r : d.released) {
         s.released[static_cast<size_t>(r)] = 1;
         s.wake[static_cast<size_t>(r)].notify_one();
@@ -296,6 +336,12 @@ class Pauser {
     {
       std::lock_guard lk(s_.mu);
       r = build_row(*s_.server, st, e, time_s, idle, job_);
+      if (s_.compress) {
+        r.has_compress = true;
+        r.bytes_pushed = s_.counters.bytes_pushed;
+        r.bytes_pulled = s_.counters.bytes_pulled;
+        r.compress_s = s_.counters.compress_s;
+      }
     }
     recorder->write(r);
     const std::string why = divergence(params_, e.loss, time_s, static_cast<int64_t>(r.updates));
@@ -344,6 +390,12 @@ class Pauser {
     }
     s_.delays->save(w);
     s_.idle.save(w);
+    if (s_.compress) {  // [compress]: skippable, for a resume with another worker count
+      StateWriter z;
+      s_.compress->save(z);
+      w.put(s_.counters);
+      w.put_str(z.take());
+    }
     CheckpointInfo info;
     info.id = job_.identity;
     info.runtime = "threads";
@@ -372,7 +424,7 @@ class Pauser {
 // Returns the training seconds of the cut.
 double restore(const Checkpoint& ck, const Config& c, Server& server,
                std::vector<WorkerState>& workers, DelayModel& delays, IdleMeter& idle,
-               Pauser& pauser) {
+               Pauser& pauser, Shared& s) {
   StateReader sr(ck.blob("server"), ck.path + "/server.bin");
   server.load(sr);
   sr.expect_end();
@@ -402,6 +454,17 @@ double restore(const Checkpoint& ck, const Config& c, Server& server,
   }
   delays.load(r);
   idle.load(r);
+  if (s.compress) {
+    // With another worker count the residuals and held copies start afresh
+    // (each worker then holds the initial parameters the server records).
+    s.counters = r.get<CompressCounters>();
+    const std::string z = r.get_str();
+    if (same) {
+      StateReader zr(z, ck.path + "/threads.bin (compression)");
+      s.compress->load(zr);
+      zr.expect_end();
+    }
+  }
   r.expect_end();
   for (int w = c.train.workers; w < server.known_workers(); ++w) server.on_leave(w, t);
   for (int w = 0; w < c.train.workers; ++w) {
@@ -446,12 +509,17 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   s.wake = std::make_unique<std::condition_variable[]>(static_cast<size_t>(n));
   s.num_wake = static_cast<size_t>(n);
   s.idle.resize(static_cast<size_t>(n));
+  std::unique_ptr<Compression> compression;
+  if (c.compress.on()) {
+    compression = make_compression(c, job.make_model()->param_shapes(), job.initial_params);
+    s.compress = compression.get();
+  }
   const Dataset test = head(*job.test, c.train.eval_samples);
   Pauser pauser(job, s, test);
 
   double start_s = 0;
   if (job.resume) {
-    start_s = restore(*job.resume, c, server, workers, delays, s.idle, pauser);
+    start_s = restore(*job.resume, c, server, workers, delays, s.idle, pauser, s);
     membership.plan().restart_at(start_s);  // every worker live again (README)
     // Released workers of a resume with fewer workers hold no thread.
   } else {
@@ -580,6 +648,8 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   result.staleness_histogram = server.staleness_histogram();
   for (int w = 0; w < n; ++w) result.worker_pushes.push_back(server.clock(w));
   for (const WorkerState& ws : workers) result.sampler_cost += ws.sampler.cost;
+  result.compress_on = s.compress != nullptr;
+  result.compress = s.counters;
   result.membership = membership.log();
   return result;
 }

@@ -1,0 +1,549 @@
+#include "hsgd/compress/codec.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "hsgd/core/error.h"
+#include "hsgd/core/rng.h"
+
+namespace hsgd {
+namespace {
+
+constexpr uint32_t kMagic = 0x31435348;  // "HSC1"
+constexpr size_t kHeader = 4 + 1 + 1 + 8 + 8;
+
+using Kind = CompressorSpec::Kind;
+
+// Appends trivially copyable values to a byte string.
+template <class T>
+void put(std::string* out, const T& v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+template <class T>
+void put_n(std::string* out, const T* v, size_t n) {
+  out->append(reinterpret_cast<const char*>(v), n * sizeof(T));
+}
+
+// Reads a message, checking every length.
+class Cursor {
+ public:
+  Cursor(std::span<const char> b, const std::string& what) : b_(b), what_(what) {}
+  template <class T>
+  T get() {
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, b_.data() + at_, sizeof(T));
+    at_ += sizeof(T);
+    return v;
+  }
+  template <class T>
+  void get_n(T* out, size_t n) {
+    if (n > (b_.size() - at_) / sizeof(T)) need(n * sizeof(T));
+    std::memcpy(out, b_.data() + at_, n * sizeof(T));
+    at_ += n * sizeof(T);
+  }
+  [[noreturn]] void fail(const std::string& m) const {
+    throw InputError(fmt::format("{}: corrupt compressed message ({}, at byte {})", what_, m, at_));
+  }
+  void end() const {
+    if (at_ != b_.size()) fail(fmt::format("{} unexpected bytes at the end", b_.size() - at_));
+  }
+
+ private:
+  void need(size_t n) const {
+    if (n > b_.size() - at_) {
+      throw InputError(fmt::format("{}: truncated compressed message (needed {} more bytes, {} left)",
+                                   what_, n, b_.size() - at_));
+    }
+  }
+  std::span<const char> b_;
+  const std::string& what_;
+  size_t at_ = 0;
+};
+
+
+bool parse_double(std::string_view s, double* v) {
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+bool parse_int(std::string_view s, int64_t* v) {
+  const auto r = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+
+// Modified Gram-Schmidt on the columns of a rows x r row-major matrix.
+void orthonormalize(std::vector<float>& p, size_t rows, size_t r) {
+  for (size_t j = 0; j < r; ++j) {
+    for (size_t i = 0; i < j; ++i) {
+      double dot = 0;
+      for (size_t a = 0; a < rows; ++a) dot += double(p[a * r + i]) * p[a * r + j];
+      for (size_t a = 0; a < rows; ++a) p[a * r + j] -= static_cast<float>(dot) * p[a * r + i];
+    }
+    double norm = 0;
+    for (size_t a = 0; a < rows; ++a) norm += double(p[a * r + j]) * p[a * r + j];
+    norm = std::sqrt(norm);
+    const float inv = norm > 1e-30 ? static_cast<float>(1.0 / norm) : 0.0f;
+    for (size_t a = 0; a < rows; ++a) p[a * r + j] *= inv;
+  }
+}
+
+}  // namespace
+
+bool CompressorSpec::biased() const {
+  return kind == Kind::kTopk || kind == Kind::kRandomk || kind == Kind::kSign ||
+         kind == Kind::kPowersgd;
+}
+
+std::string CompressorSpec::name() const {
+  switch (kind) {
+    case Kind::kNone: return "none";
+    case Kind::kFp16: return "fp16";
+    case Kind::kBf16: return "bf16";
+    case Kind::kTopk: return fmt::format("topk:{}", ratio);
+    case Kind::kRandomk: return fmt::format("randomk:{}", ratio);
+    case Kind::kQsgd: return fmt::format("qsgd:{}", levels);
+    case Kind::kSign: return "sign";
+    case Kind::kPowersgd: return fmt::format("powersgd:{}", rank);
+  }
+  return "none";
+}
+
+CompressorSpec parse_compressor(std::string_view text, std::string_view key) {
+  const auto bad = [&](const std::string& expected) -> InputError {
+    return InputError(fmt::format("{} = '{}': {}", key, text, expected));
+  };
+  const size_t colon = text.find(':');
+  const std::string_view name = text.substr(0, colon);
+  const std::string_view arg = colon == std::string_view::npos ? "" : text.substr(colon + 1);
+  const bool has_arg = colon != std::string_view::npos;
+  CompressorSpec s;
+  auto no_arg = [&](Kind k) {
+    if (has_arg) throw bad(fmt::format("{} takes no argument", name));
+    s.kind = k;
+  };
+  if (name == "none") {
+    no_arg(Kind::kNone);
+  } else if (name == "fp16") {
+    no_arg(Kind::kFp16);
+  } else if (name == "bf16") {
+    no_arg(Kind::kBf16);
+  } else if (name == "sign") {
+    no_arg(Kind::kSign);
+  } else if (name == "topk" || name == "randomk") {
+    s.kind = name == "topk" ? Kind::kTopk : Kind::kRandomk;
+    if (!parse_double(arg, &s.ratio) || !(s.ratio > 0 && s.ratio <= 1)) {
+      throw bad(fmt::format("expected {}:R with the kept fraction R in (0, 1]", name));
+    }
+  } else if (name == "qsgd") {
+    s.kind = Kind::kQsgd;
+    int64_t v = 0;
+    if (!parse_int(arg, &v) || v < 2 || v > 32767) {
+      throw bad("expected qsgd:S with S quantization levels, 2 <= S <= 32767");
+    }
+    s.levels = static_cast<int>(v);
+  } else if (name == "powersgd") {
+    s.kind = Kind::kPowersgd;
+    int64_t v = 0;
+    if (!parse_int(arg, &v) || v < 1 || v > 1024) {
+      throw bad("expected powersgd:R with the rank R, 1 <= R <= 1024");
+    }
+    s.rank = static_cast<int>(v);
+  } else {
+    throw bad(
+        "expected none, fp16, bf16, topk:R, randomk:R, qsgd:S, sign or powersgd:R");
+  }
+  return s;
+}
+
+std::vector<TensorSlot> make_layout(const std::vector<std::vector<int64_t>>& shapes, size_t lo,
+                                    size_t hi) {
+  std::vector<TensorSlot> out;
+  if (hi <= lo) return out;
+  size_t total = 0;
+  for (const auto& s : shapes) {
+    size_t n = 1;
+    for (int64_t d : s) n *= static_cast<size_t>(std::max<int64_t>(d, 0));
+    total += n;
+  }
+  if (shapes.empty() || total < hi) {
+    out.push_back(TensorSlot{0, hi - lo, 1, static_cast<int64_t>(hi - lo)});
+    return out;
+  }
+  size_t at = 0;
+  for (const auto& s : shapes) {
+    size_t n = 1;
+    for (int64_t d : s) n *= static_cast<size_t>(std::max<int64_t>(d, 0));
+    const size_t a = std::max(at, lo), b = std::min(at + n, hi);
+    if (a < b) {
+      TensorSlot t{a - lo, b - a, 1, static_cast<int64_t>(b - a)};
+      if (a == at && b == at + n && s.size() >= 2 && s[0] > 0) {
+        t.rows = s[0];
+        t.cols = static_cast<int64_t>(n) / s[0];
+      }
+      out.push_back(t);
+    }
+    at += n;
+  }
+  return out;
+}
+
+uint16_t float_to_half(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t mant = x & 0x7fffffu;
+  const int exp = static_cast<int>((x >> 23) & 0xffu);
+  if (exp == 255) return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0u));
+  const int e = exp - 127 + 15;
+  if (e >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (e <= 0) {
+    if (e < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x800000u;
+    const int shift = 14 - e;
+    uint32_t m = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (m & 1u))) ++m;
+    return static_cast<uint16_t>(sign | m);
+  }
+  uint32_t h = sign | (static_cast<uint32_t>(e) << 10) | (mant >> 13);
+  const uint32_t rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // a carry rounds into the exponent
+  return static_cast<uint16_t>(h);
+}
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0) {
+    const float v = std::ldexp(static_cast<float>(mant), -24);
+    return sign ? -v : v;
+  }
+  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
+  return std::bit_cast<float>(sign | ((exp - 15 + 127) << 23) | (mant << 13));
+}
+
+uint16_t float_to_bf16(float f) {
+  uint32_t x = std::bit_cast<uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // NaN
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+float bf16_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+
+size_t kept(double ratio, size_t n) {
+  if (n == 0) return 0;
+  const double k = std::ceil(ratio * static_cast<double>(n));
+  return std::clamp<size_t>(static_cast<size_t>(k), 1, n);
+}
+
+void random_indices(uint64_t key, size_t tensor, size_t n, size_t k, std::vector<uint32_t>* out) {
+  // Selection sampling (Knuth's algorithm S): k of n, in increasing order,
+  // one uniform draw per element looked at, no memory beyond the output.
+  out->clear();
+  Rng rng(key, tensor);
+  size_t need = k;
+  for (size_t i = 0; i < n && need > 0; ++i) {
+    if (rng.uniform() * static_cast<double>(n - i) < static_cast<double>(need)) {
+      out->push_back(static_cast<uint32_t>(i));
+      --need;
+    }
+  }
+}
+
+Codec::Codec(CompressorSpec spec, std::vector<TensorSlot> layout, size_t min_bytes, uint64_t seed)
+    : spec_(spec), layout_(std::move(layout)), min_bytes_(min_bytes) {
+  for (const TensorSlot& t : layout_) numel_ = std::max(numel_, t.offset + t.size);
+  q_.resize(layout_.size());
+  if (spec_.kind == Kind::kPowersgd) {
+    for (size_t i = 0; i < layout_.size(); ++i) {
+      if (!compressed(layout_[i])) continue;
+      Rng rng(seed, 0x5057u + i);
+      q_[i].resize(static_cast<size_t>(layout_[i].cols) * static_cast<size_t>(spec_.rank));
+      for (float& v : q_[i]) v = static_cast<float>(rng.normal());
+    }
+  }
+}
+
+bool Codec::compressed(const TensorSlot& t) const {
+  if (spec_.kind == Kind::kNone) return false;
+  if (4 * t.size < min_bytes_ || t.size == 0) return false;
+  if (spec_.kind == Kind::kPowersgd) {
+    const auto r = static_cast<int64_t>(spec_.rank);
+    return t.rows > 1 && t.cols > 1 && r < std::min(t.rows, t.cols) &&
+           r * (t.rows + t.cols) < t.rows * t.cols;
+  }
+  return true;
+}
+
+size_t Codec::raw_size() const { return kHeader + 4 * numel_; }
+
+size_t Codec::encoded_size() const {
+  size_t s = kHeader;
+  for (const TensorSlot& t : layout_) {
+    const size_t n = t.size, nb = (n + kBucket - 1) / kBucket;
+    if (!compressed(t)) {
+      s += 4 * n;
+      continue;
+    }
+    switch (spec_.kind) {
+      case Kind::kNone: s += 4 * n; break;
+      case Kind::kFp16:
+      case Kind::kBf16: s += 2 * n; break;
+      case Kind::kTopk: s += 4 + 8 * kept(spec_.ratio, n); break;
+      case Kind::kRandomk: s += 4 * kept(spec_.ratio, n); break;
+      case Kind::kQsgd: s += 4 * nb + n * (spec_.levels > 127 ? 2 : 1); break;
+      case Kind::kSign: s += 4 * nb + (n + 7) / 8; break;
+      case Kind::kPowersgd:
+        s += 4 * static_cast<size_t>(spec_.rank) * static_cast<size_t>(t.rows + t.cols);
+        break;
+    }
+  }
+  return s;
+}
+
+void Codec::encode(std::span<const float> x, uint64_t key, bool raw, std::string* out) {
+  HSGD_ASSERT(x.size() == numel_, "compress: encode of a vector of the wrong size");
+  out->clear();
+  out->reserve(raw ? raw_size() : encoded_size());
+  put(out, kMagic);
+  put(out, static_cast<uint8_t>(spec_.kind));
+  put(out, static_cast<uint8_t>(raw ? 1 : 0));
+  put(out, static_cast<uint64_t>(numel_));
+  put(out, key);
+  if (raw) {
+    put_n(out, x.data(), x.size());
+    return;
+  }
+  std::vector<uint32_t> idx;
+  std::vector<float> vals;
+  for (size_t ti = 0; ti < layout_.size(); ++ti) {
+    const TensorSlot& t = layout_[ti];
+    const float* v = x.data() + t.offset;
+    const size_t n = t.size;
+    if (!compressed(t)) {
+      put_n(out, v, n);
+      continue;
+    }
+    switch (spec_.kind) {
+      case Kind::kNone: put_n(out, v, n); break;
+      case Kind::kFp16:
+        for (size_t i = 0; i < n; ++i) put(out, float_to_half(v[i]));
+        break;
+      case Kind::kBf16:
+        for (size_t i = 0; i < n; ++i) put(out, float_to_bf16(v[i]));
+        break;
+      case Kind::kTopk: {
+        const size_t k = kept(spec_.ratio, n);
+        idx.resize(n);
+        std::iota(idx.begin(), idx.end(), 0u);
+        // The k largest magnitudes (ties by the lower index), then in order.
+        auto larger = [v](uint32_t a, uint32_t b) {
+          const float fa = std::fabs(v[a]), fb = std::fabs(v[b]);
+          return fa > fb || (fa == fb && a < b);
+        };
+        if (k < n) std::nth_element(idx.begin(), idx.begin() + static_cast<ptrdiff_t>(k - 1),
+                                    idx.end(), larger);
+        idx.resize(k);
+        std::sort(idx.begin(), idx.end());
+        put(out, static_cast<uint32_t>(k));
+        put_n(out, idx.data(), k);
+        for (uint32_t i : idx) put(out, v[i]);
+        break;
+      }
+      case Kind::kRandomk: {
+        random_indices(key, ti, n, kept(spec_.ratio, n), &idx);
+        for (uint32_t i : idx) put(out, v[i]);
+        break;
+      }
+      case Kind::kQsgd: {
+        Rng rng(key, 0x5153u + ti);
+        const int s = spec_.levels;
+        for (size_t b = 0; b < n; b += kBucket) {
+          const size_t e = std::min(n, b + kBucket);
+          double norm = 0;
+          for (size_t i = b; i < e; ++i) norm += double(v[i]) * v[i];
+          const float fnorm = static_cast<float>(std::sqrt(norm));
+          put(out, fnorm);
+          for (size_t i = b; i < e; ++i) {
+            int level = 0;
+            if (fnorm > 0) {
+              const double a = std::min<double>(s, std::fabs(v[i]) / fnorm * s);
+              const double fl = std::floor(a);
+              level = static_cast<int>(fl) + (rng.uniform() < a - fl ? 1 : 0);
+              level = std::min(level, s);
+              if (v[i] < 0) level = -level;
+            }
+            if (s > 127) {
+              put(out, static_cast<int16_t>(level));
+            } else {
+              put(out, static_cast<int8_t>(level));
+            }
+          }
+        }
+        break;
+      }
+      case Kind::kSign: {
+        for (size_t b = 0; b < n; b += kBucket) {
+          const size_t e = std::min(n, b + kBucket);
+          double sum = 0;
+          for (size_t i = b; i < e; ++i) sum += std::fabs(v[i]);
+          put(out, static_cast<float>(sum / static_cast<double>(e - b)));
+        }
+        for (size_t b = 0; b < n; b += 8) {
+          uint8_t bits = 0;
+          for (size_t i = b; i < std::min(n, b + 8); ++i) {
+            if (std::signbit(v[i])) bits |= static_cast<uint8_t>(1u << (i - b));
+          }
+          put(out, bits);
+        }
+        break;
+      }
+      case Kind::kPowersgd: {
+        const auto rows = static_cast<size_t>(t.rows), cols = static_cast<size_t>(t.cols);
+        const auto r = static_cast<size_t>(spec_.rank);
+        std::vector<float>& q = q_[ti];
+        // P = M Q, orthonormalised; Q = M^T P. M is rows x cols row-major.
+        p_.assign(rows * r, 0.0f);
+        for (size_t a = 0; a < rows; ++a) {
+          const float* m = v + a * cols;
+          for (size_t c = 0; c < cols; ++c) {
+            const float mv = m[c];
+            for (size_t j = 0; j < r; ++j) p_[a * r + j] += mv * q[c * r + j];
+          }
+        }
+        orthonormalize(p_, rows, r);
+        std::fill(q.begin(), q.end(), 0.0f);
+        for (size_t a = 0; a < rows; ++a) {
+          const float* m = v + a * cols;
+          for (size_t c = 0; c < cols; ++c) {
+            const float mv = m[c];
+            for (size_t j = 0; j < r; ++j) q[c * r + j] += mv * p_[a * r + j];
+          }
+        }
+        put_n(out, p_.data(), p_.size());
+        put_n(out, q.data(), q.size());
+        break;
+      }
+    }
+  }
+}
+
+void Codec::decode(std::span<const char> bytes, std::span<float> out,
+                   const std::string& what) const {
+  HSGD_ASSERT(out.size() == numel_, "compress: decode into a vector of the wrong size");
+  Cursor c(bytes, what);
+  if (c.get<uint32_t>() != kMagic) c.fail("not a compressed message");
+  const auto kind = c.get<uint8_t>();
+  if (kind != static_cast<uint8_t>(spec_.kind)) {
+    c.fail(fmt::format("compressor {}, expected {}", int(kind), int(spec_.kind)));
+  }
+  const auto raw = c.get<uint8_t>();
+  if (raw > 1) c.fail("bad raw flag");
+  const auto n_all = c.get<uint64_t>();
+  if (n_all != numel_) c.fail(fmt::format("{} elements, expected {}", n_all, numel_));
+  const auto key = c.get<uint64_t>();
+  if (raw) {
+    c.get_n(out.data(), numel_);
+    c.end();
+    return;
+  }
+  std::vector<uint32_t> idx;
+  std::vector<float> tmp;
+  for (size_t ti = 0; ti < layout_.size(); ++ti) {
+    const TensorSlot& t = layout_[ti];
+    float* v = out.data() + t.offset;
+    const size_t n = t.size;
+    if (!compressed(t)) {
+      c.get_n(v, n);
+      continue;
+    }
+    switch (spec_.kind) {
+      case Kind::kNone: c.get_n(v, n); break;
+      case Kind::kFp16:
+        for (size_t i = 0; i < n; ++i) v[i] = half_to_float(c.get<uint16_t>());
+        break;
+      case Kind::kBf16:
+        for (size_t i = 0; i < n; ++i) v[i] = bf16_to_float(c.get<uint16_t>());
+        break;
+      case Kind::kTopk: {
+        const auto k = c.get<uint32_t>();
+        if (k != kept(spec_.ratio, n)) c.fail(fmt::format("top-k of {}, expected {}", k, kept(spec_.ratio, n)));
+        idx.resize(k);
+        c.get_n(idx.data(), k);
+        for (size_t i = 0; i < k; ++i) {
+          if (idx[i] >= n || (i > 0 && idx[i] <= idx[i - 1])) c.fail("top-k index out of order");
+        }
+        std::fill(v, v + n, 0.0f);
+        for (uint32_t i : idx) v[i] = c.get<float>();
+        break;
+      }
+      case Kind::kRandomk: {
+        random_indices(key, ti, n, kept(spec_.ratio, n), &idx);
+        std::fill(v, v + n, 0.0f);
+        for (uint32_t i : idx) v[i] = c.get<float>();
+        break;
+      }
+      case Kind::kQsgd: {
+        const int s = spec_.levels;
+        for (size_t b = 0; b < n; b += kBucket) {
+          const size_t e = std::min(n, b + kBucket);
+          const auto norm = c.get<float>();
+          for (size_t i = b; i < e; ++i) {
+            const int level = s > 127 ? c.get<int16_t>() : c.get<int8_t>();
+            if (level > s || level < -s) c.fail("qsgd level out of range");
+            v[i] = static_cast<float>(static_cast<double>(norm) * level / s);
+          }
+        }
+        break;
+      }
+      case Kind::kSign: {
+        const size_t nb = (n + kBucket - 1) / kBucket;
+        tmp.resize(nb);
+        c.get_n(tmp.data(), nb);
+        for (size_t b = 0; b < n; b += 8) {
+          const auto bits = c.get<uint8_t>();
+          for (size_t i = b; i < std::min(n, b + 8); ++i) {
+            const float s = tmp[i / kBucket];
+            v[i] = (bits >> (i - b)) & 1u ? -s : s;
+          }
+        }
+        break;
+      }
+      case Kind::kPowersgd: {
+        const auto rows = static_cast<size_t>(t.rows), cols = static_cast<size_t>(t.cols);
+        const auto r = static_cast<size_t>(spec_.rank);
+        tmp.resize((rows + cols) * r);
+        c.get_n(tmp.data(), tmp.size());
+        const float* p = tmp.data();
+        const float* q = tmp.data() + rows * r;
+        for (size_t a = 0; a < rows; ++a) {
+          for (size_t col = 0; col < cols; ++col) {
+            float s = 0;
+            for (size_t j = 0; j < r; ++j) s += p[a * r + j] * q[col * r + j];
+            v[a * cols + col] = s;
+          }
+        }
+        break;
+      }
+    }
+  }
+  c.end();
+}
+
+void Codec::save(StateWriter& w) const {
+  w.put<uint64_t>(q_.size());
+  for (const auto& q : q_) w.put_vec(q);
+}
+
+void Codec::load(StateReader& r) {
+  if (r.get<uint64_t>() != q_.size()) r.fail("corrupt (compressor tensor count)");
+  for (auto& q : q_) r.get_into(std::span<float>(q), "a powersgd warm start");
+}
+
+}  // namespace hsgd
