@@ -62,6 +62,9 @@ Dataset head(const Dataset& d, int64_t n) {
   h.num_classes = d.num_classes;
   h.labels.assign(d.labels.begin(), d.labels.begin() + n);
   h.features.assign(d.features.begin(), d.features.begin() + n * d.sample_size());
+  h.categorical_rows = d.categorical_rows;
+  h.categorical.assign(d.categorical.begin(), d.categorical.begin() + n * d.num_categorical());
+  h.planted_auc = d.planted_auc;
   return h;
 }
 
