@@ -28,8 +28,9 @@ struct Dataset {
   // dense-only data.
   std::vector<int32_t> categorical;       // size() * num_categorical(), row-major
   std::vector<int64_t> categorical_rows;  // per categorical field
-  // synthetic-ctr: the AUC of the planted model that drew the labels, on
-  // this data (the best a model can expect); NaN otherwise.
+  // synthetic-ctr: the AUC of the planted model that drew the labels, over
+  // all the samples generated (kept by the train/test split and head(): a
+  // property of the generator, the best a model can expect); NaN otherwise.
   double planted_auc = std::nan("");
 
   int64_t size() const { return static_cast<int64_t>(labels.size()); }
