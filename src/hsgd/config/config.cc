@@ -1,4 +1,5 @@
 #include "hsgd/config/config.h"
+#include "hsgd/server/sparse.h"
 
 #include <toml++/toml.h>
 
@@ -169,6 +170,7 @@ const std::map<std::string, std::map<std::string, Field>>& fields() {
     HSGD_DBL("data", "zipf", data.synthetic.ctr.zipf);
     HSGD_INT("model", "table_rows", data.synthetic.ctr.rows);
     HSGD_INT("model", "embedding_dim", model.embedding_dim);
+    HSGD_BOOL("model", "sparse", model.sparse);
     r["model"]["top_hidden"] = Field{
         [](Config& c, const Where& w, const toml::node& n) {
           c.model.top_hidden = as_int_list(w, n);
@@ -575,6 +577,20 @@ void validate(const Config& c) {
   if (c.model.embedding_dim < 1) {
     throw InputError("model.embedding_dim: expected >= 1, got " +
                      std::to_string(c.model.embedding_dim));
+  }
+  if (c.model.sparse) {
+    if (c.train.runtime != "threads") {
+      throw InputError("model.sparse = true: runs on train.runtime = threads only, not '" +
+                       c.train.runtime + "' (row-sparse sim and mpi are not implemented yet)");
+    }
+    if (c.policy.kind == "local" || c.policy.kind == "hogwild") {
+      throw InputError("model.sparse = true: not supported with policy " + c.policy.kind +
+                       " (workers push model deltas or write shared memory)");
+    }
+    if (c.sampling.kind != "uniform") {
+      throw InputError("model.sparse = true: needs sampling.kind = uniform");
+    }
+    check_sparse_supported(c.optim, c.staleness);
   }
   for (int64_t h : c.model.top_hidden) {
     if (h < 1) {

@@ -40,6 +40,10 @@ struct ModelConfig {
   // held in data.synthetic.ctr.rows (the data needs them too).
   int64_t embedding_dim = 16;
   std::vector<int64_t> top_hidden = {64};
+  // Row-sparse push/pull of the embedding rows (server/sparse.h): workers
+  // pull the dense part and the rows of their next batch, push the dense
+  // gradient and the touched rows' gradients.
+  bool sparse = false;
 };
 
 struct TrainConfig {

@@ -17,6 +17,7 @@
 #include "hsgd/runtime/gate.h"
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/row.h"
+#include "hsgd/runtime/sparse_rows.h"
 #include "hsgd/server/server.h"
 
 namespace hsgd {
@@ -45,6 +46,11 @@ struct Shared {
   TrainClock clock;
   DelayModel* delays = nullptr;
   std::vector<WorkerState>* workers = nullptr;
+  // Row-sparse (model.sparse): the table, the model's layout, and all the
+  // server's parameters (the Server itself holds the dense prefix).
+  RowTable* rows = nullptr;
+  RowLayout layout;
+  std::span<const float> all_params;
 };
 
 void request_stop(Shared& s) {
@@ -85,6 +91,8 @@ void worker_loop(const WorkerArgs& a) {
   const size_t np = a.job->initial_params.size();
   std::vector<float> params(np), grads(np);
   model->bind(params, grads);
+  std::optional<SparseWorker> sparse;  // model.sparse: row-sparse pull/push
+  if (s.rows) sparse.emplace(*model, s.layout, params, grads);
   Batch batch;
   int local_h = 0;  // local:H: H local steps, then push the model delta
   {
@@ -96,6 +104,7 @@ void worker_loop(const WorkerArgs& a) {
   while (inside.enter()) {
     uint64_t version = 0;
     bool pull_waits = false;
+    if (sparse) sparse->prepare(ws.sampler, c.train.batch);  // its rows are pulled
     {
       std::lock_guard lk(s.mu);
       if (s.stop) break;
@@ -103,8 +112,12 @@ void worker_loop(const WorkerArgs& a) {
       pull_waits = d.caller_waits;
       if (!pull_waits) {
         version = d.version;
-        std::span<const float> p = s.server->params();
-        std::copy(p.begin(), p.end(), params.begin());
+        if (sparse) {
+          sparse->pull(*s.server, *s.rows);
+        } else {
+          std::span<const float> p = s.server->params();
+          std::copy(p.begin(), p.end(), params.begin());
+        }
       }
     }
     if (pull_waits) {
@@ -117,8 +130,10 @@ void worker_loop(const WorkerArgs& a) {
     }
     int64_t pushed = 0;  // samples behind this push
     const auto t0 = SteadyClock::now();
-    const double loss = compute_push(*model, params, grads, ws.sampler, c.train.batch,
-                                     ws.local ? &*ws.local : nullptr, local_h, &batch, &pushed);
+    const double loss =
+        sparse ? sparse->compute(&pushed)
+               : compute_push(*model, params, grads, ws.sampler, c.train.batch,
+                              ws.local ? &*ws.local : nullptr, local_h, &batch, &pushed);
     const double delay = delays.extra_seconds(a.id, since(t0));
     if (delay > 0) {
       std::unique_lock lk(s.mu);
@@ -133,7 +148,10 @@ void worker_loop(const WorkerArgs& a) {
         request_stop(s);
         break;
       }
-      Decision d = s.server->on_push(a.id, version, grads, pushed, loss, now);
+      Decision d =
+          sparse ? s.server->on_push(a.id, version, sparse->dense_grads(), pushed,
+                                     sparse->stage(*s.rows, loss), now)
+                 : s.server->on_push(a.id, version, grads, pushed, loss, now);
       for (int r : d.released) s.released[static_cast<size_t>(r)] = 1;
       if (!d.released.empty()) s.cv.notify_all();
       if (a.epoch_target_samples > 0 && s.server->samples() >= a.epoch_target_samples) {
@@ -180,7 +198,7 @@ class Pauser {
       // No push is taken at or after the budget, so a pause that ends past
       // it sees the state at the budget.
       time_s = std::min(s_.clock.seconds(), budget_);
-      std::span<const float> p = s_.server->params();
+      std::span<const float> p = s_.all_params;
       std::copy(p.begin(), p.end(), params_.begin());
       st = s_.server->take_stats();
       idle_total = s_.idle.total(time_s);
@@ -323,8 +341,11 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   const auto wall0 = SteadyClock::now();
 
   std::vector<float> params = job.initial_params;
-  Server server(params, server_options(job), make_policy(c.policy, n, c.optim.lr),
-                make_optimizer(server_optimizer(c), params.size()));
+  const RowLayout layout = sparse_layout(job);  // rows = 0 unless model.sparse
+  const std::span<float> server_params = server_span(layout, params);
+  Server server(server_params, server_options(job), make_policy(c.policy, n, c.optim.lr),
+                make_optimizer(server_optimizer(c), server_params.size()));
+  const std::unique_ptr<RowTable> rows = attach_rows(job, layout, params, server);
 
   DelayModel delays(c.stragglers, n, c.train.seed);
   std::vector<WorkerState> workers;
@@ -336,6 +357,9 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   }
   Shared s;
   s.server = &server;
+  s.rows = rows.get();
+  s.layout = layout;
+  s.all_params = params;
   s.delays = &delays;
   s.workers = &workers;
   s.released.assign(static_cast<size_t>(n), 0);
@@ -456,7 +480,7 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   RunResult result;
   if (pauser.diverged()) {  // its row is the last
     result.last = recorder->rows().back();
-    result.params.assign(server.params().begin(), server.params().end());
+    result.params = params;
   } else {
     MetricsRow last = pauser.evaluate(recorder, job.checkpoints != nullptr && s.stopped.empty(),
                                       /*paused_already=*/true);
