@@ -118,15 +118,18 @@ std::string criteo_line(int label, const std::string& i, const std::string& c) {
   return s + "\n";
 }
 
-const std::string kFast =
-    "--model dlrm --workers 2 --batch 32 --budget 1 --set train.eval_every=0.5 "
-    "--set data.ctr_samples=2000 --set model.table_rows=50 --set optim.lr=0.1 ";
+const std::string kBase =
+    "--model dlrm --workers 2 --batch 32 --set train.eval_every=0.5 "
+    "--set data.ctr_samples=2000 --set model.table_rows=50 ";
+const std::string kFast = kBase + "--budget 1 --set optim.lr=0.1 ";
 
 TEST(DlrmCli, TrainsOnSyntheticCtrThreadsDenseSparseAndSim) {
   for (const std::string extra : {"--policy async", "--policy async --set model.sparse=true",
                                   "--policy sync --set model.sparse=true --set optim.kind=adagrad",
                                   "--policy hybrid --runtime sim --set sim.compute_time=0.005 "
-                                  "--set sim.server_ns_per_param=1"}) {
+                                  "--set sim.server_ns_per_param=1",
+                                  "--policy hybrid --runtime sim --set sim.compute_time=0.005 "
+                                  "--set sim.server_ns_per_param=1 --set model.sparse=true"}) {
     const std::string out = tmp("ctr_run");
     const Outcome o = run("train --data synthetic-ctr " + kFast + extra + " --out " + out);
     ASSERT_EQ(o.code, 0) << extra << "\n" << o.err;
@@ -139,6 +142,36 @@ TEST(DlrmCli, TrainsOnSyntheticCtrThreadsDenseSparseAndSim) {
     std::getline(csv, header);
     EXPECT_NE(header.find("test_acc,test_auc,test_logloss"), std::string::npos);
   }
+}
+
+// Row-sparse on sim: deterministic (two runs, the same bytes), and a run
+// resumed from its checkpoint ends where the straight run ends.
+TEST(DlrmCli, SparseSimIsDeterministicAndResumesExactly) {
+  const std::string args = "train --data synthetic-ctr " + kBase + "--budget 1 " +
+                           "--policy kasync:2 --runtime sim --set sim.compute_time=0.005 "
+                           "--set sim.server_ns_per_param=1 --set model.sparse=true "
+                           "--set optim.kind=adam --set optim.lr=0.01 ";
+  const std::string a = tmp("sim_a"), b = tmp("sim_b"), c = tmp("sim_c");
+  ASSERT_EQ(run(args + "--out " + a).code, 0);
+  ASSERT_EQ(run(args + "--out " + b).code, 0);
+  auto read = [](const std::string& f) {
+    std::ifstream in(f);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  EXPECT_EQ(read(a + "/metrics.csv"), read(b + "/metrics.csv"));
+  // Half the budget with a checkpoint, then resume to the full budget.
+  const std::string half = "train --data synthetic-ctr " + kBase +
+                           "--policy kasync:2 --runtime sim --set sim.compute_time=0.005 "
+                           "--set sim.server_ns_per_param=1 --set model.sparse=true "
+                           "--set optim.kind=adam --set optim.lr=0.01 --budget 0.5 "
+                           "--set train.checkpoint_every=0.5 --out " + c;
+  const Outcome h = run(half);
+  ASSERT_EQ(h.code, 0) << h.err;
+  const Outcome r = run("train --resume " + c + " --budget 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(read(a + "/metrics.csv"), read(c + "/metrics.csv"));
 }
 
 TEST(DlrmCli, CriteoFileTrainsAndABadLineExits2) {

@@ -14,6 +14,7 @@
 #include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/row.h"
+#include "hsgd/runtime/sparse_rows.h"
 #include "hsgd/server/server.h"
 
 namespace hsgd {
@@ -76,6 +77,7 @@ struct SimWorker {
   double wait_since = -1;  // virtual time it started waiting, or -1
   double idle = 0;         // cumulative waiting seconds
   ShardSampler sampler;
+  RowPush rows;  // model.sparse: the rows part of the push in flight
 };
 
 std::string full(double v) { return fmt::format("{:.17g}", v); }
@@ -97,8 +99,11 @@ class SimRun {
         work_params_(np_),
         work_grads_(np_),
         params_(job.initial_params),
-        server_(params_, server_options(job), make_policy(c_.policy, n_, c_.optim.lr),
-                make_optimizer(server_optimizer(c_), np_)),
+        layout_(sparse_layout(job)),
+        server_(server_span(layout_, params_), server_options(job),
+                make_policy(c_.policy, n_, c_.optim.lr),
+                make_optimizer(server_optimizer(c_), server_span(layout_, params_).size())),
+        rows_(attach_rows(job, layout_, params_, server_)),
         delays_(c_.stragglers, n_, c_.train.seed),
         local_h_(server_.policy().local_steps()),
         test_(head(*job.test, c_.train.eval_samples)) {
@@ -106,12 +111,13 @@ class SimRun {
     workers_.reserve(static_cast<size_t>(n_));
     for (int w = 0; w < n_; ++w) {
       workers_.push_back(SimWorker{std::vector<float>(np_), 0, 0, 0, -1, 0,
-                                   make_sampler(job, w)});
+                                   make_sampler(job, w), {}});
     }
     for (int w = 0; local_h_ > 0 && w < n_; ++w) locals_.push_back(make_local_worker(c_, np_));
     const double bytes = 4.0 * static_cast<double>(np_);
     transfer_ = c_.sim.latency + bytes / c_.sim.bandwidth;
     server_cost_ = c_.sim.server_ns_per_param * 1e-9 * static_cast<double>(np_);
+    if (rows_) sparse_.emplace(*model_, layout_, work_params_, work_grads_);
     next_eval_ = c_.train.eval_every;
     next_checkpoint_ = c_.train.checkpoint_every > 0 ? c_.train.checkpoint_every : kNever;
   }
@@ -185,7 +191,7 @@ class SimRun {
     RunResult result;
     result.last = stopped_at_row ? recorder_->rows().back() : evaluate(end_time);
     result.stopped = stopped_;
-    result.params.assign(server_.params().begin(), server_.params().end());
+    result.params = params_;
     result.train_s = end_time;
     result.gradients = server_.pushes();
     result.staleness_histogram = server_.staleness_histogram();
@@ -209,8 +215,7 @@ class SimRun {
 
   MetricsRow evaluate(double t) {
     const auto e0 = SteadyClock::now();
-    std::span<const float> p = server_.params();
-    std::copy(p.begin(), p.end(), work_params_.begin());
+    std::copy(params_.begin(), params_.end(), work_params_.begin());
     const EvalResult e = model_->evaluate(test_);
     const double idle_total = idle_at(t);
     const double idle = idle_fraction(idle_total - last_idle_, t - last_row_time_, n_);
@@ -220,7 +225,7 @@ class SimRun {
     recorder_->write(r);
     observer_->on_row(r);
     eval_real_ += since(e0);
-    stopped_ = divergence(server_.params(), e.loss, t, static_cast<int64_t>(server_.version()));
+    stopped_ = divergence(params_, e.loss, t, static_cast<int64_t>(server_.version()));
     return r;
   }
 
@@ -228,10 +233,20 @@ class SimRun {
     const int w = server_queue_.front();
     server_queue_.pop_front();
     SimWorker& sw = workers_[static_cast<size_t>(w)];
-    in_service_decision_ = server_.on_push(w, sw.version, sw.grads, sw.batch, sw.loss, now);
+    double cost = server_cost_;
+    if (rows_) {  // model.sparse: the dense part and the push's rows
+      const double loss = rows_->stage(sw.rows) ? sw.loss : std::nan("");
+      in_service_decision_ = server_.on_push(
+          w, sw.version, std::span<const float>(sw.grads).first(static_cast<size_t>(layout_.dense)),
+          sw.batch, loss, now);
+      cost = c_.sim.server_ns_per_param * 1e-9 *
+             static_cast<double>(layout_.dense + static_cast<int64_t>(sw.rows.values.size()));
+    } else {
+      in_service_decision_ = server_.on_push(w, sw.version, sw.grads, sw.batch, sw.loss, now);
+    }
     in_service_ = w;
     server_busy_ = true;
-    const double cost = server_cost_ * (in_service_decision_.applied ? 2.0 : 1.0);
+    cost *= in_service_decision_.applied ? 2.0 : 1.0;
     events_.push(now + cost, EventType::kServerDone, w);
   }
 
@@ -245,17 +260,29 @@ class SimRun {
           sw.wait_since = ev.time;
           break;
         }
-        std::span<const float> p = server_.params();
-        std::copy(p.begin(), p.end(), work_params_.begin());
-        // local:H: H local steps, H x the compute time below, one delay draw.
-        sw.loss = compute_push(*model_, work_params_, work_grads_, sw.sampler, c_.train.batch,
-                               local_h_ > 0 ? &locals_[static_cast<size_t>(w)] : nullptr, local_h_,
-                               &batch_, &sw.batch);
+        double pull_time = transfer_, push_time = transfer_;
+        if (sparse_) {  // model.sparse: the dense part and the batch's rows, both ways
+          sparse_->prepare(sw.sampler, c_.train.batch);
+          sparse_->pull(server_, *rows_);
+          sw.loss = sparse_->compute(&sw.batch);
+          sparse_->take_rows(&sw.rows);
+          pull_time = c_.sim.latency +
+                      static_cast<double>(sparse_->traffic().pull_bytes) / c_.sim.bandwidth;
+          push_time = c_.sim.latency +
+                      static_cast<double>(sparse_->traffic().push_bytes) / c_.sim.bandwidth;
+        } else {
+          std::span<const float> p = server_.params();
+          std::copy(p.begin(), p.end(), work_params_.begin());
+          // local:H: H local steps, H x the compute time below, one delay draw.
+          sw.loss = compute_push(*model_, work_params_, work_grads_, sw.sampler, c_.train.batch,
+                                 local_h_ > 0 ? &locals_[static_cast<size_t>(w)] : nullptr,
+                                 local_h_, &batch_, &sw.batch);
+        }
         std::copy(work_grads_.begin(), work_grads_.end(), sw.grads.begin());
         sw.version = d.version;
         const double compute =
             std::max(1, local_h_) * c_.sim.compute_time * delays_.slowdown(w) + delays_.draw(w);
-        events_.push(ev.time + transfer_ + compute + transfer_, EventType::kPushArrive, w);
+        events_.push(ev.time + pull_time + compute + push_time, EventType::kPushArrive, w);
         break;
       }
       case EventType::kPushArrive:
@@ -314,6 +341,10 @@ class SimRun {
     w.put_vec(in_service_decision_.released);
     for (const SimWorker& sw : workers_) {
       w.put_vec(sw.grads);
+      if (rows_) {
+        w.put_vec(sw.rows.ids);
+        w.put_vec(sw.rows.values);
+      }
       w.put(sw.version);
       w.put(sw.loss);
       w.put(sw.batch);
@@ -372,6 +403,13 @@ class SimRun {
     if (server_busy_ && (in_service_ < 0 || in_service_ >= n_)) r.fail("corrupt (in service)");
     for (SimWorker& sw : workers_) {
       r.get_into(std::span<float>(sw.grads), "a worker's gradient");
+      if (rows_) {
+        sw.rows.ids = r.get_vec<int64_t>();
+        sw.rows.values = r.get_vec<float>();
+        if (sw.rows.values.size() != sw.rows.ids.size() * static_cast<size_t>(layout_.dim)) {
+          r.fail("corrupt (a worker's rows)");
+        }
+      }
       sw.version = r.get<uint64_t>();
       sw.loss = r.get<double>();
       sw.batch = r.get<int64_t>();
@@ -404,7 +442,10 @@ class SimRun {
   std::unique_ptr<Model> model_;
   std::vector<float> work_params_, work_grads_;
   std::vector<float> params_;
+  const RowLayout layout_;  // rows = 0 unless model.sparse
   Server server_;
+  std::unique_ptr<RowTable> rows_;       // model.sparse: attached to server_
+  std::optional<SparseWorker> sparse_;   // model.sparse: the workers' row-sparse step
   DelayModel delays_;
   std::vector<SimWorker> workers_;
   const int local_h_;

@@ -73,6 +73,11 @@ double SparseWorker::compute(int64_t* samples) {
   return model_.sparse_gradient(batch_, rows_, row_buf_, {});
 }
 
+void SparseWorker::take_rows(RowPush* out) {
+  out->ids = rows_;
+  out->values = row_buf_;
+}
+
 double SparseWorker::stage(RowTable& table, double loss) {
   RowPush p;
   p.ids = rows_;

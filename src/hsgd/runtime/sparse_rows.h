@@ -59,6 +59,9 @@ class SparseWorker {
   // under the server's serialisation, right before Server::on_push with
   // dense_grads().
   double stage(RowTable& table, double loss);
+  // Moves the batch's rows and their gradients (after compute()) into *out,
+  // for a push applied later (the simulator).
+  void take_rows(RowPush* out);
   std::span<const float> dense_grads() const { return grads_.first(static_cast<size_t>(layout_.dense)); }
   const SparseTraffic& traffic() const { return traffic_; }
 
