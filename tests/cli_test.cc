@@ -151,6 +151,10 @@ std::vector<BadCase> bad_cases() {
       {"compress_unknown", syn + "--set compress.push=zip", "compress.push = 'zip'"},
       {"compress_hogwild", syn + "--policy hogwild --set optim.kind=sgd --set compress.push=sign",
        "policy hogwild has no server"},
+      {"sparse_compressed",
+       "train --model dlrm --data synthetic-ctr --budget 1 --set model.sparse=true "
+       "--set compress.push=sign",
+       "model.sparse = true: row-sparse pushes are not compressed"},
   };
 }
 

@@ -228,7 +228,7 @@ TEST(Config, BadInputNamesTheKeyAndWhatWasExpected) {
   expect_error({{"staleness.dc_lambda", "-0.1"}}, "staleness.dc_lambda = -0.1: expected >= 0");
   expect_error({{"staleness.scaled_lr", "yes"}}, "staleness.scaled_lr = 'yes': expected true");
   expect_error({{"staleness.tau", "1"}}, "unknown key 'staleness.tau'");
-  expect_error({{"optim.kind", "adagrad"}}, "expected sgd, momentum, nesterov or adam");
+  expect_error({{"optim.kind", "adamw"}}, "expected sgd, momentum, nesterov, adam or adagrad");
   expect_error({{"optim.beta1", "1"}}, "optim.beta1 = 1: expected in [0, 1)");
   expect_error({{"optim.beta2", "-0.5"}}, "optim.beta2 = -0.5: expected in [0, 1)");
   expect_error({{"optim.eps", "0"}}, "optim.eps = 0: expected > 0");

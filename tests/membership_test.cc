@@ -69,15 +69,18 @@ struct Sim : testing::LinearJob {
 };
 
 // The live_workers column of a metrics CSV (column 14).
+// The live_workers column of a metrics.csv, found by its header.
 std::vector<int> live_column(const std::string& csv) {
   std::vector<int> out;
   std::stringstream in(csv);
-  std::string line;
+  std::string line, cell;
   std::getline(in, line);
+  std::stringstream hs(line);
+  int col = 0;
+  while (std::getline(hs, cell, ',') && cell != "live_workers") ++col;
   while (std::getline(in, line)) {
     std::stringstream ls(line);
-    std::string cell;
-    for (int i = 0; i < 14 && std::getline(ls, cell, ','); ++i) {
+    for (int i = 0; i <= col && std::getline(ls, cell, ','); ++i) {
     }
     out.push_back(std::stoi(cell));
   }

@@ -140,3 +140,26 @@ TEST(Optimizer, ValidationNamesTheKey) {
 
 }  // namespace
 }  // namespace hsgd
+
+namespace hsgd {
+namespace {
+
+TEST(Optimizer, AdagradMatchesHandComputedSteps) {
+  OptimizerOptions o;
+  o.kind = "adagrad";
+  o.eps = 1e-8;
+  auto opt = make_optimizer(o, 1);
+  std::vector<float> w = {1.0f};
+  opt->step(w, std::vector<float>{2.0f}, 0.1);  // a = 4: w -= 0.1 * 2 / 2
+  EXPECT_NEAR(w[0], 0.9f, 1e-6);
+  opt->step(w, std::vector<float>{0.0f}, 0.1);  // a zero gradient leaves w alone
+  EXPECT_NEAR(w[0], 0.9f, 1e-6);
+  opt->step(w, std::vector<float>{3.0f}, 0.1);  // a = 13: w -= 0.1 * 3 / sqrt(13)
+  EXPECT_NEAR(w[0], 0.9f - 0.3f / std::sqrt(13.0f), 1e-6);
+  const std::vector<float> s = opt->save_state();
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_FLOAT_EQ(s[0], 13.0f);
+}
+
+}  // namespace
+}  // namespace hsgd

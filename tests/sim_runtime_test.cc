@@ -70,7 +70,7 @@ std::string without_policy(const std::string& csv) {
     std::stringstream ls(line);
     std::string cell;
     while (std::getline(ls, cell, ',')) f.push_back(cell);
-    f.erase(f.begin() + 14);  // the policy column
+    f.erase(f.end() - 2);  // the policy column (next to last)
     for (size_t i = 0; i < f.size(); ++i) out << (i ? "," : "") << f[i];
     out << "\n";
   }

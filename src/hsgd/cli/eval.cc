@@ -1,6 +1,7 @@
 // hsgd eval and hsgd plot.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "hsgd/cli/commands.h"
@@ -15,7 +16,9 @@ int eval(const EvalArgs& a) {
   ModelSpec spec;
   std::vector<float> params;
   load_model(a.model_path, &spec, &params);
-  Dataset data = load_test_data(a.data, SyntheticOptions{});
+  SyntheticOptions synthetic;
+  if (!spec.table_rows.empty()) synthetic.ctr.rows = spec.table_rows[0];  // criteo's buckets
+  Dataset data = load_test_data(a.data, synthetic);
   if (data.sample_shape != spec.sample_shape) {
     throw InputError(fmt::format(
         "--data {}: samples have shape {{{}}}, the model {} expects {{{}}}", a.data,
@@ -43,10 +46,12 @@ int eval(const EvalArgs& a) {
                         {"samples", data.size()},
                         {"test_loss", e.loss},
                         {"test_acc", e.accuracy}};
+    if (std::isfinite(e.auc)) j["test_auc"] = e.auc;
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("%s on %s (%lld samples): test_acc %.2f%%  test_loss %.4f\n", spec.name.c_str(),
-                data.name.c_str(), static_cast<long long>(data.size()), 100.0 * e.accuracy, e.loss);
+    std::printf("%s on %s (%lld samples): test_acc %.2f%%  test_loss %.4f%s\n", spec.name.c_str(),
+                data.name.c_str(), static_cast<long long>(data.size()), 100.0 * e.accuracy, e.loss,
+                std::isfinite(e.auc) ? fmt::format("  test_auc {:.4f}", e.auc).c_str() : "");
   }
   return 0;
 }

@@ -129,6 +129,9 @@ std::unique_ptr<Prepared> prepare(const TrainArgs& a) {
   spec.sample_shape = train_set.sample_shape;
   spec.num_classes = train_set.num_classes;
   spec.hidden = c.model.hidden;
+  spec.table_rows = train_set.categorical_rows;  // dlrm
+  spec.embedding_dim = c.model.embedding_dim;
+  spec.top_hidden = c.model.top_hidden;
   read_model_archive(&spec);  // torchscript:FILE
   Job& job = p->job;
   job.config = &p->c;
@@ -169,6 +172,12 @@ void print_header(const Prepared& p) {
                    ? fmt::format(", mpi with {} server shard(s)", c.train.servers).c_str()
                    : "",
                c.train.out.c_str());
+  if (std::isfinite(p.test_set.planted_auc)) {
+    std::fprintf(stderr,
+                 "hsgd: %s: the planted model's AUC over all generated samples is %.4f (the best "
+                 "a model can expect)\n",
+                 p.test_set.name.c_str(), p.test_set.planted_auc);
+  }
   const PartitionStats ps = partition_stats(p.train_set, *p.job.partition);
   std::fprintf(stderr,
                "hsgd: data partition %s: label skew %.3f (mean TV distance to the global "
@@ -236,6 +245,11 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
     dropped += row.dropped;
     nonfinite += row.nonfinite;
   }
+  if (std::isfinite(last.test_auc)) {  // binary models (dlrm)
+    summary["final_test_auc"] = last.test_auc;
+    summary["final_test_logloss"] = last.test_logloss;
+  }
+  if (std::isfinite(p.test_set.planted_auc)) summary["planted_auc"] = p.test_set.planted_auc;
   summary["dropped"] = dropped;
   summary["nonfinite"] = nonfinite;
   summary["stopped"] = r.stopped.empty() ? nlohmann::json() : nlohmann::json(r.stopped);

@@ -1,4 +1,5 @@
 #include "hsgd/config/config.h"
+#include "hsgd/server/sparse.h"
 
 #include <toml++/toml.h>
 
@@ -193,6 +194,23 @@ const std::map<std::string, std::map<std::string, Field>>& fields() {
           toml::array a;
           for (int64_t h : c.model.hidden) a.push_back(h);
           t.insert_or_assign("hidden", a);
+        }};
+    // Click-through data and the dlrm model (issue 16; data/ctr.h).
+    HSGD_INT("data", "ctr_samples", data.synthetic.ctr.samples);
+    HSGD_INT("data", "ctr_dense", data.synthetic.ctr.dense);
+    HSGD_INT("data", "ctr_fields", data.synthetic.ctr.fields);
+    HSGD_DBL("data", "zipf", data.synthetic.ctr.zipf);
+    HSGD_INT("model", "table_rows", data.synthetic.ctr.rows);
+    HSGD_INT("model", "embedding_dim", model.embedding_dim);
+    HSGD_BOOL("model", "sparse", model.sparse);
+    r["model"]["top_hidden"] = Field{
+        [](Config& c, const Where& w, const toml::node& n) {
+          c.model.top_hidden = as_int_list(w, n);
+        },
+        [](const Config& c, toml::table& t) {
+          toml::array a;
+          for (int64_t h : c.model.top_hidden) a.push_back(h);
+          t.insert_or_assign("top_hidden", a);
         }};
     HSGD_INT("train", "workers", train.workers);
     HSGD_INT("train", "batch", train.batch);
@@ -733,6 +751,46 @@ void validate(const Config& c) {
   if (s.classes < 2) throw InputError("data.synthetic_classes: expected >= 2");
   if (!(s.class_sep > 0)) throw InputError("data.synthetic_separation: expected > 0");
   if (!(s.noise >= 0)) throw InputError("data.synthetic_noise: expected >= 0");
+  const CtrOptions& ctr = c.data.synthetic.ctr;
+  if (ctr.samples < 2) throw InputError("data.ctr_samples: expected >= 2");
+  if (ctr.dense < 0) throw InputError("data.ctr_dense: expected >= 0");
+  if (ctr.fields < 0) throw InputError("data.ctr_fields: expected >= 0");
+  if (!(ctr.zipf >= 0) || !std::isfinite(ctr.zipf)) {
+    throw InputError("data.zipf: expected a finite number >= 0");
+  }
+  if (ctr.rows < 1 || ctr.rows > INT32_MAX) {
+    throw InputError("model.table_rows: expected in [1, 2^31 - 1], got " +
+                     std::to_string(ctr.rows));
+  }
+  if (c.model.embedding_dim < 1) {
+    throw InputError("model.embedding_dim: expected >= 1, got " +
+                     std::to_string(c.model.embedding_dim));
+  }
+  if (c.model.sparse) {
+    if (c.train.runtime == "mpi") {
+      throw InputError(
+          "model.sparse = true: runs on train.runtime = threads or sim, not mpi (row-sparse mpi "
+          "is not implemented)");
+    }
+    if (c.policy.kind == "local" || c.policy.kind == "hogwild") {
+      throw InputError("model.sparse = true: not supported with policy " + c.policy.kind +
+                       " (workers push model deltas or write shared memory)");
+    }
+    if (c.sampling.kind != "uniform") {
+      throw InputError("model.sparse = true: needs sampling.kind = uniform");
+    }
+    if (c.compress.on()) {
+      throw InputError(
+          "model.sparse = true: row-sparse pushes are not compressed; expected compress.push and "
+          "compress.pull = 'none'");
+    }
+    check_sparse_supported(c.optim, c.staleness);
+  }
+  for (int64_t h : c.model.top_hidden) {
+    if (h < 1) {
+      throw InputError("model.top_hidden: expected widths >= 1, got " + std::to_string(h));
+    }
+  }
   for (int64_t h : c.model.hidden) {
     if (h < 1) throw InputError("model.hidden: expected widths >= 1, got " + std::to_string(h));
   }

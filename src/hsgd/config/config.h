@@ -36,7 +36,16 @@ struct DataConfig {
 
 struct ModelConfig {
   std::string name = "lenet5";
-  std::vector<int64_t> hidden = {128};
+  std::vector<int64_t> hidden = {128};  // mlp; dlrm: the bottom MLP's hidden widths
+  // dlrm (model/dlrm.cc): embedding width (also the bottom MLP's output) and
+  // the top MLP's hidden widths. The rows per table are model.table_rows,
+  // held in data.synthetic.ctr.rows (the data needs them too).
+  int64_t embedding_dim = 16;
+  std::vector<int64_t> top_hidden = {64};
+  // Row-sparse push/pull of the embedding rows (server/sparse.h): workers
+  // pull the dense part and the rows of their next batch, push the dense
+  // gradient and the touched rows' gradients.
+  bool sparse = false;
 };
 
 struct TrainConfig {

@@ -13,6 +13,12 @@ void check_compatible(const Dataset& train, const Dataset& test) {
         "{}: expected samples of shape {{{}}} like the training data {}, got {{{}}}", test.name,
         fmt::join(train.sample_shape, ", "), train.name, fmt::join(test.sample_shape, ", ")));
   }
+  if (test.categorical_rows != train.categorical_rows) {
+    throw InputError(fmt::format(
+        "{}: expected categorical fields with rows {{{}}} like the training data {}, got {{{}}}",
+        test.name, fmt::join(train.categorical_rows, ", "), train.name,
+        fmt::join(test.categorical_rows, ", ")));
+  }
   for (int64_t i = 0; i < test.size(); ++i) {
     const int32_t label = test.labels[static_cast<size_t>(i)];
     if (label < 0 || label >= train.num_classes) {

@@ -26,10 +26,13 @@ Dataset subset(const Dataset& all, std::span<const int64_t> indices) {
   d.name = all.name;
   d.sample_shape = all.sample_shape;
   d.num_classes = all.num_classes;
+  d.categorical_rows = all.categorical_rows;
+  d.planted_auc = all.planted_auc;
   Batch b;
   gather(all, indices, &b);
   d.features = std::move(b.features);
   d.labels = std::move(b.labels);
+  d.categorical = std::move(b.categorical);
   return d;
 }
 
@@ -82,12 +85,18 @@ void gather(const Dataset& d, std::span<const int64_t> indices, Batch* out) {
   out->features.resize(indices.size() * ss);
   out->labels.resize(indices.size());
   out->weights.clear();
+  const size_t nc = static_cast<size_t>(d.num_categorical());
+  out->categorical.resize(indices.size() * nc);
   for (size_t k = 0; k < indices.size(); ++k) {
     const int64_t i = indices[k];
     HSGD_ASSERT(i >= 0 && i < d.size(), "gather: sample index out of range");
     std::memcpy(out->features.data() + k * ss, d.features.data() + static_cast<size_t>(i) * ss,
                 ss * sizeof(float));
     out->labels[k] = d.labels[static_cast<size_t>(i)];
+    if (nc > 0) {
+      std::memcpy(out->categorical.data() + k * nc,
+                  d.categorical.data() + static_cast<size_t>(i) * nc, nc * sizeof(int32_t));
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // In-memory data sets and shard views. No torch here: models turn batches into
 // tensors themselves.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -21,9 +22,20 @@ struct Dataset {
   int num_classes = 0;
   std::vector<float> features;  // size() * sample_size(), row-major
   std::vector<int32_t> labels;  // size()
+  // Categorical features (click-through data, data/ctr.h): every sample has
+  // num_categorical() ids after its dense features, id j in
+  // [0, categorical_rows[j]) (the rows of embedding table j). Empty for
+  // dense-only data.
+  std::vector<int32_t> categorical;       // size() * num_categorical(), row-major
+  std::vector<int64_t> categorical_rows;  // per categorical field
+  // synthetic-ctr: the AUC of the planted model that drew the labels, over
+  // all the samples generated (kept by the train/test split and head(): a
+  // property of the generator, the best a model can expect); NaN otherwise.
+  double planted_auc = std::nan("");
 
   int64_t size() const { return static_cast<int64_t>(labels.size()); }
   int64_t sample_size() const;
+  int64_t num_categorical() const { return static_cast<int64_t>(categorical_rows.size()); }
   std::span<const float> sample(int64_t i) const {
     return {features.data() + i * sample_size(), static_cast<size_t>(sample_size())};
   }
@@ -33,6 +45,7 @@ struct Dataset {
 struct Batch {
   std::vector<float> features;  // n * sample_size
   std::vector<int32_t> labels;  // n
+  std::vector<int32_t> categorical;  // n * num_categorical (empty for dense-only data)
   // Per-example loss weights (importance sampling's 1 / (N p)); empty means
   // every weight is 1. The model's loss is mean_i(weights[i] * loss_i).
   std::vector<float> weights;

@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "hsgd/data/ctr.h"
 #include "hsgd/data/dataset.h"
 
 namespace hsgd {
@@ -95,6 +96,8 @@ struct SyntheticOptions {
   double class_sep = 0.6;
   double noise = 1.0;  // std of the per-sample Gaussian noise
   uint64_t seed = 1;
+  // synthetic-ctr and criteo:FILE (data/ctr.h); ctr.seed follows `seed`.
+  CtrOptions ctr;
 };
 // A Gaussian-mixture classification set like the paper's (20 dims, 10
 // classes, 10 000 samples): class centres ~ N(0, class_sep^2) per feature,

@@ -1,5 +1,5 @@
 // Data specs: fashion-mnist | synthetic | idx:DIR | cifar10:DIR | csv:FILE | libsvm:FILE |
-// npy:X,Y | npz:FILE[:XKEY,YKEY].
+// npy:X,Y | npz:FILE[:XKEY,YKEY] | synthetic-ctr | criteo:FILE.
 #include "hsgd/data/spec.h"
 
 #include <fmt/format.h>
@@ -14,7 +14,18 @@ namespace {
 
 constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
-enum class Kind { kFashionMnist, kSynthetic, kIdx, kCifar10, kCsv, kLibsvm, kNpy, kNpz };
+enum class Kind {
+  kFashionMnist,
+  kSynthetic,
+  kIdx,
+  kCifar10,
+  kCsv,
+  kLibsvm,
+  kNpy,
+  kNpz,
+  kSyntheticCtr,
+  kCriteo
+};
 
 struct Spec {
   Kind kind;
@@ -25,6 +36,7 @@ struct Spec {
 Spec parse_spec(const std::string& spec, const char* option) {
   if (spec == "fashion-mnist") return {Kind::kFashionMnist, kFashionMnistDir};
   if (spec == "synthetic") return {Kind::kSynthetic, {}};
+  if (spec == "synthetic-ctr") return {Kind::kSyntheticCtr, {}};
   const size_t colon = spec.find(':');
   if (colon != std::string::npos) {
     const std::string_view kind = std::string_view(spec).substr(0, colon);
@@ -35,7 +47,8 @@ Spec parse_spec(const std::string& spec, const char* option) {
       const char* what;
     } kinds[] = {{"idx", Kind::kIdx, "a directory"}, {"cifar10", Kind::kCifar10, "a directory"},
                  {"csv", Kind::kCsv, "a file"},      {"libsvm", Kind::kLibsvm, "a file"},
-                 {"npy", Kind::kNpy, "X.npy,Y.npy"}, {"npz", Kind::kNpz, "a file"}};
+                 {"npy", Kind::kNpy, "X.npy,Y.npy"}, {"npz", Kind::kNpz, "a file"},
+                 {"criteo", Kind::kCriteo, "a file"}};
     for (const auto& k : kinds) {
       if (kind != k.name) continue;
       if (path.empty()) {
@@ -51,7 +64,7 @@ Spec parse_spec(const std::string& spec, const char* option) {
   }
   throw InputError(fmt::format(
       "{} '{}': expected one of fashion-mnist, synthetic, idx:DIR, cifar10:DIR, csv:FILE, "
-      "libsvm:FILE, npy:X.npy,Y.npy, npz:FILE[:XKEY,YKEY]",
+      "libsvm:FILE, npy:X.npy,Y.npy, npz:FILE[:XKEY,YKEY], synthetic-ctr, criteo:FILE",
       option, spec));
 }
 
@@ -87,6 +100,12 @@ Dataset read_fashion_mnist(bool train) {
   return read_idx_dir(kFashionMnistDir, train);
 }
 
+CtrOptions ctr_options(const SyntheticOptions& s) {
+  CtrOptions o = s.ctr;
+  o.seed = s.seed;
+  return o;
+}
+
 }  // namespace
 
 LoadedData load_data(const std::string& spec_text, const SyntheticOptions& synthetic) {
@@ -120,6 +139,12 @@ LoadedData load_data(const std::string& spec_text, const SyntheticOptions& synth
     case Kind::kNpz:
       out.train = read_npz_spec(spec.path, &out.test);
       break;
+    case Kind::kSyntheticCtr:
+      out.train = make_synthetic_ctr(ctr_options(synthetic));
+      break;
+    case Kind::kCriteo:
+      out.train = read_criteo(spec.path, synthetic.ctr.rows);
+      break;
   }
   return out;
 }
@@ -146,6 +171,10 @@ Dataset load_test_data(const std::string& spec_text, const SyntheticOptions& syn
       Dataset all = read_npz_spec(spec.path, &test);
       return test ? std::move(*test) : std::move(all);
     }
+    case Kind::kSyntheticCtr:
+      return make_synthetic_ctr(ctr_options(synthetic));
+    case Kind::kCriteo:
+      return read_criteo(spec.path, synthetic.ctr.rows);
   }
   HSGD_ASSERT(false, "load_test_data: unhandled spec kind");
   return {};

@@ -18,3 +18,12 @@ inline constexpr uint64_t kImportanceStream = 100000;
 inline constexpr uint64_t kWorkerEpochStream = 1000;
 
 }  // namespace hsgd::data_internal
+
+namespace hsgd::data_internal {
+// synthetic-ctr (data/ctr.cc): the planted model, the ids, the dense
+// features and the labels.
+inline constexpr uint64_t kCtrModelStream = 40;
+inline constexpr uint64_t kCtrIdStream = 41;
+inline constexpr uint64_t kCtrDenseStream = 42;
+inline constexpr uint64_t kCtrLabelStream = 43;
+}  // namespace hsgd::data_internal

@@ -36,7 +36,8 @@ nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlo
 
 const std::string& csv_header() {
   static const std::string h =
-      "time_s,updates,samples,epoch,k,train_loss,test_loss,test_acc,staleness_mean,"
+      "time_s,updates,samples,epoch,k,train_loss,test_loss,test_acc,test_auc,test_logloss,"
+      "staleness_mean,"
       "staleness_max,dropped,nonfinite,idle_frac,live_workers,policy,seed";
   return h;
 }
@@ -120,8 +121,9 @@ Recorder::~Recorder() {
 void Recorder::write(const MetricsRow& r) {
   rows_.push_back(r);
   const std::string line = fmt::format(
-      "{:.3f},{},{},{:.4f},{},{:.6f},{:.6f},{:.6f},{:.4f},{},{},{},{:.4f},{},{},{}\n", r.time_s,
-      r.updates, r.samples, r.epoch, r.k, r.train_loss, r.test_loss, r.test_acc, r.staleness_mean,
+      "{:.3f},{},{},{:.4f},{},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.4f},{},{},{},{:.4f},{},{},{}\n",
+      r.time_s, r.updates, r.samples, r.epoch, r.k, r.train_loss, r.test_loss, r.test_acc,
+      r.test_auc, r.test_logloss, r.staleness_mean,
       r.staleness_max, r.dropped, r.nonfinite, r.idle_frac, r.live_workers, r.policy, r.seed);
   if (compress_) {
     std::string more = fmt::format(",{},{},{:.6f}\n", r.bytes_pushed, r.bytes_pulled, r.compress_s);
@@ -139,6 +141,8 @@ void Recorder::write(const MetricsRow& r) {
                       {"train_loss", num(r.train_loss)},
                       {"test_loss", num(r.test_loss)},
                       {"test_acc", num(r.test_acc)},
+                      {"test_auc", num(r.test_auc)},
+                      {"test_logloss", num(r.test_logloss)},
                       {"staleness_mean", r.staleness_mean},
                       {"staleness_max", r.staleness_max},
                       {"dropped", r.dropped},
@@ -174,7 +178,7 @@ std::vector<MetricsRow> read_metrics_csv(const std::string& path) {
     throw InputError(path + ":1: expected the hsgd metrics header '" + csv_header() + "'");
   }
   const bool compress = line == csv_header_compress();
-  const size_t fields = compress ? 19 : 16;
+  const size_t fields = compress ? 21 : 18;
   std::vector<MetricsRow> rows;
   int lineno = 1;
   while (std::getline(in, line)) {
@@ -209,19 +213,21 @@ std::vector<MetricsRow> read_metrics_csv(const std::string& path) {
     r.train_loss = d(5);
     r.test_loss = d(6);
     r.test_acc = d(7);
-    r.staleness_mean = d(8);
-    r.staleness_max = static_cast<int64_t>(d(9));
-    r.dropped = static_cast<int64_t>(d(10));
-    r.nonfinite = static_cast<int64_t>(d(11));
-    r.idle_frac = d(12);
-    r.live_workers = static_cast<int>(d(13));
-    r.policy = f[14];
-    r.seed = static_cast<uint64_t>(d(15));
+    r.test_auc = d(8);
+    r.test_logloss = d(9);
+    r.staleness_mean = d(10);
+    r.staleness_max = static_cast<int64_t>(d(11));
+    r.dropped = static_cast<int64_t>(d(12));
+    r.nonfinite = static_cast<int64_t>(d(13));
+    r.idle_frac = d(14);
+    r.live_workers = static_cast<int>(d(15));
+    r.policy = f[16];
+    r.seed = static_cast<uint64_t>(d(17));
     if (compress) {
       r.has_compress = true;
-      r.bytes_pushed = static_cast<int64_t>(d(16));
-      r.bytes_pulled = static_cast<int64_t>(d(17));
-      r.compress_s = d(18);
+      r.bytes_pushed = static_cast<int64_t>(d(18));
+      r.bytes_pulled = static_cast<int64_t>(d(19));
+      r.compress_s = d(20);
     }
     rows.push_back(r);
   }

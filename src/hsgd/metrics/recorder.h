@@ -2,6 +2,7 @@
 // `<name>.partial` and renamed by finish(), so an interrupted run never leaves
 // a file that looks complete.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -19,6 +20,9 @@ struct MetricsRow {
   double train_loss = 0;  // mean loss of the pushes since the previous row (NaN if none)
   double test_loss = 0;
   double test_acc = 0;        // fraction in [0, 1]
+  // Binary models (dlrm): test AUC and log loss; NaN otherwise.
+  double test_auc = std::nan("");
+  double test_logloss = std::nan("");
   double staleness_mean = 0;  // over pushes applied since the previous row
   int64_t staleness_max = 0;
   int64_t dropped = 0;

@@ -3,6 +3,7 @@
 // the flat parameter buffer it is bound to, and evaluates a data set.
 // This header does not include torch.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -17,6 +18,22 @@ namespace hsgd {
 struct EvalResult {
   double loss = 0.0;      // mean cross-entropy
   double accuracy = 0.0;  // fraction in [0, 1]
+  // Binary models (dlrm): the area under the ROC curve of the logit and the
+  // log loss (mean binary cross-entropy, the same as `loss`); NaN for
+  // multi-class models.
+  double auc = std::nan("");
+  double log_loss = std::nan("");
+};
+
+// Where a model keeps embedding rows (row-sparse models: dlrm). The flat
+// parameters are [dense part: `dense` floats | `rows` rows of `dim` floats];
+// table j's row r is global row table_offset[j] + r. A model without rows
+// has rows = 0 and dense = num_params().
+struct RowLayout {
+  int64_t dense = 0;
+  int64_t rows = 0;
+  int64_t dim = 0;
+  std::vector<int64_t> table_offset;  // per categorical field
 };
 
 // Thread-safety: a Model instance is used by one thread at a time. Different
@@ -47,11 +64,38 @@ class Model {
   double gradient(const Batch& batch) { return gradient(batch, {}); }
   // Mean loss and accuracy over `data`, with the bound parameters.
   virtual EvalResult evaluate(const Dataset& data) = 0;
+
+  // Row-sparse models (dlrm) override these three; the others keep the
+  // defaults (no rows).
+  virtual RowLayout row_layout() const {
+    RowLayout l;
+    l.dense = num_params();
+    return l;
+  }
+  // The global rows `batch` reads (its categorical ids mapped through
+  // table_offset), sorted, without duplicates, into *rows.
+  virtual void batch_rows(const Batch& batch, std::vector<int64_t>* rows) const {
+    (void)batch;
+    rows->clear();
+  }
+  // The gradient of gradient(batch) in row-sparse form: the dense part into
+  // the bound gradient buffer's first row_layout().dense floats (the rest of
+  // the buffer is not touched), and the gradients of the rows `rows` (which
+  // must be batch_rows(batch)) into `row_grads`, rows.size() x dim, in the
+  // order of `rows`: a row used by several samples or fields gets the sum.
+  // Reads only the dense part and the rows `rows` of the bound parameters.
+  // Returns the loss as gradient() does.
+  virtual double sparse_gradient(const Batch& batch, std::span<const int64_t> rows,
+                                 std::span<float> row_grads, std::span<float> losses) {
+    (void)rows;
+    (void)row_grads;
+    return gradient(batch, losses);
+  }
 };
 
 // What a model is; enough to rebuild it (stored in saved model files).
 struct ModelSpec {
-  // softmax | mlp | lenet5 | cifar-cnn | linear-test | torchscript:FILE
+  // softmax | mlp | lenet5 | cifar-cnn | dlrm | linear-test | torchscript:FILE
   std::string name;
   std::vector<int64_t> sample_shape;  // per-sample input shape
   int num_classes = 0;
@@ -62,6 +106,12 @@ struct ModelSpec {
   // the same scale.
   double input_mean = 0.0;
   double input_std = 1.0;
+  // dlrm: rows of each embedding table (one per categorical field of the
+  // data), the embedding width, the top MLP's hidden widths (`hidden` is
+  // the bottom MLP's).
+  std::vector<int64_t> table_rows;
+  int64_t embedding_dim = 16;
+  std::vector<int64_t> top_hidden = {64};
   // torchscript:FILE models: the TorchScript archive the model is built
   // from (FILE's bytes, read by read_model_archive; in a saved model file,
   // the trained module with its buffers). Empty for the zoo.

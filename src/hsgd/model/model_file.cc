@@ -129,6 +129,21 @@ void check_spec(const Reader& r, size_t header_at, const ModelSpec& s, uint64_t 
   // A TorchScript module's architecture is in its archive: no size chain
   // to check here (the archive's size is checked against the bytes present).
   if (s.name.starts_with("torchscript:")) return;
+  if (s.name == "dlrm") {
+    uint64_t rows = 0;
+    for (int64_t t : s.table_rows) {
+      if (t < 1) bad(fmt::format("table_rows {}: expected rows >= 1", join(s.table_rows)));
+      rows += static_cast<uint64_t>(t);
+      if (rows > num_params) too_big();
+    }
+    if (s.table_rows.empty()) bad("table_rows: expected at least one table");
+    if (rows * static_cast<uint64_t>(s.embedding_dim) > num_params) too_big();
+    for (int64_t h : s.top_hidden) {
+      if (h < 1 || static_cast<uint64_t>(h) > num_params) {
+        bad(fmt::format("top_hidden {}: expected widths >= 1", join(s.top_hidden)));
+      }
+    }
+  }
   // Widths along the model, each <= num_params <= 2^40, so no product of
   // two overflows.
   std::vector<uint64_t> chain{1};
@@ -171,6 +186,11 @@ void save_model(const std::string& path, const ModelSpec& spec, std::span<const 
       {"input_std", spec.input_std},
       {"archive_bytes", spec.archive.size()},
   };
+  if (spec.name == "dlrm") {
+    header["table_rows"] = spec.table_rows;
+    header["embedding_dim"] = spec.embedding_dim;
+    header["top_hidden"] = spec.top_hidden;
+  }
   const std::string header_text = header.dump();
   std::string prefix(kMagic, kMagicLen);
   put_u32(&prefix, static_cast<uint32_t>(header_text.size()));
@@ -246,6 +266,11 @@ void parse_model(const std::string& path, std::string_view bytes, ModelSpec* spe
     s.sample_shape = integers(header.at("sample_shape"), "sample_shape");
     s.num_classes = static_cast<int>(integer(header.at("num_classes"), "num_classes", 1, INT_MAX));
     s.hidden = integers(header.at("hidden"), "hidden");
+    if (s.name == "dlrm") {
+      s.table_rows = integers(header.at("table_rows"), "table_rows");
+      s.embedding_dim = integer(header.at("embedding_dim"), "embedding_dim", 1, INT_MAX);
+      s.top_hidden = integers(header.at("top_hidden"), "top_hidden");
+    }
     num_params =
         static_cast<uint64_t>(integer(header.at("num_params"), "num_params", 0, INT64_MAX));
     s.input_mean = header.value("input_mean", 0.0);

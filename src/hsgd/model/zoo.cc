@@ -5,6 +5,7 @@
 #include "hsgd/core/error.h"
 #include "hsgd/model/linear_model.h"
 #include "hsgd/model/model.h"
+#include "hsgd/model/torch_dlrm.h"
 #include "hsgd/model/torch_model.h"
 #include "hsgd/model/torch_script.h"
 
@@ -69,7 +70,7 @@ TorchNet cifar_cnn_net(int classes) {
 }  // namespace
 
 std::vector<std::string> model_names() {
-  return {"softmax", "mlp", "lenet5", "cifar-cnn", "linear-test", "torchscript:FILE"};
+  return {"softmax", "mlp", "lenet5", "cifar-cnn", "dlrm", "linear-test", "torchscript:FILE"};
 }
 
 std::unique_ptr<Model> make_model(const ModelSpec& spec, const Dataset* calibration) {
@@ -85,6 +86,7 @@ std::unique_ptr<Model> make_model(const ModelSpec& spec, const Dataset* calibrat
   const int64_t in = product(shape);
   if (is_torchscript(spec.name)) return make_torchscript_model(spec, calibration);
 
+  if (spec.name == "dlrm") return make_dlrm_model(spec);
   if (spec.name == "linear-test") return make_linear_model(in, classes);
   if (spec.name == "softmax") {
     return make_torch_model([=] { return softmax_net(in, classes); }, shape, classes);

@@ -115,6 +115,31 @@ class Adam final : public Optimizer {
   std::vector<float> m_, v_;
 };
 
+// Adagrad (Duchi et al. 2011): a += g^2; w -= lr * g / (sqrt(a) + eps), with
+// g + wd * w as its gradient. State: a.
+class Adagrad final : public Optimizer {
+ public:
+  Adagrad(const OptimizerOptions& o, size_t n)
+      : eps_(static_cast<float>(o.eps)), wd_(static_cast<float>(o.weight_decay)), a_(n, 0.0f) {}
+  void step(std::span<float> w, std::span<const float> g, double lr) override {
+    const float lr_f = static_cast<float>(lr);
+    for (size_t i = 0; i < w.size(); ++i) {
+      const float gi = g[i] + wd_ * w[i];
+      a_[i] += gi * gi;
+      w[i] -= lr_f * gi / (std::sqrt(a_[i]) + eps_);
+    }
+  }
+  std::vector<float> save_state() const override { return a_; }
+  void restore_state(std::span<const float> s) override {
+    HSGD_ASSERT(s.size() == a_.size(), "optimizer state size mismatch");
+    a_.assign(s.begin(), s.end());
+  }
+
+ private:
+  float eps_, wd_;
+  std::vector<float> a_;
+};
+
 }  // namespace
 
 double scaled_lr(const OptimizerOptions& o, int workers, int64_t batch) {
@@ -142,8 +167,10 @@ void validate(const OptimizerOptions& o, const LrSchedule& s) {
     std::snprintf(buf, sizeof buf, "%g", v);
     return std::string(buf);
   };
-  if (o.kind != "sgd" && o.kind != "momentum" && o.kind != "nesterov" && o.kind != "adam") {
-    throw InputError("optim.kind = '" + o.kind + "': expected sgd, momentum, nesterov or adam");
+  if (o.kind != "sgd" && o.kind != "momentum" && o.kind != "nesterov" && o.kind != "adam" &&
+      o.kind != "adagrad") {
+    throw InputError("optim.kind = '" + o.kind +
+                     "': expected sgd, momentum, nesterov, adam or adagrad");
   }
   if (!(o.lr > 0) || !std::isfinite(o.lr))
     throw InputError("optim.lr = " + num(o.lr) + ": expected > 0");
@@ -186,6 +213,7 @@ void validate(const OptimizerOptions& o, const LrSchedule& s) {
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& o, size_t n) {
   if (o.kind == "sgd") return std::make_unique<Sgd>(o.weight_decay);
   if (o.kind == "adam") return std::make_unique<Adam>(o, n);
+  if (o.kind == "adagrad") return std::make_unique<Adagrad>(o, n);
   return std::make_unique<Momentum>(o.momentum, o.weight_decay, o.kind == "nesterov", n);
 }
 

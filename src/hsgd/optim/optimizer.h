@@ -12,13 +12,13 @@
 namespace hsgd {
 
 struct OptimizerOptions {
-  std::string kind = "sgd";  // sgd | momentum | nesterov | adam
+  std::string kind = "sgd";  // sgd | momentum | nesterov | adam | adagrad
   double lr = 0.01;
   double momentum = 0.9;      // momentum, nesterov
   double weight_decay = 0.0;  // L2, added to the gradient: g + wd * w (every kind)
   double beta1 = 0.9;         // adam: first-moment decay, [0, 1)
   double beta2 = 0.999;       // adam: second-moment decay, [0, 1)
-  double eps = 1e-8;          // adam: denominator epsilon, > 0
+  double eps = 1e-8;          // adam, adagrad: denominator epsilon, > 0
   // Large-batch linear scaling rule (Goyal et al. 2017): when true the base
   // lr is lr * workers * batch / base_batch (see scaled_lr).
   bool scale_lr = false;
@@ -71,6 +71,7 @@ class Optimizer {
 // Adam (Kingma & Ba 2015), bias-corrected, with g + wd * w as its gradient:
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;  t += 1
 //   w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+// Adagrad: a += g^2; w -= lr * g / (sqrt(a) + eps), g + wd * w as its gradient.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& o, size_t num_params);
 
 }  // namespace hsgd

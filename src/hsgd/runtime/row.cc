@@ -18,6 +18,8 @@ MetricsRow build_row(const Server& server, const ServerStats& st, const EvalResu
   r.train_loss = st.loss_count ? st.loss_sum / static_cast<double>(st.loss_count) : std::nan("");
   r.test_loss = e.loss;
   r.test_acc = e.accuracy;
+  r.test_auc = e.auc;
+  r.test_logloss = e.log_loss;
   r.staleness_mean =
       st.staleness_count ? st.staleness_sum / static_cast<double>(st.staleness_count) : 0.0;
   r.staleness_max = st.staleness_max;
@@ -62,6 +64,9 @@ Dataset head(const Dataset& d, int64_t n) {
   h.num_classes = d.num_classes;
   h.labels.assign(d.labels.begin(), d.labels.begin() + n);
   h.features.assign(d.features.begin(), d.features.begin() + n * d.sample_size());
+  h.categorical_rows = d.categorical_rows;
+  h.categorical.assign(d.categorical.begin(), d.categorical.begin() + n * d.num_categorical());
+  h.planted_auc = d.planted_auc;
   return h;
 }
 

@@ -18,6 +18,7 @@
 #include "hsgd/runtime/membership.h"
 #include "hsgd/runtime/row.h"
 #include "hsgd/runtime/sim_compute.h"
+#include "hsgd/runtime/sparse_rows.h"
 #include "hsgd/server/server.h"
 
 namespace hsgd {
@@ -101,6 +102,7 @@ struct SimWorker {
   double wait_since = -1;  // virtual time it started waiting, or -1
   double idle = 0;         // cumulative waiting seconds
   ShardSampler sampler;
+  RowPush rows;  // model.sparse: the rows part of the push in flight
 };
 
 std::string full(double v) { return fmt::format("{:.17g}", v); }
@@ -122,8 +124,11 @@ class SimRun final : public PushKernel {
         work_params_(np_),
         work_grads_(np_),
         params_(job.initial_params),
-        server_(params_, server_options(job), make_policy(c_.policy, n_, c_.optim.lr),
-                make_optimizer(server_optimizer(c_), np_)),
+        layout_(sparse_layout(job)),
+        server_(server_span(layout_, params_), server_options(job),
+                make_policy(c_.policy, n_, c_.optim.lr),
+                make_optimizer(server_optimizer(c_), server_span(layout_, params_).size())),
+        rows_(attach_rows(job, layout_, params_, server_)),
         delays_(c_.stragglers, n_, c_.train.seed),
         local_h_(server_.policy().local_steps()),
         test_(head(*job.test, c_.train.eval_samples)),
@@ -133,13 +138,14 @@ class SimRun final : public PushKernel {
     compress_cost_ = std::max(0.0, c_.compress.sim_ns_per_param) * 1e-9 * static_cast<double>(np_);
     workers_.reserve(static_cast<size_t>(n_));
     for (int w = 0; w < n_; ++w) {
-      workers_.push_back(SimWorker{0, 0, 0, -1, 0, make_sampler(job, w)});
+      workers_.push_back(SimWorker{0, 0, 0, -1, 0, make_sampler(job, w), {}});
     }
     for (int w = 0; local_h_ > 0 && w < n_; ++w) locals_.push_back(make_local_worker(c_, np_));
     compute_ = std::make_unique<SimCompute>(sim_threads(c_), n_, np_, job.make_model, this);
     const double bytes = 4.0 * static_cast<double>(np_);
     transfer_ = c_.sim.latency + bytes / c_.sim.bandwidth;
     server_cost_ = c_.sim.server_ns_per_param * 1e-9 * static_cast<double>(np_);
+    if (rows_) sparse_.emplace(*model_, layout_, work_params_, work_grads_);
     next_eval_ = c_.train.eval_every;
     next_checkpoint_ = c_.train.checkpoint_every > 0 ? c_.train.checkpoint_every : kNever;
   }
@@ -216,7 +222,7 @@ class SimRun final : public PushKernel {
     RunResult result;
     result.last = stopped_at_row ? recorder_->rows().back() : evaluate(end_time);
     result.stopped = stopped_;
-    result.params.assign(server_.params().begin(), server_.params().end());
+    result.params = params_;
     result.train_s = end_time;
     result.gradients = server_.pushes();
     result.staleness_histogram = server_.staleness_histogram();
@@ -262,8 +268,7 @@ class SimRun final : public PushKernel {
 
   MetricsRow evaluate(double t) {
     const auto e0 = SteadyClock::now();
-    std::span<const float> p = server_.params();
-    std::copy(p.begin(), p.end(), work_params_.begin());
+    std::copy(params_.begin(), params_.end(), work_params_.begin());
     const EvalResult e = model_->evaluate(test_);
     const double idle_total = idle_at(t);
     const double idle = idle_fraction(idle_total - last_idle_, t - last_row_time_, n_);
@@ -281,7 +286,7 @@ class SimRun final : public PushKernel {
     eval_real_ += since(e0);
     // (A stop below train.min_workers keeps its reason through the last row.)
     if (!below_min_) {
-      stopped_ = divergence(server_.params(), e.loss, t, static_cast<int64_t>(server_.version()));
+      stopped_ = divergence(params_, e.loss, t, static_cast<int64_t>(server_.version()));
     }
     return r;
   }
@@ -293,11 +298,20 @@ class SimRun final : public PushKernel {
     const PushResult push = compute_->take(w);
     sw.loss = push.loss;
     sw.batch = push.samples;
-    in_service_decision_ = server_.on_push(w, sw.version, push.grads, sw.batch, sw.loss, now);
+    double cost = server_cost_;
+    if (rows_) {  // model.sparse: the dense part and the push's rows
+      const double loss = rows_->stage(sw.rows) ? sw.loss : std::nan("");
+      in_service_decision_ = server_.on_push(
+          w, sw.version, push.grads.first(static_cast<size_t>(layout_.dense)), sw.batch, loss, now);
+      cost = c_.sim.server_ns_per_param * 1e-9 *
+             static_cast<double>(layout_.dense + static_cast<int64_t>(sw.rows.values.size()));
+    } else {
+      in_service_decision_ = server_.on_push(w, sw.version, push.grads, sw.batch, sw.loss, now);
+    }
     compute_->finish(w);
     in_service_ = w;
     server_busy_ = true;
-    const double cost = server_cost_ * (in_service_decision_.applied ? 2.0 : 1.0);
+    cost *= in_service_decision_.applied ? 2.0 : 1.0;
     events_.push(now + cost, EventType::kServerDone, w);
   }
 
@@ -320,7 +334,20 @@ class SimRun final : public PushKernel {
         std::span<const float> pulled = server_.params();
         uint64_t key = d.version;  // requests of one version share a parameter snapshot
         double pull_t = transfer_, push_t = transfer_;
-        if (compress_ && compress_->pull_on()) {
+        if (sparse_) {
+          // model.sparse: the dense part and the batch's rows, both ways;
+          // computed now, on this thread (the rows are pulled for the batch).
+          sparse_->prepare(sw.sampler, c_.train.batch);
+          sparse_->pull(server_, *rows_);
+          int64_t samples = 0;
+          const double loss = sparse_->compute(&samples);
+          sparse_->take_rows(&sw.rows);
+          compute_->install(w, work_grads_, loss, samples);
+          pull_t = c_.sim.latency +
+                   static_cast<double>(sparse_->traffic().pull_bytes) / c_.sim.bandwidth;
+          push_t = c_.sim.latency +
+                   static_cast<double>(sparse_->traffic().push_bytes) / c_.sim.bandwidth;
+        } else if (compress_ && compress_->pull_on()) {
           pull_t = compressed_pull(w, pulled, d.version);  // the worker's copy, in work_params_
           pulled = work_params_;
           key = kOwnCopy + own_copies_++;  // one worker's own copy: never shared
@@ -331,7 +358,9 @@ class SimRun final : public PushKernel {
         // local:H: H x the compute time, one delay draw.
         const double compute =
             std::max(1, local_h_) * c_.sim.compute_time * delays_.slowdown(w) + delays_.draw(w);
-        if (compress_ && compress_->push_on()) {
+        if (sparse_) {
+          // (computed above, with the rows)
+        } else if (compress_ && compress_->push_on()) {
           // The compressed push's size, hence its time on the wire, is known
           // only once the gradient is: it is computed now, on this thread,
           // and what the server will decode waits in the engine as the
@@ -518,6 +547,10 @@ class SimRun final : public PushKernel {
         w.put(sw.loss);
         w.put(sw.batch);
       }
+      if (rows_) {  // model.sparse: the rows of the push in flight
+        w.put_vec(sw.rows.ids);
+        w.put_vec(sw.rows.values);
+      }
       w.put(sw.wait_since);
       w.put(sw.idle);
       save_sampler(sw.sampler, w);
@@ -599,6 +632,13 @@ class SimRun final : public PushKernel {
       sw.loss = r.get<double>();
       sw.batch = r.get<int64_t>();
       if (in_flight[static_cast<size_t>(i)]) compute_->install(i, grads, sw.loss, sw.batch);
+      if (rows_) {  // model.sparse: the rows of the push in flight
+        sw.rows.ids = r.get_vec<int64_t>();
+        sw.rows.values = r.get_vec<float>();
+        if (sw.rows.values.size() != sw.rows.ids.size() * static_cast<size_t>(layout_.dim)) {
+          r.fail("corrupt (a worker's rows)");
+        }
+      }
       sw.wait_since = r.get<double>();
       sw.idle = r.get<double>();
       load_sampler(sw.sampler, r);
@@ -633,7 +673,10 @@ class SimRun final : public PushKernel {
   std::unique_ptr<Model> model_;
   std::vector<float> work_params_, work_grads_;
   std::vector<float> params_;
+  const RowLayout layout_;  // rows = 0 unless model.sparse
   Server server_;
+  std::unique_ptr<RowTable> rows_;       // model.sparse: attached to server_
+  std::optional<SparseWorker> sparse_;   // model.sparse: the workers' row-sparse step
   DelayModel delays_;
   std::vector<SimWorker> workers_;
   const int local_h_;

@@ -20,6 +20,7 @@
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/membership.h"
 #include "hsgd/runtime/row.h"
+#include "hsgd/runtime/sparse_rows.h"
 #include "hsgd/server/server.h"
 
 namespace hsgd {
@@ -57,6 +58,11 @@ struct Shared {
   CompressCounters counters;
   Membership* membership = nullptr;  // issue 10; guarded by mu
   bool below_min = false;            // stopped says fewer than min_workers are live
+  // Row-sparse (model.sparse): the table, the model's layout, and all the
+  // server's parameters (the Server itself holds the dense prefix).
+  RowTable* rows = nullptr;
+  RowLayout layout;
+  std::span<const float> all_params;
 };
 
 void request_stop(Shared& s) {
@@ -146,6 +152,8 @@ void worker_loop(const WorkerArgs& a) {
   const size_t np = a.job->initial_params.size();
   std::vector<float> params(np), grads(np);
   model->bind(params, grads);
+  std::optional<SparseWorker> sparse;  // model.sparse: row-sparse pull/push
+  if (s.rows) sparse.emplace(*model, s.layout, params, grads);
   Batch batch;
   int local_h = 0;  // local:H: H local steps, then push the model delta
   Compression* const z = s.compress;
@@ -185,6 +193,7 @@ void worker_loop(const WorkerArgs& a) {
       if (!sit_out(s, a.id, ws, c, local_h, np)) break;
       continue;
     }
+    if (sparse) sparse->prepare(ws.sampler, c.train.batch);  // its rows are pulled
     {
       std::lock_guard lk(s.mu);
       if (s.stop) break;
@@ -194,7 +203,9 @@ void worker_loop(const WorkerArgs& a) {
         throws = s.membership->plan().gradient_throws(a.id);
         version = d.version;
         std::span<const float> p = s.server->params();
-        if (z && z->pull_on()) {  // the server encodes under its lock
+        if (sparse) {
+          sparse->pull(*s.server, *s.rows);
+        } else if (z && z->pull_on()) {  // the server encodes under its lock
           const auto c0 = SteadyClock::now();
           z->encode_pull(a.id, p, version, &pull_bytes);
           s.counters.bytes_pulled += static_cast<int64_t>(pull_bytes.size());
@@ -225,8 +236,9 @@ void worker_loop(const WorkerArgs& a) {
     std::string failure;  // the gradient threw: the worker leaves
     try {
       if (throws) throw InjectedFault();
-      loss = compute_push(*model, params, grads, ws.sampler, c.train.batch,
-                          ws.local ? &*ws.local : nullptr, local_h, &batch, &pushed);
+      loss = sparse ? sparse->compute(&pushed)
+                    : compute_push(*model, params, grads, ws.sampler, c.train.batch,
+                                   ws.local ? &*ws.local : nullptr, local_h, &batch, &pushed);
     } catch (const InputError&) {
       throw;  // bad input ends the run
     } catch (const std::exception& e) {
@@ -273,7 +285,10 @@ void worker_loop(const WorkerArgs& a) {
             z->push_on() ? static_cast<int64_t>(push_bytes.size()) : z->plain_bytes();
         s.counters.compress_s += worker_compress_s;
       }
-      Decision d = s.server->on_push(a.id, version, push, pushed, loss, now);
+      Decision d =
+          sparse ? s.server->on_push(a.id, version, sparse->dense_grads(), pushed,
+                                     sparse->stage(*s.rows, loss), now)
+                 : s.server->on_push(a.id, version, push, pushed, loss, now);
       for (int r : d.released) {
         s.released[static_cast<size_t>(r)] = 1;
         s.wake[static_cast<size_t>(r)].notify_one();
@@ -322,7 +337,7 @@ class Pauser {
       // No push is taken at or after the budget, so a pause that ends past
       // it sees the state at the budget.
       time_s = std::min(s_.clock.seconds(), budget_);
-      std::span<const float> p = s_.server->params();
+      std::span<const float> p = s_.all_params;
       std::copy(p.begin(), p.end(), params_.begin());
       st = s_.server->take_stats();
       idle_total = s_.idle.total(time_s);
@@ -488,8 +503,11 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   const auto wall0 = SteadyClock::now();
 
   std::vector<float> params = job.initial_params;
-  Server server(params, server_options(job), make_policy(c.policy, n, c.optim.lr),
-                make_optimizer(server_optimizer(c), params.size()));
+  const RowLayout layout = sparse_layout(job);  // rows = 0 unless model.sparse
+  const std::span<float> server_params = server_span(layout, params);
+  Server server(server_params, server_options(job), make_policy(c.policy, n, c.optim.lr),
+                make_optimizer(server_optimizer(c), server_params.size()));
+  const std::unique_ptr<RowTable> rows = attach_rows(job, layout, params, server);
 
   DelayModel delays(c.stragglers, n, c.train.seed);
   std::vector<WorkerState> workers;
@@ -503,6 +521,9 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   Shared s;
   s.membership = &membership;
   s.server = &server;
+  s.rows = rows.get();
+  s.layout = layout;
+  s.all_params = params;
   s.delays = &delays;
   s.workers = &workers;
   s.released.assign(static_cast<size_t>(n), 0);
@@ -631,7 +652,7 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   RunResult result;
   if (pauser.diverged()) {  // its row is the last
     result.last = recorder->rows().back();
-    result.params.assign(server.params().begin(), server.params().end());
+    result.params = params;
   } else {
     MetricsRow last =
         pauser.evaluate(recorder, job.checkpoints != nullptr && (s.stopped.empty() || s.below_min),

@@ -180,8 +180,10 @@ void Server::apply(Decision* d, std::span<const float> sum) {
     for (float& g : acc_) g *= inv;
   }
   if (opt_.staleness.gap_aware) std::copy(params_.begin(), params_.end(), before_.begin());
+  const double lr = lr_at(opt_.lr_schedule, opt_.lr, static_cast<int64_t>(version_));
   optimizer_->set_implicit_momentum(policy_->implicit_momentum());  // auto (#17)
-  optimizer_->step(params_, sum, lr_at(opt_.lr_schedule, opt_.lr, static_cast<int64_t>(version_)));
+  optimizer_->step(params_, sum, lr);
+  if (hook_) hook_->on_apply(n, lr);
   if (opt_.staleness.gap_aware) {
     track_step(step_ema_, before_, params_, opt_.staleness.gap_decay);
     ++tracked_updates_;
@@ -242,6 +244,7 @@ Decision Server::on_push(int worker, uint64_t version, std::span<const float> gr
   const std::span<const float> g =
       opt_.staleness.transforms() ? mitigate(w, version, tau, grad) : grad;
   pending_.push_back({worker, version});
+  if (hook_) hook_->on_buffered(worker, tau);
   Decision d = decision();
   if (policy_->pusher_waits()) waiting_[w] = true;
   if (pending_.size() == 1 && ready(seconds)) {
@@ -338,6 +341,7 @@ void Server::save(StateWriter& w) const {
   w.put<int64_t>(tracked_updates_);
   w.put_vec(policy_->save_state());
   w.put_vec(optimizer_->save_state());
+  if (hook_) hook_->save(w);
 }
 
 void Server::load(StateReader& r) {
@@ -398,6 +402,7 @@ void Server::load(StateReader& r) {
   if (os.size() != optimizer_->save_state().size()) r.fail("optimizer state of another optimizer");
   optimizer_->restore_state(os);
   grow(n);
+  if (hook_) hook_->load(r);
 }
 
 }  // namespace hsgd

@@ -56,6 +56,23 @@ struct ServerStats {
   int64_t loss_count = 0;
 };
 
+// What a row-sparse table (server/sparse.h) must follow of a Server: the
+// pushes that join the buffer and the updates that apply it, and its part
+// of the checkpoint. Called by the Server, under the caller's
+// serialisation; the hook must not call back into the Server.
+class ServerHook {
+ public:
+  virtual ~ServerHook() = default;
+  // A push of `worker` with staleness `tau` joined the buffer (dropped and
+  // non-finite pushes never do).
+  virtual void on_buffered(int worker, int64_t tau) = 0;
+  // The buffered `pushes` pushes are applied as one update with rate `lr`.
+  virtual void on_apply(size_t pushes, double lr) = 0;
+  // Appended to / read after the Server's own state.
+  virtual void save(StateWriter& w) const = 0;
+  virtual void load(StateReader& r) = 0;
+};
+
 class Server {
  public:
   // `params` is the server's parameter shard (owned by the caller, outlives
@@ -122,6 +139,10 @@ class Server {
   // knows keep their membership: the runtime joins or removes workers after).
   void save(StateWriter& w) const;
   void load(StateReader& r);
+
+  // Attaches a row-sparse table (borrowed, outlives the server; null
+  // detaches). See ServerHook and server/sparse.h.
+  void set_hook(ServerHook* hook) { hook_ = hook; }
 
   std::span<const float> params() const { return params_; }
   uint64_t version() const { return version_; }
@@ -205,6 +226,7 @@ class Server {
   int64_t tracked_updates_ = 0;             // Gap-Aware: updates folded into step_ema_
   int64_t consecutive_nonfinite_ = 0;
   std::vector<float> clipped_;  // the clipped push (clip_norm > 0)
+  ServerHook* hook_ = nullptr;  // row-sparse table, if any
 };
 
 }  // namespace hsgd

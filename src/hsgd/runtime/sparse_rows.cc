@@ -1,0 +1,88 @@
+#include "hsgd/runtime/sparse_rows.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "hsgd/core/error.h"
+#include "hsgd/runtime/row.h"
+
+namespace hsgd {
+
+RowLayout sparse_layout(const Job& job) {
+  if (!job.config->model.sparse) {
+    RowLayout l;
+    l.dense = static_cast<int64_t>(job.initial_params.size());
+    return l;
+  }
+  RowLayout l = job.make_model()->row_layout();
+  if (l.rows == 0) {
+    throw InputError("model.sparse = true: the model " + job.config->model.name +
+                     " has no embedding rows (row-sparse push/pull is for --model dlrm)");
+  }
+  return l;
+}
+
+std::span<float> server_span(const RowLayout& layout, std::vector<float>& params) {
+  if (layout.rows == 0) return params;
+  return std::span<float>(params).first(static_cast<size_t>(layout.dense));
+}
+
+std::unique_ptr<RowTable> attach_rows(const Job& job, const RowLayout& layout,
+                                      std::vector<float>& params, Server& server) {
+  if (layout.rows == 0) return nullptr;
+  const Config& c = *job.config;
+  auto table = std::make_unique<RowTable>(
+      std::span<float>(params).subspan(static_cast<size_t>(layout.dense)), layout.dim,
+      server_optimizer(c), c.policy.aggregation, c.staleness);
+  server.set_hook(table.get());
+  return table;
+}
+
+SparseWorker::SparseWorker(Model& model, const RowLayout& layout, std::span<float> params,
+                           std::span<float> grads)
+    : model_(model), layout_(layout), params_(params), grads_(grads) {}
+
+void SparseWorker::prepare(ShardSampler& sampler, int64_t batch_size) {
+  if (pending_) return;
+  sampler.next(batch_size, &batch_);
+  model_.batch_rows(batch_, &rows_);
+  row_buf_.resize(rows_.size() * static_cast<size_t>(layout_.dim));
+  pending_ = true;
+}
+
+void SparseWorker::pull(const Server& server, const RowTable& table) {
+  const std::span<const float> dense = server.params();
+  std::copy(dense.begin(), dense.end(), params_.begin());
+  table.pull(rows_, row_buf_);
+  const auto d = static_cast<size_t>(layout_.dim);
+  float* base = params_.data() + layout_.dense;
+  for (size_t k = 0; k < rows_.size(); ++k) {
+    std::copy_n(row_buf_.data() + k * d, d, base + static_cast<size_t>(rows_[k]) * d);
+  }
+  const auto id_bytes = static_cast<int64_t>(rows_.size() * sizeof(int64_t));
+  const auto row_bytes = static_cast<int64_t>(row_buf_.size() * sizeof(float));
+  traffic_.rows = static_cast<int64_t>(rows_.size());
+  traffic_.pull_bytes = layout_.dense * 4 + id_bytes + row_bytes;
+  traffic_.push_bytes = layout_.dense * 4 + id_bytes + row_bytes;
+}
+
+double SparseWorker::compute(int64_t* samples) {
+  HSGD_ASSERT(pending_, "SparseWorker::compute before prepare");
+  pending_ = false;
+  *samples = batch_.size();
+  return model_.sparse_gradient(batch_, rows_, row_buf_, {});
+}
+
+void SparseWorker::take_rows(RowPush* out) {
+  out->ids = rows_;
+  out->values = row_buf_;
+}
+
+double SparseWorker::stage(RowTable& table, double loss) {
+  RowPush p;
+  p.ids = rows_;
+  p.values = row_buf_;
+  return table.stage(std::move(p)) ? loss : std::nan("");
+}
+
+}  // namespace hsgd

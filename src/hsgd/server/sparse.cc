@@ -1,0 +1,234 @@
+#include "hsgd/server/sparse.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+
+#include "hsgd/core/error.h"
+
+namespace hsgd {
+namespace {
+
+constexpr uint32_t kRowTableTag = 0x524f5753;  // "ROWS"
+
+void check_range(std::span<const int64_t> ids, int64_t rows) {
+  for (int64_t id : ids) {
+    if (id < 0 || id >= rows) {
+      throw InputError("row push: id " + std::to_string(id) + " outside [0, " +
+                       std::to_string(rows) + ")");
+    }
+  }
+}
+
+}  // namespace
+
+RowPush make_row_push(std::span<const int64_t> ids, std::span<const float> grads, int64_t dim,
+                      int64_t rows) {
+  HSGD_ASSERT(dim >= 1, "make_row_push: dim must be >= 1");
+  HSGD_ASSERT(grads.size() == ids.size() * static_cast<size_t>(dim),
+              "make_row_push: grads must hold ids.size() x dim floats");
+  check_range(ids, rows);
+  std::vector<size_t> order(ids.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ids[a] < ids[b]; });
+  RowPush p;
+  const auto d = static_cast<size_t>(dim);
+  for (size_t k : order) {
+    const float* g = grads.data() + k * d;
+    if (p.ids.empty() || p.ids.back() != ids[k]) {
+      p.ids.push_back(ids[k]);
+      p.values.insert(p.values.end(), g, g + d);
+    } else {
+      float* dst = p.values.data() + p.values.size() - d;
+      for (size_t c = 0; c < d; ++c) dst[c] += g[c];
+    }
+  }
+  return p;
+}
+
+void check_sparse_supported(const OptimizerOptions& o, const MitigationOptions& m) {
+  if (o.kind == "nesterov") {
+    throw InputError(
+        "optim.kind = 'nesterov': not supported with row-sparse push/pull (model.sparse = true); "
+        "use sgd, momentum, adagrad or adam");
+  }
+  if (m.needs_pulled_copy()) {
+    throw InputError(
+        "staleness: DC-ASGD and Gap-Aware need the whole pulled parameters; they are not "
+        "supported with row-sparse push/pull (model.sparse = true)");
+  }
+}
+
+RowOptimizer::RowOptimizer(const OptimizerOptions& o, int64_t rows, int64_t dim)
+    : o_(o), rows_(rows), dim_(dim) {
+  const auto n = static_cast<size_t>(rows * dim);
+  if (o.kind == "momentum" || o.kind == "adam") m_.assign(n, 0.0f);
+  if (o.kind == "adagrad" || o.kind == "adam") v_.assign(n, 0.0f);
+  if (o.kind == "adam") count_.assign(static_cast<size_t>(rows), 0);
+}
+
+void RowOptimizer::step(std::span<float> table, std::span<const int64_t> ids,
+                        std::span<const float> grads, double lr) {
+  const auto d = static_cast<size_t>(dim_);
+  const auto a = static_cast<float>(lr);
+  const auto wd = static_cast<float>(o_.weight_decay);
+  const auto eps = static_cast<float>(o_.eps);
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const size_t base = static_cast<size_t>(ids[k]) * d;
+    float* w = table.data() + base;
+    const float* g = grads.data() + k * d;
+    if (o_.kind == "sgd") {
+      for (size_t c = 0; c < d; ++c) w[c] -= a * (g[c] + wd * w[c]);
+    } else if (o_.kind == "momentum") {
+      const auto mu = static_cast<float>(o_.momentum);
+      float* v = m_.data() + base;
+      for (size_t c = 0; c < d; ++c) {
+        const float gi = g[c] + wd * w[c];
+        v[c] = mu * v[c] + gi;
+        w[c] -= a * v[c];
+      }
+    } else if (o_.kind == "adagrad") {
+      float* acc = v_.data() + base;
+      for (size_t c = 0; c < d; ++c) {
+        const float gi = g[c] + wd * w[c];
+        acc[c] += gi * gi;
+        w[c] -= a * gi / (std::sqrt(acc[c]) + eps);
+      }
+    } else {  // adam, lazy: the row's own step count
+      const double t = static_cast<double>(++count_[static_cast<size_t>(ids[k])]);
+      const auto c1 = static_cast<float>(1.0 - std::pow(o_.beta1, t));
+      const auto c2 = static_cast<float>(1.0 - std::pow(o_.beta2, t));
+      const auto b1 = static_cast<float>(o_.beta1), b2 = static_cast<float>(o_.beta2);
+      float* m = m_.data() + base;
+      float* v = v_.data() + base;
+      for (size_t c = 0; c < d; ++c) {
+        const float gi = g[c] + wd * w[c];
+        m[c] = b1 * m[c] + (1.0f - b1) * gi;
+        v[c] = b2 * v[c] + (1.0f - b2) * gi * gi;
+        w[c] -= a * (m[c] / c1) / (std::sqrt(v[c] / c2) + eps);
+      }
+    }
+  }
+}
+
+void RowOptimizer::save(StateWriter& w) const {
+  w.put_vec(m_);
+  w.put_vec(v_);
+  w.put_vec(count_);
+}
+
+void RowOptimizer::load(StateReader& r) {
+  r.get_into(std::span<float>(m_), "row optimizer first moments");
+  r.get_into(std::span<float>(v_), "row optimizer second moments");
+  r.get_into(std::span<int64_t>(count_), "row optimizer counts");
+}
+
+RowTable::RowTable(std::span<float> table, int64_t dim, const OptimizerOptions& o,
+                   Aggregation aggregation, const MitigationOptions& staleness)
+    : table_(table),
+      rows_(dim >= 1 ? static_cast<int64_t>(table.size()) / dim : 0),
+      dim_(dim),
+      aggregation_(aggregation),
+      staleness_(staleness),
+      optimizer_(o, rows_, dim) {
+  HSGD_ASSERT(dim >= 1 && table.size() % static_cast<size_t>(dim) == 0,
+              "RowTable: the table must be whole rows");
+  check_sparse_supported(o, staleness);
+}
+
+void RowTable::check_ids(std::span<const int64_t> ids) const { check_range(ids, rows_); }
+
+bool RowTable::stage(RowPush push) {
+  check_ids(push.ids);
+  HSGD_ASSERT(push.values.size() == push.ids.size() * static_cast<size_t>(dim_),
+              "RowTable::stage: values must hold ids.size() x dim floats");
+  HSGD_ASSERT(std::is_sorted(push.ids.begin(), push.ids.end()) &&
+                  std::adjacent_find(push.ids.begin(), push.ids.end()) == push.ids.end(),
+              "RowTable::stage: ids must be sorted and unique (make_row_push)");
+  bool finite = true;
+  for (float v : push.values) finite = finite && std::isfinite(v);
+  staged_ = std::move(push);
+  has_staged_ = finite;
+  return finite;
+}
+
+void RowTable::pull(std::span<const int64_t> ids, std::span<float> out) const {
+  check_ids(ids);
+  HSGD_ASSERT(out.size() == ids.size() * static_cast<size_t>(dim_), "RowTable::pull: out size");
+  const auto d = static_cast<size_t>(dim_);
+  for (size_t k = 0; k < ids.size(); ++k) {
+    std::copy_n(table_.data() + static_cast<size_t>(ids[k]) * d, d, out.data() + k * d);
+  }
+}
+
+void RowTable::on_buffered(int, int64_t tau) {
+  if (!has_staged_) return;  // a push with no rows staged (dense-only caller)
+  has_staged_ = false;
+  if (staleness_.scaled_lr) scale_by_staleness(staged_.values, tau);
+  // Merge the staged rows into the buffer (both sorted by id).
+  const auto d = static_cast<size_t>(dim_);
+  merged_.ids.clear();
+  merged_.values.clear();
+  size_t i = 0, j = 0;
+  const RowPush& a = buffer_;
+  const RowPush& b = staged_;
+  while (i < a.ids.size() || j < b.ids.size()) {
+    const bool take_a = j == b.ids.size() || (i < a.ids.size() && a.ids[i] < b.ids[j]);
+    const bool take_b = i == a.ids.size() || (j < b.ids.size() && b.ids[j] < a.ids[i]);
+    if (take_a) {
+      merged_.ids.push_back(a.ids[i]);
+      merged_.values.insert(merged_.values.end(), a.values.begin() + i * d,
+                            a.values.begin() + (i + 1) * d);
+      ++i;
+    } else if (take_b) {
+      merged_.ids.push_back(b.ids[j]);
+      merged_.values.insert(merged_.values.end(), b.values.begin() + j * d,
+                            b.values.begin() + (j + 1) * d);
+      ++j;
+    } else {  // the same id in both
+      merged_.ids.push_back(a.ids[i]);
+      for (size_t c = 0; c < d; ++c) merged_.values.push_back(a.values[i * d + c] + b.values[j * d + c]);
+      ++i;
+      ++j;
+    }
+  }
+  std::swap(buffer_, merged_);
+}
+
+void RowTable::on_apply(size_t pushes, double lr) {
+  if (aggregation_ == Aggregation::kMean && pushes > 1) {
+    const float inv = 1.0f / static_cast<float>(pushes);
+    for (float& v : buffer_.values) v *= inv;
+  }
+  optimizer_.step(table_, buffer_.ids, buffer_.values, lr);
+  row_updates_ += static_cast<int64_t>(buffer_.ids.size());
+  buffer_.ids.clear();
+  buffer_.values.clear();
+}
+
+void RowTable::save(StateWriter& w) const {
+  w.tag(kRowTableTag);
+  w.put_span(std::span<const float>(table_));
+  w.put_vec(buffer_.ids);
+  w.put_vec(buffer_.values);
+  w.put<int64_t>(row_updates_);
+  optimizer_.save(w);
+}
+
+void RowTable::load(StateReader& r) {
+  r.expect_tag(kRowTableTag, "embedding rows");
+  r.get_into(table_, "embedding rows");
+  buffer_.ids = r.get_vec<int64_t>();
+  buffer_.values = r.get_vec<float>();
+  if (buffer_.values.size() != buffer_.ids.size() * static_cast<size_t>(dim_) ||
+      !std::is_sorted(buffer_.ids.begin(), buffer_.ids.end()) ||
+      (!buffer_.ids.empty() && (buffer_.ids.front() < 0 || buffer_.ids.back() >= rows_))) {
+    r.fail("corrupt (buffered rows)");
+  }
+  row_updates_ = r.get<int64_t>();
+  optimizer_.load(r);
+  has_staged_ = false;
+}
+
+}  // namespace hsgd
