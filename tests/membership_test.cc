@@ -430,3 +430,58 @@ TEST(ThreadsMembership, BelowMinWorkersStopsWithOneLine) {
 
 }  // namespace
 }  // namespace hsgd
+
+namespace hsgd {
+namespace {
+
+// Checkpoints hold the membership on threads too: a worker that is out at
+// the cut is still out after the resume and rejoins when the plan says.
+TEST(ThreadsMembership, AResumeKeepsAWorkerThatIsOutOutUntilItsRejoin) {
+  const std::vector<Override> o = {{"policy.name", "async"},
+                                   {"faults.kill", "worker:2@0.1s"},
+                                   {"faults.rejoin", "worker:2@0.9s"}};
+  std::vector<Override> first = o;
+  first.push_back({"train.budget", "0.5"});
+  first.push_back({"train.checkpoint_every", "0.25"});
+  Threads t1(first);
+  const std::string dir = testing::fresh_dir("mem_thr_resume");
+  CheckpointStore store(dir, 2);
+  {
+    Recorder rec(dir);
+    Job j = t1.job();
+    j.checkpoints = &store;
+    Watchdog dog("threads resume part 1", 60);
+    ThreadsRuntime().run(j, &rec, nullptr);
+    rec.finish();
+  }
+  Threads t2(o);  // budget 1.2
+  const Checkpoint ck = CheckpointStore::load_latest(dir, {});
+  RunResult r;
+  {
+    Recorder rec(dir, ck.info.rows);
+    Job j = t2.job();
+    j.resume = &ck;
+    Watchdog dog("threads resume part 2", 60);
+    r = ThreadsRuntime().run(j, &rec, nullptr);
+    rec.finish();
+  }
+  EXPECT_TRUE(r.stopped.empty()) << r.stopped;
+  // The log goes on from the checkpoint: the kill before it, the rejoin after.
+  ASSERT_EQ(r.membership.size(), 2u);
+  EXPECT_EQ(r.membership[0].worker, 2);
+  EXPECT_FALSE(r.membership[0].join);
+  EXPECT_GE(r.membership[0].time, 0.1);  // (a worker checks before each pull)
+  EXPECT_LT(r.membership[0].time, 0.5);
+  EXPECT_EQ(r.membership[1].worker, 2);
+  EXPECT_TRUE(r.membership[1].join);
+  EXPECT_GE(r.membership[1].time, 0.9);
+  // live_workers: 3 in the rows between the cut and the rejoin, 4 at the end.
+  const std::vector<int> live = live_column(slurp(dir + "/metrics.csv"));
+  ASSERT_GE(live.size(), 4u);
+  EXPECT_EQ(live[2], 3);  // t = 0.6, after the resume
+  EXPECT_EQ(live.back(), 4);
+  EXPECT_GT(r.worker_pushes[2], 0);  // it pushed again after rejoining
+}
+
+}  // namespace
+}  // namespace hsgd

@@ -119,6 +119,8 @@ struct WorkerArgs {
   // Resumed while its push waited for an update (or its SSP pull waited):
   // read before any worker starts, since another's push may release it.
   bool starts_waiting = false;
+  // Resumed while it was out (left, not yet rejoined): sits out first.
+  bool starts_out = false;
 };
 
 // A worker that left waits (outside the gate) until the fault plan's rejoin
@@ -168,6 +170,7 @@ void worker_loop(const WorkerArgs& a) {
       std::copy(h.begin(), h.end(), params.begin());
     }
   }
+  if (a.starts_out && !sit_out(s, a.id, ws, c, local_h, np)) return;  // out at the cut
   if (a.starts_waiting && !wait_until_released(s, a.id)) return;
   GateScope inside(s.gate);  // exits on every path, exceptions included
   while (inside.enter()) {
@@ -418,7 +421,11 @@ class Pauser {
     info.train_s = time_s;
     info.updates = static_cast<int64_t>(s_.server->version());
     info.rows = static_cast<int64_t>(recorder->rows().size());
-    job_.checkpoints->write(info, {{"server", server_bytes.take()}, {"threads", w.take()}});
+    StateWriter members;
+    s_.membership->save(members);
+    job_.checkpoints->write(info, {{"server", server_bytes.take()},
+                                   {"threads", w.take()},
+                                   {"membership", members.take()}});
   }
 
   const Job& job_;
@@ -435,11 +442,13 @@ class Pauser {
 // Restores the run's state from a checkpoint: server, samplers, local
 // momentum, delay streams. With another worker count the shards are split
 // again (each worker's sampler starts a fresh order of its new shard) and
-// the server forgets the workers that are gone, as if they had left.
+// the server forgets the workers that are gone, as if they had left, and
+// every worker starts live; with the same count the membership (who is
+// out, the fault plan, the shards) goes on (*membership_restored = true).
 // Returns the training seconds of the cut.
 double restore(const Checkpoint& ck, const Config& c, Server& server,
                std::vector<WorkerState>& workers, DelayModel& delays, IdleMeter& idle,
-               Pauser& pauser, Shared& s) {
+               Pauser& pauser, Shared& s, bool* membership_restored) {
   StateReader sr(ck.blob("server"), ck.path + "/server.bin");
   server.load(sr);
   sr.expect_end();
@@ -450,6 +459,16 @@ double restore(const Checkpoint& ck, const Config& c, Server& server,
   const double t = r.get<double>();
   pauser.load(r);
   const bool same = saved == c.train.workers;
+  // Membership (issue 10): with the same workers, who is out, the fault
+  // plan and the shards go on; before the samplers (their shards).
+  const bool members = same && ck.blobs.count("membership") > 0;
+  if (members) {
+    StateReader mr(ck.blob("membership"), ck.path + "/membership.bin");
+    s.membership->load(mr);
+    mr.expect_end();
+    for (int w = 0; w < saved; ++w)
+      workers[static_cast<size_t>(w)].sampler = s.membership->sampler_for(w);
+  }
   for (int w = 0; w < saved; ++w) {
     if (same) {
       load_sampler(workers[static_cast<size_t>(w)].sampler, r);
@@ -481,6 +500,10 @@ double restore(const Checkpoint& ck, const Config& c, Server& server,
     }
   }
   r.expect_end();
+  if (members) {
+    *membership_restored = true;
+    return t;
+  }
   for (int w = c.train.workers; w < server.known_workers(); ++w) server.on_leave(w, t);
   for (int w = 0; w < c.train.workers; ++w) {
     if (!server.is_live(w)) server.on_join(w, t);
@@ -540,8 +563,10 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
 
   double start_s = 0;
   if (job.resume) {
-    start_s = restore(*job.resume, c, server, workers, delays, s.idle, pauser, s);
-    membership.plan().restart_at(start_s);  // every worker live again (README)
+    bool restored = false;
+    start_s = restore(*job.resume, c, server, workers, delays, s.idle, pauser, s, &restored);
+    // With another worker count every worker is live again (README).
+    if (!restored) membership.plan().restart_at(start_s);
     // Released workers of a resume with fewer workers hold no thread.
   } else {
     // The row at t = 0: the initial model.
@@ -578,9 +603,10 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   s.gate.resume();
   double tick_time = start_s;
   int64_t tick_samples = server.samples();  // read before the workers start
-  std::vector<char> starts_waiting(static_cast<size_t>(n), 0);
+  std::vector<char> starts_waiting(static_cast<size_t>(n), 0), starts_out(static_cast<size_t>(n), 0);
   for (int w = 0; w < n; ++w) {
     starts_waiting[static_cast<size_t>(w)] = server.is_waiting(w);
+    starts_out[static_cast<size_t>(w)] = !server.is_live(w);
     // A wait the cut saw ending (released, not yet awake) ends here.
     if (!server.is_waiting(w)) s.idle.end(static_cast<size_t>(w), start_s);
   }
@@ -588,7 +614,8 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
     threads.emplace_back([&, w] {
       try {
         worker_loop(WorkerArgs{w, &job, &s, epoch_target, budget,
-                               starts_waiting[static_cast<size_t>(w)] != 0});
+                               starts_waiting[static_cast<size_t>(w)] != 0,
+                               starts_out[static_cast<size_t>(w)] != 0});
       } catch (...) {
         std::lock_guard lk(s.mu);
         if (!s.error) s.error = std::current_exception();
