@@ -4,16 +4,12 @@
 
 #include "cli_helpers.h"
 #include "hsgd/metrics/recorder.h"
+#include "test_helpers.h"
 
 namespace hsgd {
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using testing_helpers::slurp;
 
 std::string job(const std::string& out, const std::string& more) {
   return "train --quiet --data synthetic --model linear-test --workers 4 --batch 8 --lr 0.1 "

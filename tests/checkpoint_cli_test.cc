@@ -15,16 +15,12 @@
 
 #include "cli_helpers.h"
 #include "hsgd/metrics/recorder.h"
+#include "test_helpers.h"
 
 namespace hsgd {
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using testing_helpers::slurp;
 
 // A small synthetic job on the plain-C++ linear model: fast to start.
 std::string job(const std::string& out, const std::string& more) {

@@ -17,9 +17,12 @@
 #include <vector>
 
 #include "cli_helpers.h"
+#include "test_helpers.h"
 
 namespace hsgd {
 namespace {
+
+using testing_helpers::slurp;
 
 const std::string kMpirun = "mpirun --oversubscribe --allow-run-as-root ";
 
@@ -286,11 +289,6 @@ pid_t launch_until_training(const std::string& np, const std::string& args,
   return launcher;
 }
 
-std::string slurp_file(const std::string& path) {
-  std::ifstream f(path);
-  return std::string((std::istreambuf_iterator<char>(f)), {});
-}
-
 // SIGTERM to a worker rank: it tells rank 0 (which replays the leave on
 // every shard), stops and waits at the end; the others go on to the
 // budget, live_workers drops, and the launch exits 0. mpi.timeout is shorter
@@ -304,14 +302,14 @@ TEST(MpiCli, SigtermToAWorkerRankIsAGracefulLeaveAndTheRunCompletes) {
         "--eval-every 0.5 --budget 4 --checkpoint-every 0.5 --set mpi.timeout=3 --out " +
         out;
     const pid_t launcher = launch_until_training("5", args, out);
-    ASSERT_FALSE(CheckpointDirs(out).empty()) << slurp_file(out + ".log");
+    ASSERT_FALSE(CheckpointDirs(out).empty()) << slurp(out + ".log");
     const pid_t victim = rank_pid(out, 4);  // the last worker
     ASSERT_GT(victim, 0);
     kill(victim, SIGTERM);
     int status = 0;
     waitpid(launcher, &status, 0);
-    ASSERT_TRUE(WIFEXITED(status)) << slurp_file(out + ".log");
-    EXPECT_EQ(WEXITSTATUS(status), 0) << slurp_file(out + ".log");
+    ASSERT_TRUE(WIFEXITED(status)) << slurp(out + ".log");
+    EXPECT_EQ(WEXITSTATUS(status), 0) << slurp(out + ".log");
     const nlohmann::json s = summary(out);
     ASSERT_EQ(s["membership"].size(), 1u) << s.dump();
     const int servers = std::stoi(layout);
@@ -339,7 +337,7 @@ TEST(MpiCli, ASigkilledServerRankEndsTheLaunchNamingIt) {
       "--set mpi.timeout=10 --out " +
       out;
   const pid_t launcher = launch_until_training("4", args, out);
-  ASSERT_FALSE(CheckpointDirs(out).empty()) << slurp_file(out + ".log");
+  ASSERT_FALSE(CheckpointDirs(out).empty()) << slurp(out + ".log");
   const pid_t victim = rank_pid(out, 1);  // server shard 1
   ASSERT_GT(victim, 0);
   kill(victim, SIGKILL);
@@ -349,7 +347,7 @@ TEST(MpiCli, ASigkilledServerRankEndsTheLaunchNamingIt) {
   EXPECT_LT(std::chrono::steady_clock::now() - k0, std::chrono::seconds(20));
   EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_TRUE(pids_with(out).empty());
-  const std::string log = slurp_file(out + ".log");
+  const std::string log = slurp(out + ".log");
   EXPECT_NE(log.find("rank 1"), std::string::npos) << log;
 }
 

@@ -18,18 +18,14 @@
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/sim_runtime.h"
 #include "linear_job.h"
+#include "test_helpers.h"
 
 namespace hsgd {
 namespace {
 
-namespace fs = std::filesystem;
+using testing_helpers::slurp;
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+namespace fs = std::filesystem;
 
 // A kernel over per-worker samplers of the synthetic set: the simulator's
 // compute() without the simulator. Counts calls and can fail on demand.

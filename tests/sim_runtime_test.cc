@@ -17,18 +17,14 @@
 #include "hsgd/runtime/row.h"
 #include "hsgd/server/server.h"
 #include "linear_job.h"
+#include "test_helpers.h"
 
 namespace hsgd {
 namespace {
 
-namespace fs = std::filesystem;
+using testing_helpers::slurp;
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+namespace fs = std::filesystem;
 
 struct Sim : testing::LinearJob {
   explicit Sim(const std::vector<Override>& o, int64_t samples = 2000)

@@ -2,9 +2,12 @@
 // the simulator (fixed costs): the table, resumption, determinism, and bad
 // grid files (one line, exit 2).
 #include "cli_helpers.h"
+#include "test_helpers.h"
 
 namespace hsgd {
 namespace {
+
+using testing_helpers::slurp;
 
 std::string grid(const std::string& extra = "") {
   return "policies = [\"async\", \"sync\"]\n"
@@ -22,11 +25,6 @@ std::string grid(const std::string& extra = "") {
          "[axes]\n"
          "optim.lr = [0.01, 0.1]\n"
          "train.batch = [8, 32]\n";
-}
-
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 TEST(SweepCli, TableResumptionAndDeterminism) {

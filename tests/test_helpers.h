@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <initializer_list>
+#include <iterator>
 #include <string>
 #include <string_view>
 
@@ -28,6 +29,12 @@ inline void expect_input_error(const std::function<void()>& fn,
       EXPECT_NE(msg.find(p), std::string::npos) << msg << "\nmissing: " << p;
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
   }
+}
+
+// The bytes of the file at `path` ("" if it cannot be read).
+inline std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 // A fresh directory per test (CTest runs tests as parallel processes),

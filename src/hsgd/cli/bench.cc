@@ -7,76 +7,37 @@
 #include <filesystem>
 
 #include "hsgd/checkpoint/checkpoint.h"
+#include "hsgd/cli/bench_common.h"
 #include "hsgd/cli/commands.h"
 #include "hsgd/core/state.h"
 #include "hsgd/core/stats.h"
 #include "hsgd/data/readers.h"
 #include "hsgd/data/spec.h"
+#include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/runtime.h"
 #include "hsgd/server/server.h"
 
 namespace hsgd::cli {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-ModelSpec spec_for(const std::string& name, const Dataset& d) {
-  ModelSpec s;
-  s.name = name;
-  s.sample_shape = d.sample_shape;
-  s.num_classes = d.num_classes;
-  return s;
-}
+using Clock = SteadyClock;
 
 // Single-thread gradient throughput (samples/s), median over rounds.
 double compute_only(const ModelSpec& spec, const Dataset& train, int batch, int repeats) {
-  std::unique_ptr<Model> m = make_model(spec);
-  std::vector<float> p(static_cast<size_t>(m->num_params())), g(p.size());
-  m->bind(p, g);
-  m->init_params(1);
-  ShardSampler sampler(train, 0, 1, 1);
-  Batch b;
-  for (int i = 0; i < 10; ++i) {
-    sampler.next(batch, &b);
-    m->gradient(b);
-  }
+  GradientLoop loop(spec, train, batch, 10);
   std::vector<double> rates;
   for (int r = 0; r < repeats; ++r) {
     int steps = 0;
     const auto t0 = Clock::now();
     double el = 0;
     while (el < 0.5) {
-      sampler.next(batch, &b);
-      m->gradient(b);
+      loop.step();
       ++steps;
-      el = std::chrono::duration<double>(Clock::now() - t0).count();
+      el = since(t0);
     }
     rates.push_back(steps * batch / el);
   }
   return median(rates);
-}
-
-// Runs a job of `spec` on the data with config `c`, its metrics in a scratch
-// directory that is removed afterwards.
-RunResult run_job(const Config& c, const ModelSpec& spec, const Dataset& train,
-                  const Dataset& test) {
-  Job job;
-  job.config = &c;
-  job.train = &train;
-  job.test = &test;
-  job.make_model = [spec] { return make_model(spec); };
-  job.initial_params = initial_params(job.make_model, 1);
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           fmt::format("hsgd-bench-{}", static_cast<long>(getpid())))
-                              .string();
-  std::filesystem::create_directories(dir);
-  RunResult r;
-  {
-    Recorder rec(dir);
-    r = make_runtime(c)->run(job, &rec, nullptr);
-  }
-  std::filesystem::remove_all(dir);
-  return r;
 }
 
 // Threads-runtime throughput (samples per training second).
@@ -88,7 +49,7 @@ double runtime_rate(const ModelSpec& spec, const Dataset& train, const Dataset& 
                               {"train.eval_every", "1000000"},
                               {"train.eval_samples", "64"},
                               {"policy.name", policy}});
-  RunResult r = run_job(c, spec, train, test);
+  RunResult r = run_scratch(c, spec, train, test);
   return static_cast<double>(r.last.samples) / r.train_s;
 }
 
@@ -107,7 +68,7 @@ double server_ns_per_param(const std::string& optimizer, size_t n, int repeats) 
     const int pushes = 20;
     const auto t0 = Clock::now();
     for (int i = 0; i < pushes; ++i) server.on_push(0, server.version(), grad, 1, 0.0, 0.0);
-    const double el = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double el = since(t0);
     ns.push_back(el * 1e9 / (pushes * static_cast<double>(n)));
   }
   return median(ns);
@@ -125,7 +86,7 @@ double sim_rate(const Dataset& train, const Dataset& test, int workers, int batc
                               {"policy.name", "hybrid"},
                               {"sim.compute_time", "0.01"},
                               {"sim.server_ns_per_param", "1"}});
-  RunResult r = run_job(c, spec_for("softmax", train), train, test);
+  RunResult r = run_scratch(c, bench_spec("softmax", train), train, test);
   *gradients = r.gradients;
   return static_cast<double>(r.gradients) / r.real_train_s;
 }
@@ -161,14 +122,14 @@ void checkpoint_cost(size_t n, int repeats, double* write_s, double* resume_s) {
     CheckpointInfo info;
     info.id = id;
     store.write(info, {{"server", sw.take()}});
-    w_s.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    w_s.push_back(since(t0));
     std::vector<float> restored_params(n);
     std::unique_ptr<Server> restored = make(restored_params);
     const auto t1 = Clock::now();
     const Checkpoint ck = CheckpointStore::load_latest(dir, id);
     StateReader sr(ck.blob("server"), "server");
     restored->load(sr);
-    r_s.push_back(std::chrono::duration<double>(Clock::now() - t1).count());
+    r_s.push_back(since(t1));
   }
   std::filesystem::remove_all(dir);
   *write_s = median(w_s);
@@ -208,7 +169,7 @@ int bench(const BenchArgs& a) {
   std::printf("%-10s %10s %16s %16s %16s %10s %10s\n", "model", "params", "compute-only/s",
               "async 1 worker/s", "async 2 workers/s", "eff(1)", "eff(2)");
   for (const char* name : {"softmax", "mlp", "lenet5"}) {
-    const ModelSpec spec = spec_for(name, train);
+    const ModelSpec spec = bench_spec(name, train);
     if ((std::string(name) == "lenet5") && train.sample_shape != std::vector<int64_t>{1, 28, 28} &&
         train.sample_shape != std::vector<int64_t>{1, 32, 32}) {
       continue;
@@ -242,7 +203,7 @@ int bench(const BenchArgs& a) {
     std::vector<double> c_rates, s_rates, ratios;
     int64_t grads = 0;
     for (int r = 0; r < 3; ++r) {
-      c_rates.push_back(compute_only(spec_for("softmax", train), train, sb, a.repeats) / sb);
+      c_rates.push_back(compute_only(bench_spec("softmax", train), train, sb, a.repeats) / sb);
       s_rates.push_back(sim_rate(train, test, 256, sb, 20.0, &grads));
       ratios.push_back(s_rates.back() / c_rates.back());
     }

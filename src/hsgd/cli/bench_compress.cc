@@ -5,21 +5,19 @@
 
 #include <chrono>
 
+#include "hsgd/cli/bench_common.h"
 #include "hsgd/cli/commands.h"
 #include "hsgd/compress/stage.h"
 #include "hsgd/core/stats.h"
 #include "hsgd/data/readers.h"
 #include "hsgd/data/spec.h"
 #include "hsgd/model/model.h"
+#include "hsgd/runtime/clock.h"
 
 namespace hsgd::cli {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+using Clock = SteadyClock;
 
 }  // namespace
 
@@ -27,26 +25,17 @@ int bench_compress(const BenchArgs& a) {
   LoadedData loaded = load_data(a.data, SyntheticOptions{});
   const Dataset& train = loaded.train;
   const int batch = 64;
-  ModelSpec spec;
-  spec.name = a.model;
-  spec.sample_shape = train.sample_shape;
-  spec.num_classes = train.num_classes;
-  std::unique_ptr<Model> m = make_model(spec);
-  std::vector<float> p(static_cast<size_t>(m->num_params())), g(p.size());
-  m->bind(p, g);
-  m->init_params(1);
-  ShardSampler sampler(train, 0, 1, 1);
-  Batch b;
-  for (int i = 0; i < 5; ++i) {
-    sampler.next(batch, &b);
-    m->gradient(b);
-  }
+  const ModelSpec spec = bench_spec(a.model, train);
+  GradientLoop loop(spec, train, batch, 5);
+  Model* m = &loop.model();
+  const std::vector<float>& p = loop.params();
+  const std::vector<float>& g = loop.grads();
   std::vector<double> gt;
   for (int i = 0; i < 20; ++i) {
-    sampler.next(batch, &b);
+    loop.next_batch();
     const auto t0 = Clock::now();
-    m->gradient(b);
-    gt.push_back(seconds_since(t0));
+    loop.gradient();
+    gt.push_back(since(t0));
   }
   const double grad_s = median(gt);
   const std::vector<std::vector<int64_t>> shapes = m->param_shapes();
@@ -73,10 +62,10 @@ int bench_compress(const BenchArgs& a) {
     for (int i = 0; i < a.repeats * 4; ++i) {
       const auto t0 = Clock::now();
       stage.compress(g, 0, &bytes, sent);
-      enc.push_back(seconds_since(t0));
+      enc.push_back(since(t0));
       const auto t1 = Clock::now();
       decoder.decode(bytes, out, "bench");
-      dec.push_back(seconds_since(t1));
+      dec.push_back(since(t1));
     }
     const double e = median(enc), d = median(dec);
     std::printf("%-14s %12zu %10.1f %12.3f %12.3f %9.1f%%\n", name, bytes.size(),

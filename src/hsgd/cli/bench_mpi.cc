@@ -11,6 +11,7 @@
 #include <optional>
 #include <thread>
 
+#include "hsgd/cli/bench_common.h"
 #include "hsgd/cli/commands.h"
 #include "hsgd/core/error.h"
 #include "hsgd/core/stats.h"
@@ -187,22 +188,14 @@ int bench_mpi(const BenchArgs& a) {
     if (root) std::printf("\n(LeNet-5 skipped: the data is not 28x28 images)\n");
     return 0;
   }
-  ModelSpec spec;
-  spec.name = "lenet5";
-  spec.sample_shape = train.sample_shape;
-  spec.num_classes = train.num_classes;
+  const ModelSpec spec = bench_spec("lenet5", train);
   std::vector<double> mpi_rates, thr_rates, ratios;
   for (int round = 0; round < a.repeats; ++round) {
     double rates[2] = {0, 0};
     for (int k = 0; k < 2; ++k) {
       const bool over_mpi = k == 0;
       const Config c = config(over_mpi ? "mpi" : "threads", 2, a.seconds);
-      Job job;
-      job.config = &c;
-      job.train = &train;
-      job.test = &test;
-      job.make_model = [spec] { return make_model(spec); };
-      job.initial_params = initial_params(job.make_model, 1);
+      const Job job = bench_job(c, spec, train, test);
       if (over_mpi || root) {
         const RunResult r = run(job, over_mpi ? MPI_COMM_WORLD : MPI_COMM_NULL, rank);
         if (root) rates[k] = static_cast<double>(r.last.samples) / r.train_s;

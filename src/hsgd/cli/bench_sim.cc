@@ -14,47 +14,31 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "hsgd/cli/bench_common.h"
 #include "hsgd/cli/commands.h"
 #include "hsgd/core/stats.h"
 #include "hsgd/data/readers.h"
 #include "hsgd/data/spec.h"
+#include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/runtime.h"
 
 namespace hsgd::cli {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = SteadyClock;
 
-ModelSpec spec_of(const std::string& name, const Dataset& d, std::vector<int64_t> hidden = {128}) {
-  ModelSpec s;
-  s.name = name;
-  s.sample_shape = d.sample_shape;
-  s.num_classes = d.num_classes;
-  s.hidden = std::move(hidden);
-  return s;
-}
 
 // One thread calling Model::gradient on consecutive batches: gradients/s
 // over `seconds`.
 double compute_only_rate(const ModelSpec& spec, const Dataset& train, int batch, double seconds) {
-  std::unique_ptr<Model> m = make_model(spec);
-  std::vector<float> p(static_cast<size_t>(m->num_params())), g(p.size());
-  m->bind(p, g);
-  m->init_params(1);
-  ShardSampler sampler(train, 0, 1, 1);
-  Batch b;
-  for (int i = 0; i < 3; ++i) {
-    sampler.next(batch, &b);
-    m->gradient(b);
-  }
+  GradientLoop loop(spec, train, batch, 3);
   int steps = 0;
   const auto t0 = Clock::now();
   double el = 0;
   while (el < seconds) {
-    sampler.next(batch, &b);
-    m->gradient(b);
+    loop.step();
     ++steps;
-    el = std::chrono::duration<double>(Clock::now() - t0).count();
+    el = since(t0);
   }
   return steps / el;
 }
@@ -74,23 +58,7 @@ RunResult sim_run(const ModelSpec& spec, const Dataset& train, const Dataset& te
                               {"sim.threads", std::to_string(threads)},
                               {"sim.compute_time", fmt::format("{:.17g}", compute_time)},
                               {"sim.server_ns_per_param", "0.5"}});
-  Job job;
-  job.config = &c;
-  job.train = &train;
-  job.test = &test;
-  job.make_model = [spec] { return make_model(spec); };
-  job.initial_params = initial_params(job.make_model, 1);
-  const std::string dir = (std::filesystem::temp_directory_path() /
-                           fmt::format("hsgd-bench-sim-{}", static_cast<long>(getpid())))
-                              .string();
-  std::filesystem::create_directories(dir);
-  RunResult r;
-  {
-    Recorder rec(dir);
-    r = make_runtime(c)->run(job, &rec, nullptr);
-  }
-  std::filesystem::remove_all(dir);
-  return r;
+  return run_scratch(c, spec, train, test);
 }
 
 // User + system CPU seconds of this process so far (every thread).
@@ -132,7 +100,7 @@ int bench_sim(const BenchArgs& a) {
               "compute/s", "sim 1t/s", "sim 2t/s", "2t comp/s", "1t/c", "2t/c", "2t/1t",
               "cpu us/c", "cpu us/2t", "cpu eff");
   for (const char* name : {"softmax", "lenet5"}) {
-    const ModelSpec spec = spec_of(name, train);
+    const ModelSpec spec = bench_spec(name, train);
     if (std::string(name) == "lenet5" && train.sample_shape != std::vector<int64_t>{1, 28, 28} &&
         train.sample_shape != std::vector<int64_t>{1, 32, 32}) {
       continue;
@@ -186,10 +154,10 @@ int bench_sim(const BenchArgs& a) {
     double budget;
   };
   const std::vector<MemCase> mem = {
-      {"lenet5 sync", spec_of("lenet5", train), "sync", 0.02},
-      {"lenet5 async", spec_of("lenet5", train), "async", 0.02},
-      {"mlp 10M sync", spec_of("mlp", train, {12500}), "sync", 0.3},
-      {"mlp 10M hybrid", spec_of("mlp", train, {12500}), "hybrid", 0.3},
+      {"lenet5 sync", bench_spec("lenet5", train), "sync", 0.02},
+      {"lenet5 async", bench_spec("lenet5", train), "async", 0.02},
+      {"mlp 10M sync", bench_spec("mlp", train, {12500}), "sync", 0.3},
+      {"mlp 10M hybrid", bench_spec("mlp", train, {12500}), "hybrid", 0.3},
   };
   for (const MemCase& m : mem) {
     if (m.spec.name == "lenet5" && train.sample_shape != std::vector<int64_t>{1, 28, 28} &&
@@ -206,7 +174,7 @@ int bench_sim(const BenchArgs& a) {
         "%lld gradients, %.1f s)\n",
         m.label, static_cast<long long>(np), 4.0 * static_cast<double>(np) / 1e6, peak_rss_mb(),
         before, static_cast<long long>(r.gradients),
-        std::chrono::duration<double>(Clock::now() - t0).count());
+        since(t0));
     std::fflush(stdout);
   }
   return 0;

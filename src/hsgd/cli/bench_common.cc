@@ -1,0 +1,62 @@
+#include "hsgd/cli/bench_common.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "hsgd/metrics/recorder.h"
+
+namespace hsgd::cli {
+
+ModelSpec bench_spec(const std::string& name, const Dataset& d, std::vector<int64_t> hidden) {
+  ModelSpec s;
+  s.name = name;
+  s.sample_shape = d.sample_shape;
+  s.num_classes = d.num_classes;
+  s.hidden = std::move(hidden);
+  return s;
+}
+
+GradientLoop::GradientLoop(const ModelSpec& spec, const Dataset& train, int batch, int warmup)
+    : model_(make_model(spec)),
+      params_(static_cast<size_t>(model_->num_params())),
+      grads_(params_.size()),
+      sampler_(train, 0, 1, 1),
+      batch_size_(batch) {
+  model_->bind(params_, grads_);
+  model_->init_params(1);
+  for (int i = 0; i < warmup; ++i) step();
+}
+
+void GradientLoop::next_batch() { sampler_.next(batch_size_, &batch_); }
+
+double GradientLoop::gradient() { return model_->gradient(batch_); }
+
+Job bench_job(const Config& c, const ModelSpec& spec, const Dataset& train, const Dataset& test) {
+  Job job;
+  job.config = &c;
+  job.train = &train;
+  job.test = &test;
+  job.make_model = [spec] { return make_model(spec); };
+  job.initial_params = initial_params(job.make_model, 1);
+  return job;
+}
+
+RunResult run_scratch(const Config& c, const ModelSpec& spec, const Dataset& train,
+                      const Dataset& test) {
+  const Job job = bench_job(c, spec, train, test);
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           fmt::format("hsgd-bench-{}", static_cast<long>(getpid())))
+                              .string();
+  std::filesystem::create_directories(dir);
+  RunResult r;
+  {
+    Recorder rec(dir);
+    r = make_runtime(c)->run(job, &rec, nullptr);
+  }
+  std::filesystem::remove_all(dir);
+  return r;
+}
+
+}  // namespace hsgd::cli
