@@ -52,8 +52,7 @@ bench-sim: build
 PEERS_SECONDS ?= 20
 PEERS_ROUNDS ?= 1
 bench-peers: build
-	/usr/bin/python3 -c 'import torch' 2>/dev/null || \
-	  (apt-get update && apt-get install -y --no-install-recommends python3-torch python3-numpy)
+	bash scripts/apt-ensure.sh bench-peers python3-torch python3-numpy
 	/usr/bin/python3 bench/peers/peers.py --hsgd $(BUILD)/hsgd --seconds $(PEERS_SECONDS) \
 	  --rounds $(PEERS_ROUNDS)
 
