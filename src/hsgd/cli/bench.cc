@@ -56,13 +56,8 @@ double runtime_rate(const ModelSpec& spec, const Dataset& train, const Dataset& 
 // Server cost of one async update (accumulate + SGD step) per parameter.
 double server_ns_per_param(const std::string& optimizer, size_t n, int repeats) {
   std::vector<float> params(n, 0.0f), grad(n, 1e-6f);
-  ServerOptions so;
-  so.workers = 1;
-  PolicyOptions po;
-  po.kind = "async";
-  OptimizerOptions oo;
-  oo.kind = optimizer;
-  Server server(params, so, make_policy(po, 1, 0.01), make_optimizer(oo, n));
+  const std::unique_ptr<Server> owned = async_server(params, optimizer);
+  Server& server = *owned;
   std::vector<double> ns;
   for (int r = 0; r < repeats; ++r) {
     const int pushes = 20;

@@ -59,4 +59,15 @@ RunResult run_scratch(const Config& c, const ModelSpec& spec, const Dataset& tra
   return r;
 }
 
+std::unique_ptr<Server> async_server(std::span<float> params, const std::string& optimizer) {
+  ServerOptions so;
+  so.workers = 1;
+  PolicyOptions po;
+  po.kind = "async";
+  OptimizerOptions oo;
+  oo.kind = optimizer;
+  return std::make_unique<Server>(params, so, make_policy(po, 1, 0.01),
+                                  make_optimizer(oo, params.size()));
+}
+
 }  // namespace hsgd::cli

@@ -10,6 +10,7 @@
 #include "hsgd/data/dataset.h"
 #include "hsgd/model/model.h"
 #include "hsgd/runtime/runtime.h"
+#include "hsgd/server/server.h"
 
 namespace hsgd::cli {
 
@@ -49,5 +50,9 @@ Job bench_job(const Config& c, const ModelSpec& spec, const Dataset& train, cons
 // Runs bench_job(...) with metrics in a scratch directory removed afterwards.
 RunResult run_scratch(const Config& c, const ModelSpec& spec, const Dataset& train,
                       const Dataset& test);
+
+// A one-worker async server over `params` with `optimizer` (lr 0.01): each
+// push is an update (K = 1 skips the buffer). For the server-cost figures.
+std::unique_ptr<Server> async_server(std::span<float> params, const std::string& optimizer);
 
 }  // namespace hsgd::cli

@@ -7,14 +7,16 @@
 #include <cstdio>
 #include <vector>
 
+#include "hsgd/cli/bench_common.h"
 #include "hsgd/cli/commands.h"
 #include "hsgd/core/stats.h"
+#include "hsgd/runtime/clock.h"
 #include "hsgd/server/server.h"
 
 namespace hsgd::cli {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = SteadyClock;
 
 // Median GB/s of the triad over n floats (12 bytes per element: two reads,
 // one write; write-allocate traffic not counted, as STREAM does).
@@ -25,7 +27,7 @@ double triad_gbs(size_t n, int repeats) {
     const auto t0 = Clock::now();
     const float s = 0.5f + static_cast<float>(k) * 1e-3f;
     for (size_t i = 0; i < n; ++i) a[i] = b[i] + s * c[i];
-    const double el = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double el = since(t0);
     if (k > 0) r.push_back(12.0 * static_cast<double>(n) / el / 1e9);  // first: warm-up
   }
   volatile float sink = a[n / 2];
@@ -40,19 +42,14 @@ double triad_gbs(size_t n, int repeats) {
 // read and written (Adam: 28).
 double server_gbs(const std::string& optimizer, size_t n, int repeats, double bytes_per_param) {
   std::vector<float> params(n, 0.0f), grad(n, 1e-6f);
-  ServerOptions so;
-  so.workers = 1;
-  PolicyOptions po;
-  po.kind = "async";
-  OptimizerOptions oo;
-  oo.kind = optimizer;
-  Server server(params, so, make_policy(po, 1, 0.01), make_optimizer(oo, n));
+  const std::unique_ptr<Server> owned = async_server(params, optimizer);
+  Server& server = *owned;
   server.on_push(0, server.version(), grad, 1, 0.0, 0.0);  // warm-up: touches every buffer
   std::vector<double> r;
   for (int k = 0; k < repeats; ++k) {
     const auto t0 = Clock::now();
     server.on_push(0, server.version(), grad, 1, 0.0, 0.0);
-    const double el = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double el = since(t0);
     r.push_back(bytes_per_param * static_cast<double>(n) / el / 1e9);
   }
   return median(r);

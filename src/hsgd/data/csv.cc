@@ -12,7 +12,6 @@
 namespace hsgd {
 namespace {
 
-using data_internal::LineReader;
 
 [[noreturn]] void fail_field(const std::string& path, int64_t line, size_t field,
                              const std::string& expected, std::string_view got) {
@@ -33,21 +32,11 @@ Dataset parse_csv(const std::string& path, std::string_view raw) {
   Dataset d;
   d.name = path;
   size_t width = 0;        // fields per row, set by the first row
-  int64_t blank_line = 0;  // first blank line seen after data, 0 if none
   int32_t max_label = -1;
-  LineReader lines(text);
+  data_internal::RowReader rows(text, path);
   std::string_view line;
   int64_t line_no = 0;
-  while (lines.next(&line, &line_no)) {
-    if (data_internal::is_blank(line)) {
-      if (blank_line == 0) blank_line = line_no;
-      continue;
-    }
-    if (blank_line != 0) {
-      throw InputError(fmt::format(
-          "{}:line {}: expected a data row, got a blank line (blank lines may only end the file)",
-          path, blank_line));
-    }
+  while (rows.next(&line, &line_no)) {
     if (width == 0) {
       width = count_fields(line);
       if (width < 2) {

@@ -174,21 +174,12 @@ Dataset parse_criteo(const std::string& path, std::string_view raw, int64_t rows
   d.sample_shape = {static_cast<int64_t>(kCriteoInts)};
   d.num_classes = 2;
   d.categorical_rows.assign(kCriteoCats, rows);
-  data_internal::LineReader lines(text);
+  data_internal::RowReader lines(text, path);
   std::string_view line;
-  int64_t line_no = 0, blank_line = 0;
+  int64_t line_no = 0;
   std::string_view f[kCriteoFields];
   const auto buckets = static_cast<uint64_t>(rows - 1);
   while (lines.next(&line, &line_no)) {
-    if (data_internal::is_blank(line)) {
-      if (blank_line == 0) blank_line = line_no;
-      continue;
-    }
-    if (blank_line != 0) {
-      throw InputError(fmt::format(
-          "{}:line {}: expected a data row, got a blank line (blank lines may only end the file)",
-          path, blank_line));
-    }
     size_t count = 0, start = 0;
     for (size_t i = 0; i <= line.size(); ++i) {
       if (i == line.size() || line[i] == '\t') {

@@ -57,21 +57,10 @@ Dataset parse_libsvm(const std::string& path, std::string_view raw) {
   std::vector<Entry> entries;
   int64_t max_index = 0;
   int32_t max_label = -1;
-  int64_t blank_line = 0;
-  data_internal::LineReader lines(text);
+  data_internal::RowReader rows(text, path, '#');
   std::string_view line;
   int64_t line_no = 0;
-  while (lines.next(&line, &line_no)) {
-    line = line.substr(0, line.find('#'));
-    if (data_internal::is_blank(line)) {
-      if (blank_line == 0) blank_line = line_no;
-      continue;
-    }
-    if (blank_line != 0) {
-      throw InputError(fmt::format(
-          "{}:line {}: expected a data row, got a blank line (blank lines may only end the file)",
-          path, blank_line));
-    }
+  while (rows.next(&line, &line_no)) {
     std::string_view rest = line;
     std::string_view label_token = next_token(&rest);
     auto label = data_internal::parse_label(label_token);

@@ -1,9 +1,13 @@
 #include "hsgd/data/text_lines.h"
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
+
+#include "hsgd/core/error.h"
 
 namespace hsgd::data_internal {
 namespace {
@@ -14,6 +18,25 @@ std::string_view strip_plus(std::string_view s) {
 }
 
 }  // namespace
+
+bool RowReader::next(std::string_view* row, int64_t* line_no) {
+  std::string_view line;
+  while (lines_.next(&line, line_no)) {
+    if (comment_ != '\0') line = line.substr(0, line.find(comment_));
+    if (is_blank(line)) {
+      if (blank_line_ == 0) blank_line_ = *line_no;
+      continue;
+    }
+    if (blank_line_ != 0) {
+      throw InputError(fmt::format(
+          "{}:line {}: expected a data row, got a blank line (blank lines may only end the file)",
+          path_, blank_line_));
+    }
+    *row = line;
+    return true;
+  }
+  return false;
+}
 
 bool LineReader::next(std::string_view* line, int64_t* line_no) {
   if (done_) return false;

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace hsgd::data_internal {
 
@@ -20,6 +21,24 @@ class LineReader {
   std::string_view rest_;
   int64_t line_no_ = 0;
   bool done_ = false;
+};
+
+// Yields the data rows of a text file: its lines that are not blank, with
+// their 1-based numbers. Blank lines may only end the file: a row after one
+// is an InputError naming `path` and the blank line. With `comment` set, a
+// line is cut at its first `comment` character before it is looked at.
+class RowReader {
+ public:
+  RowReader(std::string_view text, std::string path, char comment = '\0')
+      : lines_(text), path_(std::move(path)), comment_(comment) {}
+  // False at the end of the text.
+  bool next(std::string_view* row, int64_t* line_no);
+
+ private:
+  LineReader lines_;
+  std::string path_;
+  char comment_;
+  int64_t blank_line_ = 0;  // the first blank line seen, 0 if none
 };
 
 // `s` without leading and trailing spaces and tabs.
