@@ -163,22 +163,28 @@ EvalResult TorchModel::evaluate(const Dataset& data) {
                      " feature values for " + std::to_string(n) + " samples");
   }
   check_labels(data.name, data.labels.data(), n);
+  return evaluate_chunked(data, input_shape_, sample_size_, kEvalChunk,
+                          [this](const torch::Tensor& x) { return net_.forward(x); });
+}
+
+EvalResult evaluate_chunked(const Dataset& data, std::vector<int64_t> shape, int64_t sample_size,
+                            int64_t chunk,
+                            const std::function<torch::Tensor(const torch::Tensor&)>& forward) {
+  const int64_t n = data.size();
   EvalResult r;
   if (n == 0) return r;
-
   torch::NoGradGuard no_grad;
-  std::vector<int64_t> shape = input_shape_;
   double loss_sum = 0.0;
   int64_t correct = 0;
-  for (int64_t begin = 0; begin < n; begin += kEvalChunk) {
-    const int64_t m = std::min(kEvalChunk, n - begin);
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    const int64_t m = std::min(chunk, n - begin);
     shape[0] = m;
     const torch::Tensor x = torch::from_blob(
-        const_cast<float*>(data.features.data()) + begin * sample_size_, shape, torch::kFloat32);
+        const_cast<float*>(data.features.data()) + begin * sample_size, shape, torch::kFloat32);
     const torch::Tensor y =
         torch::from_blob(const_cast<int32_t*>(data.labels.data()) + begin, {m}, torch::kInt32)
             .to(torch::kInt64);
-    const torch::Tensor logits = net_.forward(x);
+    const torch::Tensor logits = forward(x);
     loss_sum +=
         torch::nn::functional::cross_entropy(
             logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))

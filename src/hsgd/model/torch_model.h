@@ -59,6 +59,13 @@ void bind_views(std::vector<torch::Tensor>& params, std::span<float> flat, std::
 torch::Tensor batch_loss(const torch::Tensor& logits, const torch::Tensor& labels,
                          const Batch& batch, std::span<float> losses, torch::Tensor* weights);
 
+// Test loss and accuracy of `forward` (a classifier's logits) over `data`,
+// in chunks of `chunk` samples shaped `input_shape` (its first dimension is
+// set per chunk), without autograd. The caller has checked the data.
+EvalResult evaluate_chunked(const Dataset& data, std::vector<int64_t> input_shape,
+                            int64_t sample_size, int64_t chunk,
+                            const std::function<torch::Tensor(const torch::Tensor&)>& forward);
+
 class TorchModel final : public Model {
  public:
   // Throws InputError if a forward pass on a sample of `sample_shape` fails

@@ -260,29 +260,9 @@ EvalResult TorchScriptModel::evaluate(const Dataset& data) {
   EvalResult r;
   if (n == 0) return r;
   recompute_buffers();
-  torch::NoGradGuard no_grad;
   set_training(false);
-  std::vector<int64_t> shape = input_shape_;
-  double loss_sum = 0.0;
-  int64_t correct = 0;
-  for (int64_t begin = 0; begin < n; begin += kEvalChunk) {
-    const int64_t m = std::min(kEvalChunk, n - begin);
-    shape[0] = m;
-    const torch::Tensor x = torch::from_blob(
-        const_cast<float*>(data.features.data()) + begin * sample_size_, shape, torch::kFloat32);
-    const torch::Tensor y =
-        torch::from_blob(const_cast<int32_t*>(data.labels.data()) + begin, {m}, torch::kInt32)
-            .to(torch::kInt64);
-    const torch::Tensor logits = forward(x);
-    loss_sum +=
-        torch::nn::functional::cross_entropy(
-            logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-            .item<double>();
-    correct += logits.argmax(1).eq(y).sum().item<int64_t>();
-  }
-  r.loss = loss_sum / static_cast<double>(n);
-  r.accuracy = static_cast<double>(correct) / static_cast<double>(n);
-  return r;
+  return evaluate_chunked(data, input_shape_, sample_size_, kEvalChunk,
+                          [this](const torch::Tensor& x) { return forward(x); });
 }
 
 std::unique_ptr<Model> make_torchscript_model(const ModelSpec& spec, const Dataset* calibration) {
