@@ -13,6 +13,7 @@
 
 #include "hsgd/cli/commands.h"
 #include "hsgd/cli/progress.h"
+#include "hsgd/cli/sparse_summary.h"
 #include "hsgd/core/error.h"
 #include "hsgd/data/spec.h"
 #include "hsgd/metrics/plot.h"
@@ -294,6 +295,7 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
                            {"compress_s", r.compress.compress_s},
                            {"plain_bytes_per_message", 4 * static_cast<int64_t>(r.params.size())}};
   }
+  if (r.sparse.on) summary["sparse"] = sparse_summary(r.sparse, c.train.runtime);  // issue 16
   write_file_atomic(out + "/summary.json", summary.dump(2) + "\n");
   recorder.finish();
   std::string plot_note;

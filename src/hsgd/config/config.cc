@@ -767,11 +767,6 @@ void validate(const Config& c) {
                      std::to_string(c.model.embedding_dim));
   }
   if (c.model.sparse) {
-    if (c.train.runtime == "mpi") {
-      throw InputError(
-          "model.sparse = true: runs on train.runtime = threads or sim, not mpi (row-sparse mpi "
-          "is not implemented)");
-    }
     if (c.policy.kind == "local" || c.policy.kind == "hogwild") {
       throw InputError("model.sparse = true: not supported with policy " + c.policy.kind +
                        " (workers push model deltas or write shared memory)");

@@ -14,11 +14,13 @@
 #include <thread>
 
 #include "hsgd/core/error.h"
+#include "hsgd/mpi/sparse.h"
 #include "hsgd/mpi/transport.h"
 #include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/row.h"
+#include "hsgd/runtime/sparse_rows.h"
 #include "hsgd/server/server.h"
 
 namespace hsgd {
@@ -37,8 +39,10 @@ struct Layout {
   double timeout = 120;
   size_t num_params = 0;
   std::vector<Shard> shards;
+  RowLayout rows;  // model.sparse: the rows (rows = 0 otherwise); shards cover the dense part
 
   int worker_rank(int w) const { return servers + w; }
+  RowLink row_link(int64_t batch) const { return RowLink{comm, servers, workers, timeout, batch}; }
 };
 
 // One server shard: its slice of the parameters, its replica of the server
@@ -72,6 +76,10 @@ class ShardServer {
                           &gather_send_),
             "MPI_Send_init");
     }
+    if (l.rows.rows > 0) {  // model.sparse: this rank's rows (mpi/sparse.h)
+      sparse_ = std::make_unique<SparseShard>(job, l.rows, l.row_link(c.train.batch), shard,
+                                              initial, *server_);
+    }
   }
   ~ShardServer() {
     for (MPI_Request& r : grad_recv_) cancel_and_free(&r);
@@ -83,12 +91,14 @@ class ShardServer {
 
   Server& server() { return *server_; }
   std::span<const float> params() const { return params_; }
+  SparseShard* sparse() { return sparse_.get(); }  // model.sparse, else null
 
   // Worker w's push, once its gradient slice is in; restarts the receive for
   // its next one.
   Decision push(int w, uint64_t version, int64_t batch, double loss, double seconds) {
     take_gradient(w);
     settle();  // parameter sends in flight read the buffer the update writes
+    if (sparse_) loss = sparse_->stage(w, loss);  // its rows join with its dense part
     Decision d = server_->on_push(w, version, grads_[static_cast<size_t>(w)], batch, loss, seconds);
     check(MPI_Start(&grad_recv_[static_cast<size_t>(w)]), "MPI_Start");
     return d;
@@ -105,12 +115,14 @@ class ShardServer {
       return fmt::format("sending shard {}'s parameters to {}", shard_, worker_name(w, l_.servers));
     });
     check(MPI_Start(r), "MPI_Start");
+    if (sparse_) sparse_->send_rows(w);
   }
   // Sends this shard's parameters to rank 0 for evaluation.
   void send_gather() {
     wait_one(&gather_send_, l_.timeout,
              [&] { return fmt::format("sending shard {}'s parameters to rank 0", shard_); });
     check(MPI_Start(&gather_send_), "MPI_Start");
+    if (sparse_) sparse_->send_gather();
   }
   // This shard's server state (its parameters slice and all), for a
   // checkpoint; waits for the sends in flight first.
@@ -157,6 +169,7 @@ class ShardServer {
   std::vector<std::vector<float>> grads_;
   std::vector<MPI_Request> grad_recv_, param_send_;
   MPI_Request gather_send_ = MPI_REQUEST_NULL;
+  std::unique_ptr<SparseShard> sparse_;  // model.sparse: attached to server_
 };
 
 // A server rank other than 0: replays rank 0's events on its shard.
@@ -221,6 +234,9 @@ void run_replica(const Job& job, const Layout& l, const std::vector<float>& init
       case Event::kStop:
         shard.settle();
         return;
+      case kEventRows:  // model.sparse: the worker's row message, in rank 0's order
+        shard.sparse()->take(e.worker);
+        break;
       default:
         throw MpiError(
             fmt::format("server shard {} received an unknown event type {}", l.rank, e.type));
@@ -253,10 +269,18 @@ bool run_worker(const Job& job, const Layout& l, bool resuming) {
   std::optional<LocalWorker> local;
   if (local_h > 0) local.emplace(make_local_worker(c, l.num_params));
   DelayModel delays(c.stragglers, l.workers, c.train.seed);
+  std::optional<SparseWorkerLink> sparse;  // model.sparse: rows to and from their ranks
+  if (l.rows.rows > 0) sparse.emplace(*model, l.rows, l.row_link(c.train.batch), id, params);
   // A worker's checkpoint state: sampler, delay streams, local momentum.
   const auto save_state = [&] {
     StateWriter w;
-    save_sampler(sampler, w);
+    if (sparse) {  // the sampler before the batch it drew for its next pull
+      ShardSampler at_draw = sampler;
+      at_draw.restore(sparse->before_draw());
+      save_sampler(at_draw, w);
+    } else {
+      save_sampler(sampler, w);
+    }
     delays.save(w);
     w.put<uint8_t>(local.has_value());
     if (local) local->save(w);
@@ -317,6 +341,8 @@ bool run_worker(const Job& job, const Layout& l, bool resuming) {
   // version of the parameters now in `params`, or nothing at stop.
   const auto exchange = [&](bool push) -> std::optional<uint64_t> {
     check(MPI_Startall(as_count(S), param_recv.data()), "MPI_Startall");
+    const bool rows = sparse && request.type != Request::kLeave;
+    if (rows) sparse->start(push);  // row messages go before the request
     check(MPI_Start(&control[1]), "MPI_Start");
     if (push) check(MPI_Startall(as_count(S), grad_send.data()), "MPI_Startall");
     check(MPI_Start(&control[0]), "MPI_Start");
@@ -343,20 +369,25 @@ bool run_worker(const Job& job, const Layout& l, bool resuming) {
         check(MPI_Wait(&r, MPI_STATUS_IGNORE), "MPI_Wait");
       }
     }
+    if (rows) sparse->finish(version.has_value());
     wait_all(control, l.timeout, [&] { return fmt::format("on {} sending its request", me); });
     wait_all(grad_send, l.timeout,
              [&] { return fmt::format("on {} sending its gradient to the server shards", me); });
+    if (rows) sparse->settle();
     return version;
   };
 
   request.type = Request::kPull;
+  if (sparse) sparse->prepare(sampler, c.train.batch);  // the first pull's rows
   std::optional<uint64_t> version = exchange(false);
   Batch batch;
   while (version) {
     int64_t pushed = 0;
     const auto t0 = SteadyClock::now();
-    const double loss = compute_push(*model, params, grads, sampler, c.train.batch,
-                                     local ? &*local : nullptr, local_h, &batch, &pushed);
+    const double loss = sparse ? sparse->compute(&pushed)
+                               : compute_push(*model, params, grads, sampler, c.train.batch,
+                                              local ? &*local : nullptr, local_h, &batch, &pushed);
+    if (sparse) sparse->prepare(sampler, c.train.batch);  // the next pull's rows
     const double delay = delays.extra_seconds(id, since(t0));
     if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
     if (g_leave_requested) {  // a graceful leave: the gradient in hand is dropped
@@ -573,6 +604,7 @@ class Primary {
     for (int w = 0; w < l_.workers; ++w) result.worker_pushes.push_back(server().clock(w));
     result.membership = membership_;
     result.stopped = stopped_;
+    if (shard_.sparse()) result.sparse = shard_.sparse()->gathered();
     return result;
   }
 
@@ -639,6 +671,11 @@ class Primary {
   void handle(int w) {
     const auto i = static_cast<size_t>(w);
     const Request r = requests_[i];
+    if (shard_.sparse() && (r.type == Request::kPush || r.type == Request::kPull)) {
+      // model.sparse: every rank takes the row message that came with it.
+      shard_.sparse()->take(w);
+      emit(Event{.type = kEventRows, .worker = w});
+    }
     if (skip_request_[i]) {
       skip_request_[i] = 0;
       if (state_[i] != kDone) check(MPI_Start(&req_recv_[i]), "MPI_Start");
@@ -866,6 +903,7 @@ class Primary {
     wait_all(gather_recv_, l_.timeout, [] {
       return std::string("on server shard 0 gathering the other shards' parameters for evaluation");
     });
+    if (shard_.sparse()) shard_.sparse()->gather(eval_params_);  // and every rank's rows
     const ServerStats st = server().take_stats();
     const EvalResult e = model_->evaluate(test_);
     const double idle_total = idle_.total(time_s);
@@ -959,7 +997,9 @@ RunResult MpiRuntime::run(const Job& job, Recorder* recorder, Observer* observer
   if (l.rank >= l.servers) catch_leave_signals();  // a graceful leave (issue 10)
   l.timeout = c.mpi.timeout;
   l.num_params = job.initial_params.size();
-  check_launch(l.ranks, l.servers, static_cast<int64_t>(l.num_params));
+  l.rows = sparse_layout(job);  // model.sparse: dense slices + rows by id (mpi/sparse.h)
+  const size_t sliced = l.rows.rows > 0 ? static_cast<size_t>(l.rows.dense) : l.num_params;
+  check_launch(l.ranks, l.servers, static_cast<int64_t>(sliced));
   if (c.train.workers != l.workers) {
     throw InputError(fmt::format(
         "train.workers = {}: under the mpi runtime the workers are the {} ranks after the {} "
@@ -970,7 +1010,7 @@ RunResult MpiRuntime::run(const Job& job, Recorder* recorder, Observer* observer
     throw InputError(fmt::format("train.workers = {}: the training set has only {} samples",
                                  l.workers, job.train->size()));
   }
-  l.shards = split(l.num_params, l.servers);
+  l.shards = split(sliced, l.servers);
   check_same_job(l, job);
 
   // Rank 0's initial parameters for every server (the same seed may not give

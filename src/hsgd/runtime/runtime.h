@@ -14,6 +14,7 @@
 #include "hsgd/data/partition.h"
 #include "hsgd/metrics/recorder.h"
 #include "hsgd/model/model.h"
+#include "hsgd/server/sparse.h"
 
 namespace hsgd {
 
@@ -71,6 +72,19 @@ class Observer {
   virtual void on_status(const Status&) {}
 };
 
+// model.sparse (issue 16): the row tables' counts since the start, over
+// every server rank on mpi (summary.json "sparse").
+struct SparseResult {
+  bool on = false;
+  int64_t dense = 0;       // dense parameters
+  int64_t dim = 0;         // embedding width
+  int64_t num_params = 0;  // dense + every row: what a dense message carries
+  RowStats stats;
+  // Per server rank (one entry on threads and sim): the rows its table
+  // holds and the bytes of its row state (rows, optimizer state, versions).
+  std::vector<int64_t> server_rows, server_state_bytes;
+};
+
 struct RunResult {
   std::vector<float> params;  // final parameters
   MetricsRow last;            // the final evaluation
@@ -99,6 +113,7 @@ struct RunResult {
   // Every leave and join during the run, in order (issue 10; summary.json
   // "membership"). Empty when membership never changed.
   std::vector<MembershipEvent> membership;
+  SparseResult sparse;  // model.sparse
   // False on the MPI ranks other than 0: they hold no results (every other
   // field is left empty) and write nothing.
   bool primary = true;

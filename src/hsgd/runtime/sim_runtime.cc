@@ -233,6 +233,7 @@ class SimRun final : public PushKernel {
     result.compress_on = compress_ != nullptr;
     result.compress = counters_;
     result.membership = membership_.log();
+    if (rows_) result.sparse = sparse_result(layout_, *rows_, static_cast<int64_t>(params_.size()));
     return result;
   }
 
@@ -338,7 +339,7 @@ class SimRun final : public PushKernel {
           // model.sparse: the dense part and the batch's rows, both ways;
           // computed now, on this thread (the rows are pulled for the batch).
           sparse_->prepare(sw.sampler, c_.train.batch);
-          sparse_->pull(server_, *rows_);
+          sparse_->pull(w, server_, *rows_);
           int64_t samples = 0;
           const double loss = sparse_->compute(&samples);
           sparse_->take_rows(&sw.rows);

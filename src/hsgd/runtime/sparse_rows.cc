@@ -38,6 +38,18 @@ std::unique_ptr<RowTable> attach_rows(const Job& job, const RowLayout& layout,
   return table;
 }
 
+SparseResult sparse_result(const RowLayout& layout, const RowTable& table, int64_t num_params) {
+  SparseResult r;
+  r.on = true;
+  r.dense = layout.dense;
+  r.dim = layout.dim;
+  r.num_params = num_params;
+  r.stats = table.stats();
+  r.server_rows = {table.rows()};
+  r.server_state_bytes = {table.state_bytes()};
+  return r;
+}
+
 SparseWorker::SparseWorker(Model& model, const RowLayout& layout, std::span<float> params,
                            std::span<float> grads)
     : model_(model), layout_(layout), params_(params), grads_(grads) {}
@@ -50,10 +62,10 @@ void SparseWorker::prepare(ShardSampler& sampler, int64_t batch_size) {
   pending_ = true;
 }
 
-void SparseWorker::pull(const Server& server, const RowTable& table) {
+void SparseWorker::pull(int worker, const Server& server, RowTable& table) {
   const std::span<const float> dense = server.params();
   std::copy(dense.begin(), dense.end(), params_.begin());
-  table.pull(rows_, row_buf_);
+  table.pull(worker, rows_, row_buf_);
   const auto d = static_cast<size_t>(layout_.dim);
   float* base = params_.data() + layout_.dense;
   for (size_t k = 0; k < rows_.size(); ++k) {

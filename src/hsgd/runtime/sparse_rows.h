@@ -31,6 +31,10 @@ std::span<float> server_span(const RowLayout& layout, std::vector<float>& params
 std::unique_ptr<RowTable> attach_rows(const Job& job, const RowLayout& layout,
                                       std::vector<float>& params, Server& server);
 
+// The run's row-sparse figures for RunResult::sparse (threads and sim: one
+// table on one server).
+SparseResult sparse_result(const RowLayout& layout, const RowTable& table, int64_t num_params);
+
 // Per-push traffic of a row-sparse step, for the cost model and the figures.
 struct SparseTraffic {
   int64_t pull_bytes = 0;  // dense part + ids + rows
@@ -48,9 +52,10 @@ class SparseWorker {
   // Draws the next batch and lists its rows, unless a batch drawn before is
   // still waiting for its gradient (a pull that waited under SSP).
   void prepare(ShardSampler& sampler, int64_t batch_size);
-  // Copies the server's dense part and the batch's rows into the worker's
-  // parameters. Call under the server's serialisation.
-  void pull(const Server& server, const RowTable& table);
+  // Copies the server's dense part and the batch's rows into worker
+  // `worker`'s parameters (the table records the rows' versions for the
+  // per-row staleness). Call under the server's serialisation.
+  void pull(int worker, const Server& server, RowTable& table);
   // The row-sparse gradient of the batch; returns the loss, *samples = the
   // batch size.
   double compute(int64_t* samples);

@@ -207,7 +207,7 @@ void worker_loop(const WorkerArgs& a) {
         version = d.version;
         std::span<const float> p = s.server->params();
         if (sparse) {
-          sparse->pull(*s.server, *s.rows);
+          sparse->pull(a.id, *s.server, *s.rows);
         } else if (z && z->pull_on()) {  // the server encodes under its lock
           const auto c0 = SteadyClock::now();
           z->encode_pull(a.id, p, version, &pull_bytes);
@@ -698,6 +698,7 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   for (const WorkerState& ws : workers) result.sampler_cost += ws.sampler.cost;
   result.compress_on = s.compress != nullptr;
   result.compress = s.counters;
+  if (rows) result.sparse = sparse_result(layout, *rows, static_cast<int64_t>(params.size()));
   result.membership = membership.log();
   return result;
 }

@@ -10,7 +10,7 @@
 namespace hsgd {
 namespace {
 
-constexpr uint32_t kRowTableTag = 0x524f5753;  // "ROWS"
+constexpr uint32_t kRowTableTag = 0x524f5732;  // "ROW2": with row versions and RowStats
 
 void check_range(std::span<const int64_t> ids, int64_t rows) {
   for (int64_t id : ids) {
@@ -22,6 +22,17 @@ void check_range(std::span<const int64_t> ids, int64_t rows) {
 }
 
 }  // namespace
+
+void RowStats::merge(const RowStats& o) {
+  pulls = std::max(pulls, o.pulls);
+  pushes = std::max(pushes, o.pushes);
+  pulled_rows += o.pulled_rows;
+  pushed_rows += o.pushed_rows;
+  row_updates += o.row_updates;
+  staleness_sum += o.staleness_sum;
+  staleness_count += o.staleness_count;
+  staleness_max = std::max(staleness_max, o.staleness_max);
+}
 
 RowPush make_row_push(std::span<const int64_t> ids, std::span<const float> grads, int64_t dim,
                       int64_t rows) {
@@ -112,6 +123,11 @@ void RowOptimizer::step(std::span<float> table, std::span<const int64_t> ids,
   }
 }
 
+int64_t RowOptimizer::state_bytes() const {
+  return static_cast<int64_t>((m_.size() + v_.size()) * sizeof(float) +
+                              count_.size() * sizeof(int64_t));
+}
+
 void RowOptimizer::save(StateWriter& w) const {
   w.put_vec(m_);
   w.put_vec(v_);
@@ -131,7 +147,8 @@ RowTable::RowTable(std::span<float> table, int64_t dim, const OptimizerOptions& 
       dim_(dim),
       aggregation_(aggregation),
       staleness_(staleness),
-      optimizer_(o, rows_, dim) {
+      optimizer_(o, rows_, dim),
+      version_(static_cast<size_t>(rows_), 0) {
   HSGD_ASSERT(dim >= 1 && table.size() % static_cast<size_t>(dim) == 0,
               "RowTable: the table must be whole rows");
   check_sparse_supported(o, staleness);
@@ -148,6 +165,8 @@ bool RowTable::stage(RowPush push) {
               "RowTable::stage: ids must be sorted and unique (make_row_push)");
   bool finite = true;
   for (float v : push.values) finite = finite && std::isfinite(v);
+  ++stats_.pushes;
+  stats_.pushed_rows += static_cast<int64_t>(push.ids.size());
   staged_ = std::move(push);
   has_staged_ = finite;
   return finite;
@@ -162,9 +181,40 @@ void RowTable::pull(std::span<const int64_t> ids, std::span<float> out) const {
   }
 }
 
-void RowTable::on_buffered(int, int64_t tau) {
+void RowTable::pull(int worker, std::span<const int64_t> ids, std::span<float> out) {
+  HSGD_ASSERT(worker >= 0, "RowTable::pull: worker must be >= 0");
+  pull(ids, out);
+  if (pulled_.size() <= static_cast<size_t>(worker)) pulled_.resize(static_cast<size_t>(worker) + 1);
+  Pulled& p = pulled_[static_cast<size_t>(worker)];
+  p.ids.assign(ids.begin(), ids.end());
+  p.versions.resize(ids.size());
+  for (size_t k = 0; k < ids.size(); ++k) p.versions[k] = version_[static_cast<size_t>(ids[k])];
+  ++stats_.pulls;
+  stats_.pulled_rows += static_cast<int64_t>(ids.size());
+}
+
+int64_t RowTable::state_bytes() const {
+  return static_cast<int64_t>(table_.size() * sizeof(float) + version_.size() * sizeof(int64_t)) +
+         optimizer_.state_bytes();
+}
+
+void RowTable::on_buffered(int worker, int64_t tau) {
   if (!has_staged_) return;  // a push with no rows staged (dense-only caller)
   has_staged_ = false;
+  // Per-row staleness: the rows this worker pulled (both lists sorted).
+  if (worker >= 0 && static_cast<size_t>(worker) < pulled_.size()) {
+    const Pulled& p = pulled_[static_cast<size_t>(worker)];
+    size_t i = 0;
+    for (int64_t id : staged_.ids) {
+      while (i < p.ids.size() && p.ids[i] < id) ++i;
+      if (i == p.ids.size()) break;
+      if (p.ids[i] != id) continue;
+      const int64_t st = version_[static_cast<size_t>(id)] - p.versions[i];
+      stats_.staleness_sum += static_cast<double>(st);
+      ++stats_.staleness_count;
+      stats_.staleness_max = std::max(stats_.staleness_max, st);
+    }
+  }
   if (staleness_.scaled_lr) scale_by_staleness(staged_.values, tau);
   // Merge the staged rows into the buffer (both sorted by id).
   const auto d = static_cast<size_t>(dim_);
@@ -202,7 +252,8 @@ void RowTable::on_apply(size_t pushes, double lr) {
     for (float& v : buffer_.values) v *= inv;
   }
   optimizer_.step(table_, buffer_.ids, buffer_.values, lr);
-  row_updates_ += static_cast<int64_t>(buffer_.ids.size());
+  for (int64_t id : buffer_.ids) ++version_[static_cast<size_t>(id)];
+  stats_.row_updates += static_cast<int64_t>(buffer_.ids.size());
   buffer_.ids.clear();
   buffer_.values.clear();
 }
@@ -212,8 +263,21 @@ void RowTable::save(StateWriter& w) const {
   w.put_span(std::span<const float>(table_));
   w.put_vec(buffer_.ids);
   w.put_vec(buffer_.values);
-  w.put<int64_t>(row_updates_);
   optimizer_.save(w);
+  w.put_vec(version_);
+  w.put<uint64_t>(pulled_.size());
+  for (const Pulled& p : pulled_) {
+    w.put_vec(p.ids);
+    w.put_vec(p.versions);
+  }
+  w.put(stats_.pulls);
+  w.put(stats_.pulled_rows);
+  w.put(stats_.pushes);
+  w.put(stats_.pushed_rows);
+  w.put(stats_.row_updates);
+  w.put(stats_.staleness_sum);
+  w.put(stats_.staleness_count);
+  w.put(stats_.staleness_max);
 }
 
 void RowTable::load(StateReader& r) {
@@ -226,8 +290,27 @@ void RowTable::load(StateReader& r) {
       (!buffer_.ids.empty() && (buffer_.ids.front() < 0 || buffer_.ids.back() >= rows_))) {
     r.fail("corrupt (buffered rows)");
   }
-  row_updates_ = r.get<int64_t>();
   optimizer_.load(r);
+  r.get_into(std::span<int64_t>(version_), "embedding row versions");
+  const auto workers = r.get<uint64_t>();
+  if (workers > (1u << 20)) r.fail("corrupt (row pulls of " + std::to_string(workers) + " workers)");
+  pulled_.assign(static_cast<size_t>(workers), {});
+  for (Pulled& p : pulled_) {
+    p.ids = r.get_vec<int64_t>();
+    p.versions = r.get_vec<int64_t>();
+    if (p.ids.size() != p.versions.size() || !std::is_sorted(p.ids.begin(), p.ids.end()) ||
+        (!p.ids.empty() && (p.ids.front() < 0 || p.ids.back() >= rows_))) {
+      r.fail("corrupt (pulled rows)");
+    }
+  }
+  stats_.pulls = r.get<int64_t>();
+  stats_.pulled_rows = r.get<int64_t>();
+  stats_.pushes = r.get<int64_t>();
+  stats_.pushed_rows = r.get<int64_t>();
+  stats_.row_updates = r.get<int64_t>();
+  stats_.staleness_sum = r.get<double>();
+  stats_.staleness_count = r.get<int64_t>();
+  stats_.staleness_max = r.get<int64_t>();
   has_staged_ = false;
 }
 

@@ -31,6 +31,13 @@
 //    check_sparse_supported). clip_norm clips the dense part only.
 //  - A push whose rows hold a NaN or Inf is dropped whole (the caller gives
 //    the Server a NaN loss, so it is counted as non-finite).
+//  - Per-row staleness (RowStats): every row carries a version, the number
+//    of updates that moved it. A pull by worker w records the versions of
+//    the rows it reads; when w's next push joins the buffer, each pushed
+//    row that w pulled has staleness = its version now - its version at
+//    w's pull (the updates that moved that row in between). The dense
+//    staleness (server version) counts every update; this counts only the
+//    ones that touched the row.
 //
 // Thread-safety: none; the caller serialises calls with the Server's.
 #pragma once
@@ -45,6 +52,23 @@
 #include "hsgd/server/server.h"
 
 namespace hsgd {
+
+// What a RowTable counted since the start (saved with it). Bytes on the
+// wire follow from these: a push carries pushed_rows x (8 + 4 x dim) bytes
+// of rows, a pull pulled_rows x (8 + 4 x dim) (ids up, rows down).
+struct RowStats {
+  int64_t pulls = 0;          // pulls through pull(worker, ...)
+  int64_t pulled_rows = 0;    // rows they read
+  int64_t pushes = 0;         // pushes staged (dropped ones included)
+  int64_t pushed_rows = 0;    // rows they carried
+  int64_t row_updates = 0;    // rows moved by updates (one per row per update)
+  double staleness_sum = 0;   // per-row staleness over the buffered pushes' rows
+  int64_t staleness_count = 0;
+  int64_t staleness_max = 0;
+  // Adds `o` (another shard's counts); pushes and pulls: the larger (every
+  // shard sees every push and pull).
+  void merge(const RowStats& o);
+};
 
 // The rows part of one push: sorted unique ids and their gradients.
 struct RowPush {
@@ -78,6 +102,7 @@ class RowOptimizer {
             double lr);
   void save(StateWriter& w) const;
   void load(StateReader& r);
+  int64_t state_bytes() const;
 
  private:
   OptimizerOptions o_;
@@ -105,6 +130,9 @@ class RowTable final : public ServerHook {
   // Copies the rows `ids` of the table into `out` (ids.size() x dim).
   // Throws InputError for an id out of range.
   void pull(std::span<const int64_t> ids, std::span<float> out) const;
+  // The same for worker `worker` (>= 0), recording the versions of the rows
+  // (ids sorted) for the per-row staleness of its next push, and counting.
+  void pull(int worker, std::span<const int64_t> ids, std::span<float> out);
 
   void on_buffered(int worker, int64_t tau) override;
   void on_apply(size_t pushes, double lr) override;
@@ -114,7 +142,11 @@ class RowTable final : public ServerHook {
   int64_t rows() const { return rows_; }
   int64_t dim() const { return dim_; }
   // Row updates applied (one per row per update) since the start.
-  int64_t row_updates() const { return row_updates_; }
+  int64_t row_updates() const { return stats_.row_updates; }
+  const RowStats& stats() const { return stats_; }
+  // Bytes of server state the table holds: its rows, their optimizer state
+  // and versions (not the buffer of a pending update).
+  int64_t state_bytes() const;
 
  private:
   void check_ids(std::span<const int64_t> ids) const;
@@ -128,7 +160,13 @@ class RowTable final : public ServerHook {
   bool has_staged_ = false;
   RowPush buffer_;  // sum of the buffered pushes' rows (sorted ids)
   RowPush merged_;  // scratch
-  int64_t row_updates_ = 0;
+  std::vector<int64_t> version_;  // per row: updates that moved it
+  // Per worker: the ids of its last pull (sorted) and their versions then.
+  struct Pulled {
+    std::vector<int64_t> ids, versions;
+  };
+  std::vector<Pulled> pulled_;
+  RowStats stats_;
 };
 
 }  // namespace hsgd

@@ -1,0 +1,306 @@
+#include "hsgd/mpi/sparse.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+
+#include "hsgd/core/error.h"
+#include "hsgd/mpi/transport.h"
+#include "hsgd/runtime/row.h"
+
+namespace hsgd::mpi {
+namespace {
+
+// A row message to rank s: int64 n_push, int64 n_pull, n_push int64 local
+// ids, n_push x dim floats, n_pull int64 local ids. Its largest size: at
+// most batch x fields rows (and at most the rank's rows) each way.
+size_t message_capacity(const RowLayout& layout, const RowPartition& part, int s, int64_t batch) {
+  const auto fields = static_cast<int64_t>(layout.table_offset.size());
+  const int64_t r = std::min(batch * fields, part.rows_of(s));
+  const size_t cap = 16 + static_cast<size_t>(r) * (8 + 4 * static_cast<size_t>(layout.dim) + 8);
+  if (cap > static_cast<size_t>(INT_MAX)) {
+    throw InputError(fmt::format(
+        "model.sparse = true: a row message of up to {} bytes is larger than one MPI message "
+        "(2 GiB); lower train.batch or raise train.servers",
+        cap));
+  }
+  return cap;
+}
+
+int as_int(size_t n) {
+  HSGD_ASSERT(n <= static_cast<size_t>(INT_MAX), "an MPI message over 2^31 elements");
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+SparseShard::SparseShard(const Job& job, const RowLayout& layout, const RowLink& link, int shard,
+                         const std::vector<float>& initial, Server& server)
+    : layout_(layout),
+      link_(link),
+      shard_(shard),
+      part_{link.servers, layout.rows},
+      capacity_(message_capacity(layout, part_, shard, link.batch)) {
+  const Config& c = *job.config;
+  const auto d = static_cast<size_t>(layout.dim);
+  const int64_t mine = part_.rows_of(shard);
+  rows_.resize(static_cast<size_t>(mine) * d);
+  for (int64_t k = 0; k < mine; ++k) {
+    const size_t from = static_cast<size_t>(layout.dense + part_.global(shard, k) * layout.dim);
+    std::copy_n(initial.begin() + static_cast<ptrdiff_t>(from), d,
+                rows_.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(k) * d));
+  }
+  table_ = std::make_unique<RowTable>(rows_, layout.dim, server_optimizer(c), c.policy.aggregation,
+                                      c.staleness);
+  server.set_hook(table_.get());
+  const auto nw = static_cast<size_t>(link.workers);
+  recv_buf_.assign(nw, std::vector<char>(capacity_));
+  recv_.assign(nw, MPI_REQUEST_NULL);
+  push_.resize(nw);
+  pull_.resize(nw);
+  send_buf_.resize(nw);
+  send_.assign(nw, MPI_REQUEST_NULL);
+  for (int w = 0; w < link.workers; ++w) {
+    const auto i = static_cast<size_t>(w);
+    check(MPI_Recv_init(recv_buf_[i].data(), as_int(capacity_), MPI_BYTE, link.worker_rank(w),
+                        kTagRows, link.comm, &recv_[i]),
+          "MPI_Recv_init");
+    check(MPI_Start(&recv_[i]), "MPI_Start");
+  }
+}
+
+SparseShard::~SparseShard() {
+  for (MPI_Request& r : recv_) cancel_and_free(&r);
+  for (MPI_Request& r : send_) free_request(&r);
+}
+
+void SparseShard::take(int w) {
+  const auto i = static_cast<size_t>(w);
+  const auto deadline_what = [&] {
+    return fmt::format("waiting for the row message of {} on server shard {}",
+                       worker_name(w, link_.servers), shard_);
+  };
+  wait_one(&recv_[i], link_.timeout, deadline_what);
+  const char* p = recv_buf_[i].data();
+  int64_t n_push = 0, n_pull = 0;
+  std::memcpy(&n_push, p, 8);
+  std::memcpy(&n_pull, p + 8, 8);
+  const auto d = static_cast<size_t>(layout_.dim);
+  const size_t need =
+      16 + static_cast<size_t>(n_push) * (8 + 4 * d) + static_cast<size_t>(n_pull) * 8;
+  if (n_push < 0 || n_pull < 0 || need > capacity_) {
+    throw MpiError(fmt::format("server shard {}: a malformed row message from {}", shard_,
+                               worker_name(w, link_.servers)));
+  }
+  p += 16;
+  RowPush& push = push_[i];
+  push.ids.resize(static_cast<size_t>(n_push));
+  push.values.resize(static_cast<size_t>(n_push) * d);
+  std::memcpy(push.ids.data(), p, push.ids.size() * 8);
+  p += push.ids.size() * 8;
+  std::memcpy(push.values.data(), p, push.values.size() * 4);
+  p += push.values.size() * 4;
+  pull_[i].resize(static_cast<size_t>(n_pull));
+  std::memcpy(pull_[i].data(), p, pull_[i].size() * 8);
+  check(MPI_Start(&recv_[i]), "MPI_Start");
+}
+
+double SparseShard::stage(int w, double loss) {
+  RowPush p = std::move(push_[static_cast<size_t>(w)]);
+  push_[static_cast<size_t>(w)] = RowPush{};
+  return table_->stage(std::move(p)) ? loss : std::nan("");
+}
+
+void SparseShard::send_rows(int w) {
+  const auto i = static_cast<size_t>(w);
+  wait_one(&send_[i], link_.timeout, [&] {
+    return fmt::format("sending shard {}'s rows to {}", shard_, worker_name(w, link_.servers));
+  });
+  std::vector<float>& buf = send_buf_[i];
+  buf.resize(pull_[i].size() * static_cast<size_t>(layout_.dim));
+  table_->pull(w, pull_[i], buf);
+  check(MPI_Isend(buf.data(), as_int(buf.size()), MPI_FLOAT, link_.worker_rank(w), kTagRowValues,
+                  link_.comm, &send_[i]),
+        "MPI_Isend");
+}
+
+void SparseShard::send_gather() {
+  Head h;
+  h.rows = table_->rows();
+  h.state_bytes = table_->state_bytes();
+  h.stats = table_->stats();
+  MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  check(MPI_Isend(&h, sizeof(Head), MPI_BYTE, 0, kTagRowGather, link_.comm, &r[0]), "MPI_Isend");
+  check(MPI_Isend(rows_.data(), as_int(rows_.size()), MPI_FLOAT, 0, kTagRowGather, link_.comm,
+                  &r[1]),
+        "MPI_Isend");
+  wait_all(r, link_.timeout,
+           [&] { return fmt::format("sending shard {}'s rows to rank 0", shard_); });
+}
+
+void SparseShard::gather(std::span<float> params) {
+  const auto d = static_cast<size_t>(layout_.dim);
+  const auto scatter = [&](int s, std::span<const float> rows) {
+    const int64_t n = part_.rows_of(s);
+    for (int64_t k = 0; k < n; ++k) {
+      std::copy_n(rows.data() + static_cast<size_t>(k) * d, d,
+                  params.data() + layout_.dense + part_.global(s, k) * layout_.dim);
+    }
+  };
+  SparseResult g;
+  g.on = true;
+  g.dense = layout_.dense;
+  g.dim = layout_.dim;
+  g.num_params = layout_.dense + layout_.rows * layout_.dim;
+  g.stats = table_->stats();
+  g.server_rows = {table_->rows()};
+  g.server_state_bytes = {table_->state_bytes()};
+  scatter(0, rows_);
+  std::vector<float> buf;
+  for (int s = 1; s < link_.servers; ++s) {
+    Head h;
+    buf.resize(static_cast<size_t>(part_.rows_of(s)) * d);
+    MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    check(MPI_Irecv(&h, sizeof(Head), MPI_BYTE, s, kTagRowGather, link_.comm, &r[0]), "MPI_Irecv");
+    check(MPI_Irecv(buf.data(), as_int(buf.size()), MPI_FLOAT, s, kTagRowGather, link_.comm, &r[1]),
+          "MPI_Irecv");
+    wait_all(r, link_.timeout, [&] {
+      return fmt::format("on server shard 0 gathering shard {}'s rows for evaluation", s);
+    });
+    if (h.rows != part_.rows_of(s)) {
+      throw MpiError(fmt::format("server shard {} holds {} rows, expected {}", s, h.rows,
+                                 part_.rows_of(s)));
+    }
+    scatter(s, buf);
+    g.stats.merge(h.stats);
+    g.server_rows.push_back(h.rows);
+    g.server_state_bytes.push_back(h.state_bytes);
+  }
+  gathered_ = std::move(g);
+}
+
+SparseWorkerLink::SparseWorkerLink(Model& model, const RowLayout& layout, const RowLink& link,
+                                   int id, std::span<float> params)
+    : model_(model),
+      layout_(layout),
+      link_(link),
+      id_(id),
+      part_{link.servers, layout.rows},
+      params_(params) {
+  const auto S = static_cast<size_t>(link.servers);
+  msg_.resize(S);
+  where_.resize(S);
+  values_.resize(S);
+  send_.assign(S, MPI_REQUEST_NULL);
+  recv_.assign(S, MPI_REQUEST_NULL);
+  for (int s = 0; s < link.servers; ++s) {
+    msg_[static_cast<size_t>(s)].reserve(message_capacity(layout, part_, s, link.batch));
+  }
+}
+
+SparseWorkerLink::~SparseWorkerLink() {
+  for (MPI_Request& r : send_) free_request(&r);
+  for (MPI_Request& r : recv_) cancel_and_free(&r);
+}
+
+void SparseWorkerLink::prepare(ShardSampler& sampler, int64_t batch_size) {
+  if (has_next_) return;
+  before_ = sampler.state();
+  sampler.next(batch_size, &next_);
+  model_.batch_rows(next_, &next_rows_);
+  has_next_ = true;
+}
+
+double SparseWorkerLink::compute(int64_t* samples) {
+  *samples = cur_.size();
+  cur_grads_.resize(cur_rows_.size() * static_cast<size_t>(layout_.dim));
+  const double loss = model_.sparse_gradient(cur_, cur_rows_, cur_grads_, {});
+  for (float v : cur_grads_) {
+    if (!std::isfinite(v)) return std::nan("");
+  }
+  return loss;
+}
+
+void SparseWorkerLink::start(bool push) {
+  HSGD_ASSERT(has_next_, "SparseWorkerLink::start before prepare");
+  const auto S = static_cast<size_t>(link_.servers);
+  const auto d = static_cast<size_t>(layout_.dim);
+  // Which rank serves which of the next batch's rows, and which of the
+  // pushed rows each rank owns (both lists stay sorted per rank).
+  std::vector<std::vector<size_t>> pushed(S);
+  for (auto& w : where_) w.clear();
+  for (size_t k = 0; k < next_rows_.size(); ++k) {
+    where_[static_cast<size_t>(part_.owner(next_rows_[k]))].push_back(k);
+  }
+  if (push) {
+    for (size_t k = 0; k < cur_rows_.size(); ++k) {
+      pushed[static_cast<size_t>(part_.owner(cur_rows_[k]))].push_back(k);
+    }
+  }
+  for (size_t s = 0; s < S; ++s) {
+    // The pulled rows first (their receive must be posted before the
+    // request can be answered).
+    values_[s].resize(where_[s].size() * d);
+    check(MPI_Irecv(values_[s].data(), as_int(values_[s].size()), MPI_FLOAT, static_cast<int>(s),
+                    kTagRowValues, link_.comm, &recv_[s]),
+          "MPI_Irecv");
+    std::vector<char>& m = msg_[s];
+    const auto n_push = static_cast<int64_t>(pushed[s].size());
+    const auto n_pull = static_cast<int64_t>(where_[s].size());
+    m.resize(16 + pushed[s].size() * (8 + 4 * d) + where_[s].size() * 8);
+    char* p = m.data();
+    std::memcpy(p, &n_push, 8);
+    std::memcpy(p + 8, &n_pull, 8);
+    p += 16;
+    for (size_t k : pushed[s]) {
+      const int64_t local = part_.local(cur_rows_[k]);
+      std::memcpy(p, &local, 8);
+      p += 8;
+    }
+    for (size_t k : pushed[s]) {
+      std::memcpy(p, cur_grads_.data() + k * d, 4 * d);
+      p += 4 * d;
+    }
+    for (size_t k : where_[s]) {
+      const int64_t local = part_.local(next_rows_[k]);
+      std::memcpy(p, &local, 8);
+      p += 8;
+    }
+    check(MPI_Isend(m.data(), as_int(m.size()), MPI_BYTE, static_cast<int>(s), kTagRows,
+                    link_.comm, &send_[s]),
+          "MPI_Isend");
+  }
+}
+
+void SparseWorkerLink::finish(bool go) {
+  const auto d = static_cast<size_t>(layout_.dim);
+  if (!go) {
+    for (MPI_Request& r : recv_) cancel_and_free(&r);
+    return;
+  }
+  wait_all(recv_, link_.timeout, [&] {
+    return fmt::format("on {} waiting for its rows", worker_name(id_, link_.servers));
+  });
+  for (size_t s = 0; s < where_.size(); ++s) {
+    for (size_t j = 0; j < where_[s].size(); ++j) {
+      const int64_t r = next_rows_[where_[s][j]];
+      std::copy_n(values_[s].data() + j * d, d,
+                  params_.data() + layout_.dense + static_cast<size_t>(r) * d);
+    }
+  }
+  std::swap(cur_, next_);
+  std::swap(cur_rows_, next_rows_);
+  has_next_ = false;
+}
+
+void SparseWorkerLink::settle() {
+  wait_all(send_, link_.timeout, [&] {
+    return fmt::format("on {} sending its rows to the server shards",
+                       worker_name(id_, link_.servers));
+  });
+}
+
+}  // namespace hsgd::mpi
