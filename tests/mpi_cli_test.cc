@@ -351,5 +351,89 @@ TEST(MpiCli, ASigkilledServerRankEndsTheLaunchNamingIt) {
   EXPECT_NE(log.find("rank 1"), std::string::npos) << log;
 }
 
+// Row-sparse dlrm over MPI (issue 16; mpi/sparse.h).
+const std::string kSparse =
+    "train --quiet --model dlrm --data synthetic-ctr --batch 64 --set data.ctr_samples=4000 "
+    "--set model.table_rows=1000 --set model.hidden=[16] --set model.top_hidden=[16] "
+    "--set model.sparse=true --seed 3 ";
+
+class SparseLayout : public ::testing::TestWithParam<int> {};
+
+// On 1 and 2 server ranks: trains (AUC well above 0.5), pushes and pulls a
+// small fraction of the dense bytes, and each server rank holds exactly its
+// rows (id mod servers) with their adagrad state and versions, no more.
+TEST_P(SparseLayout, DlrmTrainsWithTheRowsPartitionedOverTheServerRanks) {
+  const int servers = GetParam();
+  const std::string out = tmp("sparse_" + std::to_string(servers));
+  const Outcome o = run(kMpirun + "-np 4 ",
+                        kSparse + "--runtime mpi --servers " + std::to_string(servers) +
+                            " --policy async --epochs 4 --eval-every 1000 --set optim.kind=adagrad "
+                            "--set optim.lr=0.1 --out " + out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  const auto s = summary(out);
+  EXPECT_GT(s["final_test_auc"].get<double>(), 0.58);
+  const auto& sp = s["sparse"];
+  EXPECT_EQ(sp["row_partition"], "id mod servers");
+  EXPECT_EQ(sp["pushes"].get<int64_t>(), s["gradients"].get<int64_t>());
+  EXPECT_GT(sp["dense_over_sparse_push"].get<double>(), 10.0);
+  EXPECT_LT(sp["bytes_per_pull"].get<double>(), sp["dense_bytes_per_message"].get<double>() / 10);
+  EXPECT_GT(sp["row_updates"].get<int64_t>(), 0);
+  // 8 tables x 1000 rows x dim 16; adagrad: rows + accumulators + versions.
+  const int64_t rows = 8 * 1000;
+  ASSERT_EQ(sp["server_rows"].size(), static_cast<size_t>(servers));
+  for (int r = 0; r < servers; ++r) {
+    const int64_t mine = rows / servers;
+    EXPECT_EQ(sp["server_rows"][r].get<int64_t>(), mine) << r;
+    EXPECT_EQ(sp["server_state_bytes"][r].get<int64_t>(), mine * (16 * 4 * 2 + 8)) << r;
+  }
+  // Async with 3 or 2 workers: some rows move between a pull and its push.
+  EXPECT_GT(sp["row_staleness_mean"].get<double>(), 0.0);
+  EXPECT_GE(sp["row_staleness_max"].get<int64_t>(), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(MpiSparse, SparseLayout, ::testing::Values(1, 2), [](const auto& info) {
+  return std::to_string(info.param) + "server_" + std::to_string(4 - info.param) + "workers";
+});
+
+// sync, one worker: the rows split over 2 server ranks give the threads
+// runtime's parameters float for float (the same model file).
+TEST(MpiCli, SparseSyncOneWorkerOnTwoServerRanksEqualsTheThreadsRuntime) {
+  const std::string common = kSparse + "--policy sync --epochs 1 --eval-every 1000 "
+                                       "--set optim.kind=adagrad --set optim.lr=0.1 ";
+  const std::string m = tmp("sparse_sync_mpi"), t = tmp("sparse_sync_threads");
+  const Outcome a = run(kMpirun + "-np 3 ", common + "--runtime mpi --servers 2 --out " + m);
+  ASSERT_EQ(a.code, 0) << a.err;
+  const Outcome b = run("", common + "--workers 1 --out " + t);
+  ASSERT_EQ(b.code, 0) << b.err;
+  EXPECT_EQ(summary(m)["updates"], summary(t)["updates"]);
+  EXPECT_EQ(summary(m)["sparse"]["row_updates"], summary(t)["sparse"]["row_updates"]);
+  EXPECT_EQ(summary(m)["sparse"]["row_staleness_max"].get<int64_t>(), 0);
+  EXPECT_EQ(slurp(m + "/model.bin"), slurp(t + "/model.bin"));
+}
+
+// A checkpoint's server-s blob holds rank s's rows and their lazy adam
+// state (2 moments), and a resumed launch trains on from it.
+TEST(MpiCli, SparseCheckpointHoldsEachRanksRowsAndResumes) {
+  const std::string out = tmp("sparse_ck");
+  const std::string args = kSparse +
+                           "--runtime mpi --servers 2 --policy async --set optim.kind=adam "
+                           "--set optim.lr=0.01 --eval-every 0.5 --checkpoint-every 0.5 ";
+  const Outcome a = run(kMpirun + "-np 4 ", args + "--budget 1 --out " + out);
+  ASSERT_EQ(a.code, 0) << a.err;
+  const std::vector<std::string> dirs = CheckpointDirs(out);
+  ASSERT_FALSE(dirs.empty());
+  const int64_t rank1_rows = 8 * 1000 / 2;
+  for (const char* blob : {"/server-0.bin", "/server-1.bin"}) {
+    EXPECT_GT(static_cast<int64_t>(fs::file_size(dirs.back() + blob)), rank1_rows * 16 * 4 * 3)
+        << blob;
+  }
+  const Outcome r = run(kMpirun + "-np 4 ", "train --quiet --resume " + out + " --budget 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto s = summary(out);
+  EXPECT_FALSE(s["checkpoints"]["resumed_from"].is_null());
+  EXPECT_GT(s["final_test_auc"].get<double>(), 0.55);
+  EXPECT_EQ(s["sparse"]["server_rows"][1].get<int64_t>(), rank1_rows);
+}
+
 }  // namespace
 }  // namespace hsgd

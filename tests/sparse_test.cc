@@ -273,5 +273,55 @@ TEST(Sparse, CheckpointHoldsRowsStateAndBuffer) {
   EXPECT_EQ(a.table->row_updates(), b.table->row_updates());
 }
 
+// Per-row staleness: a pushed row's version now minus its version at the
+// pusher's pull; rows nobody else moved in between count 0. Saved and
+// restored with the table.
+TEST(Sparse, PerRowStalenessCountsTheUpdatesThatMovedTheRow) {
+  std::vector<float> table(6 * 2, 1.0f);
+  RowTable t(table, 2, {}, Aggregation::kSum, {});
+  std::vector<float> out(3 * 2);
+  const std::vector<int64_t> rows0 = {0, 2, 4}, rows1 = {2, 5};
+  t.pull(0, rows0, out);
+  t.pull(1, std::span<const int64_t>(rows1), std::span<float>(out).first(4));
+  const auto push = [&](int w, const std::vector<int64_t>& ids) {
+    ASSERT_TRUE(t.stage(make_row_push(ids, std::vector<float>(ids.size() * 2, 1.0f), 2, 6)));
+    t.on_buffered(w, 0);
+    t.on_apply(1, 0.1);
+  };
+  push(1, rows1);  // rows 2 and 5 pulled at version 0, nothing moved them: 0, 0
+  EXPECT_EQ(t.stats().staleness_count, 2);
+  EXPECT_EQ(t.stats().staleness_max, 0);
+  t.pull(1, std::span<const int64_t>(rows1), std::span<float>(out).first(4));
+  push(1, rows1);  // rows 2 and 5 again, pulled after the first update: 0, 0
+  push(0, rows0);  // row 2 moved twice since worker 0's pull; rows 0 and 4 never
+  const RowStats& st = t.stats();
+  EXPECT_EQ(st.staleness_count, 7);
+  EXPECT_EQ(st.staleness_max, 2);
+  EXPECT_DOUBLE_EQ(st.staleness_sum, 2.0);
+  EXPECT_EQ(st.pulls, 3);
+  EXPECT_EQ(st.pulled_rows, 7);
+  EXPECT_EQ(st.pushes, 3);
+  EXPECT_EQ(st.pushed_rows, 7);
+  EXPECT_EQ(st.row_updates, 7);
+  // A row the pusher did not pull (no pull recorded) is not counted.
+  push(3, {1});
+  EXPECT_EQ(t.stats().staleness_count, 7);
+  // Save and load: the versions and the pulls carry over.
+  StateWriter w;
+  t.save(w);
+  std::vector<float> table2(12, 0.0f);
+  RowTable t2(table2, 2, {}, Aggregation::kSum, {});
+  StateReader r(w.bytes(), "test");
+  t2.load(r);
+  r.expect_end();
+  EXPECT_EQ(table, table2);
+  EXPECT_EQ(t2.stats().staleness_count, 7);
+  EXPECT_EQ(t2.state_bytes(), 6 * 2 * 4 + 6 * 8);
+  ASSERT_TRUE(t2.stage(make_row_push(rows1, std::vector<float>(4, 1.0f), 2, 6)));
+  t2.on_buffered(1, 0);  // worker 1 pulled rows 2, 5 after update 1; row 2 moved twice since
+  EXPECT_EQ(t2.stats().staleness_max, 2);
+  EXPECT_EQ(t2.stats().staleness_count, 9);
+}
+
 }  // namespace
 }  // namespace hsgd
