@@ -190,9 +190,45 @@ TEST(DlrmCli, CriteoFileTrainsAndABadLineExits2) {
                        ":line 201: expected 40 tab-separated fields (label, 13 integers, 26 "
                        "categorical), got 3\n");
   const Outcome s = run("train --data synthetic-ctr " + kFast +
-                        "--runtime mpi --set model.sparse=true --out " + tmp("mpi_sparse"));
+                        "--set sampling.kind=loss --set model.sparse=true --out " +
+                        tmp("loss_sparse"));
   EXPECT_EQ(s.code, 2);
   EXPECT_NE(s.err.find("model.sparse = true"), std::string::npos) << s.err;
+}
+
+// summary.json "sparse": bytes per message and per-row staleness. On sim
+// (deterministic), async with 2 workers: some rows move between a pull and
+// its push, and never more often than the push's staleness (a row moves
+// only in updates). sync (threads): every pull of an update's pushes sees
+// the same versions, so no row is stale.
+TEST(DlrmCli, SparseSummaryHasBytesAndPerRowStaleness) {
+  const std::string a = tmp("stale_sim");
+  const Outcome o = run("train --data synthetic-ctr " + kFast +
+                        "--policy async --runtime sim --set sim.compute_time=0.005 "
+                        "--set sim.server_ns_per_param=1 --set stragglers.fraction=0.5 "
+                        "--set stragglers.delay=exponential --set stragglers.scale=0.01 "
+                        "--set model.sparse=true --out " + a);
+  ASSERT_EQ(o.code, 0) << o.err;
+  const nlohmann::json j = summary(a);
+  const nlohmann::json& sp = j["sparse"];
+  EXPECT_EQ(sp["pushes"].get<int64_t>(), j["gradients"].get<int64_t>());
+  EXPECT_EQ(sp["server_rows"], nlohmann::json::array({8 * 50}));
+  EXPECT_GT(sp["rows_per_push"].get<double>(), 1.0);
+  EXPECT_GT(sp["dense_over_sparse_push"].get<double>(), 1.0);
+  EXPECT_GT(sp["row_staleness_mean"].get<double>(), 0.0);
+  int64_t tau_max = 0;
+  const auto& h = j["staleness_histogram"];
+  for (size_t t = 0; t < h.size(); ++t) {
+    if (h[t].get<int64_t>() > 0) tau_max = static_cast<int64_t>(t);
+  }
+  EXPECT_GE(sp["row_staleness_max"].get<int64_t>(), 1);
+  EXPECT_LE(sp["row_staleness_max"].get<int64_t>(), tau_max);
+  const std::string b = tmp("stale_sync");
+  const Outcome p = run("train --data synthetic-ctr " + kFast +
+                        "--policy sync --set model.sparse=true --out " + b);
+  ASSERT_EQ(p.code, 0) << p.err;
+  EXPECT_EQ(summary(b)["sparse"]["row_staleness_max"].get<int64_t>(), 0);
+  EXPECT_GT(summary(b)["sparse"]["row_updates"].get<int64_t>(), 0);
 }
 
 }  // namespace
