@@ -3,12 +3,17 @@
 // bytes per push and pull against the dense equivalent, the single-thread
 // gradient throughput (row-sparse and dense), and the server's row updates
 // per second on one core per optimizer.
-//   sparse_bench [tables rows dim batch samples]   (default 8 100000 16 2048 50000)
+// With `seconds` > 0 it also runs the compute-only loop of a row-sparse
+// worker (draw the batch, list its rows, row-sparse gradient; no server) on
+// 1 thread and then on 2 concurrent threads for `seconds` each: what the
+// threads runtime's 2 workers could reach on this machine at this moment.
+//   sparse_bench [tables rows dim batch samples seconds]   (default 8 100000 16 2048 50000 0)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hsgd/data/ctr.h"
@@ -28,6 +33,7 @@ int main(int argc, char** argv) {
   const int64_t dim = argc > 3 ? std::atoll(argv[3]) : 16;
   const int64_t batch = argc > 4 ? std::atoll(argv[4]) : 2048;
   const int64_t samples = argc > 5 ? std::atoll(argv[5]) : 50000;
+  const double seconds = argc > 6 ? std::atof(argv[6]) : 0;
   configure_math_threads();
   CtrOptions o;
   o.samples = samples;
@@ -107,6 +113,38 @@ int main(int argc, char** argv) {
     std::printf("server row updates/s, one core, %s: %.2fM (stage + buffer + apply, incl. copying "
                 "the push)\n",
                 kind, static_cast<double>(updates) / since(t0) / 1e6);
+  }
+  if (seconds > 0) {
+    // Compute-only: each thread its own model, parameters and shard.
+    for (int threads : {1, 2}) {
+      std::vector<int64_t> done(static_cast<size_t>(threads), 0);
+      std::vector<std::thread> pool;
+      for (int t = 0; t < threads; ++t) {
+        pool.emplace_back([&, t] {
+          auto wm = make_model(spec);
+          std::vector<float> wp(p), wg(p.size());
+          wm->bind(wp, wg);
+          ShardSampler ws(d, t, threads, 1);
+          Batch wb;
+          std::vector<int64_t> wids;
+          std::vector<float> wrg;
+          const auto t0 = Clock::now();
+          while (since(t0) < seconds) {
+            ws.next(batch, &wb);
+            wm->batch_rows(wb, &wids);
+            wrg.resize(wids.size() * static_cast<size_t>(dim));
+            wm->sparse_gradient(wb, wids, wrg, {});
+            done[static_cast<size_t>(t)] += wb.size();
+          }
+        });
+      }
+      for (std::thread& th : pool) th.join();
+      int64_t total = 0;
+      for (int64_t n : done) total += n;
+      std::printf("compute-only (batch + rows + row-sparse gradient), %d concurrent thread%s: "
+                  "%.0f samples/s\n",
+                  threads, threads > 1 ? "s" : "", static_cast<double>(total) / seconds);
+    }
   }
   return 0;
 }

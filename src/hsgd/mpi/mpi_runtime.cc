@@ -263,7 +263,9 @@ bool run_worker(const Job& job, const Layout& l, bool resuming) {
   const int id = l.rank - l.servers;
   ShardSampler sampler = make_sampler(job, id);
   std::unique_ptr<Model> model = job.make_model();
-  std::vector<float> params(l.num_params), grads(l.num_params);
+  // Zero pages until touched: a row-sparse worker faults in only its rows.
+  const ZeroedFloats params_buf(l.num_params), grads_buf(l.num_params);
+  const std::span<float> params = params_buf.span(), grads = grads_buf.span();
   model->bind(params, grads);
   const int local_h = make_policy(c.policy, l.workers, c.optim.lr)->local_steps();
   std::optional<LocalWorker> local;

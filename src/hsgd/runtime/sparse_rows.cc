@@ -2,11 +2,21 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <new>
 
 #include "hsgd/core/error.h"
+#include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/row.h"
 
 namespace hsgd {
+
+ZeroedFloats::ZeroedFloats(size_t n) : n_(n) {
+  p_ = static_cast<float*>(std::calloc(n == 0 ? 1 : n, sizeof(float)));
+  if (p_ == nullptr) throw std::bad_alloc();
+}
+
+ZeroedFloats::~ZeroedFloats() { std::free(p_); }
 
 RowLayout sparse_layout(const Job& job) {
   if (!job.config->model.sparse) {
@@ -56,10 +66,14 @@ SparseWorker::SparseWorker(Model& model, const RowLayout& layout, std::span<floa
 
 void SparseWorker::prepare(ShardSampler& sampler, int64_t batch_size) {
   if (pending_) return;
+  const auto t0 = SteadyClock::now();
   sampler.next(batch_size, &batch_);
   model_.batch_rows(batch_, &rows_);
   row_buf_.resize(rows_.size() * static_cast<size_t>(layout_.dim));
   pending_ = true;
+  cost_ = &sampler.cost;  // summary.json "sampling": the batch and its rows, then the gradient
+  cost_->sampling_s += since(t0);
+  cost_->batches += 1;
 }
 
 void SparseWorker::pull(int worker, const Server& server, RowTable& table) {
@@ -82,7 +96,10 @@ double SparseWorker::compute(int64_t* samples) {
   HSGD_ASSERT(pending_, "SparseWorker::compute before prepare");
   pending_ = false;
   *samples = batch_.size();
-  return model_.sparse_gradient(batch_, rows_, row_buf_, {});
+  const auto t0 = SteadyClock::now();
+  const double loss = model_.sparse_gradient(batch_, rows_, row_buf_, {});
+  if (cost_) cost_->gradient_s += since(t0);
+  return loss;
 }
 
 void SparseWorker::take_rows(RowPush* out) {

@@ -18,6 +18,25 @@
 
 namespace hsgd {
 
+// A zeroed float buffer from calloc, for a worker's parameter and gradient
+// buffers. Buffers as large as dlrm's tables (above malloc's mmap
+// threshold) are then backed by the kernel's zero pages, so a row-sparse
+// worker faults in only the pages of the rows its batches read, where
+// std::vector<float>(n) writes every page first (measured: ~1.2 s of a
+// 2-worker threads run's training clock at 8 x 100k x 16; BENCHMARKS.md).
+class ZeroedFloats {
+ public:
+  explicit ZeroedFloats(size_t n);
+  ~ZeroedFloats();
+  ZeroedFloats(const ZeroedFloats&) = delete;
+  ZeroedFloats& operator=(const ZeroedFloats&) = delete;
+  std::span<float> span() const { return {p_, n_}; }
+
+ private:
+  float* p_ = nullptr;
+  size_t n_ = 0;
+};
+
 // The model's row layout when the job runs row-sparse (model.sparse and a
 // model with rows), else a layout with rows = 0. Builds one model.
 RowLayout sparse_layout(const Job& job);
@@ -79,6 +98,7 @@ class SparseWorker {
   std::vector<int64_t> rows_;
   std::vector<float> row_buf_;    // pulled rows, then row gradients
   SparseTraffic traffic_;
+  SamplerCost* cost_ = nullptr;   // the sampler's: sampling and gradient time
 };
 
 }  // namespace hsgd

@@ -152,7 +152,8 @@ void worker_loop(const WorkerArgs& a) {
   WorkerState& ws = (*s.workers)[static_cast<size_t>(a.id)];
   std::unique_ptr<Model> model = a.job->make_model();
   const size_t np = a.job->initial_params.size();
-  std::vector<float> params(np), grads(np);
+  const ZeroedFloats params_buf(np), grads_buf(np);  // zero pages until touched (sparse_rows.h)
+  const std::span<float> params = params_buf.span(), grads = grads_buf.span();
   model->bind(params, grads);
   std::optional<SparseWorker> sparse;  // model.sparse: row-sparse pull/push
   if (s.rows) sparse.emplace(*model, s.layout, params, grads);
