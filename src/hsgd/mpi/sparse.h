@@ -24,11 +24,12 @@
 //    rows with the dense slices (kTagRowGather), and with them each rank's
 //    RowStats and the size of its row state (summary.json "sparse").
 //
-// Not partitioned: the initial parameters (broadcast whole, as for dense
-// models), each worker's parameter buffer (the model binds the full flat
-// layout; only the rows of its batches are ever written) and rank 0's
-// evaluation copy. What no single rank must hold is the server state: the
-// rows with their optimizer state.
+// Not partitioned: the initial parameters (every rank's job builds them
+// whole and rank 0 broadcasts them, as for dense models), each worker's
+// parameter buffer (the model binds the full flat layout; calloc'd, only
+// the pages of its batches' rows are touched) and rank 0's evaluation
+// copy. What is divided is the training-time server state: the rows with
+// their optimizer state and versions.
 #pragma once
 #include <mpi.h>
 
