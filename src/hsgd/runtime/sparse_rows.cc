@@ -108,9 +108,11 @@ void SparseWorker::take_rows(RowPush* out) {
 }
 
 double SparseWorker::stage(RowTable& table, double loss) {
-  RowPush p;
-  p.ids = rows_;
-  p.values = row_buf_;
+  RowPush p;  // moved, not copied: this runs under the server's lock; prepare() refills them
+  p.ids = std::move(rows_);
+  p.values = std::move(row_buf_);
+  rows_.clear();
+  row_buf_.clear();
   return table.stage(std::move(p)) ? loss : std::nan("");
 }
 

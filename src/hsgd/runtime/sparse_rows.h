@@ -78,10 +78,10 @@ class SparseWorker {
   // The row-sparse gradient of the batch; returns the loss, *samples = the
   // batch size.
   double compute(int64_t* samples);
-  // Stages the batch's rows into the table; returns the loss to push (NaN
-  // when a row gradient is not finite, so the server drops the push). Call
-  // under the server's serialisation, right before Server::on_push with
-  // dense_grads().
+  // Stages the batch's rows into the table (moving them out of this
+  // worker); returns the loss to push (NaN when a row gradient is not
+  // finite, so the server drops the push). Call under the server's
+  // serialisation, right before Server::on_push with dense_grads().
   double stage(RowTable& table, double loss);
   // Moves the batch's rows and their gradients (after compute()) into *out,
   // for a push applied later (the simulator).

@@ -216,6 +216,10 @@ void RowTable::on_buffered(int worker, int64_t tau) {
     }
   }
   if (staleness_.scaled_lr) scale_by_staleness(staged_.values, tau);
+  if (buffer_.ids.empty()) {  // the first push of the update (every push under async)
+    std::swap(buffer_, staged_);
+    return;
+  }
   // Merge the staged rows into the buffer (both sorted by id).
   const auto d = static_cast<size_t>(dim_);
   merged_.ids.clear();
