@@ -40,8 +40,11 @@ class ParamBuffers {
 
   // Before anything writes live(): returns true when live() moved to the
   // other buffer (same values; the caller points its server at it), false
-  // when it may be written in place (no send from it in flight).
-  bool prepare_write();
+  // when it may be written in place (no send from it in flight). `pusher`
+  // (or -1): a worker known to have received its last parameters (it
+  // computed a gradient from them): its send is waited for, not tested, as
+  // only the notice of its completion can still be on the way.
+  bool prepare_write(int pusher = -1);
 
   // Starts sending live() to worker w (after w's previous send completes:
   // it has, w received it before computing the push that led here).
@@ -50,6 +53,9 @@ class ParamBuffers {
   void send_gather();
   // Waits for every send in flight, from both buffers.
   void settle();
+
+  // True while a send from either buffer is still in flight (tests).
+  bool sending() { return !idle(0) || !idle(1); }
 
   // Updates that had to move to the other buffer (each a copy of the slice),
   // and updates written in place.
@@ -72,5 +78,13 @@ class ParamBuffers {
   int live_ = 0;
   int64_t moves_ = 0, in_place_ = 0;
 };
+
+// Waits until every request in `reqs` completes, like wait_all, but while
+// `busy()` is true it polls yielding the core instead of sleeping between
+// polls (Backoff): over TCP a message moves only while both ranks poll
+// (shared memory lets the receiver copy it alone), so a rank that sleeps
+// while its parameters are on the wire stretches every transfer.
+void wait_polling(std::span<MPI_Request> reqs, double timeout_s,
+                  const std::function<std::string()>& what, const std::function<bool()>& busy);
 
 }  // namespace hsgd::mpi
