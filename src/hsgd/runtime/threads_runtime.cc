@@ -50,8 +50,11 @@ struct Shared {
   // may write the parameters (push, join, leave) first waits, under `mu`,
   // until none is pinned (wait_unpinned), so a pull still copies exactly the
   // parameters of the version on_pull returned. Readers holding `mu` (the
-  // evaluator, checkpoints) need no pin.
+  // evaluator, checkpoints) need no pin. While a writer waits, pulls copy
+  // under `mu` instead of pinning, so a stream of pulls (many workers)
+  // cannot hold the writers off.
   int pinned = 0;
+  int writers_waiting = 0;
   std::condition_variable unpinned;
   std::vector<char> released;
   IdleMeter idle;  // on clock's seconds
@@ -82,7 +85,10 @@ void request_stop(Shared& s) {
 
 // Under `lk` (on s.mu): blocks until no pull is copying the parameters.
 void wait_unpinned(Shared& s, std::unique_lock<std::mutex>& lk) {
+  if (s.pinned == 0) return;
+  ++s.writers_waiting;
   s.unpinned.wait(lk, [&] { return s.pinned == 0; });
+  --s.writers_waiting;
 }
 
 // An injected gradient failure (faults.exception_rate).
@@ -231,9 +237,13 @@ void worker_loop(const WorkerArgs& a) {
           s.counters.bytes_pulled += static_cast<int64_t>(pull_bytes.size());
           s.counters.compress_s += since(c0);
         } else {
-          ++s.pinned;
-          pinned = true;
-          pinned_params = p;
+          if (s.writers_waiting > 0) {
+            std::copy(p.begin(), p.end(), params.begin());  // do not hold the writer off
+          } else {
+            ++s.pinned;
+            pinned = true;
+            pinned_params = p;
+          }
           if (z) s.counters.bytes_pulled += z->plain_bytes();
         }
       }
