@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <mpi.h>
-#include <sched.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -130,8 +129,6 @@ class ShardServer {
   }
   // Waits for every parameter send in flight.
   void settle() { params_.settle(); }
-  // True while a parameter send is in flight.
-  bool sending() { return params_.sending(); }
 
  private:
   static std::vector<int> worker_ranks(const Layout& l) {
@@ -144,13 +141,11 @@ class ShardServer {
   void writable(int pusher = -1) {
     if (params_.prepare_write(pusher)) server_->set_params(params_.live());
   }
-  // The gradient is on the wire (its request came after it): poll without
-  // sleeping (TCP moves it only then).
   void take_gradient(int w) {
-    wait_polling(std::span<MPI_Request>(&grad_recv_[static_cast<size_t>(w)], 1), l_.timeout, [&] {
+    wait_one(&grad_recv_[static_cast<size_t>(w)], l_.timeout, [&] {
       return fmt::format("waiting for the gradient of {} on server shard {}",
                          worker_name(w, l_.servers), shard_);
-    }, [] { return true; });
+    });
   }
 
   const Layout& l_;
@@ -183,9 +178,9 @@ void run_replica(const Job& job, const Layout& l, const std::vector<float>& init
   } free_recv{&recv};
   for (;;) {
     check(MPI_Start(&recv), "MPI_Start");
-    wait_polling(std::span<MPI_Request>(&recv, 1), l.timeout, [&] {
+    wait_one(&recv, l.timeout, [&] {
       return fmt::format("on server shard {} waiting for the next event from rank 0", l.rank);
-    }, [&] { return shard.sending(); });  // sends move only while this rank polls (TCP)
+    });
     const Event e = ev;
     const auto diverged = [&](uint64_t version) {
       throw MpiError(fmt::format(
@@ -323,18 +318,10 @@ bool run_worker(const Job& job, const Layout& l, bool resuming) {
     check(MPI_Start(&control[1]), "MPI_Start");
     if (push) check(MPI_Startall(as_count(S), grad_send.data()), "MPI_Startall");
     check(MPI_Start(&control[0]), "MPI_Start");
-    // While its gradient is on the wire, poll without sleeping (TCP moves
-    // it only then).
-    const auto gradient_in_flight = [&] {
-      int done = 0;
-      check(MPI_Testall(as_count(S), grad_send.data(), &done, MPI_STATUSES_IGNORE),
-            "MPI_Testall");
-      return done == 0;
-    };
     const auto await_reply = [&] {
-      wait_polling(std::span<MPI_Request>(&control[1], 1), l.timeout, [&] {
+      wait_one(&control[1], l.timeout, [&] {
         return fmt::format("on {} waiting for rank 0 to answer its {}", me, push ? "push" : "pull");
-      }, gradient_in_flight);
+      });
     };
     await_reply();
     while (reply.type == Reply::kSave) {  // a checkpoint while this worker is at the gate
@@ -346,10 +333,8 @@ bool run_worker(const Job& job, const Layout& l, bool resuming) {
     std::optional<uint64_t> version;
     if (reply.type == Reply::kGo) {
       version = reply.version;
-      // On the wire now: poll without sleeping (TCP moves them only then).
-      wait_polling(param_recv, l.timeout,
-                   [&] { return fmt::format("on {} waiting for its parameters", me); },
-                   [] { return true; });
+      wait_all(param_recv, l.timeout,
+               [&] { return fmt::format("on {} waiting for its parameters", me); });
     } else {
       for (MPI_Request& r : param_recv) {
         check(MPI_Cancel(&r), "MPI_Cancel");
@@ -564,12 +549,7 @@ class Primary {
             "mpi.timeout if this is slow, not stuck)",
             l_.timeout, who));
       }
-      if (shard_.sending()) {
-        sched_yield();  // sends move only while this rank polls (TCP)
-        backoff.reset();
-      } else {
-        backoff.idle();
-      }
+      backoff.idle();
     }
     const double train_s = stop_time_;
     clock_.pause();

@@ -2,10 +2,7 @@
 
 #include <fmt/format.h>
 
-#include <sched.h>
-
 #include <algorithm>
-#include <chrono>
 
 #include "hsgd/mpi/transport.h"
 
@@ -100,31 +97,6 @@ void ParamBuffers::send_gather() {
 void ParamBuffers::settle() {
   wait_buffer(0);
   wait_buffer(1);
-}
-
-void wait_polling(std::span<MPI_Request> reqs, double timeout_s,
-                  const std::function<std::string()>& what, const std::function<bool()>& busy) {
-  using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(timeout_s));
-  Backoff backoff;
-  for (int polls = 0;; ++polls) {
-    int done = 0;
-    check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE),
-          "MPI_Testall");
-    if (done) return;
-    if ((polls & 63) == 63 && Clock::now() > deadline) {
-      throw MpiError(fmt::format(
-          "timed out after {:g} s {} (raise mpi.timeout if this is slow, not stuck)", timeout_s,
-          what()));
-    }
-    if (busy()) {
-      sched_yield();
-      backoff.reset();
-    } else {
-      backoff.idle();
-    }
-  }
 }
 
 }  // namespace hsgd::mpi

@@ -54,9 +54,6 @@ class ParamBuffers {
   // Waits for every send in flight, from both buffers.
   void settle();
 
-  // True while a send from either buffer is still in flight (tests).
-  bool sending() { return !idle(0) || !idle(1); }
-
   // Updates that had to move to the other buffer (each a copy of the slice),
   // and updates written in place.
   int64_t moves() const { return moves_; }
@@ -78,13 +75,5 @@ class ParamBuffers {
   int live_ = 0;
   int64_t moves_ = 0, in_place_ = 0;
 };
-
-// Waits until every request in `reqs` completes, like wait_all, but while
-// `busy()` is true it polls yielding the core instead of sleeping between
-// polls (Backoff): over TCP a message moves only while both ranks poll
-// (shared memory lets the receiver copy it alone), so a rank that sleeps
-// while its parameters are on the wire stretches every transfer.
-void wait_polling(std::span<MPI_Request> reqs, double timeout_s,
-                  const std::function<std::string()>& what, const std::function<bool()>& busy);
 
 }  // namespace hsgd::mpi
