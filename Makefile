@@ -39,9 +39,12 @@ test-tsan: deps
 bench: build
 	$(BUILD)/hsgd bench
 
-# The mpi runtime's figures: 3 ranks (1 server, 2 workers) on this machine.
+# The mpi runtime's figures: 3 ranks (1 server, 2 workers) on this machine, over
+# shared memory, then over TCP only (across two network namespaces instead:
+# scripts/mpi-netns.sh -- -np 3 $(BUILD)/hsgd bench --mpi).
 bench-mpi: build
 	mpirun --allow-run-as-root --oversubscribe -np 3 $(BUILD)/hsgd bench --mpi --seconds 3 --repeats 5
+	mpirun --allow-run-as-root --oversubscribe -np 3 --mca btl tcp,self $(BUILD)/hsgd bench --mpi --seconds 3 --repeats 5
 
 # The parallel simulator's figures (BENCHMARKS.md: issue #12).
 bench-sim: build

@@ -15,6 +15,8 @@
 #include <numeric>
 
 #include "hsgd/core/error.h"
+#include "hsgd/mpi/fair.h"
+#include "hsgd/mpi/param_buffers.h"
 #include "hsgd/mpi/session.h"
 #include "hsgd/mpi/transport.h"
 #include "hsgd/runtime/threads_runtime.h"
@@ -250,6 +252,59 @@ TEST(MpiTransport, SplitsContiguouslyAndEvenly) {
   EXPECT_EQ(s[2].begin, 7u);
   EXPECT_EQ(s[2].size, 3u);
   EXPECT_EQ(mpi::split(5, 5).back().size, 1u);
+}
+
+TEST(MpiTransport, ServesRequestsThatComeTogetherInTurn) {
+  // Workers 0, 2 and 3 of 4 request at once, three times: each is served
+  // first in turn, not worker 0 every time.
+  int start = 0;
+  std::vector<int> firsts;
+  for (int round = 0; round < 3; ++round) {
+    std::vector<int> done = {0, 2, 3};
+    start = mpi::serve_order(done, 4, start);
+    firsts.push_back(done.front());
+    // The rest follow in rotated order.
+    EXPECT_TRUE(std::is_sorted(done.begin(), done.end(), [&](int a, int b) {
+      return (a - done.front() + 4) % 4 < (b - done.front() + 4) % 4;
+    }));
+  }
+  EXPECT_EQ(firsts, (std::vector<int>{0, 2, 3}));
+  std::vector<int> one = {1};
+  EXPECT_EQ(mpi::serve_order(one, 4, 3), 2);
+  std::vector<int> none;
+  EXPECT_EQ(mpi::serve_order(none, 4, 3), 3);
+}
+
+// A server's update while a parameter send is still in flight (its
+// receiver has not posted the receive yet) moves to the other buffer: the
+// receiver gets the version that was sent, not the one written after.
+TEST(MpiTransport, AnUpdateDuringASendDoesNotChangeWhatIsSent) {
+  const size_t n = 1 << 20;  // 4 MB: sent by rendezvous, not buffered
+  if (world_rank() == 0) {
+    mpi::ParamBuffers b(std::vector<float>(n, 1.0f), MPI_COMM_WORLD, {1}, -1, 30, "test shard");
+    b.send(0);
+    EXPECT_TRUE(b.prepare_write()) << "the send cannot have completed: nothing received it";
+    EXPECT_EQ(b.moves(), 1);
+    std::span<float> p = b.live();
+    EXPECT_EQ(p[n - 1], 1.0f) << "the other buffer starts as a copy";
+    std::fill(p.begin(), p.end(), 2.0f);  // the update
+    MPI_Barrier(MPI_COMM_WORLD);          // only now rank 1 receives
+    b.settle();
+    EXPECT_FALSE(b.prepare_write()) << "nothing in flight: written in place";
+    b.send(0);  // the new version
+    b.settle();
+  } else {
+    std::vector<float> got(n, 0.0f);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world_rank() == 1) {
+      MPI_Recv(got.data(), static_cast<int>(n), MPI_FLOAT, 0, mpi::kTagParams, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
+      EXPECT_EQ(std::count(got.begin(), got.end(), 1.0f), static_cast<ptrdiff_t>(n));
+      MPI_Recv(got.data(), static_cast<int>(n), MPI_FLOAT, 0, mpi::kTagParams, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
+      EXPECT_EQ(std::count(got.begin(), got.end(), 2.0f), static_cast<ptrdiff_t>(n));
+    }
+  }
 }
 
 // After each test every rank checks that all ranks finished the same test:

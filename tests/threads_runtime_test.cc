@@ -7,6 +7,7 @@
 #include <atomic>
 #include <filesystem>
 #include <memory>
+#include <numeric>
 #include <thread>
 
 #include "hsgd/checkpoint/checkpoint.h"
@@ -111,6 +112,32 @@ TEST(ThreadsRuntime, AsyncHasStalenessAndNoIdleTime) {
   Fixture f("stale", {{"policy.name", "async"}, {"train.workers", "3"}, {"train.epochs", "1"}});
   RunResult r = f.run();
   EXPECT_DOUBLE_EQ(r.last.idle_frac, 0.0);
+}
+
+// Pulls copy the parameters outside the server lock (pinned) while pushes
+// wait for the copies in flight; with many workers pulling, the pushes must
+// still get through (pulls copy under the lock while a push waits) and each
+// policy keep its semantics. A hang here is the test's timeout.
+TEST(ThreadsRuntime, ManyWorkersPullingDoNotHoldThePushesOff) {
+  for (const char* policy : {"async", "sync"}) {
+    Fixture f(std::string("many_") + policy,
+              {{"policy.name", policy}, {"train.workers", "16"}, {"train.epochs", "2"}});
+    RunResult r = f.run();
+    auto rows = read_metrics_csv(f.dir + "/metrics.csv");
+    ASSERT_GE(rows.size(), 2u);
+    EXPECT_GT(r.last.test_acc, rows.front().test_acc + 0.2) << policy;
+    EXPECT_GE(r.last.samples, static_cast<int64_t>(2 * f.train.size())) << policy;
+    const int64_t applied =
+        std::accumulate(r.staleness_histogram.begin(), r.staleness_histogram.end(), int64_t{0});
+    if (std::string(policy) == "async") {
+      EXPECT_EQ(r.last.updates, r.gradients) << "async applies every push";
+      EXPECT_EQ(applied, r.gradients);
+    } else {
+      EXPECT_EQ(applied, r.staleness_histogram[0]) << "sync applies only fresh gradients";
+      EXPECT_GE(r.gradients - 16 * r.last.updates, 0);
+      EXPECT_LT(r.gradients - 16 * r.last.updates, 16);
+    }
+  }
 }
 
 TEST(ThreadsRuntime, TimeBudgetStopsAndEvaluatesPeriodically) {

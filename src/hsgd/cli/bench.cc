@@ -22,37 +22,6 @@ namespace {
 
 using Clock = SteadyClock;
 
-// Single-thread gradient throughput (samples/s), median over rounds.
-double compute_only(const ModelSpec& spec, const Dataset& train, int batch, int repeats) {
-  GradientLoop loop(spec, train, batch, 10);
-  std::vector<double> rates;
-  for (int r = 0; r < repeats; ++r) {
-    int steps = 0;
-    const auto t0 = Clock::now();
-    double el = 0;
-    while (el < 0.5) {
-      loop.step();
-      ++steps;
-      el = since(t0);
-    }
-    rates.push_back(steps * batch / el);
-  }
-  return median(rates);
-}
-
-// Threads-runtime throughput (samples per training second).
-double runtime_rate(const ModelSpec& spec, const Dataset& train, const Dataset& test,
-                    const std::string& policy, int workers, int batch, double seconds) {
-  Config c = load_config("", {{"train.workers", std::to_string(workers)},
-                              {"train.batch", std::to_string(batch)},
-                              {"train.budget", fmt::format("{}", seconds)},
-                              {"train.eval_every", "1000000"},
-                              {"train.eval_samples", "64"},
-                              {"policy.name", policy}});
-  RunResult r = run_scratch(c, spec, train, test);
-  return static_cast<double>(r.last.samples) / r.train_s;
-}
-
 // Server cost of one async update (accumulate + SGD step) per parameter.
 double server_ns_per_param(const std::string& optimizer, size_t n, int repeats) {
   std::vector<float> params(n, 0.0f), grad(n, 1e-6f);

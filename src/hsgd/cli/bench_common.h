@@ -51,6 +51,15 @@ Job bench_job(const Config& c, const ModelSpec& spec, const Dataset& train, cons
 RunResult run_scratch(const Config& c, const ModelSpec& spec, const Dataset& train,
                       const Dataset& test);
 
+// One thread's gradient throughput (samples/s): median over `repeats`
+// rounds of 0.5 s of GradientLoop::step.
+double compute_only(const ModelSpec& spec, const Dataset& train, int batch, int repeats);
+
+// The threads runtime's throughput with `policy` and `workers` workers:
+// samples pushed per second of training time over a `seconds` budget.
+double runtime_rate(const ModelSpec& spec, const Dataset& train, const Dataset& test,
+                    const std::string& policy, int workers, int batch, double seconds);
+
 // A one-worker async server over `params` with `optimizer` (lr 0.01): each
 // push is an update (K = 1 skips the buffer). For the server-cost figures.
 std::unique_ptr<Server> async_server(std::span<float> params, const std::string& optimizer);

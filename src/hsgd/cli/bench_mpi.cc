@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <thread>
@@ -99,6 +100,17 @@ Config config(const std::string& runtime, int workers, double seconds) {
                           {"mpi.timeout", "120"}});
 }
 
+// The transport Open MPI was told to use (mpirun --mca btl ...), for the
+// rows' labels: "tcp" when only TCP (and self), else what was set, else the
+// default (shared memory within a host).
+std::string transport() {
+  const char* btl = std::getenv("OMPI_MCA_btl");
+  if (!btl || !*btl) return "default (shared memory)";
+  const std::string b = btl;
+  if (b == "tcp,self" || b == "self,tcp") return "tcp";
+  return b;
+}
+
 // Waits at a barrier polling once a millisecond: the waiting rank leaves the
 // cores to the measured ones.
 void quiet_barrier() {
@@ -144,8 +156,8 @@ int bench_mpi(const BenchArgs& a) {
         "hsgd bench --mpi: %d ranks; round trip = push of the gradient + pull of the parameters "
         "(1 server, 1 worker, async, sgd, a model with a free gradient), raw = MPI_Send + "
         "MPI_Recv of the same floats there and back; bandwidth = 2 x 4 bytes x params / round "
-        "trip\n\n",
-        session.size());
+        "trip\ntransport: %s (Open MPI btl)\n\n",
+        session.size(), transport().c_str());
     std::printf("%-10s %14s %14s %14s %14s %8s\n", "params", "raw rt ms", "raw GB/s", "hsgd rt ms",
                 "hsgd GB/s", "ratio");
   }

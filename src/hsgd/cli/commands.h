@@ -71,12 +71,14 @@ struct BenchArgs {
   bool auto_policy = false;  // only the auto policy's decision cost (#17)
   bool sim = false;         // only the parallel simulator's figures (bench_sim.cc)
   bool stream = false;      // only the server update against the triad (bench_stream.cc)
+  bool threads = false;     // only the threads runtime's efficiency, sync and async (bench_threads.cc)
 };
 int bench(const BenchArgs& a);
 int bench_mpi(const BenchArgs& a);
 int bench_compress(const BenchArgs& a);
 int bench_auto(const BenchArgs& a);
 int bench_sim(const BenchArgs& a);
+int bench_threads(const BenchArgs& a);
 // bench_stream.cc: the server's update at 10M parameters against a triad.
 void print_server_vs_triad(int repeats);
 

@@ -117,6 +117,8 @@ int main(int argc, char** argv) {
   bench->add_flag("--auto", ba.auto_policy, "only the auto policy's decision cost against the server's");
   bench->add_flag("--sim", ba.sim,
                   "only the parallel simulator's gradient rate (256 workers, 1 and 2 threads)");
+  bench->add_flag("--threads", ba.threads,
+                  "only the threads runtime's 2-worker efficiency, async and sync, side by side");
   bench->add_flag("--stream", ba.stream,
                   "only the server's update at 10M parameters against a STREAM-like triad");
 
@@ -149,6 +151,7 @@ int main(int argc, char** argv) {
       if (ba.compress) return hsgd::cli::bench_compress(ba);
       if (ba.auto_policy) return hsgd::cli::bench_auto(ba);
       if (ba.sim) return hsgd::cli::bench_sim(ba);
+      if (ba.threads) return hsgd::cli::bench_threads(ba);
       if (ba.stream) {
         hsgd::cli::print_server_vs_triad(ba.repeats);
         return 0;

@@ -14,6 +14,8 @@
 #include <thread>
 
 #include "hsgd/core/error.h"
+#include "hsgd/mpi/fair.h"
+#include "hsgd/mpi/param_buffers.h"
 #include "hsgd/mpi/sparse.h"
 #include "hsgd/mpi/transport.h"
 #include "hsgd/runtime/clock.h"
@@ -45,36 +47,34 @@ struct Layout {
   RowLink row_link(int64_t batch) const { return RowLink{comm, servers, workers, timeout, batch}; }
 };
 
-// One server shard: its slice of the parameters, its replica of the server
-// state machine, its gradient buffers (one per worker) and its parameter
-// sends. Used by rank 0 and by every other server rank.
+// One server shard: its slice of the parameters (double-buffered for the
+// sends: mpi/param_buffers.h), its replica of the server state machine, its
+// gradient buffers (one per worker) and its parameter sends. Used by rank 0
+// and by every other server rank.
 class ShardServer {
  public:
   ShardServer(const Job& job, const Layout& l, int shard, const std::vector<float>& initial)
-      : l_(l), shard_(shard), range_(l.shards[static_cast<size_t>(shard)]) {
+      : l_(l),
+        shard_(shard),
+        range_(l.shards[static_cast<size_t>(shard)]),
+        params_(std::vector<float>(
+                    initial.begin() + static_cast<ptrdiff_t>(range_.begin),
+                    initial.begin() + static_cast<ptrdiff_t>(range_.begin + range_.size)),
+                l.comm, worker_ranks(l), shard != 0 ? 0 : -1, l.timeout,
+                fmt::format("server shard {}", shard)) {
     const Config& c = *job.config;
-    params_.assign(initial.begin() + static_cast<ptrdiff_t>(range_.begin),
-                   initial.begin() + static_cast<ptrdiff_t>(range_.begin + range_.size));
-    server_.emplace(params_, server_options(job), make_policy(c.policy, l.workers, c.optim.lr),
-                    make_optimizer(server_optimizer(c), params_.size()));
+    server_.emplace(params_.live(), server_options(job),
+                    make_policy(c.policy, l.workers, c.optim.lr),
+                    make_optimizer(server_optimizer(c), range_.size));
     const auto nw = static_cast<size_t>(l.workers);
     grads_.assign(nw, std::vector<float>(range_.size));
     grad_recv_.assign(nw, MPI_REQUEST_NULL);
-    param_send_.assign(nw, MPI_REQUEST_NULL);
     for (int w = 0; w < l.workers; ++w) {
       const auto i = static_cast<size_t>(w);
       check(MPI_Recv_init(grads_[i].data(), as_count(range_.size), MPI_FLOAT, l.worker_rank(w),
                           kTagGradient, l_.comm, &grad_recv_[i]),
             "MPI_Recv_init");
       check(MPI_Start(&grad_recv_[i]), "MPI_Start");
-      check(MPI_Send_init(params_.data(), as_count(range_.size), MPI_FLOAT, l.worker_rank(w),
-                          kTagParams, l_.comm, &param_send_[i]),
-            "MPI_Send_init");
-    }
-    if (shard != 0) {
-      check(MPI_Send_init(params_.data(), as_count(range_.size), MPI_FLOAT, 0, kTagGather, l_.comm,
-                          &gather_send_),
-            "MPI_Send_init");
     }
     if (l.rows.rows > 0) {  // model.sparse: this rank's rows (mpi/sparse.h)
       sparse_ = std::make_unique<SparseShard>(job, l.rows, l.row_link(c.train.batch), shard,
@@ -83,21 +83,19 @@ class ShardServer {
   }
   ~ShardServer() {
     for (MPI_Request& r : grad_recv_) cancel_and_free(&r);
-    for (MPI_Request& r : param_send_) free_request(&r);
-    free_request(&gather_send_);
   }
   ShardServer(const ShardServer&) = delete;
   ShardServer& operator=(const ShardServer&) = delete;
 
   Server& server() { return *server_; }
-  std::span<const float> params() const { return params_; }
+  std::span<const float> params() const { return params_.live(); }
   SparseShard* sparse() { return sparse_.get(); }  // model.sparse, else null
 
   // Worker w's push, once its gradient slice is in; restarts the receive for
   // its next one.
   Decision push(int w, uint64_t version, int64_t batch, double loss, double seconds) {
     take_gradient(w);
-    settle();  // parameter sends in flight read the buffer the update writes
+    writable(w);
     if (sparse_) loss = sparse_->stage(w, loss);  // its rows join with its dense part
     Decision d = server_->on_push(w, version, grads_[static_cast<size_t>(w)], batch, loss, seconds);
     check(MPI_Start(&grad_recv_[static_cast<size_t>(w)]), "MPI_Start");
@@ -107,21 +105,21 @@ class ShardServer {
   // no more.
   void discard(int w) { take_gradient(w); }
 
+  // Worker w leaves (may apply an update).
+  Decision leave(int w, double seconds) {
+    writable();
+    return server_->on_leave(w, seconds);
+  }
+
   // Sends this shard's parameters to worker w (its previous send is long
   // done: w received it before computing the push that led here).
   void send_params(int w) {
-    MPI_Request* r = &param_send_[static_cast<size_t>(w)];
-    wait_one(r, l_.timeout, [&] {
-      return fmt::format("sending shard {}'s parameters to {}", shard_, worker_name(w, l_.servers));
-    });
-    check(MPI_Start(r), "MPI_Start");
+    params_.send(w);
     if (sparse_) sparse_->send_rows(w);
   }
   // Sends this shard's parameters to rank 0 for evaluation.
   void send_gather() {
-    wait_one(&gather_send_, l_.timeout,
-             [&] { return fmt::format("sending shard {}'s parameters to rank 0", shard_); });
-    check(MPI_Start(&gather_send_), "MPI_Start");
+    params_.send_gather();
     if (sparse_) sparse_->send_gather();
   }
   // This shard's server state (its parameters slice and all), for a
@@ -146,14 +144,19 @@ class ShardServer {
     if (server_->known_workers() > l_.workers) grads_.resize(grads_.size());
   }
   // Waits for every parameter send in flight.
-  void settle() {
-    wait_all(param_send_, l_.timeout,
-             [&] { return fmt::format("for a worker to receive shard {}'s parameters", shard_); });
-    wait_one(&gather_send_, l_.timeout,
-             [&] { return fmt::format("for rank 0 to receive shard {}'s parameters", shard_); });
-  }
+  void settle() { params_.settle(); }
 
  private:
+  static std::vector<int> worker_ranks(const Layout& l) {
+    std::vector<int> r;
+    for (int w = 0; w < l.workers; ++w) r.push_back(l.worker_rank(w));
+    return r;
+  }
+  // Before an event that may write the parameters: sends in flight keep
+  // reading their version (the server moves to the other buffer).
+  void writable(int pusher = -1) {
+    if (params_.prepare_write(pusher)) server_->set_params(params_.live());
+  }
   void take_gradient(int w) {
     wait_one(&grad_recv_[static_cast<size_t>(w)], l_.timeout, [&] {
       return fmt::format("waiting for the gradient of {} on server shard {}",
@@ -164,11 +167,10 @@ class ShardServer {
   const Layout& l_;
   int shard_;
   Shard range_;
-  std::vector<float> params_;
+  ParamBuffers params_;
   std::optional<Server> server_;
   std::vector<std::vector<float>> grads_;
-  std::vector<MPI_Request> grad_recv_, param_send_;
-  MPI_Request gather_send_ = MPI_REQUEST_NULL;
+  std::vector<MPI_Request> grad_recv_;
   std::unique_ptr<SparseShard> sparse_;  // model.sparse: attached to server_
 };
 
@@ -227,7 +229,7 @@ void run_replica(const Job& job, const Layout& l, const std::vector<float>& init
         });
         break;
       case Event::kLeave: {
-        const Decision d = shard.server().on_leave(e.worker, e.seconds);
+        const Decision d = shard.leave(e.worker, e.seconds);
         if (d.version != e.version) diverged(d.version);
         break;
       }
@@ -550,6 +552,9 @@ class Primary {
                          MPI_STATUSES_IGNORE),
             "MPI_Testsome");
       if (count != MPI_UNDEFINED && count > 0) {
+        // Requests that came together: each worker is served first in turn.
+        first_ = serve_order(std::span<int>(done_idx.data(), static_cast<size_t>(count)),
+                             l_.workers, first_);
         for (int i = 0; i < count; ++i) {
           const int w = done_idx[static_cast<size_t>(i)];
           if (pausing_) {
@@ -762,7 +767,7 @@ class Primary {
   // answered stop. Below train.min_workers the run ends (exit 3).
   void leave(int w) {
     const double now = clock_.seconds();
-    const Decision d = server().on_leave(w, now);
+    const Decision d = shard_.leave(w, now);
     emit(Event{.type = Event::kLeave, .worker = w, .seconds = now, .version = d.version});
     left_[static_cast<size_t>(w)] = 1;
     membership_.push_back(MembershipEvent{now, w, false, MembershipCause::kSignal, ""});
@@ -928,6 +933,7 @@ class Primary {
   Observer* observer_;
   Dataset test_;
   std::vector<float> eval_params_, eval_grads_;
+  int first_ = 0;  // the worker served first among requests that come together
   std::unique_ptr<Model> model_;
   std::vector<Request> requests_;
   std::vector<Reply> replies_;

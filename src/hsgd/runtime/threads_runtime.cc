@@ -44,6 +44,18 @@ struct Shared {
   std::unique_ptr<std::condition_variable[]> wake;
   size_t num_wake = 0;
   Server* server = nullptr;
+  // Pulls copy the parameters outside `mu` (README, "The threads runtime on
+  // two cores"): a puller pins them (++pinned) under `mu` after its on_pull,
+  // copies without the lock, and unpins under `mu`. Every server event that
+  // may write the parameters (push, join, leave) first waits, under `mu`,
+  // until none is pinned (wait_unpinned), so a pull still copies exactly the
+  // parameters of the version on_pull returned. Readers holding `mu` (the
+  // evaluator, checkpoints) need no pin. While a writer waits, pulls copy
+  // under `mu` instead of pinning, so a stream of pulls (many workers)
+  // cannot hold the writers off.
+  int pinned = 0;
+  int writers_waiting = 0;
+  std::condition_variable unpinned;
   std::vector<char> released;
   IdleMeter idle;  // on clock's seconds
   bool stop = false;
@@ -71,6 +83,14 @@ void request_stop(Shared& s) {
   for (size_t w = 0; w < s.num_wake; ++w) s.wake[w].notify_all();
 }
 
+// Under `lk` (on s.mu): blocks until no pull is copying the parameters.
+void wait_unpinned(Shared& s, std::unique_lock<std::mutex>& lk) {
+  if (s.pinned == 0) return;
+  ++s.writers_waiting;
+  s.unpinned.wait(lk, [&] { return s.pinned == 0; });
+  --s.writers_waiting;
+}
+
 // An injected gradient failure (faults.exception_rate).
 struct InjectedFault : std::runtime_error {
   InjectedFault() : std::runtime_error("injected by faults.exception_rate") {}
@@ -78,9 +98,10 @@ struct InjectedFault : std::runtime_error {
 
 // Membership (issue 10), under s.mu: worker `id` leaves or joins at `now`;
 // the server's released workers are woken; below train.min_workers the run
-// stops with the reason.
-void change_membership(Shared& s, int id, bool join, MembershipCause cause,
-                       const std::string& detail, double now) {
+// stops with the reason. Waits for pinned pulls first (releasing lk).
+void change_membership(Shared& s, std::unique_lock<std::mutex>& lk, int id, bool join,
+                       MembershipCause cause, const std::string& detail, double now) {
+  wait_unpinned(s, lk);
   const Decision d = join ? s.server->on_join(id, now) : s.server->on_leave(id, now);
   for (int r : d.released) {
     if (r == id) continue;
@@ -135,7 +156,7 @@ bool sit_out(Shared& s, int id, WorkerState& ws, const Config& c, int local_h, s
     if (!std::isfinite(due.time)) return false;
     const double now = s.clock.seconds();
     if (due.time <= now) {
-      change_membership(s, id, true, due.cause, "", now);
+      change_membership(s, lk, id, true, due.cause, "", now);
       s.membership->refresh(id, ws.sampler, c.train.batch, *s.server, true);
       if (local_h > 0) ws.local.emplace(make_local_worker(c, np));
       return true;
@@ -180,12 +201,12 @@ void worker_loop(const WorkerArgs& a) {
     bool out = false;  // left by fault injection: sits out until its rejoin
     bool throws = false;
     {
-      std::lock_guard lk(s.mu);
+      std::unique_lock lk(s.mu);
       if (s.stop) break;
       const double now = s.clock.seconds();
       const FaultDue due = s.membership->plan().next(a.id, true);
       if (due.time <= now) {
-        change_membership(s, a.id, false, due.cause, "", now);
+        change_membership(s, lk, a.id, false, due.cause, "", now);
         out = true;
       } else {
         s.membership->refresh(a.id, ws.sampler, c.train.batch * std::max(1, local_h), *s.server,
@@ -198,6 +219,8 @@ void worker_loop(const WorkerArgs& a) {
       continue;
     }
     if (sparse) sparse->prepare(ws.sampler, c.train.batch);  // its rows are pulled
+    bool pinned = false;  // the plain pull: copied below, outside the lock
+    std::span<const float> pinned_params;
     {
       std::lock_guard lk(s.mu);
       if (s.stop) break;
@@ -215,10 +238,22 @@ void worker_loop(const WorkerArgs& a) {
           s.counters.bytes_pulled += static_cast<int64_t>(pull_bytes.size());
           s.counters.compress_s += since(c0);
         } else {
-          std::copy(p.begin(), p.end(), params.begin());
+          if (s.writers_waiting > 0) {
+            std::copy(p.begin(), p.end(), params.begin());  // do not hold the writer off
+          } else {
+            ++s.pinned;
+            pinned = true;
+            pinned_params = p;
+          }
           if (z) s.counters.bytes_pulled += z->plain_bytes();
         }
       }
+    }
+    if (pinned) {
+      // No event writes the parameters while pinned: they stay at `version`.
+      std::copy(pinned_params.begin(), pinned_params.end(), params.begin());
+      std::lock_guard lk(s.mu);
+      if (--s.pinned == 0) s.unpinned.notify_all();
     }
     double worker_compress_s = 0;
     if (!pull_waits && z && z->pull_on()) {  // the worker decodes its pull
@@ -250,9 +285,9 @@ void worker_loop(const WorkerArgs& a) {
     }
     if (!failure.empty()) {
       {
-        std::lock_guard lk(s.mu);
+        std::unique_lock lk(s.mu);
         if (s.stop) break;
-        change_membership(s, a.id, false,
+        change_membership(s, lk, a.id, false,
                           throws ? MembershipCause::kException : MembershipCause::kError,
                           throws ? "" : failure, s.clock.seconds());
       }
@@ -277,7 +312,8 @@ void worker_loop(const WorkerArgs& a) {
     }
     bool wait = false;
     {
-      std::lock_guard lk(s.mu);
+      std::unique_lock lk(s.mu);
+      wait_unpinned(s, lk);  // the push may apply an update
       if (s.stop) break;
       const double now = s.clock.seconds();
       if (now >= a.budget) {  // finished after the budget: not training

@@ -40,6 +40,11 @@ void Server::grow(size_t workers) {
   }
 }
 
+void Server::set_params(std::span<float> p) {
+  HSGD_ASSERT(p.size() == params_.size(), "set_params: another parameter count");
+  params_ = p;
+}
+
 Progress Server::progress(double seconds) const {
   return Progress{
       static_cast<int64_t>(version_), seconds,

@@ -145,6 +145,10 @@ class Server {
   void set_hook(ServerHook* hook) { hook_ = hook; }
 
   std::span<const float> params() const { return params_; }
+  // Moves the server onto `p`, which must hold the same values as params()
+  // (same size): for a runtime that double-buffers the parameters its
+  // sends read (mpi/param_buffers.h).
+  void set_params(std::span<float> p);
   uint64_t version() const { return version_; }
   int live_workers() const { return live_count_; }
   int64_t samples() const { return total_samples_; }
