@@ -334,8 +334,6 @@ TEST(Config, CompressKeys) {
       {{{"compress.pull", "qsgd:4"}}, "compress.pull = 'qsgd:4': expected qsgd:S with S >= 12"},
       {{{"compress.push", "qsgd:4"}, {"compress.error_feedback", "true"}},
        "compress.push = 'qsgd:4': expected qsgd:S with S >= 12"},
-      {{{"compress.pull", "fp16"}, {"train.runtime", "mpi"}},
-       "compress.pull = 'fp16': the mpi runtime does not compress yet"},
   };
   for (auto [o, needle] : bad) {
     o.insert(o.begin(), {"train.budget", "1"});

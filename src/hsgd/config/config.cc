@@ -671,13 +671,6 @@ void validate_compress(const Config& c) {
                      "': expected qsgd:S with S >= 12 under compress.error_feedback = true (the "
                      "residual grows with fewer levels); or error_feedback = false");
   }
-  if (z.on() && c.train.runtime == "mpi") {
-    const char* key = z.push.none() ? "compress.pull" : "compress.push";
-    throw InputError(std::string(key) + " = '" +
-                     (z.push.none() ? z.pull.name() : z.push.name()) +
-                     "': the mpi runtime does not compress yet (threads and sim do); expected "
-                     "none with train.runtime = 'mpi'");
-  }
   if (z.on() && c.policy.kind == "hogwild") {
     const char* key = z.push.none() ? "compress.pull" : "compress.push";
     throw InputError(std::string(key) + " = '" +
