@@ -367,6 +367,40 @@ TEST(Compress, QsgdWithFewLevelsConvergesOnThePathsWithMemory) {
   }
 }
 
+// powersgd on the pull path: a worker's first pull has a zero difference
+// (it holds the initial parameters); the warm start must survive it, or
+// every later pull sends P = Q = 0 and the copy never moves (the pull
+// failure of docs/results.md before the fix).
+TEST(Compress, PowersgdWarmStartSurvivesAZeroDifference) {
+  const size_t rows = 20, cols = 30;
+  const std::vector<float> init = randn(rows * cols, 41);
+  const std::vector<float> u = randn(rows, 42), v = randn(cols, 43);
+  CompressOptions o;
+  o.pull = parse_compressor("powersgd:1", "compress.pull");
+  const auto layout = make_layout({{20, 30}}, 0, rows * cols);
+  PullStage stage(o, layout, 1, 1, init);
+  Codec decoder(o.pull, layout, 0, 0);
+  std::vector<float> worker = init, scratch;
+  std::string bytes;
+  stage.pull(0, init, 10, &bytes);  // nothing to send yet
+  apply_pull(decoder, bytes, worker, &scratch, "pull");
+  EXPECT_EQ(worker, init);
+  // The server moves by a rank-1 step: a few rank-1 pulls catch up.
+  std::vector<float> params = init;
+  for (size_t a = 0; a < rows; ++a)
+    for (size_t c = 0; c < cols; ++c) params[a * cols + c] += u[a] * v[c];
+  for (int t = 0; t < 5; ++t) {
+    stage.pull(0, params, 10, &bytes);
+    apply_pull(decoder, bytes, worker, &scratch, "pull");
+  }
+  double err = 0, step = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    err += std::pow(params[i] - worker[i], 2);
+    step += std::pow(params[i] - init[i], 2);
+  }
+  EXPECT_LT(std::sqrt(err), 1e-3 * std::sqrt(step));
+}
+
 TEST(Compress, PushStageStateRoundTrips) {
   CompressOptions o;
   o.push = parse_compressor("powersgd:2", "compress.push");

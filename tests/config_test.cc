@@ -329,6 +329,8 @@ TEST(Config, CompressKeys) {
                   .compress.push_feedback());
   const std::vector<std::pair<std::vector<Override>, std::string>> bad = {
       {{{"compress.push", "topk:0"}}, "compress.push = 'topk:0': expected topk:R with the kept fraction R in (0, 1]"},
+      {{{"compress.pull", "randomk:0.1"}},
+       "compress.pull = 'randomk:0.1': randomk is for the push path only"},
       {{{"compress.push", "randomk:1.5"}}, "compress.push = 'randomk:1.5': expected randomk:R"},
       {{{"compress.pull", "qsgd:1"}}, "compress.pull = 'qsgd:1': expected qsgd:S"},
       {{{"compress.push", "powersgd:0"}}, "compress.push = 'powersgd:0': expected powersgd:R"},

@@ -441,16 +441,27 @@ void Codec::encode(std::span<const float> x, uint64_t key, bool raw, std::string
           }
         }
         orthonormalize(p_, rows, r);
-        std::fill(q.begin(), q.end(), 0.0f);
+        q_next_.assign(q.size(), 0.0f);
         for (size_t a = 0; a < rows; ++a) {
           const float* m = v + a * cols;
           for (size_t c = 0; c < cols; ++c) {
             const float mv = m[c];
-            for (size_t j = 0; j < r; ++j) q[c * r + j] += mv * p_[a * r + j];
+            for (size_t j = 0; j < r; ++j) q_next_[c * r + j] += mv * p_[a * r + j];
           }
         }
         put_n(out, p_.data(), p_.size());
-        put_n(out, q.data(), q.size());
+        put_n(out, q_next_.data(), q_next_.size());
+        // The warm start becomes the new Q, except in a column whose P
+        // column vanished (M Q = 0 there: M = 0, e.g. a pull's first
+        // difference, or M orthogonal to it). Its new Q column would be 0
+        // and stay 0 in every later message (P = M Q = 0 again): the rank
+        // would be lost for good. That column keeps its old Q.
+        for (size_t j = 0; j < r; ++j) {
+          bool dead = true;
+          for (size_t a = 0; a < rows && dead; ++a) dead = p_[a * r + j] == 0.0f;
+          if (dead) continue;
+          for (size_t c = 0; c < cols; ++c) q[c * r + j] = q_next_[c * r + j];
+        }
         break;
       }
     }
