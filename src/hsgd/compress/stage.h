@@ -110,6 +110,10 @@ class PullStage {
   std::span<const float> pull(int worker, std::span<const float> params, uint64_t version,
                               std::string* bytes);
   std::span<const float> held(int worker) const { return held_[static_cast<size_t>(worker)]; }
+  // Sets what `worker` holds (a worker that starts afresh).
+  void reset(int worker, std::span<const float> values) {
+    held_[static_cast<size_t>(worker)].assign(values.begin(), values.end());
+  }
   void save(StateWriter& w) const;
   void load(StateReader& r);
 

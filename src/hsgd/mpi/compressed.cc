@@ -69,6 +69,7 @@ ShardCompression::ShardCompression(const CompressOptions& o,
   }
   if (!o.pull.none()) {
     pull_ = std::make_unique<PullStage>(o, layout, shard_seed(seed, shard), workers, initial);
+    initial_.assign(initial.begin(), initial.end());
     pull_buf_.resize(nw);
     pull_send_.assign(nw, MPI_REQUEST_NULL);
   }
@@ -112,6 +113,10 @@ void ShardCompression::settle() {
   wait_all(pull_send_, timeout_, [&] {
     return fmt::format("for a worker to receive shard {}'s compressed parameters", shard_);
   });
+}
+
+void ShardCompression::forget(int w) {
+  if (pull_) pull_->reset(w, initial_);
 }
 
 void ShardCompression::save(StateWriter& w) const {

@@ -71,6 +71,9 @@ class ShardCompression {
   void send_pull(int w, std::span<const float> params, uint64_t version);
   // Waits for every pull send in flight.
   void settle();
+  // Worker w starts afresh (it had left; its checkpoint blob is empty): its
+  // held copy goes back to the initial parameters, where the worker starts.
+  void forget(int w);
 
   // The held copies, their codecs' warm starts. A state written for another
   // worker count is skipped: the held copies start afresh at the initial
@@ -87,6 +90,7 @@ class ShardCompression {
   size_t push_max_ = 0;  // bytes of the largest push message
   std::vector<std::vector<char>> push_buf_;
   std::unique_ptr<PullStage> pull_;
+  std::vector<float> initial_;  // this slice's initial parameters (pull on)
   std::vector<std::string> pull_buf_;
   std::vector<MPI_Request> pull_send_;
 };

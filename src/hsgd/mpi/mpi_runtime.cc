@@ -145,7 +145,9 @@ class ShardServer {
     r.expect_end();
     for (int w = l_.workers; w < server_->known_workers(); ++w) server_->on_leave(w, seconds);
     for (int w = 0; w < l_.workers; ++w) {
-      if (!server_->is_live(w)) server_->on_join(w, seconds);
+      if (server_->is_live(w)) continue;
+      server_->on_join(w, seconds);
+      if (z_) z_->forget(w);  // [compress]: it starts afresh at the initial parameters
     }
     if (server_->known_workers() > l_.workers) grads_.resize(grads_.size());
   }
