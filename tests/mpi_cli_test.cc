@@ -449,48 +449,51 @@ TEST(MpiCli, TopkLeNet5OnTwoServerRanksLearns) {
             z["plain_bytes_per_message"].get<double>() / 20);
 }
 
-// A compressed mpi run killed after a checkpoint resumes (with another
-// worker count, so the residuals and held copies start afresh) and its
-// byte counters run on from the checkpoint's.
+// A compressed mpi run killed after a checkpoint resumes, with the same
+// worker count (the workers' residuals and copies and the shards' held
+// copies are restored) and with another (they start afresh), and its byte
+// counters run on from the checkpoint's.
 TEST(MpiCli, ACompressedRunResumesFromItsCheckpoint) {
-  const std::string out = tmp("zmpi_kill");
-  const std::string args =
-      "train --quiet --runtime mpi --servers 2 --data synthetic --model linear-test --batch 16 "
-      "--lr 0.1 --policy async --eval-every 0.25 --budget 2 --checkpoint-every 0.2 "
-      "--set compress.push=topk:0.1 --set compress.pull=fp16 --set mpi.timeout=20 --out " +
-      out;
-  const pid_t launcher = launch_until_training("4", args, out);
-  ASSERT_FALSE(CheckpointDirs(out).empty()) << slurp(out + ".log");
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const pid_t victim = rank_pid(out, 3);
-  ASSERT_GT(victim, 0);
-  kill(victim, SIGKILL);
-  int status = 0;
-  waitpid(launcher, &status, 0);
-  const Outcome o = run(kMpirun + "-np 3 ", "train --quiet --resume " + out);
-  ASSERT_EQ(o.code, 0) << o.err;
-  std::ifstream csv(out + "/metrics.csv");
-  std::string line;
-  std::getline(csv, line);
-  int64_t last_pushed = -1;
-  int rows = 0;
-  while (std::getline(csv, line)) {
-    // bytes_pushed is the third column from the end.
-    std::vector<std::string> f;
-    for (size_t a = 0, b; a <= line.size(); a = b + 1) {
-      b = line.find(',', a);
-      if (b == std::string::npos) b = line.size();
-      f.push_back(line.substr(a, b - a));
+  for (const char* np : {"4", "3"}) {
+    const std::string out = tmp(std::string("zmpi_kill_") + np);
+    const std::string args =
+        "train --quiet --runtime mpi --servers 2 --data synthetic --model linear-test --batch 16 "
+        "--lr 0.1 --policy async --eval-every 0.25 --budget 2 --checkpoint-every 0.2 "
+        "--set compress.push=topk:0.1 --set compress.pull=fp16 --set mpi.timeout=20 --out " +
+        out;
+    const pid_t launcher = launch_until_training("4", args, out);
+    ASSERT_FALSE(CheckpointDirs(out).empty()) << slurp(out + ".log");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const pid_t victim = rank_pid(out, 3);
+    ASSERT_GT(victim, 0);
+    kill(victim, SIGKILL);
+    int status = 0;
+    waitpid(launcher, &status, 0);
+    const Outcome o = run(kMpirun + "-np " + np + " ", "train --quiet --resume " + out);
+    ASSERT_EQ(o.code, 0) << o.err;
+    std::ifstream csv(out + "/metrics.csv");
+    std::string line;
+    std::getline(csv, line);
+    int64_t last_pushed = -1;
+    int rows = 0;
+    while (std::getline(csv, line)) {
+      // bytes_pushed is the third column from the end.
+      std::vector<std::string> f;
+      for (size_t a = 0, b; a <= line.size(); a = b + 1) {
+        b = line.find(',', a);
+        if (b == std::string::npos) b = line.size();
+        f.push_back(line.substr(a, b - a));
+      }
+      const int64_t pushed = std::stoll(f[f.size() - 3]);
+      EXPECT_GE(pushed, last_pushed) << line;
+      last_pushed = pushed;
+      ++rows;
     }
-    const int64_t pushed = std::stoll(f[f.size() - 3]);
-    EXPECT_GE(pushed, last_pushed) << line;
-    last_pushed = pushed;
-    ++rows;
+    EXPECT_GE(rows, 4);
+    EXPECT_GT(last_pushed, 0);
+    EXPECT_EQ(summary(out)["workers"].get<int>(), std::stoi(np) - 2);
+    EXPECT_GT(summary(out)["test_acc"].get<double>(), 0.5) << np;
   }
-  EXPECT_GE(rows, 4);
-  EXPECT_GT(last_pushed, 0);
-  EXPECT_GT(summary(out)["test_acc"].get<double>(), 0.5);
 }
-
 }  // namespace
 }  // namespace hsgd
