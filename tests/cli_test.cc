@@ -146,6 +146,8 @@ std::vector<BadCase> bad_cases() {
       {"compress_ratio_above_one", syn + "--set compress.pull=randomk:1.5",
        "compress.pull = 'randomk:1.5'"},
       {"compress_qsgd_one_level", syn + "--set compress.push=qsgd:1", "compress.push = 'qsgd:1'"},
+      {"compress_randomk_pull", syn + "--set compress.pull=randomk:0.01",
+       "compress.pull = 'randomk:0.01': randomk is for the push path only"},
       {"compress_rank_zero", syn + "--set compress.push=powersgd:0",
        "compress.push = 'powersgd:0'"},
       {"compress_unknown", syn + "--set compress.push=zip", "compress.push = 'zip'"},

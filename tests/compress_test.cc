@@ -312,6 +312,95 @@ TEST(Compress, PullCopiesConvergeToTheServerParameters) {
   EXPECT_EQ(std::vector<float>(back.held(1).begin(), back.held(1).end()), init);
 }
 
+// qsgd with few levels does not contract by itself (variance bound >= 1):
+// the stage scales it by 1 / (1 + w) where it feeds a memory, and the
+// pull's held copy and the push's residual stay bounded.
+TEST(Compress, QsgdWithFewLevelsConvergesOnThePathsWithMemory) {
+  EXPECT_EQ(memory_scale(parse_compressor("qsgd:16", "k")), 1.0);  // w = 0.5 < 1
+  EXPECT_EQ(memory_scale(parse_compressor("qsgd:12", "k")), 1.0);
+  EXPECT_NEAR(memory_scale(parse_compressor("qsgd:4", "k")), 1.0 / (1.0 + std::sqrt(128.0) / 4),
+              1e-12);
+  EXPECT_EQ(memory_scale(parse_compressor("topk:0.1", "k")), 1.0);
+  for (const char* spec : {"qsgd:2", "qsgd:4", "qsgd:8"}) {
+    // Pull: the server's parameters move by a fixed step per pull; the
+    // worker's copy follows within a bounded distance.
+    const std::vector<float> init = randn(2000, 31), step = randn(2000, 32);
+    std::vector<float> params = init;
+    CompressOptions o;
+    o.pull = parse_compressor(spec, "compress.pull");
+    const auto layout = make_layout({}, 0, params.size());
+    PullStage stage(o, layout, 1, 1, init);
+    Codec decoder(o.pull, layout, 0, 0);
+    std::vector<float> worker = init, scratch;
+    std::string bytes;
+    double step_norm = 0, max_gap = 0;
+    for (float v : step) step_norm += 0.01 * v * 0.01 * v;
+    step_norm = std::sqrt(step_norm);
+    for (int t = 0; t < 1000; ++t) {
+      for (size_t i = 0; i < params.size(); ++i) params[i] += 0.01f * step[i];
+      std::span<const float> held = stage.pull(0, params, 10, &bytes);
+      apply_pull(decoder, bytes, worker, &scratch, "pull");
+      ASSERT_EQ(std::vector<float>(held.begin(), held.end()), worker);
+      double gap = 0;
+      for (size_t i = 0; i < params.size(); ++i) gap += std::pow(params[i] - worker[i], 2);
+      max_gap = std::max(max_gap, std::sqrt(gap));
+    }
+    // Unscaled, qsgd:4 grew the gap without bound (NaN within 3 s of training).
+    EXPECT_LT(max_gap, 40 * step_norm) << spec;
+    // Push with error feedback: the residual stays bounded.
+    const std::vector<float> g = randn(1000, 33);
+    CompressOptions p;
+    p.push = parse_compressor(spec, "compress.push");
+    p.error_feedback = 1;
+    PushStage push(p, make_layout({}, 0, g.size()), 1, 0);
+    std::vector<float> sent(g.size());
+    double gnorm = 0, max_res = 0;
+    for (float v : g) gnorm += double(v) * v;
+    gnorm = std::sqrt(gnorm);
+    for (int t = 0; t < 1000; ++t) {
+      push.compress(g, 10, &bytes, sent);
+      double res = 0;
+      for (float e : push.residual()) res += double(e) * e;
+      max_res = std::max(max_res, std::sqrt(res));
+    }
+    EXPECT_LT(max_res, 40 * gnorm) << spec;
+  }
+}
+
+// powersgd on the pull path: a worker's first pull has a zero difference
+// (it holds the initial parameters); the warm start must survive it, or
+// every later pull sends P = Q = 0 and the copy never moves (the pull
+// failure of docs/results.md before the fix).
+TEST(Compress, PowersgdWarmStartSurvivesAZeroDifference) {
+  const size_t rows = 20, cols = 30;
+  const std::vector<float> init = randn(rows * cols, 41);
+  const std::vector<float> u = randn(rows, 42), v = randn(cols, 43);
+  CompressOptions o;
+  o.pull = parse_compressor("powersgd:1", "compress.pull");
+  const auto layout = make_layout({{20, 30}}, 0, rows * cols);
+  PullStage stage(o, layout, 1, 1, init);
+  Codec decoder(o.pull, layout, 0, 0);
+  std::vector<float> worker = init, scratch;
+  std::string bytes;
+  stage.pull(0, init, 10, &bytes);  // nothing to send yet
+  apply_pull(decoder, bytes, worker, &scratch, "pull");
+  EXPECT_EQ(worker, init);
+  // The server moves by a rank-1 step: a few rank-1 pulls catch up.
+  std::vector<float> params = init;
+  for (size_t a = 0; a < rows; ++a)
+    for (size_t c = 0; c < cols; ++c) params[a * cols + c] += u[a] * v[c];
+  for (int t = 0; t < 5; ++t) {
+    stage.pull(0, params, 10, &bytes);
+    apply_pull(decoder, bytes, worker, &scratch, "pull");
+  }
+  double err = 0, step = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    err += std::pow(params[i] - worker[i], 2);
+    step += std::pow(params[i] - init[i], 2);
+  }
+  EXPECT_LT(std::sqrt(err), 1e-3 * std::sqrt(step));
+}
+
 TEST(Compress, PushStageStateRoundTrips) {
   CompressOptions o;
   o.push = parse_compressor("powersgd:2", "compress.push");

@@ -440,7 +440,7 @@ TEST(SimRuntime, ResumeIsByteExactWithCompressionOn) {
        std::vector<std::tuple<std::string, std::string, std::string>>{
            {"topk_qsgd", "topk:0.1", "qsgd:16"},
            {"powersgd", "powersgd:1", "none"},
-           {"sign_randomk", "sign", "randomk:0.2"}}) {
+           {"sign_qsgd4", "sign", "qsgd:4"}}) {  // qsgd:4: scaled pulls
     std::vector<Override> o = base;
     if (name == "powersgd") {  // composes with a waiting policy and the mitigations
       o[0] = {"policy.name", "hybrid"};

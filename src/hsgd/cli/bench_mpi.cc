@@ -89,15 +89,21 @@ RunResult run(const Job& job, MPI_Comm comm, int rank) {
   return r;
 }
 
-Config config(const std::string& runtime, int workers, double seconds) {
-  return load_config("", {{"train.runtime", runtime},
-                          {"train.workers", std::to_string(workers)},
-                          {"train.batch", "64"},
-                          {"train.budget", fmt::format("{}", seconds)},
-                          {"train.eval_every", "1000000"},
-                          {"train.eval_samples", "256"},
-                          {"policy.name", "async"},
-                          {"mpi.timeout", "120"}});
+Config config(const std::string& runtime, int workers, double seconds,
+              const std::string& compress = "none") {
+  std::vector<Override> o = {{"train.runtime", runtime},
+                             {"train.workers", std::to_string(workers)},
+                             {"train.batch", "64"},
+                             {"train.budget", fmt::format("{}", seconds)},
+                             {"train.eval_every", "1000000"},
+                             {"train.eval_samples", "256"},
+                             {"policy.name", "async"},
+                             {"mpi.timeout", "120"}};
+  if (compress != "none") {  // issue 14: both directions
+    o.push_back({"compress.push", compress});
+    o.push_back({"compress.pull", compress});
+  }
+  return load_config("", o);
 }
 
 // The transport Open MPI was told to use (mpirun --mca btl ...), for the
@@ -187,6 +193,48 @@ int bench_mpi(const BenchArgs& a) {
       std::printf("%-10lld %14.3f %14.2f %14.3f %14.2f %8.3f\n", static_cast<long long>(n),
                   1e3 * median(raw), bytes / median(raw) / 1e9, 1e3 * median(ours),
                   bytes / median(ours) / 1e9, median(ratios));
+      std::fflush(stdout);
+    }
+  }
+
+  // 1b. The same round trip at 10M parameters with both directions
+  //     compressed (issue 14): bytes on the wire per push and per pull
+  //     against the plain 4 bytes per parameter, and the round trip.
+  if (root) {
+    std::printf(
+        "\ncompressed (push and pull, error feedback auto; bytes as sent, headers included):\n"
+        "%-10s %-12s %14s %14s %10s %14s\n",
+        "params", "compressor", "bytes/push", "bytes/pull", "ratio", "hsgd rt ms");
+  }
+  for (const char* z : {"topk:0.01", "fp16"}) {
+    const int64_t n = int64_t{10} << 20;
+    std::vector<double> rt, push_b, pull_b;
+    for (int round = 0; round < a.repeats; ++round) {
+      if (pair != MPI_COMM_NULL) {
+        const Config c = config("mpi", 1, std::max(4.0, a.seconds), z);
+        Job job;
+        job.config = &c;
+        job.train = &tiny_train;
+        job.test = &tiny_test;
+        job.make_model = [n] { return std::make_unique<NullModel>(n); };
+        job.initial_params.assign(static_cast<size_t>(n), 0.0f);
+        const RunResult r = run(job, pair, rank);
+        if (root) {
+          // One worker: it sent one push more than was applied (the one
+          // after the budget, discarded) and pulled once per applied push
+          // plus the first pull; the byte counters include both.
+          const auto g = static_cast<double>(r.gradients);
+          rt.push_back(r.train_s / g);
+          push_b.push_back(static_cast<double>(r.compress.bytes_pushed) / (g + 1));
+          pull_b.push_back(static_cast<double>(r.compress.bytes_pulled) / (g + 1));
+        }
+      }
+      quiet_barrier();
+    }
+    if (root) {
+      std::printf("%-10lld %-12s %14.0f %14.0f %10.1f %14.3f\n", static_cast<long long>(n), z,
+                  median(push_b), median(pull_b), 4.0 * static_cast<double>(n) / median(push_b),
+                  1e3 * median(rt));
       std::fflush(stdout);
     }
   }

@@ -7,6 +7,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <numeric>
 
 #include "hsgd/core/error.h"
@@ -340,17 +342,38 @@ void Codec::encode(std::span<const float> x, uint64_t key, bool raw, std::string
         break;
       case Kind::kTopk: {
         const size_t k = kept(spec_.ratio, n);
-        idx.resize(n);
-        std::iota(idx.begin(), idx.end(), 0u);
-        // The k largest magnitudes (ties by the lower index), then in order.
-        auto larger = [v](uint32_t a, uint32_t b) {
-          const float fa = std::fabs(v[a]), fb = std::fabs(v[b]);
-          return fa > fb || (fa == fb && a < b);
-        };
-        if (k < n) std::nth_element(idx.begin(), idx.begin() + static_cast<ptrdiff_t>(k - 1),
-                                    idx.end(), larger);
-        idx.resize(k);
-        std::sort(idx.begin(), idx.end());
+        // The k largest magnitudes (ties by the lower index), in index
+        // order: the k-th largest magnitude by nth_element on a contiguous
+        // copy of the magnitudes, then one scan that keeps those above it
+        // and, of those equal to it, the first ones.
+        idx.clear();
+        if (k == n) {
+          idx.resize(n);
+          std::iota(idx.begin(), idx.end(), 0u);
+        } else {
+          // A NaN counts as the largest magnitude (a total order).
+          const auto mag = [](float x) {
+            return std::isnan(x) ? std::numeric_limits<float>::infinity() : std::fabs(x);
+          };
+          vals.resize(n);
+          for (size_t i = 0; i < n; ++i) vals[i] = mag(v[i]);
+          std::nth_element(vals.begin(), vals.begin() + static_cast<ptrdiff_t>(k - 1), vals.end(),
+                           std::greater<float>());
+          const float thr = vals[k - 1];
+          size_t above = 0;
+          for (size_t i = 0; i < n; ++i) above += mag(v[i]) > thr;
+          size_t ties = k - above;  // above < k: thr is the k-th largest
+          idx.reserve(k);
+          for (size_t i = 0; i < n && idx.size() < k; ++i) {
+            const float a = mag(v[i]);
+            if (a > thr) {
+              idx.push_back(static_cast<uint32_t>(i));
+            } else if (a == thr && ties > 0) {
+              --ties;
+              idx.push_back(static_cast<uint32_t>(i));
+            }
+          }
+        }
         put(out, static_cast<uint32_t>(k));
         put_n(out, idx.data(), k);
         for (uint32_t i : idx) put(out, v[i]);
@@ -418,16 +441,27 @@ void Codec::encode(std::span<const float> x, uint64_t key, bool raw, std::string
           }
         }
         orthonormalize(p_, rows, r);
-        std::fill(q.begin(), q.end(), 0.0f);
+        q_next_.assign(q.size(), 0.0f);
         for (size_t a = 0; a < rows; ++a) {
           const float* m = v + a * cols;
           for (size_t c = 0; c < cols; ++c) {
             const float mv = m[c];
-            for (size_t j = 0; j < r; ++j) q[c * r + j] += mv * p_[a * r + j];
+            for (size_t j = 0; j < r; ++j) q_next_[c * r + j] += mv * p_[a * r + j];
           }
         }
         put_n(out, p_.data(), p_.size());
-        put_n(out, q.data(), q.size());
+        put_n(out, q_next_.data(), q_next_.size());
+        // The warm start becomes the new Q, except in a column whose P
+        // column vanished (M Q = 0 there: M = 0, e.g. a pull's first
+        // difference, or M orthogonal to it). Its new Q column would be 0
+        // and stay 0 in every later message (P = M Q = 0 again): the rank
+        // would be lost for good. That column keeps its old Q.
+        for (size_t j = 0; j < r; ++j) {
+          bool dead = true;
+          for (size_t a = 0; a < rows && dead; ++a) dead = p_[a * r + j] == 0.0f;
+          if (dead) continue;
+          for (size_t c = 0; c < cols; ++c) q[c * r + j] = q_next_[c * r + j];
+        }
         break;
       }
     }

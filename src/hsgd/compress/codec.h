@@ -104,7 +104,7 @@ class Codec {
   size_t numel_ = 0;
   size_t min_bytes_ = 0;
   std::vector<std::vector<float>> q_;  // powersgd: per tensor, cols x rank (empty if raw)
-  std::vector<float> p_;               // powersgd scratch
+  std::vector<float> p_, q_next_;      // powersgd scratch
 };
 
 // k of topk/randomk for n elements.

@@ -1,5 +1,8 @@
 #include "hsgd/compress/stage.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "hsgd/core/error.h"
 #include "hsgd/core/rng.h"
 
@@ -16,11 +19,19 @@ uint64_t message_key(uint64_t seed, uint64_t side, uint64_t worker, uint64_t rou
 
 }  // namespace
 
+double memory_scale(const CompressorSpec& spec) {
+  if (spec.kind != CompressorSpec::Kind::kQsgd) return 1.0;
+  const double d = static_cast<double>(kBucket), s = spec.levels;
+  const double omega = std::min(d / (s * s), std::sqrt(d) / s);
+  return omega >= 1.0 ? 1.0 / (1.0 + omega) : 1.0;
+}
+
 PushStage::PushStage(const CompressOptions& o, std::vector<TensorSlot> layout, uint64_t seed,
                      int worker)
     : codec_(o.push, std::move(layout), static_cast<size_t>(o.min_bytes),
              Rng(seed, 0x70757368u + static_cast<uint64_t>(worker)).next_u64()),
       feedback_(o.push_feedback() && !o.push.none()),
+      scale_(feedback_ ? static_cast<float>(memory_scale(o.push)) : 1.0f),
       warmup_(o.warmup),
       seed_(seed),
       worker_(worker) {
@@ -38,7 +49,14 @@ void PushStage::compress(std::span<const float> grad, uint64_t version, std::str
   } else {
     std::copy(grad.begin(), grad.end(), p_.begin());
   }
-  codec_.encode(p_, message_key(seed_, 1, static_cast<uint64_t>(worker_), round_++), raw, bytes);
+  const uint64_t key = message_key(seed_, 1, static_cast<uint64_t>(worker_), round_++);
+  if (scale_ != 1.0f && !raw) {  // C(a p): see memory_scale
+    scaled_.resize(n);
+    for (size_t i = 0; i < n; ++i) scaled_[i] = scale_ * p_[i];
+    codec_.encode(scaled_, key, raw, bytes);
+  } else {
+    codec_.encode(p_, key, raw, bytes);
+  }
   codec_.decode(std::span<const char>(bytes->data(), bytes->size()), sent, "push");
   if (feedback_) {
     for (size_t i = 0; i < n; ++i) residual_[i] = p_[i] - sent[i];
@@ -86,7 +104,12 @@ std::span<const float> PullStage::pull(int worker, std::span<const float> params
     return held;
   }
   delta_.resize(params.size());
-  for (size_t i = 0; i < params.size(); ++i) delta_[i] = params[i] - held[i];
+  const auto a = static_cast<float>(memory_scale(o_.pull));  // see memory_scale
+  if (a != 1.0f) {
+    for (size_t i = 0; i < params.size(); ++i) delta_[i] = a * (params[i] - held[i]);
+  } else {
+    for (size_t i = 0; i < params.size(); ++i) delta_[i] = params[i] - held[i];
+  }
   codec.encode(delta_, key, false, bytes);
   codec.decode(std::span<const char>(bytes->data(), bytes->size()), delta_, "pull");
   for (size_t i = 0; i < params.size(); ++i) held[i] += delta_[i];

@@ -47,6 +47,18 @@ struct CompressCounters {
   double compress_s = 0;  // encoding and decoding (measured where real time is kept)
 };
 
+// The factor a by which the stage scales what it compresses where a
+// compressor feeds a memory (the push under error feedback, the pull's held
+// copies): C(a x) instead of C(x). Error feedback and the held copies
+// converge when the compressor contracts: E||x - D(C(x))||^2 <= (1 - d) ||x||^2
+// for some d > 0. qsgd:S is unbiased with variance bound
+// w = min(128 / S^2, sqrt(128) / S) (buckets of 128; Alistarh et al.), so it
+// contracts by itself only while w < 1 (S >= 12); below, a = 1 / (1 + w)
+// makes it contract with d = 1 / (1 + w) (Stich et al. 2018; Karimireddy et
+// al. 2019), and qsgd's norm-relative levels make C(a x) = a C(x), so the
+// wire format is unchanged. 1 for every other case.
+double memory_scale(const CompressorSpec& spec);
+
 // One worker's push compressor with its error-feedback residual.
 class PushStage {
  public:
@@ -64,12 +76,13 @@ class PushStage {
  private:
   Codec codec_;
   bool feedback_;
+  float scale_;  // memory_scale under error feedback, else 1
   int64_t warmup_;
   uint64_t seed_;
   int worker_;
   uint64_t round_ = 0;
   std::vector<float> residual_;  // empty without error feedback
-  std::vector<float> p_;
+  std::vector<float> p_, scaled_;
 };
 
 // The server's push decoder (stateless apart from the layout).
@@ -97,6 +110,10 @@ class PullStage {
   std::span<const float> pull(int worker, std::span<const float> params, uint64_t version,
                               std::string* bytes);
   std::span<const float> held(int worker) const { return held_[static_cast<size_t>(worker)]; }
+  // Sets what `worker` holds (a worker that starts afresh).
+  void reset(int worker, std::span<const float> values) {
+    held_[static_cast<size_t>(worker)].assign(values.begin(), values.end());
+  }
   void save(StateWriter& w) const;
   void load(StateReader& r);
 

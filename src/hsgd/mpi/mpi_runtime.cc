@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "hsgd/core/error.h"
+#include "hsgd/mpi/compressed.h"
 #include "hsgd/mpi/fair.h"
 #include "hsgd/mpi/param_buffers.h"
 #include "hsgd/mpi/sparse.h"
@@ -69,11 +70,20 @@ class ShardServer {
     const auto nw = static_cast<size_t>(l.workers);
     grads_.assign(nw, std::vector<float>(range_.size));
     grad_recv_.assign(nw, MPI_REQUEST_NULL);
+    if (c.compress.on()) {  // [compress] (issue 14): mpi/compressed.h
+      z_ = std::make_unique<ShardCompression>(
+          c.compress, job.make_model()->param_shapes(), range_, shard, l.servers, l.workers,
+          c.train.seed, params_.live(), l.comm, l.timeout);
+    }
     for (int w = 0; w < l.workers; ++w) {
       const auto i = static_cast<size_t>(w);
-      check(MPI_Recv_init(grads_[i].data(), as_count(range_.size), MPI_FLOAT, l.worker_rank(w),
-                          kTagGradient, l_.comm, &grad_recv_[i]),
-            "MPI_Recv_init");
+      if (z_ && z_->push_on()) {
+        z_->init_push_recv(w, &grad_recv_[i]);
+      } else {
+        check(MPI_Recv_init(grads_[i].data(), as_count(range_.size), MPI_FLOAT, l.worker_rank(w),
+                            kTagGradient, l_.comm, &grad_recv_[i]),
+              "MPI_Recv_init");
+      }
       check(MPI_Start(&grad_recv_[i]), "MPI_Start");
     }
     if (l.rows.rows > 0) {  // model.sparse: this rank's rows (mpi/sparse.h)
@@ -114,6 +124,10 @@ class ShardServer {
   // Sends this shard's parameters to worker w (its previous send is long
   // done: w received it before computing the push that led here).
   void send_params(int w) {
+    if (z_ && z_->pull_on()) {  // [compress]: the compressed difference, from its own buffer
+      z_->send_pull(w, params_.live(), server_->version());
+      return;
+    }
     params_.send(w);
     if (sparse_) sparse_->send_rows(w);
   }
@@ -128,6 +142,7 @@ class ShardServer {
     settle();
     StateWriter w;
     server_->save(w);
+    if (z_) z_->save(w);
     return w.take();
   }
   // Restores a state save() wrote, then fits the membership to this launch's
@@ -136,15 +151,21 @@ class ShardServer {
   void load(const std::string& bytes, const std::string& what, double seconds) {
     StateReader r(bytes, what);
     server_->load(r);
+    if (z_) z_->load(r);
     r.expect_end();
     for (int w = l_.workers; w < server_->known_workers(); ++w) server_->on_leave(w, seconds);
     for (int w = 0; w < l_.workers; ++w) {
-      if (!server_->is_live(w)) server_->on_join(w, seconds);
+      if (server_->is_live(w)) continue;
+      server_->on_join(w, seconds);
+      if (z_) z_->forget(w);  // [compress]: it starts afresh at the initial parameters
     }
     if (server_->known_workers() > l_.workers) grads_.resize(grads_.size());
   }
   // Waits for every parameter send in flight.
-  void settle() { params_.settle(); }
+  void settle() {
+    params_.settle();
+    if (z_) z_->settle();
+  }
 
  private:
   static std::vector<int> worker_ranks(const Layout& l) {
@@ -158,6 +179,10 @@ class ShardServer {
     if (params_.prepare_write(pusher)) server_->set_params(params_.live());
   }
   void take_gradient(int w) {
+    if (z_ && z_->push_on()) {  // [compress]: decodes into grads_[w]
+      z_->take_push(w, &grad_recv_[static_cast<size_t>(w)], grads_[static_cast<size_t>(w)]);
+      return;
+    }
     wait_one(&grad_recv_[static_cast<size_t>(w)], l_.timeout, [&] {
       return fmt::format("waiting for the gradient of {} on server shard {}",
                          worker_name(w, l_.servers), shard_);
@@ -172,6 +197,7 @@ class ShardServer {
   std::vector<std::vector<float>> grads_;
   std::vector<MPI_Request> grad_recv_;
   std::unique_ptr<SparseShard> sparse_;  // model.sparse: attached to server_
+  std::unique_ptr<ShardCompression> z_;  // [compress]; null when off
 };
 
 // A server rank other than 0: replays rank 0's events on its shard.
@@ -260,7 +286,8 @@ void catch_leave_signals() {
 
 // A worker rank: the threads runtime's worker loop over messages. Returns
 // true when it left the run on SIGTERM / SIGINT (issue 10).
-bool run_worker(const Job& job, const Layout& l, bool resuming) {
+bool run_worker(const Job& job, const Layout& l, bool resuming,
+                const std::vector<float>& initial) {
   const Config& c = *job.config;
   const int id = l.rank - l.servers;
   ShardSampler sampler = make_sampler(job, id);
@@ -275,6 +302,14 @@ bool run_worker(const Job& job, const Layout& l, bool resuming) {
   DelayModel delays(c.stragglers, l.workers, c.train.seed);
   std::optional<SparseWorkerLink> sparse;  // model.sparse: rows to and from their ranks
   if (l.rows.rows > 0) sparse.emplace(*model, l.rows, l.row_link(c.train.batch), id, params);
+  // [compress] (issue 14): null when off. With pull compression the worker
+  // starts from the initial parameters, as the shards' held copies do.
+  std::unique_ptr<WorkerCompression> z;
+  if (c.compress.on()) {
+    z = std::make_unique<WorkerCompression>(c.compress, model->param_shapes(), l.shards, id,
+                                            c.train.seed, l.comm, l.timeout);
+    if (z->pull_on()) std::copy(initial.begin(), initial.end(), params.begin());
+  }
   // A worker's checkpoint state: sampler, delay streams, local momentum.
   const auto save_state = [&] {
     StateWriter w;
@@ -288,6 +323,7 @@ bool run_worker(const Job& job, const Layout& l, bool resuming) {
     delays.save(w);
     w.put<uint8_t>(local.has_value());
     if (local) local->save(w);
+    if (z) z->save(w, params);
     return w.take();
   };
   if (resuming) {
@@ -305,6 +341,7 @@ bool run_worker(const Job& job, const Layout& l, bool resuming) {
         if (!local) r.fail("corrupt (local-SGD state for a policy without it)");
         local->load(r);
       }
+      if (z) z->load(r, params);
       r.expect_end();
     }
   }
@@ -331,12 +368,18 @@ bool run_worker(const Job& job, const Layout& l, bool resuming) {
         "MPI_Recv_init");
   for (size_t s = 0; s < S; ++s) {
     const Shard& sh = l.shards[s];
-    check(MPI_Send_init(grads.data() + sh.begin, as_count(sh.size), MPI_FLOAT, static_cast<int>(s),
-                        kTagGradient, l.comm, &grad_send[s]),
-          "MPI_Send_init");
-    check(MPI_Recv_init(params.data() + sh.begin, as_count(sh.size), MPI_FLOAT, static_cast<int>(s),
-                        kTagParams, l.comm, &param_recv[s]),
-          "MPI_Recv_init");
+    if (!z || !z->push_on()) {  // [compress]: MPI_Isend of each message instead
+      check(MPI_Send_init(grads.data() + sh.begin, as_count(sh.size), MPI_FLOAT,
+                          static_cast<int>(s), kTagGradient, l.comm, &grad_send[s]),
+            "MPI_Send_init");
+    }
+    if (z && z->pull_on()) {
+      z->init_pull_recv(s, &param_recv[s]);
+    } else {
+      check(MPI_Recv_init(params.data() + sh.begin, as_count(sh.size), MPI_FLOAT,
+                          static_cast<int>(s), kTagParams, l.comm, &param_recv[s]),
+            "MPI_Recv_init");
+    }
   }
   const std::string me = worker_name(id, l.servers);
 
@@ -348,7 +391,15 @@ bool run_worker(const Job& job, const Layout& l, bool resuming) {
     const bool rows = sparse && request.type != Request::kLeave;
     if (rows) sparse->start(push);  // row messages go before the request
     check(MPI_Start(&control[1]), "MPI_Start");
-    if (push) check(MPI_Startall(as_count(S), grad_send.data()), "MPI_Startall");
+    if (push && z && z->push_on()) {
+      z->send_push(grad_send);
+    } else if (push) {
+      check(MPI_Startall(as_count(S), grad_send.data()), "MPI_Startall");
+    }
+    if (z) {  // [compress]: the bytes of this push and of the previous pull
+      if (push && !z->push_on()) z->count_plain_push();
+      z->report(&request);
+    }
     check(MPI_Start(&control[0]), "MPI_Start");
     const auto await_reply = [&] {
       wait_one(&control[1], l.timeout, [&] {
@@ -365,8 +416,13 @@ bool run_worker(const Job& job, const Layout& l, bool resuming) {
     std::optional<uint64_t> version;
     if (reply.type == Reply::kGo) {
       version = reply.version;
-      wait_all(param_recv, l.timeout,
-               [&] { return fmt::format("on {} waiting for its parameters", me); });
+      if (z && z->pull_on()) {  // [compress]: decoded into params
+        z->take_pull(param_recv, params, me);
+      } else {
+        wait_all(param_recv, l.timeout,
+                 [&] { return fmt::format("on {} waiting for its parameters", me); });
+        if (z) z->count_plain_pull();
+      }
     } else {
       for (MPI_Request& r : param_recv) {
         check(MPI_Cancel(&r), "MPI_Cancel");
@@ -403,6 +459,7 @@ bool run_worker(const Job& job, const Layout& l, bool resuming) {
     request.version = *version;
     request.batch = pushed;
     request.loss = loss;
+    if (z && z->push_on()) z->encode_push(grads, *version);
     version = exchange(true);
   }
   return false;
@@ -557,6 +614,7 @@ class Primary {
                              l_.workers, first_);
         for (int i = 0; i < count; ++i) {
           const int w = done_idx[static_cast<size_t>(i)];
+          if (c_.compress.on()) tally_.add(requests_[static_cast<size_t>(w)]);  // [compress]
           if (pausing_) {
             held_.push_back(w);
             at_gate_[static_cast<size_t>(w)] = 1;
@@ -612,6 +670,8 @@ class Primary {
     result.membership = membership_;
     result.stopped = stopped_;
     if (shard_.sparse()) result.sparse = shard_.sparse()->gathered();
+    result.compress_on = c_.compress.on();
+    result.compress = tally_.counters;
     return result;
   }
 
@@ -827,6 +887,7 @@ class Primary {
     m.put(last_time_);
     m.put(last_idle_);
     idle_.save(m);
+    if (c_.compress.on()) m.put(tally_.counters);
     blobs["mpi"] = m.take();
     CheckpointInfo info;
     info.id = job_.identity;
@@ -854,6 +915,7 @@ class Primary {
     last_time_ = m.get<double>();
     last_idle_ = m.get<double>();
     idle_.load(m);
+    if (c_.compress.on()) tally_.counters = m.get<CompressCounters>();
     m.expect_end();
     shard_.load(ck.blob("server-0"), ck.path + "/server-0.bin", t);
     for (int s = 1; s < l_.servers; ++s) {
@@ -917,7 +979,9 @@ class Primary {
     const double idle = idle_fraction(idle_total - last_idle_, time_s - last_time_, l_.workers);
     last_time_ = time_s;
     last_idle_ = idle_total;
-    return build_row(server(), st, e, time_s, idle, job_);
+    MetricsRow row = build_row(server(), st, e, time_s, idle, job_);
+    if (c_.compress.on()) tally_.fill(&row);
+    return row;
   }
 
   void emit_row(const MetricsRow& r) {
@@ -955,6 +1019,7 @@ class Primary {
   std::vector<char> left_ = std::vector<char>(static_cast<size_t>(l_.workers), 0);
   std::vector<MembershipEvent> membership_;
   std::string stopped_;  // below train.min_workers
+  CompressTally tally_;  // [compress]: the workers' reported bytes and seconds
 };
 
 // Every rank must run the same job: the same parameter count and data.
@@ -1041,7 +1106,7 @@ RunResult MpiRuntime::run(const Job& job, Recorder* recorder, Observer* observer
     run_replica(job, l, initial, resuming != 0);
     result.primary = false;
   } else {
-    left = run_worker(job, l, resuming != 0);
+    left = run_worker(job, l, resuming != 0, initial);
     result.primary = false;
   }
   // Every rank is through its last message: end together. A worker that

@@ -20,6 +20,9 @@
 // a waiting worker's pull is simply not run (nor replayed) until it is
 // released.
 //
+// With [compress] on, the gradient and parameter slices travel as each
+// shard's compressed encoding (variable-size byte messages): mpi/compressed.h.
+//
 // A worker keeps at most one push in flight, so every shard receives
 // gradients into one buffer per worker. A server rank sends parameters from
 // the buffer it updates: before it applies the next push it waits for the

@@ -4,11 +4,15 @@
 // workers (worker w is rank S + w). Messages, all on MPI_COMM_WORLD:
 //   worker -> rank 0   kTagRequest  Request: pull, or push-then-pull
 //   worker -> rank s   kTagGradient the gradient's shard-s slice (floats,
-//                                   sent from the worker's gradient buffer)
+//                                   sent from the worker's gradient buffer;
+//                                   with compress.push its compressed
+//                                   encoding, bytes: mpi/compressed.h)
 //   rank 0 -> worker   kTagReply    Reply: go (with the version) or stop
 //   rank s -> worker   kTagParams   the parameters' shard-s slice (floats,
 //                                   sent from the server's own buffer, received
-//                                   into the worker's parameter buffer)
+//                                   into the worker's parameter buffer; with
+//                                   compress.pull the compressed difference
+//                                   to the worker's copy, bytes)
 //   rank 0 -> rank s   kTagEvent    Event: the next server event to replay
 //   rank s -> rank 0   kTagGather   shard s's slice, for evaluation
 // Every message of the training loop uses persistent requests; the float
@@ -51,6 +55,12 @@ struct Request {
   uint64_t version = 0;  // push: the version the gradient was computed from
   int64_t batch = 0;     // push: samples behind it
   double loss = 0;       // push: mean training loss
+  // [compress] on (issue 14, mpi/compressed.h): the bytes this push sent to
+  // the server shards, the bytes of the worker's previous pull, and the
+  // seconds the worker spent encoding and decoding them. Zero otherwise.
+  int64_t push_bytes = 0;
+  int64_t pull_bytes = 0;
+  double compress_s = 0;
 };
 
 // rank 0 -> worker.
