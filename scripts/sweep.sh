@@ -2,8 +2,8 @@
 # Runs the sweeps of issue 17 (docs/results.md, "auto against the best fixed
 # policy"). Usage: scripts/sweep.sh [reduced|full] [OUT]
 #   reduced (default): the grids docs/results.md reports (~35 CPU-minutes):
-#     sweep-momentum, sweep-mlp-reduced, sweep-ablation, sweep-lenet5-reduced,
-#     sweep-mlp-batch.
+#     sweep-momentum, sweep-mlp-reduced, sweep-ablation, sweep-mlp-batch,
+#     sweep-lenet5-reduced.
 #   full: the issue's grids, sweep-mlp (972 runs) and sweep-lenet5 (144 runs),
 #     several CPU-hours on two cores; resumable (rerun to continue).
 # HSGD names the binary (default build/release/hsgd); JOBS, if set, the runs
@@ -15,7 +15,7 @@ HSGD=${HSGD:-build/release/hsgd}
 MODE=${1:-reduced}
 OUT=${2:-docs/results/sweep}
 case "$MODE" in
-  reduced) GRIDS="sweep-momentum sweep-mlp-reduced sweep-ablation sweep-lenet5-reduced sweep-mlp-batch" ;;
+  reduced) GRIDS="sweep-momentum sweep-mlp-reduced sweep-ablation sweep-mlp-batch sweep-lenet5-reduced" ;;
   full) GRIDS="sweep-mlp sweep-lenet5 sweep-momentum" ;;
   *) echo "usage: scripts/sweep.sh [reduced|full] [OUT]" >&2; exit 2 ;;
 esac
