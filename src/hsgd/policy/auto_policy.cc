@@ -259,8 +259,9 @@ void AutoController::end_block() {
 // through the two base-K blocks before, in time. Comparing at equal *time*
 // makes it "the loss falls faster per second": a larger K that waits for
 // stragglers pays for its waiting here. Extrapolating a line is
-// conservative while the loss still curves down fast (early training): a
-// probe must then beat the curve's own flattening.
+// conservative while the descent slows down (a probe must beat the curve's
+// own flattening) but favours any probe where the descent speeds up, as
+// when the loss leaves a plateau (docs/results.md, LeNet-5).
 bool AutoController::probe_kept() const {
   if (n_blocks_ < 4) return false;
   const Block& a = blocks_[0];
