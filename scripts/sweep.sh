@@ -1,11 +1,13 @@
 #!/bin/sh
 # Runs the sweeps of issue 17 (docs/results.md, "auto against the best fixed
 # policy"). Usage: scripts/sweep.sh [reduced|full] [OUT]
-#   reduced (default): the grids docs/results.md reports (~10 CPU-minutes):
-#     sweep-mlp-reduced, sweep-ablation, sweep-momentum.
+#   reduced (default): the grids docs/results.md reports (~35 CPU-minutes):
+#     sweep-momentum, sweep-mlp-reduced, sweep-ablation, sweep-mlp-batch,
+#     sweep-lenet5-reduced.
 #   full: the issue's grids, sweep-mlp (972 runs) and sweep-lenet5 (144 runs),
 #     several CPU-hours on two cores; resumable (rerun to continue).
-# HSGD names the binary (default build/release/hsgd). Every sweep resumes:
+# HSGD names the binary (default build/release/hsgd); JOBS, if set, the runs
+# at a time (--jobs; default: the grid's, 2). Every sweep resumes:
 # runs already done are skipped.
 set -eu
 cd "$(dirname "$0")/.."
@@ -13,10 +15,10 @@ HSGD=${HSGD:-build/release/hsgd}
 MODE=${1:-reduced}
 OUT=${2:-docs/results/sweep}
 case "$MODE" in
-  reduced) GRIDS="sweep-mlp-reduced sweep-ablation sweep-momentum" ;;
+  reduced) GRIDS="sweep-momentum sweep-mlp-reduced sweep-ablation sweep-mlp-batch sweep-lenet5-reduced" ;;
   full) GRIDS="sweep-mlp sweep-lenet5 sweep-momentum" ;;
   *) echo "usage: scripts/sweep.sh [reduced|full] [OUT]" >&2; exit 2 ;;
 esac
 for g in $GRIDS; do
-  "$HSGD" sweep "examples/sweep/$g.toml" --out "$OUT/$g" > /dev/null
+  "$HSGD" sweep "examples/sweep/$g.toml" --out "$OUT/$g" ${JOBS:+--jobs "$JOBS"} > /dev/null
 done

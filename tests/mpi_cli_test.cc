@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli_helpers.h"
+#include "hsgd/metrics/recorder.h"
 #include "test_helpers.h"
 
 namespace hsgd {
@@ -98,6 +99,14 @@ TEST(MpiCli, AutoRunsOnShardedServers) {
   const auto s = summary(out);
   EXPECT_EQ(s["policy"], "auto");
   EXPECT_GT(s["updates"].get<int64_t>(), 0);
+  EXPECT_GT(s["test_acc"].get<double>(), 0.3);
+  // The k column is auto's K, within [1, workers] (2 worker ranks).
+  const std::vector<MetricsRow> rows = read_metrics_csv(out + "/metrics.csv");
+  EXPECT_FALSE(rows.empty());
+  for (const MetricsRow& r : rows) {
+    EXPECT_GE(r.k, 1);
+    EXPECT_LE(r.k, 2);
+  }
 }
 
 TEST(MpiCli, TooFewRanksIsOneErrorFromRankZero) {

@@ -16,17 +16,17 @@ AutoParts parse_auto_ablate(const std::string& s) {
     if (part.empty()) continue;
     if (part == "rise") {
       p.rise = false;
-    } else if (part == "fall") {
-      p.fall = false;
-    } else if (part == "flat") {
-      p.flat = false;
+    } else if (part == "up") {
+      p.up = false;
+    } else if (part == "down") {
+      p.down = false;
     } else if (part == "cap") {
       p.cap = false;
     } else if (part == "momentum") {
       p.momentum = false;
     } else {
       throw InputError("policy.auto_ablate = '" + s + "': unknown part '" + part +
-                       "' (expected a comma-separated list of rise, fall, flat, cap, momentum)");
+                       "' (expected a comma-separated list of rise, up, down, cap, momentum)");
     }
   }
   return p;
@@ -86,6 +86,7 @@ void AutoController::observe_push(const PushSignal& s) {
   // The loss window: one round of pushes (at least kMinWindow).
   sum_ += s.loss;
   sumsq_ += s.loss * s.loss;
+  tsum_ += s.seconds;
   ++count_;
   if (count_ >= std::max<int64_t>(kMinWindow, live_)) end_window();
 }
@@ -94,93 +95,237 @@ void AutoController::end_window() {
   const auto n = static_cast<double>(count_);
   const double mean = sum_ / n;
   const double var = std::max(0.0, sumsq_ / n - mean * mean) * n / (n - 1);
-  sum_ = sumsq_ = 0;
+  const double se2 = var / n;
+  const double tsum = tsum_;
+  const int64_t pushes = count_;
+  sum_ = sumsq_ = tsum_ = 0;
   count_ = 0;
   ++windows_;
+  if (!start_known_) {
+    start_known_ = true;
+    start_mean_ = mean;
+    start_se2_ = se2;
+  }
   hist_mean_.push_back(mean);
-  hist_se2_.push_back(var / n);
-  if (hist_mean_.size() > 2 * kBlock) {
+  hist_se2_.push_back(se2);
+  if (hist_mean_.size() > kBlock + 1) {
     hist_mean_.erase(hist_mean_.begin());
     hist_se2_.erase(hist_se2_.begin());
   }
+  // Rise: this window against the kBlock before it, or against the loss at
+  // the start (a stable run does not end up worse than it began), beyond
+  // noise in kRiseWindows windows in a row: the steps are too stale or too
+  // large for this point of training. Halve the staleness by doubling K.
   const size_t h = hist_mean_.size();
-  if (hold_ > 0) --hold_;
-  // Rise: this window against the kBlock before it. The steps are too stale
-  // (or too large) for this point: halve the staleness by doubling K, and
-  // start the history afresh under the new K.
+  bool rose = false, blew_up = false;
+  if (windows_ > 1 && start_armed_) {
+    rose = mean - start_mean_ > kRiseSigmas * std::sqrt(se2 + start_se2_);
+    // A blow-up: one window kBlowUp above the start (and beyond the start's
+    // noise). Its own spread is not asked: a blow-up is a few huge losses,
+    // which make the window's own standard error huge too.
+    blew_up = mean - start_mean_ >
+              std::max(kBlowUp * std::abs(start_mean_), kRiseSigmas * std::sqrt(2 * start_se2_));
+  } else if (mean < start_mean_) {
+    start_armed_ = true;  // recovered below the start: the test is armed again
+  }
   if (h >= kBlock + 1) {
     double ref = 0, ref_se2 = 0;
     for (size_t i = h - 1 - kBlock; i < h - 1; ++i) {
       ref += hist_mean_[i] / kBlock;
       ref_se2 += hist_se2_[i] / (kBlock * kBlock);
     }
-    const bool rose = mean - ref > kRiseSigmas * std::sqrt(hist_se2_[h - 1] + ref_se2);
-    rise_streak_ = rose ? rise_streak_ + 1 : 0;
-    if (parts_.rise && rise_streak_ >= kRiseWindows) {
-      rise_streak_ = 0;
-      k_ = std::min(workers_, 2 * k_);
-      hold_ = kHoldWindows;
-      hist_mean_.clear();
-      hist_se2_.clear();
-      block_pos_ = flat_streak_ = last_change_ = 0;
-      flat_need_ = kFlatBlocks;
-      return;
-    }
+    rose = rose || mean - ref > kRiseSigmas * std::sqrt(se2 + ref_se2);
   }
-  // Trend, once per block: the last kBlock windows against the kBlock before.
-  if (h < 2 * kBlock || ++block_pos_ < kBlock) return;
-  block_pos_ = 0;
-  double before = 0, after = 0, se2 = 0;
-  for (size_t i = 0; i < h; ++i) {
-    (i < kBlock ? before : after) += hist_mean_[i] / kBlock;
-    se2 += hist_se2_[i] / (kBlock * kBlock);
+  rise_streak_ = rose ? rise_streak_ + 1 : 0;
+  if (parts_.rise && (rise_streak_ >= kRiseWindows || blew_up)) {
+    rise();
+    return;
   }
-  if (after - before < -kTrendSigmas * std::sqrt(se2)) {
-    // Falling beyond noise. Right after a flat K + 1 that is the increase
-    // paying off: keep it. Otherwise more, staler updates are paying: step
-    // back towards async.
-    flat_streak_ = 0;
-    flat_need_ = kFlatBlocks;
-    if (last_change_ > 0) {
-      last_change_ = 0;
-    } else if (parts_.fall && hold_ == 0 && k_ > 1) {
-      --k_;
-    }
-  } else if (++flat_streak_ >= flat_need_) {
-    // Flat (or creeping up) within noise: at the noise floor, averaging more
-    // pushes per update lowers it, as long as waiting for them is cheap.
-    // Each such step needs twice the flat stretch of the one before, so a
-    // slow but real descent (invisible block to block) is not mistaken for
-    // a floor more than a few times.
-    flat_streak_ = 0;
-    const int limit = parts_.cap ? cap() : workers_;
-    if (parts_.flat && k_ < limit) {
-      ++k_;
-      last_change_ = 1;
-      flat_need_ *= 2;
-    }
+  b_mean_ += mean;
+  b_se2_ += se2;
+  b_t_ += tsum;
+  b_pushes_ += pushes;
+  if (++b_windows_ >= kBlock) end_block();
+}
+
+void AutoController::rise() {
+  const int from = k_;
+  rise_streak_ = 0;
+  hist_mean_.clear();
+  hist_se2_.clear();
+  b_mean_ = b_se2_ = b_t_ = 0;
+  b_windows_ = b_pushes_ = 0;
+  n_blocks_ = 0;
+  since_ = 0;
+  if (phase_ == 1 && probe_k_ < base_k_) {
+    // A down-probe made the loss rise: abort it, back to the base K, which
+    // was stable, and do not go down there again soon.
+    ++aborts_;
+    phase_ = 0;
+    k_ = static_cast<int>(base_k_);
+    gap_ = std::min<int64_t>(kGapMax, 2 * gap_);
+    dir_ = 1;
+    ban(static_cast<int>(probe_k_));
+    return;
   }
+  // Otherwise (an up-probe cannot be the cause) the K in force is too small.
+  ++rises_;
+  phase_ = 0;
+  k_ = std::min(workers_, 2 * std::max<int>(k_, static_cast<int>(base_k_)));
+  base_k_ = probe_k_ = k_;
+  start_armed_ = false;  // until the loss is back below the start
+  gap_ = 2 * kGapMin;    // a hold: the new K runs a while before anything probes it
+  dir_ = -1;             // and the first probe asks whether the rise was needed ...
+  ban(from);             // ... but not by going back to an unstable K soon
+}
+
+// K <= `unstable` was measured unstable: no down-probe goes there for the
+// next ban_len_ blocks, and the next ban is twice as long. (Probing an
+// unstable K can undo minutes of training in one block: async with server
+// momentum, docs/results.md.)
+void AutoController::ban(int unstable) {
+  unstable_k_ = std::max<int64_t>(ban_ > 0 ? unstable_k_ : 0, unstable);
+  ban_ = ban_len_;
+  ban_len_ = std::min<int64_t>(2 * ban_len_, 1 << 20);
+}
+
+// The local rise test compares windows at one K only: leaving a good probe
+// raises the loss without anything going wrong.
+void AutoController::set_k(int k) {
+  if (k == k_) return;
+  k_ = k;
+  hist_mean_.clear();
+  hist_se2_.clear();
+  rise_streak_ = 0;
+}
+
+void AutoController::end_block() {
+  Block b;
+  b.mean = b_mean_ / static_cast<double>(b_windows_);
+  b.se2 = b_se2_ / static_cast<double>(b_windows_ * b_windows_);
+  b.t = b_t_ / static_cast<double>(std::max<int64_t>(1, b_pushes_));
+  b_mean_ = b_se2_ = b_t_ = 0;
+  b_windows_ = b_pushes_ = 0;
+  std::rotate(blocks_.begin(), blocks_.begin() + 1, blocks_.end());
+  blocks_.back() = b;
+  n_blocks_ = std::min<int64_t>(n_blocks_ + 1, static_cast<int64_t>(blocks_.size()));
+  ++since_;
+  if (ban_ > 0) --ban_;
+  if (phase_ == 1) {
+    // The probe block is done: back to the base K for one block, so that
+    // the probe is judged between blocks at the base K on both sides.
+    phase_ = 2;
+    set_k(static_cast<int>(base_k_));
+    return;
+  }
+  if (phase_ == 2) {
+    phase_ = 0;
+    since_ = 0;
+    if (probe_kept()) {
+      ++kept_;
+      set_k(static_cast<int>(probe_k_));
+      gap_ = kGapMin;  // and probe on in the same direction soon
+    } else {
+      gap_ = std::min<int64_t>(kGapMax, 2 * gap_);
+      dir_ = -dir_;
+    }
+    base_k_ = k_;
+    return;
+  }
+  if (since_ < gap_) return;
+  // Start a probe from k_: up to 2K (at most the workers that arrive in
+  // time) or down to K / 2, in the direction dir_ if that is possible.
+  const int limit = std::min(live_, parts_.cap ? cap() : live_);
+  const int up = parts_.up && 2 * k_ <= std::max(limit, 1) ? 2 * k_
+                 : parts_.up && limit > k_                 ? limit
+                                                           : k_;
+  const int half = k_ / 2;
+  const int down = parts_.down && k_ > 1 && (ban_ == 0 || half > unstable_k_) ? half : k_;
+  int target = dir_ > 0 ? up : down;
+  if (target == k_) target = dir_ > 0 ? down : up;
+  since_ = 0;
+  if (target == k_) return;  // nothing to try: wait another gap
+  ++probes_;
+  base_k_ = k_;
+  probe_k_ = target;
+  k_ = target;  // the rise test keeps the base-K windows: a probe that makes the loss rise is aborted
+  phase_ = 1;
+  dir_ = target > base_k_ ? 1 : -1;
+}
+
+// Did the loss fall faster than before during the probe? The probe block
+// and the block after it (back at the base K: it carries the probe's
+// after-effects, e.g. damage done by too stale steps) against the line
+// through the two base-K blocks before, in time. Comparing at equal *time*
+// makes it "the loss falls faster per second": a larger K that waits for
+// stragglers pays for its waiting here. Extrapolating a line is
+// conservative while the descent slows down (a probe must beat the curve's
+// own flattening) but favours any probe where the descent speeds up, as
+// when the loss leaves a plateau (docs/results.md, LeNet-5).
+bool AutoController::probe_kept() const {
+  if (n_blocks_ < 4) return false;
+  const Block& a = blocks_[0];
+  const Block& b = blocks_[1];
+  const Block& p = blocks_[2];
+  const Block& c = blocks_[3];
+  const double t = 0.5 * (p.t + c.t);
+  double wa = 0, wb = 1;  // equal times: the block before
+  if (b.t - a.t > 1e-12) {
+    wb = (t - a.t) / (b.t - a.t);
+    wa = 1 - wb;
+  }
+  const double trend = wa * a.mean + wb * b.mean;
+  const double d = 0.5 * (p.mean + c.mean) - trend;
+  const double se2 = 0.25 * (p.se2 + c.se2) + wa * wa * a.se2 + wb * wb * b.se2;
+  // Waiting more must pay measurably; waiting less need only not cost: when
+  // the two are level, the smaller K (less waiting) is kept.
+  const double margin = probe_k_ > base_k_ ? kProbeSigmas * std::sqrt(se2) : 0.0;
+  return d < -margin;
 }
 
 std::vector<double> AutoController::save_state() const {
   std::vector<double> s = {static_cast<double>(k_),
+                           static_cast<double>(live_),
                            sum_,
                            sumsq_,
+                           tsum_,
                            static_cast<double>(count_),
                            static_cast<double>(hist_mean_.size()),
-                           static_cast<double>(hold_),
-                           static_cast<double>(block_pos_),
-                           static_cast<double>(flat_streak_),
+                           start_mean_,
+                           start_se2_,
+                           start_known_ ? 1.0 : 0.0,
+                           start_armed_ ? 1.0 : 0.0,
                            static_cast<double>(windows_),
+                           static_cast<double>(rise_streak_),
+                           static_cast<double>(rises_),
+                           static_cast<double>(probes_),
+                           static_cast<double>(kept_),
+                           b_mean_,
+                           b_se2_,
+                           b_t_,
+                           static_cast<double>(b_windows_),
+                           static_cast<double>(b_pushes_),
+                           static_cast<double>(n_blocks_),
+                           static_cast<double>(phase_),
+                           static_cast<double>(base_k_),
+                           static_cast<double>(probe_k_),
+                           static_cast<double>(since_),
+                           static_cast<double>(gap_),
+                           static_cast<double>(dir_),
                            tau_ema_,
                            static_cast<double>(tau_count_),
-                           static_cast<double>(live_),
-                           static_cast<double>(rise_streak_),
-                           static_cast<double>(flat_need_),
-                           static_cast<double>(last_change_)};
-  for (size_t i = 0; i < 2 * kBlock; ++i) {
+                           static_cast<double>(aborts_),
+                           static_cast<double>(unstable_k_),
+                           static_cast<double>(ban_),
+                           static_cast<double>(ban_len_)};
+  for (size_t i = 0; i < kBlock + 1; ++i) {
     s.push_back(i < hist_mean_.size() ? hist_mean_[i] : 0.0);
     s.push_back(i < hist_se2_.size() ? hist_se2_[i] : 0.0);
+  }
+  for (const Block& b : blocks_) {
+    s.push_back(b.mean);
+    s.push_back(b.se2);
+    s.push_back(b.t);
   }
   s.insert(s.end(), free_since_.begin(), free_since_.end());
   s.insert(s.end(), duration_.begin(), duration_.end());
@@ -188,28 +333,53 @@ std::vector<double> AutoController::save_state() const {
 }
 
 void AutoController::restore_state(std::span<const double> s) {
-  constexpr size_t kHead = 15 + 4 * kBlock;
+  constexpr size_t kScalars = 34;
+  constexpr size_t kHead = kScalars + 2 * (kBlock + 1) + 3 * 4;
   HSGD_ASSERT(s.size() == kHead + 2 * static_cast<size_t>(kTracked), "auto policy state size");
+  auto i64 = [&](size_t i) { return static_cast<int64_t>(s[i]); };
   k_ = std::clamp(static_cast<int>(s[0]), 1, workers_);
-  sum_ = s[1];
-  sumsq_ = s[2];
-  count_ = static_cast<int64_t>(s[3]);
-  const auto h = std::min<size_t>(static_cast<size_t>(s[4]), 2 * kBlock);
-  hold_ = static_cast<int64_t>(s[5]);
-  block_pos_ = static_cast<int64_t>(s[6]);
-  flat_streak_ = static_cast<int64_t>(s[7]);
-  windows_ = static_cast<int64_t>(s[8]);
-  tau_ema_ = s[9];
-  tau_count_ = static_cast<int64_t>(s[10]);
-  live_ = std::max(1, static_cast<int>(s[11]));
-  rise_streak_ = static_cast<int64_t>(s[12]);
-  flat_need_ = std::max<int64_t>(kFlatBlocks, static_cast<int64_t>(s[13]));
-  last_change_ = static_cast<int64_t>(s[14]);
+  live_ = std::max(1, static_cast<int>(s[1]));
+  sum_ = s[2];
+  sumsq_ = s[3];
+  tsum_ = s[4];
+  count_ = i64(5);
+  const auto h = std::min<size_t>(static_cast<size_t>(s[6]), kBlock + 1);
+  start_mean_ = s[7];
+  start_se2_ = s[8];
+  start_known_ = s[9] != 0;
+  start_armed_ = s[10] != 0;
+  windows_ = i64(11);
+  rise_streak_ = i64(12);
+  rises_ = i64(13);
+  probes_ = i64(14);
+  kept_ = i64(15);
+  b_mean_ = s[16];
+  b_se2_ = s[17];
+  b_t_ = s[18];
+  b_windows_ = i64(19);
+  b_pushes_ = i64(20);
+  n_blocks_ = std::clamp<int64_t>(i64(21), 0, 4);
+  phase_ = i64(22);
+  base_k_ = i64(23);
+  probe_k_ = i64(24);
+  since_ = i64(25);
+  gap_ = i64(26);
+  dir_ = i64(27);
+  tau_ema_ = s[28];
+  tau_count_ = i64(29);
+  aborts_ = i64(30);
+  unstable_k_ = i64(31);
+  ban_ = i64(32);
+  ban_len_ = i64(33);
   hist_mean_.clear();
   hist_se2_.clear();
   for (size_t i = 0; i < h; ++i) {
-    hist_mean_.push_back(s[15 + 2 * i]);
-    hist_se2_.push_back(s[15 + 2 * i + 1]);
+    hist_mean_.push_back(s[kScalars + 2 * i]);
+    hist_se2_.push_back(s[kScalars + 2 * i + 1]);
+  }
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const size_t o = kScalars + 2 * (kBlock + 1) + 3 * i;
+    blocks_[i] = {s[o], s[o + 1], s[o + 2]};
   }
   free_since_.assign(s.begin() + kHead, s.begin() + kHead + kTracked);
   duration_.assign(s.begin() + kHead + kTracked, s.end());

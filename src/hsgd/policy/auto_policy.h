@@ -4,6 +4,7 @@
 // replicas of a sharded MPI server, which see the same events, take the
 // same decisions.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -16,10 +17,10 @@ namespace hsgd {
 // Which parts of the rule are on (all, by default; switching parts off is for
 // ablations only: policy.auto_ablate).
 struct AutoParts {
-  bool rise = true;      // a significant loss rise doubles K
-  bool fall = true;      // a steadily falling loss lowers K by one
-  bool flat = true;      // a flat loss (noise floor) raises K by one
-  bool cap = true;       // the flat rise stops at the workers that arrive in time
+  bool rise = true;      // a loss rise (or a loss above the starting loss) doubles K
+  bool up = true;        // probes of a larger K (2K), kept if the loss falls faster per second
+  bool down = true;      // probes of a smaller K (K / 2), kept likewise
+  bool cap = true;       // up-probes stop at the workers that arrive in time
   bool momentum = true;  // server momentum lowered by staleness's implicit momentum
 };
 // "" -> all on; otherwise a comma-separated list of the parts to switch off.
@@ -32,15 +33,15 @@ class AutoController final : public Policy {
   // checkpointed state has one size whatever the worker count).
   static constexpr int kTracked = 256;
   // Constants of the rule (not per-problem settings: README explains each).
-  static constexpr int kMinWindow = 8;        // pushes per window, at least
-  static constexpr int kBlock = 4;            // windows per block (trend tests)
-  static constexpr double kRiseSigmas = 2.5;  // a rise: > 2.5 standard errors ...
-  static constexpr int kRiseWindows = 2;      // ... in 2 windows in a row
-  static constexpr double kTrendSigmas = 2;   // a fall: < -2 standard errors
-  static constexpr int kHoldWindows = 8;      // no decrease this long after a rise
-  static constexpr int kFlatBlocks = 2;       // flat blocks in a row before the first K + 1
-                                              // (doubling after each flat K + 1)
-  static constexpr double kCapFactor = 1.5;   // "in time": duration <= 1.5 x the fastest quarter's
+  static constexpr int kMinWindow = 8;         // pushes per window, at least
+  static constexpr int kBlock = 4;             // windows per block (the probes' unit)
+  static constexpr double kRiseSigmas = 2.5;   // a rise: > 2.5 standard errors ...
+  static constexpr int kRiseWindows = 2;       // ... in 2 windows in a row
+  static constexpr double kBlowUp = 0.1;       // or one window 10 % above the starting loss
+  static constexpr double kProbeSigmas = 1.0;  // a larger K is kept if it beats the trend by 1 s.e.
+  static constexpr int kGapMin = 2;            // blocks at a K before probing from it
+  static constexpr int kGapMax = 16;           // the longest back-off between probes
+  static constexpr double kCapFactor = 1.5;    // "in time": duration <= 1.5 x the fastest quarter's
 
   AutoController(int workers, AutoParts parts);
   std::string name() const override { return "auto"; }
@@ -56,23 +57,54 @@ class AutoController final : public Policy {
   int cap() const;  // the arrival-time cap on K (live workers if unknown)
   double staleness() const { return tau_ema_; }
   int64_t decisions() const { return windows_; }
+  int64_t rises() const { return rises_; }
+  int64_t probes() const { return probes_; }
+  int64_t kept() const { return kept_; }
+  int64_t aborts() const { return aborts_; }
+  bool probing() const { return phase_ != 0; }
 
  private:
+  struct Block {
+    double mean = 0, se2 = 0, t = 0;
+  };
   void end_window();
+  void end_block();
+  void rise();
+  void set_k(int k);
+  void ban(int unstable);
+  bool probe_kept() const;
 
   AutoParts parts_;
   int workers_;
   int live_ = 0;
   int k_ = 1;
-  // The current window of pushed losses.
-  double sum_ = 0, sumsq_ = 0;
+  // The current window of pushed losses (and the sum of their times).
+  double sum_ = 0, sumsq_ = 0, tsum_ = 0;
   int64_t count_ = 0;
-  // The last 2 kBlock windows' means and squared standard errors, oldest
-  // first (fewer at the start and after a rise).
+  // The last kBlock + 1 windows' means and squared standard errors, oldest
+  // first (fewer at the start and after a rise): the rise test.
   std::vector<double> hist_mean_, hist_se2_;
-  int64_t hold_ = 0, block_pos_ = 0, flat_streak_ = 0, windows_ = 0, rise_streak_ = 0;
-  int64_t flat_need_ = kFlatBlocks;  // flat blocks needed for the next K + 1
-  int64_t last_change_ = 0;          // +1: the last change was a flat K + 1
+  // The first window's mean and squared standard error: the loss at the
+  // start, which a stable run never exceeds for long.
+  double start_mean_ = 0, start_se2_ = 0;
+  bool start_known_ = false;
+  bool start_armed_ = true;  // off after a rise until the loss is below the start again
+  int64_t windows_ = 0, rise_streak_ = 0, rises_ = 0, probes_ = 0, kept_ = 0;
+  // The current block: sum of window means, of their se2, of push times,
+  // windows and pushes in it.
+  double b_mean_ = 0, b_se2_ = 0, b_t_ = 0;
+  int64_t b_windows_ = 0, b_pushes_ = 0;
+  // The last 4 complete blocks, oldest first (n_blocks_ of them valid).
+  std::array<Block, 4> blocks_{};
+  int64_t n_blocks_ = 0;
+  // Probe state: phase 0 steady, 1 in the probe block (K = probe_k_), 2 in
+  // the block after it (K = base_k_ again). since_ counts complete blocks at
+  // the current K; a probe starts when since_ >= gap_; dir_ is the next
+  // probe's direction (+1 up, -1 down).
+  int64_t phase_ = 0, base_k_ = 1, probe_k_ = 1, since_ = 0, gap_ = kGapMin, dir_ = 1;
+  // Probes aborted by a rise; K <= unstable_k_ is not probed while ban_ > 0
+  // (blocks); the next ban lasts ban_len_ blocks.
+  int64_t aborts_ = 0, unstable_k_ = 0, ban_ = 0, ban_len_ = kGapMax;
   // Staleness of observed pushes: exponential moving average (weight 1/n).
   double tau_ema_ = 0;
   int64_t tau_count_ = 0;
