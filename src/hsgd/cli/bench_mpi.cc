@@ -157,6 +157,16 @@ int bench_mpi(const BenchArgs& a) {
   so.samples = 1000;
   Dataset tiny_train, tiny_test;
   split_train_test(make_synthetic(so), 0.2, 1, &tiny_train, &tiny_test);
+  // A job of n parameters over the NullModel (the server path alone).
+  const auto null_job = [&](const Config& c, int64_t n) {
+    Job job;
+    job.config = &c;
+    job.train = &tiny_train;
+    job.test = &tiny_test;
+    job.make_model = [n] { return std::make_unique<NullModel>(n); };
+    job.initial_params.assign(static_cast<size_t>(n), 0.0f);
+    return job;
+  };
   if (root) {
     std::printf(
         "hsgd bench --mpi: %d ranks; round trip = push of the gradient + pull of the parameters "
@@ -175,13 +185,7 @@ int bench_mpi(const BenchArgs& a) {
       if (pair != MPI_COMM_NULL) {
         raw_s = pingpong(pair, static_cast<size_t>(n), 10);
         const Config c = config("mpi", 1, std::max(1.0, a.seconds / 2));
-        Job job;
-        job.config = &c;
-        job.train = &tiny_train;
-        job.test = &tiny_test;
-        job.make_model = [n] { return std::make_unique<NullModel>(n); };
-        job.initial_params.assign(static_cast<size_t>(n), 0.0f);
-        const RunResult r = run(job, pair, rank);
+        const RunResult r = run(null_job(c, n), pair, rank);
         if (root) ours_s = r.train_s / static_cast<double>(r.gradients);
       }
       quiet_barrier();
@@ -212,13 +216,7 @@ int bench_mpi(const BenchArgs& a) {
     for (int round = 0; round < a.repeats; ++round) {
       if (pair != MPI_COMM_NULL) {
         const Config c = config("mpi", 1, std::max(4.0, a.seconds), z);
-        Job job;
-        job.config = &c;
-        job.train = &tiny_train;
-        job.test = &tiny_test;
-        job.make_model = [n] { return std::make_unique<NullModel>(n); };
-        job.initial_params.assign(static_cast<size_t>(n), 0.0f);
-        const RunResult r = run(job, pair, rank);
+        const RunResult r = run(null_job(c, n), pair, rank);
         if (root) {
           // One worker: it sent one push more than was applied (the one
           // after the budget, discarded) and pulled once per applied push
