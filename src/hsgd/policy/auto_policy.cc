@@ -36,14 +36,6 @@ AutoController::AutoController(int workers, AutoParts parts)
     : parts_(parts),
       workers_(std::max(1, workers)),
       live_(std::max(1, workers)),
-      // Start high: wait for every worker (sync-like) until the first round
-      // of arrival times gives the straggler cap, then descend by
-      // down-probes where waiting less pays. Starting at async (K = 1)
-      // let a too-large lr kill the network before any test could react
-      // (docs/results.md, LeNet-5 at lr 0.1).
-      k_(std::max(1, workers)),
-      base_k_(std::max(1, workers)),
-      probe_k_(std::max(1, workers)),
       free_since_(kTracked, -1.0),
       duration_(kTracked, 0.0) {}
 
@@ -113,19 +105,6 @@ void AutoController::end_window() {
     start_known_ = true;
     start_mean_ = mean;
     start_se2_ = se2;
-  }
-  // Once the arrival times of half the workers are known (two rounds at
-  // the start), wait only for those that arrive in time.
-  if (!capped_ && phase_ == 0) {
-    int known = 0;
-    for (double x : duration_) known += x > 0 ? 1 : 0;
-    if (2 * known >= std::min(live_, kTracked)) {
-      capped_ = true;
-      if (parts_.cap) {
-        set_k(std::min(k_, cap()));
-        base_k_ = probe_k_ = k_;
-      }
-    }
   }
   hist_mean_.push_back(mean);
   hist_se2_.push_back(se2);
@@ -276,43 +255,28 @@ void AutoController::end_block() {
 
 // Did the loss fall faster than before during the probe? The probe block
 // and the block after it (back at the base K: it carries the probe's
-// after-effects, e.g. damage done by too stale steps) against the trend of
-// the base-K blocks before, in time. Comparing at equal *time* makes it
-// "the loss falls faster per second": a larger K that waits for stragglers
-// pays for its waiting here. The trend is the lower of two extrapolations:
-// the line through the two blocks before, and (when three are known) the
-// quadratic through the three. The line is the harder one to beat while the
-// descent slows down, the quadratic while it speeds up (the loss leaving a
-// plateau, where a line favoured any probe: docs/results.md, LeNet-5), so
-// a probe must beat the curve's own flattening and its own acceleration.
+// after-effects, e.g. damage done by too stale steps) against the line
+// through the two base-K blocks before, in time. Comparing at equal *time*
+// makes it "the loss falls faster per second": a larger K that waits for
+// stragglers pays for its waiting here. Extrapolating a line is
+// conservative while the descent slows down (a probe must beat the curve's
+// own flattening) but favours any probe where the descent speeds up, as
+// when the loss leaves a plateau (docs/results.md, LeNet-5).
 bool AutoController::probe_kept() const {
   if (n_blocks_ < 4) return false;
-  const Block& z = blocks_[0];
-  const Block& a = blocks_[1];
-  const Block& b = blocks_[2];
-  const Block& p = blocks_[3];
-  const Block& c = blocks_[4];
+  const Block& a = blocks_[0];
+  const Block& b = blocks_[1];
+  const Block& p = blocks_[2];
+  const Block& c = blocks_[3];
   const double t = 0.5 * (p.t + c.t);
   double wa = 0, wb = 1;  // equal times: the block before
   if (b.t - a.t > 1e-12) {
     wb = (t - a.t) / (b.t - a.t);
     wa = 1 - wb;
   }
-  double trend = wa * a.mean + wb * b.mean;
-  double trend_se2 = wa * wa * a.se2 + wb * wb * b.se2;
-  if (n_blocks_ >= 5 && a.t - z.t > 1e-12 && b.t - a.t > 1e-12) {
-    // Lagrange weights of the quadratic through (z, a, b), at t.
-    const double lz = (t - a.t) * (t - b.t) / ((z.t - a.t) * (z.t - b.t));
-    const double la = (t - z.t) * (t - b.t) / ((a.t - z.t) * (a.t - b.t));
-    const double lb = (t - z.t) * (t - a.t) / ((b.t - z.t) * (b.t - a.t));
-    const double quad = lz * z.mean + la * a.mean + lb * b.mean;
-    if (quad < trend) {
-      trend = quad;
-      trend_se2 = lz * lz * z.se2 + la * la * a.se2 + lb * lb * b.se2;
-    }
-  }
+  const double trend = wa * a.mean + wb * b.mean;
   const double d = 0.5 * (p.mean + c.mean) - trend;
-  const double se2 = 0.25 * (p.se2 + c.se2) + trend_se2;
+  const double se2 = 0.25 * (p.se2 + c.se2) + wa * wa * a.se2 + wb * wb * b.se2;
   // Waiting more must pay measurably; waiting less need only not cost: when
   // the two are level, the smaller K (less waiting) is kept.
   const double margin = probe_k_ > base_k_ ? kProbeSigmas * std::sqrt(se2) : 0.0;
@@ -353,8 +317,7 @@ std::vector<double> AutoController::save_state() const {
                            static_cast<double>(aborts_),
                            static_cast<double>(unstable_k_),
                            static_cast<double>(ban_),
-                           static_cast<double>(ban_len_),
-                           capped_ ? 1.0 : 0.0};
+                           static_cast<double>(ban_len_)};
   for (size_t i = 0; i < kBlock + 1; ++i) {
     s.push_back(i < hist_mean_.size() ? hist_mean_[i] : 0.0);
     s.push_back(i < hist_se2_.size() ? hist_se2_[i] : 0.0);
@@ -370,8 +333,8 @@ std::vector<double> AutoController::save_state() const {
 }
 
 void AutoController::restore_state(std::span<const double> s) {
-  constexpr size_t kScalars = 35;
-  constexpr size_t kHead = kScalars + 2 * (kBlock + 1) + 3 * 5;
+  constexpr size_t kScalars = 34;
+  constexpr size_t kHead = kScalars + 2 * (kBlock + 1) + 3 * 4;
   HSGD_ASSERT(s.size() == kHead + 2 * static_cast<size_t>(kTracked), "auto policy state size");
   auto i64 = [&](size_t i) { return static_cast<int64_t>(s[i]); };
   k_ = std::clamp(static_cast<int>(s[0]), 1, workers_);
@@ -395,7 +358,7 @@ void AutoController::restore_state(std::span<const double> s) {
   b_t_ = s[18];
   b_windows_ = i64(19);
   b_pushes_ = i64(20);
-  n_blocks_ = std::clamp<int64_t>(i64(21), 0, 5);
+  n_blocks_ = std::clamp<int64_t>(i64(21), 0, 4);
   phase_ = i64(22);
   base_k_ = i64(23);
   probe_k_ = i64(24);
@@ -408,7 +371,6 @@ void AutoController::restore_state(std::span<const double> s) {
   unstable_k_ = i64(31);
   ban_ = i64(32);
   ban_len_ = i64(33);
-  capped_ = s[34] != 0;
   hist_mean_.clear();
   hist_se2_.clear();
   for (size_t i = 0; i < h; ++i) {

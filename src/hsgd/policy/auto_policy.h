@@ -77,7 +77,7 @@ class AutoController final : public Policy {
   AutoParts parts_;
   int workers_;
   int live_ = 0;
-  int k_ = 1;  // starts at the workers (sync-like): see the constructor
+  int k_ = 1;
   // The current window of pushed losses (and the sum of their times).
   double sum_ = 0, sumsq_ = 0, tsum_ = 0;
   int64_t count_ = 0;
@@ -88,21 +88,20 @@ class AutoController final : public Policy {
   // start, which a stable run never exceeds for long.
   double start_mean_ = 0, start_se2_ = 0;
   bool start_known_ = false;
-  bool start_armed_ = true;
-  bool capped_ = false;  // K was lowered to the straggler cap once it was known  // off after a rise until the loss is below the start again
+  bool start_armed_ = true;  // off after a rise until the loss is below the start again
   int64_t windows_ = 0, rise_streak_ = 0, rises_ = 0, probes_ = 0, kept_ = 0;
   // The current block: sum of window means, of their se2, of push times,
   // windows and pushes in it.
   double b_mean_ = 0, b_se2_ = 0, b_t_ = 0;
   int64_t b_windows_ = 0, b_pushes_ = 0;
-  // The last 5 complete blocks, oldest first (n_blocks_ of them valid).
-  std::array<Block, 5> blocks_{};
+  // The last 4 complete blocks, oldest first (n_blocks_ of them valid).
+  std::array<Block, 4> blocks_{};
   int64_t n_blocks_ = 0;
   // Probe state: phase 0 steady, 1 in the probe block (K = probe_k_), 2 in
   // the block after it (K = base_k_ again). since_ counts complete blocks at
   // the current K; a probe starts when since_ >= gap_; dir_ is the next
   // probe's direction (+1 up, -1 down).
-  int64_t phase_ = 0, base_k_ = 1, probe_k_ = 1, since_ = 0, gap_ = kGapMin, dir_ = -1;
+  int64_t phase_ = 0, base_k_ = 1, probe_k_ = 1, since_ = 0, gap_ = kGapMin, dir_ = 1;
   // Probes aborted by a rise; K <= unstable_k_ is not probed while ban_ > 0
   // (blocks); the next ban lasts ban_len_ blocks.
   int64_t aborts_ = 0, unstable_k_ = 0, ban_ = 0, ban_len_ = kGapMax;
