@@ -140,7 +140,14 @@ std::unique_ptr<Prepared> prepare(const TrainArgs& a) {
   job.test = &test_set;
   // The training set calibrates buffers (BatchNorm statistics) at evaluation.
   job.make_model = [spec, &train_set] { return make_model(spec, &train_set); };
-  job.initial_params = initial_params(job.make_model, c.train.seed);       // validates the shape
+  if (c.model.sparse && c.train.runtime == "mpi") {
+    // Row-sparse on mpi: the rows never exist whole; each server rank
+    // initialises its own (Model::init_row, mpi/sparse.h).
+    job.num_params = job.make_model()->num_params();
+    job.initial_params = initial_dense_params(job.make_model, c.train.seed);
+  } else {
+    job.initial_params = initial_params(job.make_model, c.train.seed);  // validates the shape
+  }
   job.partition = std::make_shared<const Partition>(make_partition(job));  // checks [data] keys
   return p;
 }
@@ -164,7 +171,7 @@ void print_header(const Prepared& p) {
                p.spec.name.c_str(), p.train_set.name.c_str(),
                static_cast<long long>(p.train_set.size()),
                static_cast<long long>(p.test_set.size()), p.train_set.num_classes,
-               static_cast<long long>(p.job.initial_params.size()),
+               static_cast<long long>(job_params(p.job)),
                make_policy(c.policy, c.train.workers, c.optim.lr)->name().c_str(), c.train.workers,
                c.train.batch, c.optim.lr,
                c.train.budget > 0 ? fmt::format("{}s", c.train.budget).c_str()
@@ -331,7 +338,7 @@ int run_in_process(const TrainArgs& args, Prepared& p) {
   const bool resume = !a.resume_dir.empty();
   check_checkpoint_settings(p.c, resume);
   p.job.identity = CheckpointIdentity{config_hash(p.c), p.spec.name,
-                                      static_cast<int64_t>(p.job.initial_params.size())};
+                                      job_params(p.job)};
   std::optional<Checkpoint> ck;
   if (resume) {
     ck = CheckpointStore::load_latest(p.c.train.out, p.job.identity);
@@ -398,10 +405,10 @@ int run_under_mpirun(const TrainArgs& args) {
     check_checkpoint_settings(p->c, !a.resume_dir.empty());
     if (p->c.train.runtime == "mpi") {
       MpiRuntime::check_launch(session.size(), p->c.train.servers,
-                               static_cast<int64_t>(p->job.initial_params.size()));
+                               job_params(p->job));
     }
     p->job.identity = CheckpointIdentity{config_hash(p->c), p->spec.name,
-                                         static_cast<int64_t>(p->job.initial_params.size())};
+                                         job_params(p->job)};
     if (session.rank() == 0) {
       if (!a.resume_dir.empty()) {
         ck.emplace(CheckpointStore::load_latest(p->c.train.out, p->job.identity));

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "hsgd/core/error.h"
 #include "hsgd/data/dataset.h"
 
 namespace hsgd {
@@ -91,6 +92,19 @@ class Model {
     (void)row_grads;
     return gradient(batch, losses);
   }
+  // Row-sparse models: the initial value of global row `row` (row_layout().dim
+  // floats into `out`) for `seed`, a function of the seed and the row alone;
+  // init_params(seed) writes the same values, so a server rank can
+  // initialise only the rows it owns (mpi). Needs no bind.
+  virtual void init_row(uint64_t seed, int64_t row, std::span<float> out) const {
+    (void)seed;
+    (void)row;
+    (void)out;
+    HSGD_ASSERT(false, "init_row on a model without rows");
+  }
+  // init_params(seed) without the rows: writes the bound parameters' first
+  // row_layout().dense floats only (all of them for a model without rows).
+  virtual void init_dense(uint64_t seed) { init_params(seed); }
 };
 
 // What a model is; enough to rebuild it (stored in saved model files).

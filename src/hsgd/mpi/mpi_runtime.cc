@@ -78,7 +78,7 @@ class ShardServer {
     }
     if (l.rows.rows > 0) {  // model.sparse: this rank's rows (mpi/sparse.h)
       sparse_ = std::make_unique<SparseShard>(job, l.rows, l.row_link(c.train.batch), shard,
-                                              initial, *server_);
+                                              *server_);
     }
   }
   ~ShardServer() {
@@ -117,12 +117,13 @@ class ShardServer {
     check(MPI_Start(r), "MPI_Start");
     if (sparse_) sparse_->send_rows(w);
   }
-  // Sends this shard's parameters to rank 0 for evaluation.
-  void send_gather() {
+  // Sends this shard's parameters to rank 0 for evaluation (model.sparse:
+  // the rows evaluation reads, or with `all_rows` every row).
+  void send_gather(bool all_rows) {
     wait_one(&gather_send_, l_.timeout,
              [&] { return fmt::format("sending shard {}'s parameters to rank 0", shard_); });
     check(MPI_Start(&gather_send_), "MPI_Start");
-    if (sparse_) sparse_->send_gather();
+    if (sparse_) sparse_->send_gather(all_rows);
   }
   // This shard's server state (its parameters slice and all), for a
   // checkpoint; waits for the sends in flight first.
@@ -218,8 +219,8 @@ void run_replica(const Job& job, const Layout& l, const std::vector<float>& init
       case Event::kDiscard:
         shard.discard(e.worker);
         break;
-      case Event::kEval:
-        shard.send_gather();
+      case Event::kEval:  // batch = 1: the final one (model.sparse: every row)
+        shard.send_gather(e.batch != 0);
         break;
       case Event::kCheckpoint:
         send_bytes(l.comm, 0, shard.save(), l.timeout, [&] {
@@ -420,8 +421,10 @@ class Primary {
         recorder_(recorder),
         observer_(observer),
         test_(head(*job.test, c_.train.eval_samples)),
-        eval_params_(l.num_params),
-        eval_grads_(l.num_params) {
+        eval_buf_(l.num_params),
+        eval_grad_buf_(l.num_params),
+        eval_params_(eval_buf_.span()),
+        eval_grads_(eval_grad_buf_.span()) {
     const auto nw = static_cast<size_t>(l.workers);
     requests_.resize(nw);
     replies_.resize(nw);
@@ -585,7 +588,7 @@ class Primary {
     }
     const double train_s = stop_time_;
     clock_.pause();
-    MetricsRow last = evaluate();
+    MetricsRow last = evaluate(/*final=*/true);
     last.time_s = train_s;
     emit_row(last);
     emit(Event{.type = Event::kStop});
@@ -596,7 +599,7 @@ class Primary {
     }
 
     RunResult result;
-    result.params = eval_params_;
+    result.params.assign(eval_params_.begin(), eval_params_.end());
     result.last = last;
     result.train_s = train_s;
     result.real_train_s = train_s;
@@ -894,9 +897,11 @@ class Primary {
 
   // Gathers the shards at this point of the event order and evaluates them;
   // the caller pauses the clock (evaluation is not training time).
-  MetricsRow evaluate() {
+  // model.sparse: rank 0 gathers only the rows the evaluation reads, into
+  // calloc'd memory, except at the `final` one (every row, for model.bin).
+  MetricsRow evaluate(bool final = false) {
     const double time_s = std::max(0.0, clock_.seconds());
-    emit(Event{.type = Event::kEval});
+    emit(Event{.type = Event::kEval, .batch = final ? 1 : 0});
     if (l_.servers > 1) {
       check(MPI_Startall(as_count(l_.servers - 1), gather_recv_.data() + 1), "MPI_Startall");
     }
@@ -905,7 +910,7 @@ class Primary {
     wait_all(gather_recv_, l_.timeout, [] {
       return std::string("on server shard 0 gathering the other shards' parameters for evaluation");
     });
-    if (shard_.sparse()) shard_.sparse()->gather(eval_params_);  // and every rank's rows
+    if (shard_.sparse()) shard_.sparse()->gather(eval_params_, final);  // and every rank's rows
     const ServerStats st = server().take_stats();
     const EvalResult e = model_->evaluate(test_);
     const double idle_total = idle_.total(time_s);
@@ -927,7 +932,9 @@ class Primary {
   Recorder* recorder_;
   Observer* observer_;
   Dataset test_;
-  std::vector<float> eval_params_, eval_grads_;
+  // calloc'd (a row-sparse model's rows: only the pages of gathered rows).
+  ZeroedFloats eval_buf_, eval_grad_buf_;
+  std::span<float> eval_params_, eval_grads_;
   std::unique_ptr<Model> model_;
   std::vector<Request> requests_;
   std::vector<Reply> replies_;
@@ -998,7 +1005,7 @@ RunResult MpiRuntime::run(const Job& job, Recorder* recorder, Observer* observer
   l.workers = l.ranks - l.servers;
   if (l.rank >= l.servers) catch_leave_signals();  // a graceful leave (issue 10)
   l.timeout = c.mpi.timeout;
-  l.num_params = job.initial_params.size();
+  l.num_params = static_cast<size_t>(job_params(job));
   l.rows = sparse_layout(job);  // model.sparse: dense slices + rows by id (mpi/sparse.h)
   const size_t sliced = l.rows.rows > 0 ? static_cast<size_t>(l.rows.dense) : l.num_params;
   check_launch(l.ranks, l.servers, static_cast<int64_t>(sliced));
@@ -1016,8 +1023,12 @@ RunResult MpiRuntime::run(const Job& job, Recorder* recorder, Observer* observer
   check_same_job(l, job);
 
   // Rank 0's initial parameters for every server (the same seed may not give
-  // the same floats on another machine's build).
-  std::vector<float> initial = job.initial_params;
+  // the same floats on another machine's build). model.sparse: the dense
+  // part only; each server rank initialises its own rows (mpi/sparse.h),
+  // and job.initial_params may hold only the dense part.
+  HSGD_ASSERT(job.initial_params.size() >= sliced, "job.initial_params shorter than the dense part");
+  std::vector<float> initial(job.initial_params.begin(),
+                             job.initial_params.begin() + static_cast<ptrdiff_t>(sliced));
   check(MPI_Bcast(initial.data(), as_count(initial.size()), MPI_FLOAT, 0, l.comm), "MPI_Bcast");
 
   // Whether this launch resumes a checkpoint: rank 0 read it.

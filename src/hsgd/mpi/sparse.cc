@@ -38,7 +38,7 @@ int as_int(size_t n) {
 }  // namespace
 
 SparseShard::SparseShard(const Job& job, const RowLayout& layout, const RowLink& link, int shard,
-                         const std::vector<float>& initial, Server& server)
+                         Server& server)
     : layout_(layout),
       link_(link),
       shard_(shard),
@@ -47,11 +47,33 @@ SparseShard::SparseShard(const Job& job, const RowLayout& layout, const RowLink&
   const Config& c = *job.config;
   const auto d = static_cast<size_t>(layout.dim);
   const int64_t mine = part_.rows_of(shard);
+  // Only this rank's rows, each from its own stream (Model::init_row): the
+  // same values as the whole-vector initialisation of threads and sim.
   rows_.resize(static_cast<size_t>(mine) * d);
-  for (int64_t k = 0; k < mine; ++k) {
-    const size_t from = static_cast<size_t>(layout.dense + part_.global(shard, k) * layout.dim);
-    std::copy_n(initial.begin() + static_cast<ptrdiff_t>(from), d,
-                rows_.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(k) * d));
+  {
+    const std::unique_ptr<Model> model = job.make_model();
+    for (int64_t k = 0; k < mine; ++k) {
+      model->init_row(c.train.seed, part_.global(shard, k),
+                      std::span<float>(rows_).subspan(static_cast<size_t>(k) * d, d));
+    }
+  }
+  // The rows the evaluation reads: those of the first train.eval_samples
+  // test samples (the same on every rank), by owner.
+  eval_rows_.resize(static_cast<size_t>(link.servers));
+  {
+    const Dataset& t = *job.test;
+    const int64_t n = c.train.eval_samples > 0 ? std::min(c.train.eval_samples, t.size()) : t.size();
+    const auto nf = static_cast<size_t>(t.num_categorical());
+    std::vector<int64_t> all;
+    all.reserve(static_cast<size_t>(n) * nf);
+    for (size_t k = 0; k < static_cast<size_t>(n) * nf; ++k) {
+      all.push_back(layout.table_offset[k % nf] + t.categorical[k]);
+    }
+    std::sort(all.begin(), all.end());
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+    for (int64_t r : all) {
+      if (r >= 0 && r < layout.rows) eval_rows_[static_cast<size_t>(part_.owner(r))].push_back(r);
+    }
   }
   table_ = std::make_unique<RowTable>(rows_, layout.dim, server_optimizer(c), c.policy.aggregation,
                                       c.staleness);
@@ -127,28 +149,53 @@ void SparseShard::send_rows(int w) {
         "MPI_Isend");
 }
 
-void SparseShard::send_gather() {
+void SparseShard::pack(int s, bool all, std::vector<float>* out) const {
+  const auto d = static_cast<size_t>(layout_.dim);
+  if (all) {
+    out->assign(rows_.begin(), rows_.end());
+    return;
+  }
+  const std::vector<int64_t>& ids = eval_rows_[static_cast<size_t>(s)];
+  out->resize(ids.size() * d);
+  for (size_t j = 0; j < ids.size(); ++j) {
+    std::copy_n(rows_.data() + static_cast<size_t>(part_.local(ids[j])) * d, d, out->data() + j * d);
+  }
+}
+
+void SparseShard::send_gather(bool all) {
   Head h;
   h.rows = table_->rows();
   h.state_bytes = table_->state_bytes();
   h.stats = table_->stats();
+  std::vector<float> buf;
+  pack(shard_, all, &buf);
+  h.sent = static_cast<int64_t>(buf.size()) / layout_.dim;
   MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   check(MPI_Isend(&h, sizeof(Head), MPI_BYTE, 0, kTagRowGather, link_.comm, &r[0]), "MPI_Isend");
-  check(MPI_Isend(rows_.data(), as_int(rows_.size()), MPI_FLOAT, 0, kTagRowGather, link_.comm,
-                  &r[1]),
+  check(MPI_Isend(buf.data(), as_int(buf.size()), MPI_FLOAT, 0, kTagRowGather, link_.comm, &r[1]),
         "MPI_Isend");
   wait_all(r, link_.timeout,
            [&] { return fmt::format("sending shard {}'s rows to rank 0", shard_); });
 }
 
-void SparseShard::gather(std::span<float> params) {
+void SparseShard::gather(std::span<float> params, bool all) {
   const auto d = static_cast<size_t>(layout_.dim);
-  const auto scatter = [&](int s, std::span<const float> rows) {
-    const int64_t n = part_.rows_of(s);
-    for (int64_t k = 0; k < n; ++k) {
-      std::copy_n(rows.data() + static_cast<size_t>(k) * d, d,
-                  params.data() + layout_.dense + part_.global(s, k) * layout_.dim);
+  // Rank s's rows as pack() packs them, into `params`.
+  const auto scatter = [&](int s, const float* rows) {
+    const auto row = [&](int64_t global, const float* from) {
+      std::copy_n(from, d, params.data() + layout_.dense + global * layout_.dim);
+    };
+    if (all) {
+      for (int64_t k = 0; k < part_.rows_of(s); ++k) {
+        row(part_.global(s, k), rows + static_cast<size_t>(k) * d);
+      }
+    } else {
+      const std::vector<int64_t>& ids = eval_rows_[static_cast<size_t>(s)];
+      for (size_t j = 0; j < ids.size(); ++j) row(ids[j], rows + j * d);
     }
+  };
+  const auto expected = [&](int s) {
+    return all ? part_.rows_of(s) : static_cast<int64_t>(eval_rows_[static_cast<size_t>(s)].size());
   };
   SparseResult g;
   g.on = true;
@@ -158,11 +205,13 @@ void SparseShard::gather(std::span<float> params) {
   g.stats = table_->stats();
   g.server_rows = {table_->rows()};
   g.server_state_bytes = {table_->state_bytes()};
-  scatter(0, rows_);
   std::vector<float> buf;
+  pack(0, all, &buf);
+  scatter(0, buf.data());
+  int64_t sent = expected(0);
   for (int s = 1; s < link_.servers; ++s) {
     Head h;
-    buf.resize(static_cast<size_t>(part_.rows_of(s)) * d);
+    buf.resize(static_cast<size_t>(expected(s)) * d);
     MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     check(MPI_Irecv(&h, sizeof(Head), MPI_BYTE, s, kTagRowGather, link_.comm, &r[0]), "MPI_Irecv");
     check(MPI_Irecv(buf.data(), as_int(buf.size()), MPI_FLOAT, s, kTagRowGather, link_.comm, &r[1]),
@@ -170,15 +219,17 @@ void SparseShard::gather(std::span<float> params) {
     wait_all(r, link_.timeout, [&] {
       return fmt::format("on server shard 0 gathering shard {}'s rows for evaluation", s);
     });
-    if (h.rows != part_.rows_of(s)) {
-      throw MpiError(fmt::format("server shard {} holds {} rows, expected {}", s, h.rows,
-                                 part_.rows_of(s)));
+    if (h.rows != part_.rows_of(s) || h.sent != expected(s)) {
+      throw MpiError(fmt::format("server shard {} holds {} rows and sent {}, expected {} and {}", s,
+                                 h.rows, h.sent, part_.rows_of(s), expected(s)));
     }
-    scatter(s, buf);
+    scatter(s, buf.data());
+    sent += expected(s);
     g.stats.merge(h.stats);
     g.server_rows.push_back(h.rows);
     g.server_state_bytes.push_back(h.state_bytes);
   }
+  g.eval_rows = all ? gathered_.eval_rows : sent;
   gathered_ = std::move(g);
 }
 

@@ -76,10 +76,10 @@ struct RowLink {
 // workers' row messages, the pulled rows it sends.
 class SparseShard {
  public:
-  // `initial` is the whole flat initial parameters; `server` is this rank's
-  // replica over its dense slice (outlives this).
+  // Initialises this rank's rows (Model::init_row with train.seed);
+  // `server` is this rank's replica over its dense slice (outlives this).
   SparseShard(const Job& job, const RowLayout& layout, const RowLink& link, int shard,
-              const std::vector<float>& initial, Server& server);
+              Server& server);
   ~SparseShard();
   SparseShard(const SparseShard&) = delete;
   SparseShard& operator=(const SparseShard&) = delete;
@@ -92,21 +92,29 @@ class SparseShard {
   double stage(int w, double loss);
   // Sends worker w the rows of its pull (after the dense slice).
   void send_rows(int w);
-  // Ranks other than 0, at an evaluation: the rows and counts to rank 0
-  // (returns when rank 0 has them).
-  void send_gather();
-  // Rank 0, at an evaluation: every rank's rows into `params` (the whole
-  // flat buffer) and their counts into gathered().
-  void gather(std::span<float> params);
+  // Ranks other than 0, at an evaluation: the rows the evaluation reads
+  // and the counts to rank 0 (returns when rank 0 has them).
+  // With `all`, every row (the final parameters, for model.bin).
+  void send_gather(bool all);
+  // Rank 0, at an evaluation: every rank's rows that the evaluation reads
+  // (those of the first train.eval_samples test samples) into `params` (the
+  // whole flat layout, calloc'd: no other row is written) and their counts
+  // into gathered(). With `all`, every row.
+  void gather(std::span<float> params, bool all);
   const SparseResult& gathered() const { return gathered_; }
   const RowTable& table() const { return *table_; }
 
  private:
   struct Head {  // the counts that precede a rank's rows in a gather
     int64_t rows = 0;
+    int64_t sent = 0;  // rows sent for the evaluation
     int64_t state_bytes = 0;
     RowStats stats;
   };
+
+  // Rank s's rows for a gather (this rank's own values; s is this rank or,
+  // on rank 0, 0): all of them, or those evaluation reads.
+  void pack(int s, bool all, std::vector<float>* out) const;
 
   RowLayout layout_;
   RowLink link_;
@@ -122,6 +130,7 @@ class SparseShard {
   std::vector<std::vector<float>> send_buf_;  // per worker: its pulled rows
   std::vector<MPI_Request> send_;
   SparseResult gathered_;
+  std::vector<std::vector<int64_t>> eval_rows_;  // per rank: the global rows evaluation reads
 };
 
 // A worker rank's side: its batches, its row messages and the rows it
