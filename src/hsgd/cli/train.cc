@@ -199,6 +199,41 @@ void print_header(const Prepared& p) {
                c.sampling.kind.c_str());
 }
 
+// Row-sparse on mpi (RunResult::rows_file): model.bin from the dense part
+// and the rows file, one chunk in memory at a time (written only if every
+// value is finite); removes the rows file.
+void write_streamed_model(const std::string& path, const ModelSpec& spec, const RunResult& r,
+                          int64_t num_params, bool dense_finite) {
+  struct Remove {
+    const std::string& f;
+    ~Remove() { std::remove(f.c_str()); }
+  } remove{r.rows_file};
+  if (!dense_finite) return;
+  std::FILE* f = std::fopen(r.rows_file.c_str(), "rb");
+  if (f == nullptr) throw InputError(r.rows_file + ": cannot open: " + std::strerror(errno));
+  struct Close {
+    std::FILE* f;
+    ~Close() { std::fclose(f); }
+  } close{f};
+  bool dense_done = false;
+  std::vector<float> chunk(size_t{1} << 20);
+  save_model_stream(path, spec, static_cast<uint64_t>(num_params),
+                    [&](std::span<const float>* next) {
+                      if (!dense_done) {
+                        dense_done = true;
+                        *next = r.params;
+                        return true;
+                      }
+                      const size_t n = std::fread(chunk.data(), sizeof(float), chunk.size(), f);
+                      if (n == 0) {
+                        if (std::ferror(f)) throw InputError(r.rows_file + ": read failed");
+                        return false;
+                      }
+                      *next = std::span<const float>(chunk).first(n);
+                      return true;
+                    });
+}
+
 // Writes the outputs of a finished run, each complete or absent, and the
 // closing lines.
 void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Recorder& recorder,
@@ -212,7 +247,9 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
   // model.pt is the trained model taking unstandardized inputs, for
   // torch.jit.load.
   std::string model_pt;
-  if (finite) {
+  if (!r.rows_file.empty()) {
+    write_streamed_model(out + "/model.bin", spec, r, job_params(p.job), finite);
+  } else if (finite) {
     ModelSpec trained = spec;
     if (is_torchscript(spec.name)) {
       trained.archive = export_torchscript(spec, r.params, &p.train_set, /*standalone=*/false);
@@ -300,7 +337,7 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
                            {"bytes_pulled", r.compress.bytes_pulled},
                            {"bytes_per_push", static_cast<double>(r.compress.bytes_pushed) / pushes},
                            {"compress_s", r.compress.compress_s},
-                           {"plain_bytes_per_message", 4 * static_cast<int64_t>(r.params.size())}};
+                           {"plain_bytes_per_message", 4 * job_params(p.job)}};
   }
   if (r.sparse.on) summary["sparse"] = sparse_summary(r.sparse, c.train.runtime);  // issue 16
   write_file_atomic(out + "/summary.json", summary.dump(2) + "\n");

@@ -5,6 +5,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -174,6 +175,13 @@ std::vector<std::string> model_names();
 // save writes `path + ".partial"` then renames, so no half-written file
 // stands under the final name.
 void save_model(const std::string& path, const ModelSpec& spec, std::span<const float> params);
+// The same file written from chunks of the flat parameters, in order
+// (`next` sets *chunk and returns true, or returns false after the last;
+// the chunks add up to num_params floats): bounded memory for parameters
+// that never exist whole in one place (row-sparse on mpi). Returns false,
+// writing nothing, when a value is not finite.
+bool save_model_stream(const std::string& path, const ModelSpec& spec, uint64_t num_params,
+                       const std::function<bool(std::span<const float>*)>& next);
 void load_model(const std::string& path, ModelSpec* spec, std::vector<float>* params);
 // load_model on a whole file's bytes held in memory (`path` names it in
 // messages); load_model reads the file and calls this, the fuzz target

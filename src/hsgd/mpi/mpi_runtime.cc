@@ -118,12 +118,12 @@ class ShardServer {
     if (sparse_) sparse_->send_rows(w);
   }
   // Sends this shard's parameters to rank 0 for evaluation (model.sparse:
-  // the rows evaluation reads, or with `all_rows` every row).
-  void send_gather(bool all_rows) {
+  // and the rows evaluation reads).
+  void send_gather() {
     wait_one(&gather_send_, l_.timeout,
              [&] { return fmt::format("sending shard {}'s parameters to rank 0", shard_); });
     check(MPI_Start(&gather_send_), "MPI_Start");
-    if (sparse_) sparse_->send_gather(all_rows);
+    if (sparse_) sparse_->send_gather();
   }
   // This shard's server state (its parameters slice and all), for a
   // checkpoint; waits for the sends in flight first.
@@ -219,8 +219,8 @@ void run_replica(const Job& job, const Layout& l, const std::vector<float>& init
       case Event::kDiscard:
         shard.discard(e.worker);
         break;
-      case Event::kEval:  // batch = 1: the final one (model.sparse: every row)
-        shard.send_gather(e.batch != 0);
+      case Event::kEval:
+        shard.send_gather();
         break;
       case Event::kCheckpoint:
         send_bytes(l.comm, 0, shard.save(), l.timeout, [&] {
@@ -237,6 +237,9 @@ void run_replica(const Job& job, const Layout& l, const std::vector<float>& init
         return;
       case kEventRows:  // model.sparse: the worker's row message, in rank 0's order
         shard.sparse()->take(e.worker);
+        break;
+      case kEventModel:  // model.sparse: the final rows to rank 0, for model.bin
+        shard.sparse()->send_chunks();
         break;
       default:
         throw MpiError(
@@ -588,8 +591,14 @@ class Primary {
     }
     const double train_s = stop_time_;
     clock_.pause();
-    MetricsRow last = evaluate(/*final=*/true);
+    MetricsRow last = evaluate();
     last.time_s = train_s;
+    std::string rows_file;
+    if (shard_.sparse()) {  // the final rows, chunk by chunk, for model.bin
+      emit(Event{.type = kEventModel});
+      rows_file = c_.train.out + "/model-rows.partial";
+      shard_.sparse()->write_chunks(rows_file);
+    }
     emit_row(last);
     emit(Event{.type = Event::kStop});
     drain_events();
@@ -599,7 +608,12 @@ class Primary {
     }
 
     RunResult result;
-    result.params.assign(eval_params_.begin(), eval_params_.end());
+    if (shard_.sparse()) {  // the dense part; the rows are in rows_file
+      result.params.assign(eval_params_.begin(), eval_params_.begin() + l_.rows.dense);
+      result.rows_file = rows_file;
+    } else {
+      result.params.assign(eval_params_.begin(), eval_params_.end());
+    }
     result.last = last;
     result.train_s = train_s;
     result.real_train_s = train_s;
@@ -898,10 +912,10 @@ class Primary {
   // Gathers the shards at this point of the event order and evaluates them;
   // the caller pauses the clock (evaluation is not training time).
   // model.sparse: rank 0 gathers only the rows the evaluation reads, into
-  // calloc'd memory, except at the `final` one (every row, for model.bin).
-  MetricsRow evaluate(bool final = false) {
+  // calloc'd memory.
+  MetricsRow evaluate() {
     const double time_s = std::max(0.0, clock_.seconds());
-    emit(Event{.type = Event::kEval, .batch = final ? 1 : 0});
+    emit(Event{.type = Event::kEval});
     if (l_.servers > 1) {
       check(MPI_Startall(as_count(l_.servers - 1), gather_recv_.data() + 1), "MPI_Startall");
     }
@@ -910,7 +924,7 @@ class Primary {
     wait_all(gather_recv_, l_.timeout, [] {
       return std::string("on server shard 0 gathering the other shards' parameters for evaluation");
     });
-    if (shard_.sparse()) shard_.sparse()->gather(eval_params_, final);  // and every rank's rows
+    if (shard_.sparse()) shard_.sparse()->gather(eval_params_);  // and the rows it reads
     const ServerStats st = server().take_stats();
     const EvalResult e = model_->evaluate(test_);
     const double idle_total = idle_.total(time_s);

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "hsgd/core/error.h"
@@ -149,26 +151,22 @@ void SparseShard::send_rows(int w) {
         "MPI_Isend");
 }
 
-void SparseShard::pack(int s, bool all, std::vector<float>* out) const {
+void SparseShard::pack(std::vector<float>* out) const {
   const auto d = static_cast<size_t>(layout_.dim);
-  if (all) {
-    out->assign(rows_.begin(), rows_.end());
-    return;
-  }
-  const std::vector<int64_t>& ids = eval_rows_[static_cast<size_t>(s)];
+  const std::vector<int64_t>& ids = eval_rows_[static_cast<size_t>(shard_)];
   out->resize(ids.size() * d);
   for (size_t j = 0; j < ids.size(); ++j) {
     std::copy_n(rows_.data() + static_cast<size_t>(part_.local(ids[j])) * d, d, out->data() + j * d);
   }
 }
 
-void SparseShard::send_gather(bool all) {
+void SparseShard::send_gather() {
   Head h;
   h.rows = table_->rows();
   h.state_bytes = table_->state_bytes();
   h.stats = table_->stats();
   std::vector<float> buf;
-  pack(shard_, all, &buf);
+  pack(&buf);
   h.sent = static_cast<int64_t>(buf.size()) / layout_.dim;
   MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   check(MPI_Isend(&h, sizeof(Head), MPI_BYTE, 0, kTagRowGather, link_.comm, &r[0]), "MPI_Isend");
@@ -178,24 +176,17 @@ void SparseShard::send_gather(bool all) {
            [&] { return fmt::format("sending shard {}'s rows to rank 0", shard_); });
 }
 
-void SparseShard::gather(std::span<float> params, bool all) {
+void SparseShard::gather(std::span<float> params) {
   const auto d = static_cast<size_t>(layout_.dim);
-  // Rank s's rows as pack() packs them, into `params`.
+  // Rank s's evaluation rows, in eval_rows_[s] order, into `params`.
   const auto scatter = [&](int s, const float* rows) {
-    const auto row = [&](int64_t global, const float* from) {
-      std::copy_n(from, d, params.data() + layout_.dense + global * layout_.dim);
-    };
-    if (all) {
-      for (int64_t k = 0; k < part_.rows_of(s); ++k) {
-        row(part_.global(s, k), rows + static_cast<size_t>(k) * d);
-      }
-    } else {
-      const std::vector<int64_t>& ids = eval_rows_[static_cast<size_t>(s)];
-      for (size_t j = 0; j < ids.size(); ++j) row(ids[j], rows + j * d);
+    const std::vector<int64_t>& ids = eval_rows_[static_cast<size_t>(s)];
+    for (size_t j = 0; j < ids.size(); ++j) {
+      std::copy_n(rows + j * d, d, params.data() + layout_.dense + ids[j] * layout_.dim);
     }
   };
   const auto expected = [&](int s) {
-    return all ? part_.rows_of(s) : static_cast<int64_t>(eval_rows_[static_cast<size_t>(s)].size());
+    return static_cast<int64_t>(eval_rows_[static_cast<size_t>(s)].size());
   };
   SparseResult g;
   g.on = true;
@@ -206,7 +197,7 @@ void SparseShard::gather(std::span<float> params, bool all) {
   g.server_rows = {table_->rows()};
   g.server_state_bytes = {table_->state_bytes()};
   std::vector<float> buf;
-  pack(0, all, &buf);
+  pack(&buf);
   scatter(0, buf.data());
   int64_t sent = expected(0);
   for (int s = 1; s < link_.servers; ++s) {
@@ -229,8 +220,73 @@ void SparseShard::gather(std::span<float> params, bool all) {
     g.server_rows.push_back(h.rows);
     g.server_state_bytes.push_back(h.state_bytes);
   }
-  g.eval_rows = all ? gathered_.eval_rows : sent;
+  g.eval_rows = sent;
   gathered_ = std::move(g);
+}
+
+namespace {
+// Local rows per rank in a chunk of the final rows: about 2^20 floats on
+// rank 0 per chunk.
+int64_t chunk_rows(const RowLayout& layout, int servers) {
+  return std::max<int64_t>(1, (int64_t{1} << 20) / (layout.dim * servers));
+}
+}  // namespace
+
+void SparseShard::send_chunks() {
+  const int64_t L = chunk_rows(layout_, link_.servers);
+  const int64_t mine = part_.rows_of(shard_);
+  const auto d = static_cast<size_t>(layout_.dim);
+  for (int64_t begin = 0; begin < mine; begin += L) {
+    const int64_t n = std::min(L, mine - begin);
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(MPI_Isend(rows_.data() + static_cast<size_t>(begin) * d, as_int(static_cast<size_t>(n) * d),
+                    MPI_FLOAT, 0, kTagRowChunk, link_.comm, &r),
+          "MPI_Isend");
+    wait_one(&r, link_.timeout,
+             [&] { return fmt::format("sending shard {}'s final rows to rank 0", shard_); });
+  }
+}
+
+void SparseShard::write_chunks(const std::string& path) {
+  const int S = link_.servers;
+  const int64_t L = chunk_rows(layout_, S);
+  const auto d = static_cast<size_t>(layout_.dim);
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) throw InputError(path + ": cannot create: " + std::strerror(errno));
+  struct Close {
+    std::FILE* f;
+    ~Close() { std::fclose(f); }
+  } close{f};
+  std::vector<std::vector<float>> got(static_cast<size_t>(S));
+  std::vector<float> out;
+  std::vector<MPI_Request> reqs(static_cast<size_t>(S), MPI_REQUEST_NULL);
+  for (int64_t begin = 0; begin < part_.rows_of(0); begin += L) {
+    // This chunk's global rows: [begin S, min((begin + L) S, rows)).
+    const int64_t g0 = begin * S, g1 = std::min((begin + L) * S, layout_.rows);
+    for (int s = 0; s < S; ++s) {
+      const int64_t n = std::max<int64_t>(0, std::min(begin + L, part_.rows_of(s)) - begin);
+      auto& buf = got[static_cast<size_t>(s)];
+      buf.resize(static_cast<size_t>(n) * d);
+      if (s == 0) {
+        std::copy_n(rows_.data() + static_cast<size_t>(begin) * d, buf.size(), buf.data());
+      } else if (n > 0) {
+        check(MPI_Irecv(buf.data(), as_int(buf.size()), MPI_FLOAT, s, kTagRowChunk, link_.comm,
+                        &reqs[static_cast<size_t>(s)]),
+              "MPI_Irecv");
+      }
+    }
+    wait_all(reqs, link_.timeout,
+             [&] { return std::string("on server shard 0 gathering the final rows"); });
+    out.resize(static_cast<size_t>(g1 - g0) * d);
+    for (int64_t g = g0; g < g1; ++g) {
+      const auto& buf = got[static_cast<size_t>(part_.owner(g))];
+      std::copy_n(buf.data() + static_cast<size_t>(part_.local(g) - begin) * d, d,
+                  out.data() + static_cast<size_t>(g - g0) * d);
+    }
+    if (std::fwrite(out.data(), sizeof(float), out.size(), f) != out.size()) {
+      throw InputError(path + ": write failed");
+    }
+  }
 }
 
 SparseWorkerLink::SparseWorkerLink(Model& model, const RowLayout& layout, const RowLink& link,

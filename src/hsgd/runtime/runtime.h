@@ -102,6 +102,10 @@ struct SparseResult {
 
 struct RunResult {
   std::vector<float> params;  // final parameters
+  // Row-sparse on mpi: a file holding the final rows (raw float32, global
+  // row order), written by rank 0 chunk by chunk; `params` then holds only
+  // the dense part. The CLI writes model.bin from both and removes it.
+  std::string rows_file;
   MetricsRow last;            // the final evaluation
   double wall_s = 0;          // real seconds, evaluation included
   double train_s = 0;         // training seconds (wall or virtual), evaluation excluded
