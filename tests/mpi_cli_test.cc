@@ -419,6 +419,40 @@ TEST(MpiCli, SparseSyncOneWorkerOnTwoServerRanksEqualsTheThreadsRuntime) {
   EXPECT_EQ(summary(m)["final_test_auc"], summary(t)["final_test_auc"]);
 }
 
+// Tables larger than one server rank holds: 8 x 1.5M rows x dim 16 (768 MB)
+// over 2 server ranks. Each rank initialises and keeps only its half (no
+// rank builds the whole initial parameters), rank 0 evaluates with only the
+// rows the test samples read and streams model.bin: every server rank's
+// peak resident memory stays below one copy of the tables (before, each
+// rank held the whole initial vector and rank 0 a whole evaluation copy
+// too, over twice the tables), and model.bin holds every parameter.
+TEST(MpiCli, SparseTablesAreNeverWholeOnAnyServerRank) {
+  const std::string out = tmp("sparse_big");
+  const int64_t rows = 8 * 1500000, table_bytes = rows * 16 * 4;
+  const Outcome o =
+      run(kMpirun + "-np 3 ",
+          "train --quiet --model dlrm --data synthetic-ctr --batch 64 --set data.ctr_samples=2000 "
+          "--set model.table_rows=1500000 --set model.hidden=[16] --set model.top_hidden=[16] "
+          "--set model.sparse=true --seed 3 --runtime mpi --servers 2 --policy sync --epochs 0.2 "
+          "--eval-every 1000 --out " + out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  const auto s = summary(out);
+  const auto& sp = s["sparse"];
+  ASSERT_EQ(sp["server_peak_rss_bytes"].size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    const int64_t peak = sp["server_peak_rss_bytes"][r].get<int64_t>();
+    EXPECT_EQ(sp["server_rows"][r].get<int64_t>(), rows / 2) << r;
+    EXPECT_GT(peak, table_bytes / 2) << r;  // its half is resident: the figure measures
+    EXPECT_LT(peak, table_bytes) << r;      // but never the whole tables
+  }
+  EXPECT_LT(sp["eval_rows"].get<int64_t>(), rows / 100);
+  const auto bin = static_cast<int64_t>(fs::file_size(out + "/model.bin"));
+  EXPECT_GT(bin, table_bytes);
+  EXPECT_LT(bin, table_bytes + 200000);
+  EXPECT_FALSE(fs::exists(out + "/model-rows.partial"));
+  fs::remove(out + "/model.bin");
+}
+
 // A checkpoint's server-s blob holds rank s's rows and their lazy adam
 // state (2 moments), and a resumed launch trains on from it.
 TEST(MpiCli, SparseCheckpointHoldsEachRanksRowsAndResumes) {

@@ -32,6 +32,23 @@ size_t message_capacity(const RowLayout& layout, const RowPartition& part, int s
   return cap;
 }
 
+// This process's peak resident memory (VmHWM), or -1 where /proc has none.
+int64_t peak_rss_bytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  int64_t kb = -1;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    long long v = 0;
+    if (std::sscanf(line, "VmHWM: %lld kB", &v) == 1) {
+      kb = v;
+      break;
+    }
+  }
+  std::fclose(f);
+  return kb < 0 ? -1 : kb * 1024;
+}
+
 int as_int(size_t n) {
   HSGD_ASSERT(n <= static_cast<size_t>(INT_MAX), "an MPI message over 2^31 elements");
   return static_cast<int>(n);
@@ -168,6 +185,7 @@ void SparseShard::send_gather() {
   std::vector<float> buf;
   pack(&buf);
   h.sent = static_cast<int64_t>(buf.size()) / layout_.dim;
+  h.peak_rss = peak_rss_bytes();
   MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   check(MPI_Isend(&h, sizeof(Head), MPI_BYTE, 0, kTagRowGather, link_.comm, &r[0]), "MPI_Isend");
   check(MPI_Isend(buf.data(), as_int(buf.size()), MPI_FLOAT, 0, kTagRowGather, link_.comm, &r[1]),
@@ -198,6 +216,7 @@ void SparseShard::gather(std::span<float> params) {
   g.server_state_bytes = {table_->state_bytes()};
   std::vector<float> buf;
   pack(&buf);
+  g.server_peak_rss_bytes = {peak_rss_bytes()};
   scatter(0, buf.data());
   int64_t sent = expected(0);
   for (int s = 1; s < link_.servers; ++s) {
@@ -219,6 +238,7 @@ void SparseShard::gather(std::span<float> params) {
     g.stats.merge(h.stats);
     g.server_rows.push_back(h.rows);
     g.server_state_bytes.push_back(h.state_bytes);
+    g.server_peak_rss_bytes.push_back(h.peak_rss);
   }
   g.eval_rows = sent;
   gathered_ = std::move(g);
@@ -287,6 +307,7 @@ void SparseShard::write_chunks(const std::string& path) {
       throw InputError(path + ": write failed");
     }
   }
+  if (!gathered_.server_peak_rss_bytes.empty()) gathered_.server_peak_rss_bytes[0] = peak_rss_bytes();
 }
 
 SparseWorkerLink::SparseWorkerLink(Model& model, const RowLayout& layout, const RowLink& link,

@@ -124,7 +124,8 @@ class SparseShard {
  private:
   struct Head {  // the counts that precede a rank's rows in a gather
     int64_t rows = 0;
-    int64_t sent = 0;  // rows sent for the evaluation
+    int64_t sent = 0;       // rows sent for the evaluation
+    int64_t peak_rss = -1;  // the rank's peak resident bytes (VmHWM) so far
     int64_t state_bytes = 0;
     RowStats stats;
   };

@@ -98,6 +98,9 @@ struct SparseResult {
   // mpi: the rows rank 0 gathers for an evaluation (those the evaluated test
   // samples read; -1 on threads and sim, whose server holds every row).
   int64_t eval_rows = -1;
+  // mpi: each server rank's peak resident memory (VmHWM, bytes; -1 where
+  // unknown) at the last evaluation (rank 0: after model.bin's rows).
+  std::vector<int64_t> server_peak_rss_bytes;
 };
 
 struct RunResult {
