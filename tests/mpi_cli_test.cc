@@ -434,7 +434,8 @@ TEST(MpiCli, SparseTablesAreNeverWholeOnAnyServerRank) {
           "train --quiet --model dlrm --data synthetic-ctr --batch 64 --set data.ctr_samples=2000 "
           "--set model.table_rows=1500000 --set model.hidden=[16] --set model.top_hidden=[16] "
           "--set model.sparse=true --seed 3 --runtime mpi --servers 2 --policy sync --epochs 0.2 "
-          "--eval-every 1000 --out " + out);
+          "--eval-every 1000 --out " +
+              out);
   ASSERT_EQ(o.code, 0) << o.err;
   const auto s = summary(out);
   const auto& sp = s["sparse"];

@@ -28,8 +28,9 @@ namespace fs = std::filesystem;
 
 // The files a finished run leaves in its directory. A run removes them first
 // and writes each under a .partial name until it is complete.
+// model-rows: row-sparse on mpi, the final rows for model.bin (mpi/sparse.h).
 const char* kOutputs[] = {"metrics.csv", "metrics.jsonl", "config.toml", "model.bin",
-                          "model.pt",    "summary.json",  "plot.png"};
+                          "model.pt",    "summary.json",  "plot.png",    "model-rows"};
 
 void prepare_out_dir(const std::string& dir) {
   std::error_code ec;
@@ -374,8 +375,7 @@ int run_in_process(const TrainArgs& args, Prepared& p) {
   }
   const bool resume = !a.resume_dir.empty();
   check_checkpoint_settings(p.c, resume);
-  p.job.identity = CheckpointIdentity{config_hash(p.c), p.spec.name,
-                                      job_params(p.job)};
+  p.job.identity = CheckpointIdentity{config_hash(p.c), p.spec.name, job_params(p.job)};
   std::optional<Checkpoint> ck;
   if (resume) {
     ck = CheckpointStore::load_latest(p.c.train.out, p.job.identity);
@@ -441,11 +441,9 @@ int run_under_mpirun(const TrainArgs& args) {
     p = prepare(a);
     check_checkpoint_settings(p->c, !a.resume_dir.empty());
     if (p->c.train.runtime == "mpi") {
-      MpiRuntime::check_launch(session.size(), p->c.train.servers,
-                               job_params(p->job));
+      MpiRuntime::check_launch(session.size(), p->c.train.servers, job_params(p->job));
     }
-    p->job.identity = CheckpointIdentity{config_hash(p->c), p->spec.name,
-                                         job_params(p->job)};
+    p->job.identity = CheckpointIdentity{config_hash(p->c), p->spec.name, job_params(p->job)};
     if (session.rank() == 0) {
       if (!a.resume_dir.empty()) {
         ck.emplace(CheckpointStore::load_latest(p->c.train.out, p->job.identity));

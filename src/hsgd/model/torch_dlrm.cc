@@ -98,7 +98,8 @@ class DlrmModel final : public Model {
     init_dense(seed);
     const auto d = static_cast<size_t>(dim_);
     for (int64_t r = 0; r < layout_.rows; ++r) {
-      init_row(seed, r, flat_.subspan(static_cast<size_t>(layout_.dense) + static_cast<size_t>(r) * d, d));
+      init_row(seed, r,
+               flat_.subspan(static_cast<size_t>(layout_.dense) + static_cast<size_t>(r) * d, d));
     }
   }
 

@@ -77,8 +77,8 @@ class ShardServer {
             "MPI_Send_init");
     }
     if (l.rows.rows > 0) {  // model.sparse: this rank's rows (mpi/sparse.h)
-      sparse_ = std::make_unique<SparseShard>(job, l.rows, l.row_link(c.train.batch), shard,
-                                              *server_);
+      sparse_ =
+          std::make_unique<SparseShard>(job, l.rows, l.row_link(c.train.batch), shard, *server_);
     }
   }
   ~ShardServer() {
@@ -1040,7 +1040,8 @@ RunResult MpiRuntime::run(const Job& job, Recorder* recorder, Observer* observer
   // the same floats on another machine's build). model.sparse: the dense
   // part only; each server rank initialises its own rows (mpi/sparse.h),
   // and job.initial_params may hold only the dense part.
-  HSGD_ASSERT(job.initial_params.size() >= sliced, "job.initial_params shorter than the dense part");
+  HSGD_ASSERT(job.initial_params.size() >= sliced,
+              "job.initial_params shorter than the dense part");
   std::vector<float> initial(job.initial_params.begin(),
                              job.initial_params.begin() + static_cast<ptrdiff_t>(sliced));
   check(MPI_Bcast(initial.data(), as_count(initial.size()), MPI_FLOAT, 0, l.comm), "MPI_Bcast");

@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cmath>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -81,7 +81,8 @@ SparseShard::SparseShard(const Job& job, const RowLayout& layout, const RowLink&
   eval_rows_.resize(static_cast<size_t>(link.servers));
   {
     const Dataset& t = *job.test;
-    const int64_t n = c.train.eval_samples > 0 ? std::min(c.train.eval_samples, t.size()) : t.size();
+    const int64_t n =
+        c.train.eval_samples > 0 ? std::min(c.train.eval_samples, t.size()) : t.size();
     const auto nf = static_cast<size_t>(t.num_categorical());
     std::vector<int64_t> all;
     all.reserve(static_cast<size_t>(n) * nf);
@@ -173,7 +174,8 @@ void SparseShard::pack(std::vector<float>* out) const {
   const std::vector<int64_t>& ids = eval_rows_[static_cast<size_t>(shard_)];
   out->resize(ids.size() * d);
   for (size_t j = 0; j < ids.size(); ++j) {
-    std::copy_n(rows_.data() + static_cast<size_t>(part_.local(ids[j])) * d, d, out->data() + j * d);
+    std::copy_n(rows_.data() + static_cast<size_t>(part_.local(ids[j])) * d, d,
+                out->data() + j * d);
   }
 }
 
@@ -259,8 +261,8 @@ void SparseShard::send_chunks() {
   for (int64_t begin = 0; begin < mine; begin += L) {
     const int64_t n = std::min(L, mine - begin);
     MPI_Request r = MPI_REQUEST_NULL;
-    check(MPI_Isend(rows_.data() + static_cast<size_t>(begin) * d, as_int(static_cast<size_t>(n) * d),
-                    MPI_FLOAT, 0, kTagRowChunk, link_.comm, &r),
+    check(MPI_Isend(rows_.data() + static_cast<size_t>(begin) * d,
+                    as_int(static_cast<size_t>(n) * d), MPI_FLOAT, 0, kTagRowChunk, link_.comm, &r),
           "MPI_Isend");
     wait_one(&r, link_.timeout,
              [&] { return fmt::format("sending shard {}'s final rows to rank 0", shard_); });
@@ -307,7 +309,8 @@ void SparseShard::write_chunks(const std::string& path) {
       throw InputError(path + ": write failed");
     }
   }
-  if (!gathered_.server_peak_rss_bytes.empty()) gathered_.server_peak_rss_bytes[0] = peak_rss_bytes();
+  if (!gathered_.server_peak_rss_bytes.empty())
+    gathered_.server_peak_rss_bytes[0] = peak_rss_bytes();
 }
 
 SparseWorkerLink::SparseWorkerLink(Model& model, const RowLayout& layout, const RowLink& link,

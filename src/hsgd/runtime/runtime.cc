@@ -2,8 +2,8 @@
 
 #include "hsgd/core/error.h"
 #include "hsgd/runtime/hogwild_runtime.h"
-#include "hsgd/runtime/sparse_rows.h"
 #include "hsgd/runtime/sim_runtime.h"
+#include "hsgd/runtime/sparse_rows.h"
 #include "hsgd/runtime/threads_runtime.h"
 
 namespace hsgd {
@@ -25,7 +25,8 @@ std::vector<float> initial_dense_params(const ModelFactory& make_model, uint64_t
       grads(static_cast<size_t>(m->num_params()));
   m->bind(params.span(), grads.span());
   m->init_dense(seed);
-  return std::vector<float>(params.span().begin(), params.span().begin() + static_cast<ptrdiff_t>(dense));
+  return std::vector<float>(params.span().begin(),
+                            params.span().begin() + static_cast<ptrdiff_t>(dense));
 }
 
 Partition make_partition(const Job& job) {
