@@ -73,6 +73,36 @@ TEST(Dlrm, LayoutAndSparseGradientEqualsDense) {
   }
 }
 
+// Every row from its own seeded stream (what lets an mpi server rank
+// initialise only its rows): init_row gives init_params' rows, init_dense
+// writes the dense part alone, within a table's +-1/sqrt(rows) bound.
+TEST(Dlrm, RowsInitialisePerRowAndTheDensePartAlone) {
+  Rig r;
+  const RowLayout l = r.m->row_layout();
+  const auto d = static_cast<size_t>(l.dim);
+  std::vector<float> row(d);
+  for (int64_t k = 0; k < l.rows; ++k) {
+    r.m->init_row(3, k, row);
+    for (size_t c = 0; c < d; ++c) {
+      ASSERT_EQ(row[c], r.p[static_cast<size_t>(l.dense) + static_cast<size_t>(k) * d + c]) << k;
+      ASSERT_LE(std::abs(row[c]), 1.0 / std::sqrt(20.0));
+    }
+  }
+  std::vector<float> other(d);
+  r.m->init_row(4, 5, other);
+  r.m->init_row(3, 5, row);
+  EXPECT_NE(other, row);  // another seed, other rows
+  r.m->init_row(3, 6, other);
+  EXPECT_NE(other, row);  // another row, other values
+  std::unique_ptr<Model> m2 = make_model(r.spec);
+  std::vector<float> p2(r.p.size(), 0.0f), g2(r.p.size());
+  m2->bind(p2, g2);
+  m2->init_dense(3);
+  for (size_t i = 0; i < p2.size(); ++i) {
+    ASSERT_EQ(p2[i], i < static_cast<size_t>(l.dense) ? r.p[i] : 0.0f) << i;
+  }
+}
+
 TEST(Dlrm, GradientMatchesFiniteDifferences) {
   Rig r;
   ShardSampler s(r.d, 0, 1, 1);

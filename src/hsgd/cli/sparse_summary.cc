@@ -29,6 +29,8 @@ nlohmann::json sparse_summary(const SparseResult& s, const std::string& runtime)
       {"server_rows", s.server_rows},
       {"server_state_bytes", s.server_state_bytes}};
   j["row_partition"] = runtime == "mpi" ? "id mod servers" : "none (one server)";
+  if (s.eval_rows >= 0) j["eval_rows"] = s.eval_rows;
+  if (!s.server_peak_rss_bytes.empty()) j["server_peak_rss_bytes"] = s.server_peak_rss_bytes;
   return j;
 }
 

@@ -28,8 +28,9 @@ namespace fs = std::filesystem;
 
 // The files a finished run leaves in its directory. A run removes them first
 // and writes each under a .partial name until it is complete.
+// model-rows: row-sparse on mpi, the final rows for model.bin (mpi/sparse.h).
 const char* kOutputs[] = {"metrics.csv", "metrics.jsonl", "config.toml", "model.bin",
-                          "model.pt",    "summary.json",  "plot.png"};
+                          "model.pt",    "summary.json",  "plot.png",    "model-rows"};
 
 void prepare_out_dir(const std::string& dir) {
   std::error_code ec;
@@ -140,7 +141,14 @@ std::unique_ptr<Prepared> prepare(const TrainArgs& a) {
   job.test = &test_set;
   // The training set calibrates buffers (BatchNorm statistics) at evaluation.
   job.make_model = [spec, &train_set] { return make_model(spec, &train_set); };
-  job.initial_params = initial_params(job.make_model, c.train.seed);       // validates the shape
+  if (c.model.sparse && c.train.runtime == "mpi") {
+    // Row-sparse on mpi: the rows never exist whole; each server rank
+    // initialises its own (Model::init_row, mpi/sparse.h).
+    job.num_params = job.make_model()->num_params();
+    job.initial_params = initial_dense_params(job.make_model, c.train.seed);
+  } else {
+    job.initial_params = initial_params(job.make_model, c.train.seed);  // validates the shape
+  }
   job.partition = std::make_shared<const Partition>(make_partition(job));  // checks [data] keys
   return p;
 }
@@ -164,7 +172,7 @@ void print_header(const Prepared& p) {
                p.spec.name.c_str(), p.train_set.name.c_str(),
                static_cast<long long>(p.train_set.size()),
                static_cast<long long>(p.test_set.size()), p.train_set.num_classes,
-               static_cast<long long>(p.job.initial_params.size()),
+               static_cast<long long>(job_params(p.job)),
                make_policy(c.policy, c.train.workers, c.optim.lr)->name().c_str(), c.train.workers,
                c.train.batch, c.optim.lr,
                c.train.budget > 0 ? fmt::format("{}s", c.train.budget).c_str()
@@ -192,6 +200,41 @@ void print_header(const Prepared& p) {
                c.sampling.kind.c_str());
 }
 
+// Row-sparse on mpi (RunResult::rows_file): model.bin from the dense part
+// and the rows file, one chunk in memory at a time (written only if every
+// value is finite); removes the rows file.
+void write_streamed_model(const std::string& path, const ModelSpec& spec, const RunResult& r,
+                          int64_t num_params, bool dense_finite) {
+  struct Remove {
+    const std::string& f;
+    ~Remove() { std::remove(f.c_str()); }
+  } remove{r.rows_file};
+  if (!dense_finite) return;
+  std::FILE* f = std::fopen(r.rows_file.c_str(), "rb");
+  if (f == nullptr) throw InputError(r.rows_file + ": cannot open: " + std::strerror(errno));
+  struct Close {
+    std::FILE* f;
+    ~Close() { std::fclose(f); }
+  } close{f};
+  bool dense_done = false;
+  std::vector<float> chunk(size_t{1} << 20);
+  save_model_stream(path, spec, static_cast<uint64_t>(num_params),
+                    [&](std::span<const float>* next) {
+                      if (!dense_done) {
+                        dense_done = true;
+                        *next = r.params;
+                        return true;
+                      }
+                      const size_t n = std::fread(chunk.data(), sizeof(float), chunk.size(), f);
+                      if (n == 0) {
+                        if (std::ferror(f)) throw InputError(r.rows_file + ": read failed");
+                        return false;
+                      }
+                      *next = std::span<const float>(chunk).first(n);
+                      return true;
+                    });
+}
+
 // Writes the outputs of a finished run, each complete or absent, and the
 // closing lines.
 void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Recorder& recorder,
@@ -205,7 +248,9 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
   // model.pt is the trained model taking unstandardized inputs, for
   // torch.jit.load.
   std::string model_pt;
-  if (finite) {
+  if (!r.rows_file.empty()) {
+    write_streamed_model(out + "/model.bin", spec, r, job_params(p.job), finite);
+  } else if (finite) {
     ModelSpec trained = spec;
     if (is_torchscript(spec.name)) {
       trained.archive = export_torchscript(spec, r.params, &p.train_set, /*standalone=*/false);
@@ -293,7 +338,7 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
                            {"bytes_pulled", r.compress.bytes_pulled},
                            {"bytes_per_push", static_cast<double>(r.compress.bytes_pushed) / pushes},
                            {"compress_s", r.compress.compress_s},
-                           {"plain_bytes_per_message", 4 * static_cast<int64_t>(r.params.size())}};
+                           {"plain_bytes_per_message", 4 * job_params(p.job)}};
   }
   if (r.sparse.on) summary["sparse"] = sparse_summary(r.sparse, c.train.runtime);  // issue 16
   write_file_atomic(out + "/summary.json", summary.dump(2) + "\n");
@@ -330,8 +375,7 @@ int run_in_process(const TrainArgs& args, Prepared& p) {
   }
   const bool resume = !a.resume_dir.empty();
   check_checkpoint_settings(p.c, resume);
-  p.job.identity = CheckpointIdentity{config_hash(p.c), p.spec.name,
-                                      static_cast<int64_t>(p.job.initial_params.size())};
+  p.job.identity = CheckpointIdentity{config_hash(p.c), p.spec.name, job_params(p.job)};
   std::optional<Checkpoint> ck;
   if (resume) {
     ck = CheckpointStore::load_latest(p.c.train.out, p.job.identity);
@@ -397,11 +441,9 @@ int run_under_mpirun(const TrainArgs& args) {
     p = prepare(a);
     check_checkpoint_settings(p->c, !a.resume_dir.empty());
     if (p->c.train.runtime == "mpi") {
-      MpiRuntime::check_launch(session.size(), p->c.train.servers,
-                               static_cast<int64_t>(p->job.initial_params.size()));
+      MpiRuntime::check_launch(session.size(), p->c.train.servers, job_params(p->job));
     }
-    p->job.identity = CheckpointIdentity{config_hash(p->c), p->spec.name,
-                                         static_cast<int64_t>(p->job.initial_params.size())};
+    p->job.identity = CheckpointIdentity{config_hash(p->c), p->spec.name, job_params(p->job)};
     if (session.rank() == 0) {
       if (!a.resume_dir.empty()) {
         ck.emplace(CheckpointStore::load_latest(p->c.train.out, p->job.identity));

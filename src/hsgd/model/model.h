@@ -5,12 +5,14 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "hsgd/core/error.h"
 #include "hsgd/data/dataset.h"
 
 namespace hsgd {
@@ -91,6 +93,19 @@ class Model {
     (void)row_grads;
     return gradient(batch, losses);
   }
+  // Row-sparse models: the initial value of global row `row` (row_layout().dim
+  // floats into `out`) for `seed`, a function of the seed and the row alone;
+  // init_params(seed) writes the same values, so a server rank can
+  // initialise only the rows it owns (mpi). Needs no bind.
+  virtual void init_row(uint64_t seed, int64_t row, std::span<float> out) const {
+    (void)seed;
+    (void)row;
+    (void)out;
+    HSGD_ASSERT(false, "init_row on a model without rows");
+  }
+  // init_params(seed) without the rows: writes the bound parameters' first
+  // row_layout().dense floats only (all of them for a model without rows).
+  virtual void init_dense(uint64_t seed) { init_params(seed); }
 };
 
 // What a model is; enough to rebuild it (stored in saved model files).
@@ -160,6 +175,13 @@ std::vector<std::string> model_names();
 // save writes `path + ".partial"` then renames, so no half-written file
 // stands under the final name.
 void save_model(const std::string& path, const ModelSpec& spec, std::span<const float> params);
+// The same file written from chunks of the flat parameters, in order
+// (`next` sets *chunk and returns true, or returns false after the last;
+// the chunks add up to num_params floats): bounded memory for parameters
+// that never exist whole in one place (row-sparse on mpi). Returns false,
+// writing nothing, when a value is not finite.
+bool save_model_stream(const std::string& path, const ModelSpec& spec, uint64_t num_params,
+                       const std::function<bool(std::span<const float>*)>& next);
 void load_model(const std::string& path, ModelSpec* spec, std::vector<float>* params);
 // load_model on a whole file's bytes held in memory (`path` names it in
 // messages); load_model reads the file and calls this, the fuzz target

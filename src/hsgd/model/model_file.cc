@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -175,13 +176,19 @@ void read_model_archive(ModelSpec* spec) {
   if (spec->archive.empty()) throw InputError(path + ": empty file, not a TorchScript module");
 }
 
-void save_model(const std::string& path, const ModelSpec& spec, std::span<const float> params) {
+namespace {
+
+// Writes the file under path.partial from the chunks `next` gives (false
+// at the end), then renames it into place; with `finite_only`, a chunk
+// holding a NaN or Inf abandons it (returns false, nothing written).
+bool write_model_file(const std::string& path, const ModelSpec& spec, uint64_t num_params,
+                      const std::function<bool(std::span<const float>*)>& next, bool finite_only) {
   nlohmann::json header = {
       {"name", spec.name},
       {"sample_shape", spec.sample_shape},
       {"num_classes", spec.num_classes},
       {"hidden", spec.hidden},
-      {"num_params", params.size()},
+      {"num_params", num_params},
       {"input_mean", spec.input_mean},
       {"input_std", spec.input_std},
       {"archive_bytes", spec.archive.size()},
@@ -195,22 +202,39 @@ void save_model(const std::string& path, const ModelSpec& spec, std::span<const 
   std::string prefix(kMagic, kMagicLen);
   put_u32(&prefix, static_cast<uint32_t>(header_text.size()));
   prefix += header_text;
-  const size_t float_bytes = params.size() * sizeof(float);
-  std::string crc;
-  put_u32(&crc,
-          crc_after(crc_of(params.data(), float_bytes), spec.archive.data(), spec.archive.size()));
 
   const std::string partial = path + ".partial";
   {
     std::ofstream out(partial, std::ios::binary | std::ios::trunc);
     if (!out) throw InputError(partial + ": cannot create: " + std::strerror(errno));
     out.write(prefix.data(), static_cast<std::streamsize>(prefix.size()));
-    out.write(reinterpret_cast<const char*>(params.data()),
-              static_cast<std::streamsize>(float_bytes));
+    uint32_t crc = crc_of(nullptr, 0);
+    uint64_t written = 0;
+    std::span<const float> chunk;
+    while (next(&chunk)) {
+      if (finite_only) {
+        for (float v : chunk) {
+          if (!std::isfinite(v)) {
+            out.close();
+            std::remove(partial.c_str());
+            return false;
+          }
+        }
+      }
+      const size_t bytes = chunk.size() * sizeof(float);
+      crc = crc_after(crc, chunk.data(), bytes);
+      out.write(reinterpret_cast<const char*>(chunk.data()), static_cast<std::streamsize>(bytes));
+      written += chunk.size();
+    }
+    HSGD_ASSERT(written == num_params, "model file: the chunks do not add up to num_params");
+    crc = crc_after(crc, spec.archive.data(), spec.archive.size());
+    std::string tail;
+    put_u32(&tail, crc);
     out.write(spec.archive.data(), static_cast<std::streamsize>(spec.archive.size()));
-    out.write(crc.data(), static_cast<std::streamsize>(crc.size()));
+    out.write(tail.data(), static_cast<std::streamsize>(tail.size()));
     out.flush();
     if (!out) {
+      out.close();
       std::remove(partial.c_str());
       throw InputError(partial + ": write failed");
     }
@@ -220,6 +244,27 @@ void save_model(const std::string& path, const ModelSpec& spec, std::span<const 
     std::remove(partial.c_str());
     throw InputError(path + ": cannot rename " + partial + " into place: " + why);
   }
+  return true;
+}
+
+}  // namespace
+
+void save_model(const std::string& path, const ModelSpec& spec, std::span<const float> params) {
+  bool done = false;
+  write_model_file(
+      path, spec, params.size(),
+      [&](std::span<const float>* chunk) {
+        if (done) return false;
+        *chunk = params;
+        done = true;
+        return true;
+      },
+      /*finite_only=*/false);
+}
+
+bool save_model_stream(const std::string& path, const ModelSpec& spec, uint64_t num_params,
+                       const std::function<bool(std::span<const float>*)>& next) {
+  return write_model_file(path, spec, num_params, next, /*finite_only=*/true);
 }
 
 void parse_model(const std::string& path, std::string_view bytes, ModelSpec* spec,

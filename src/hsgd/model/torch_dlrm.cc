@@ -95,6 +95,15 @@ class DlrmModel final : public Model {
   }
 
   void init_params(uint64_t seed) override {
+    init_dense(seed);
+    const auto d = static_cast<size_t>(dim_);
+    for (int64_t r = 0; r < layout_.rows; ++r) {
+      init_row(seed, r,
+               flat_.subspan(static_cast<size_t>(layout_.dense) + static_cast<size_t>(r) * d, d));
+    }
+  }
+
+  void init_dense(uint64_t seed) override {
     HSGD_ASSERT(!flat_.empty(), "init_params before bind");
     Net fresh;
     {
@@ -105,14 +114,19 @@ class DlrmModel final : public Model {
     torch::NoGradGuard no_grad;
     const auto fp = fresh.root->parameters();
     for (size_t i = 0; i < params_.size(); ++i) params_[i].copy_(fp[i]);
-    Rng rng(seed, kDlrmRowStream);
-    for (size_t j = 0; j < spec_.table_rows.size(); ++j) {
-      const double bound = 1.0 / std::sqrt(static_cast<double>(spec_.table_rows[j]));
-      float* t = row_ptr(flat_, layout_.table_offset[j]);
-      for (int64_t k = 0; k < spec_.table_rows[j] * dim_; ++k) {
-        t[k] = static_cast<float>((2 * rng.uniform() - 1) * bound);
-      }
-    }
+  }
+
+  // Row r: dim uniforms in +-1/sqrt(rows of its table) from its own stream
+  // Rng(Rng(seed, kDlrmRowStream).next_u64(), r), so any rank can produce
+  // any row without the others.
+  void init_row(uint64_t seed, int64_t row, std::span<float> out) const override {
+    HSGD_ASSERT(row >= 0 && row < layout_.rows, "init_row: row outside the tables");
+    HSGD_ASSERT(static_cast<int64_t>(out.size()) == dim_, "init_row: out must hold dim floats");
+    const auto it = std::upper_bound(layout_.table_offset.begin(), layout_.table_offset.end(), row);
+    const auto j = static_cast<size_t>(it - layout_.table_offset.begin() - 1);
+    const double bound = 1.0 / std::sqrt(static_cast<double>(spec_.table_rows[j]));
+    Rng rng(Rng(seed, kDlrmRowStream).next_u64(), static_cast<uint64_t>(row));
+    for (float& v : out) v = static_cast<float>((2 * rng.uniform() - 1) * bound);
   }
 
   void batch_rows(const Batch& batch, std::vector<int64_t>* rows) const override {

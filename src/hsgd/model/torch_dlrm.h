@@ -12,8 +12,9 @@
 //
 // Labels are 0/1; evaluate() gives the log loss, accuracy at logit 0
 // (probability 0.5), AUC. Init: the MLPs as torch's defaults after
-// torch::manual_seed(seed); rows uniform in +-1/sqrt(rows of the table)
-// from Rng(seed, kDlrmRowStream).
+// torch::manual_seed(seed); rows uniform in +-1/sqrt(rows of the table),
+// each row from its own seeded stream (Model::init_row), so a server rank
+// of the mpi runtime initialises only its own rows.
 #pragma once
 #include <memory>
 

@@ -87,8 +87,8 @@ class ShardServer {
       check(MPI_Start(&grad_recv_[i]), "MPI_Start");
     }
     if (l.rows.rows > 0) {  // model.sparse: this rank's rows (mpi/sparse.h)
-      sparse_ = std::make_unique<SparseShard>(job, l.rows, l.row_link(c.train.batch), shard,
-                                              initial, *server_);
+      sparse_ =
+          std::make_unique<SparseShard>(job, l.rows, l.row_link(c.train.batch), shard, *server_);
     }
   }
   ~ShardServer() {
@@ -131,7 +131,8 @@ class ShardServer {
     params_.send(w);
     if (sparse_) sparse_->send_rows(w);
   }
-  // Sends this shard's parameters to rank 0 for evaluation.
+  // Sends this shard's parameters to rank 0 for evaluation (model.sparse:
+  // and the rows evaluation reads).
   void send_gather() {
     params_.send_gather();
     if (sparse_) sparse_->send_gather();
@@ -264,6 +265,9 @@ void run_replica(const Job& job, const Layout& l, const std::vector<float>& init
         return;
       case kEventRows:  // model.sparse: the worker's row message, in rank 0's order
         shard.sparse()->take(e.worker);
+        break;
+      case kEventModel:  // model.sparse: the final rows to rank 0, for model.bin
+        shard.sparse()->send_chunks();
         break;
       default:
         throw MpiError(
@@ -479,8 +483,10 @@ class Primary {
         recorder_(recorder),
         observer_(observer),
         test_(head(*job.test, c_.train.eval_samples)),
-        eval_params_(l.num_params),
-        eval_grads_(l.num_params) {
+        eval_buf_(l.num_params),
+        eval_grad_buf_(l.num_params),
+        eval_params_(eval_buf_.span()),
+        eval_grads_(eval_grad_buf_.span()) {
     const auto nw = static_cast<size_t>(l.workers);
     requests_.resize(nw);
     replies_.resize(nw);
@@ -650,6 +656,12 @@ class Primary {
     clock_.pause();
     MetricsRow last = evaluate();
     last.time_s = train_s;
+    std::string rows_file;
+    if (shard_.sparse()) {  // the final rows, chunk by chunk, for model.bin
+      emit(Event{.type = kEventModel});
+      rows_file = c_.train.out + "/model-rows.partial";
+      shard_.sparse()->write_chunks(rows_file);
+    }
     emit_row(last);
     emit(Event{.type = Event::kStop});
     drain_events();
@@ -659,7 +671,12 @@ class Primary {
     }
 
     RunResult result;
-    result.params = eval_params_;
+    if (shard_.sparse()) {  // the dense part; the rows are in rows_file
+      result.params.assign(eval_params_.begin(), eval_params_.begin() + l_.rows.dense);
+      result.rows_file = rows_file;
+    } else {
+      result.params.assign(eval_params_.begin(), eval_params_.end());
+    }
     result.last = last;
     result.train_s = train_s;
     result.real_train_s = train_s;
@@ -961,6 +978,8 @@ class Primary {
 
   // Gathers the shards at this point of the event order and evaluates them;
   // the caller pauses the clock (evaluation is not training time).
+  // model.sparse: rank 0 gathers only the rows the evaluation reads, into
+  // calloc'd memory.
   MetricsRow evaluate() {
     const double time_s = std::max(0.0, clock_.seconds());
     emit(Event{.type = Event::kEval});
@@ -972,7 +991,7 @@ class Primary {
     wait_all(gather_recv_, l_.timeout, [] {
       return std::string("on server shard 0 gathering the other shards' parameters for evaluation");
     });
-    if (shard_.sparse()) shard_.sparse()->gather(eval_params_);  // and every rank's rows
+    if (shard_.sparse()) shard_.sparse()->gather(eval_params_);  // and the rows it reads
     const ServerStats st = server().take_stats();
     const EvalResult e = model_->evaluate(test_);
     const double idle_total = idle_.total(time_s);
@@ -996,7 +1015,9 @@ class Primary {
   Recorder* recorder_;
   Observer* observer_;
   Dataset test_;
-  std::vector<float> eval_params_, eval_grads_;
+  // calloc'd (a row-sparse model's rows: only the pages of gathered rows).
+  ZeroedFloats eval_buf_, eval_grad_buf_;
+  std::span<float> eval_params_, eval_grads_;
   int first_ = 0;  // the worker served first among requests that come together
   std::unique_ptr<Model> model_;
   std::vector<Request> requests_;
@@ -1069,7 +1090,7 @@ RunResult MpiRuntime::run(const Job& job, Recorder* recorder, Observer* observer
   l.workers = l.ranks - l.servers;
   if (l.rank >= l.servers) catch_leave_signals();  // a graceful leave (issue 10)
   l.timeout = c.mpi.timeout;
-  l.num_params = job.initial_params.size();
+  l.num_params = static_cast<size_t>(job_params(job));
   l.rows = sparse_layout(job);  // model.sparse: dense slices + rows by id (mpi/sparse.h)
   const size_t sliced = l.rows.rows > 0 ? static_cast<size_t>(l.rows.dense) : l.num_params;
   check_launch(l.ranks, l.servers, static_cast<int64_t>(sliced));
@@ -1087,8 +1108,13 @@ RunResult MpiRuntime::run(const Job& job, Recorder* recorder, Observer* observer
   check_same_job(l, job);
 
   // Rank 0's initial parameters for every server (the same seed may not give
-  // the same floats on another machine's build).
-  std::vector<float> initial = job.initial_params;
+  // the same floats on another machine's build). model.sparse: the dense
+  // part only; each server rank initialises its own rows (mpi/sparse.h),
+  // and job.initial_params may hold only the dense part.
+  HSGD_ASSERT(job.initial_params.size() >= sliced,
+              "job.initial_params shorter than the dense part");
+  std::vector<float> initial(job.initial_params.begin(),
+                             job.initial_params.begin() + static_cast<ptrdiff_t>(sliced));
   check(MPI_Bcast(initial.data(), as_count(initial.size()), MPI_FLOAT, 0, l.comm), "MPI_Bcast");
 
   // Whether this launch resumes a checkpoint: rank 0 read it.

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "hsgd/core/error.h"
@@ -30,6 +32,23 @@ size_t message_capacity(const RowLayout& layout, const RowPartition& part, int s
   return cap;
 }
 
+// This process's peak resident memory (VmHWM), or -1 where /proc has none.
+int64_t peak_rss_bytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  int64_t kb = -1;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    long long v = 0;
+    if (std::sscanf(line, "VmHWM: %lld kB", &v) == 1) {
+      kb = v;
+      break;
+    }
+  }
+  std::fclose(f);
+  return kb < 0 ? -1 : kb * 1024;
+}
+
 int as_int(size_t n) {
   HSGD_ASSERT(n <= static_cast<size_t>(INT_MAX), "an MPI message over 2^31 elements");
   return static_cast<int>(n);
@@ -38,7 +57,7 @@ int as_int(size_t n) {
 }  // namespace
 
 SparseShard::SparseShard(const Job& job, const RowLayout& layout, const RowLink& link, int shard,
-                         const std::vector<float>& initial, Server& server)
+                         Server& server)
     : layout_(layout),
       link_(link),
       shard_(shard),
@@ -47,11 +66,34 @@ SparseShard::SparseShard(const Job& job, const RowLayout& layout, const RowLink&
   const Config& c = *job.config;
   const auto d = static_cast<size_t>(layout.dim);
   const int64_t mine = part_.rows_of(shard);
+  // Only this rank's rows, each from its own stream (Model::init_row): the
+  // same values as the whole-vector initialisation of threads and sim.
   rows_.resize(static_cast<size_t>(mine) * d);
-  for (int64_t k = 0; k < mine; ++k) {
-    const size_t from = static_cast<size_t>(layout.dense + part_.global(shard, k) * layout.dim);
-    std::copy_n(initial.begin() + static_cast<ptrdiff_t>(from), d,
-                rows_.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(k) * d));
+  {
+    const std::unique_ptr<Model> model = job.make_model();
+    for (int64_t k = 0; k < mine; ++k) {
+      model->init_row(c.train.seed, part_.global(shard, k),
+                      std::span<float>(rows_).subspan(static_cast<size_t>(k) * d, d));
+    }
+  }
+  // The rows the evaluation reads: those of the first train.eval_samples
+  // test samples (the same on every rank), by owner.
+  eval_rows_.resize(static_cast<size_t>(link.servers));
+  {
+    const Dataset& t = *job.test;
+    const int64_t n =
+        c.train.eval_samples > 0 ? std::min(c.train.eval_samples, t.size()) : t.size();
+    const auto nf = static_cast<size_t>(t.num_categorical());
+    std::vector<int64_t> all;
+    all.reserve(static_cast<size_t>(n) * nf);
+    for (size_t k = 0; k < static_cast<size_t>(n) * nf; ++k) {
+      all.push_back(layout.table_offset[k % nf] + t.categorical[k]);
+    }
+    std::sort(all.begin(), all.end());
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+    for (int64_t r : all) {
+      if (r >= 0 && r < layout.rows) eval_rows_[static_cast<size_t>(part_.owner(r))].push_back(r);
+    }
   }
   table_ = std::make_unique<RowTable>(rows_, layout.dim, server_optimizer(c), c.policy.aggregation,
                                       c.staleness);
@@ -127,15 +169,28 @@ void SparseShard::send_rows(int w) {
         "MPI_Isend");
 }
 
+void SparseShard::pack(std::vector<float>* out) const {
+  const auto d = static_cast<size_t>(layout_.dim);
+  const std::vector<int64_t>& ids = eval_rows_[static_cast<size_t>(shard_)];
+  out->resize(ids.size() * d);
+  for (size_t j = 0; j < ids.size(); ++j) {
+    std::copy_n(rows_.data() + static_cast<size_t>(part_.local(ids[j])) * d, d,
+                out->data() + j * d);
+  }
+}
+
 void SparseShard::send_gather() {
   Head h;
   h.rows = table_->rows();
   h.state_bytes = table_->state_bytes();
   h.stats = table_->stats();
+  std::vector<float> buf;
+  pack(&buf);
+  h.sent = static_cast<int64_t>(buf.size()) / layout_.dim;
+  h.peak_rss = peak_rss_bytes();
   MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   check(MPI_Isend(&h, sizeof(Head), MPI_BYTE, 0, kTagRowGather, link_.comm, &r[0]), "MPI_Isend");
-  check(MPI_Isend(rows_.data(), as_int(rows_.size()), MPI_FLOAT, 0, kTagRowGather, link_.comm,
-                  &r[1]),
+  check(MPI_Isend(buf.data(), as_int(buf.size()), MPI_FLOAT, 0, kTagRowGather, link_.comm, &r[1]),
         "MPI_Isend");
   wait_all(r, link_.timeout,
            [&] { return fmt::format("sending shard {}'s rows to rank 0", shard_); });
@@ -143,12 +198,15 @@ void SparseShard::send_gather() {
 
 void SparseShard::gather(std::span<float> params) {
   const auto d = static_cast<size_t>(layout_.dim);
-  const auto scatter = [&](int s, std::span<const float> rows) {
-    const int64_t n = part_.rows_of(s);
-    for (int64_t k = 0; k < n; ++k) {
-      std::copy_n(rows.data() + static_cast<size_t>(k) * d, d,
-                  params.data() + layout_.dense + part_.global(s, k) * layout_.dim);
+  // Rank s's evaluation rows, in eval_rows_[s] order, into `params`.
+  const auto scatter = [&](int s, const float* rows) {
+    const std::vector<int64_t>& ids = eval_rows_[static_cast<size_t>(s)];
+    for (size_t j = 0; j < ids.size(); ++j) {
+      std::copy_n(rows + j * d, d, params.data() + layout_.dense + ids[j] * layout_.dim);
     }
+  };
+  const auto expected = [&](int s) {
+    return static_cast<int64_t>(eval_rows_[static_cast<size_t>(s)].size());
   };
   SparseResult g;
   g.on = true;
@@ -158,11 +216,14 @@ void SparseShard::gather(std::span<float> params) {
   g.stats = table_->stats();
   g.server_rows = {table_->rows()};
   g.server_state_bytes = {table_->state_bytes()};
-  scatter(0, rows_);
   std::vector<float> buf;
+  pack(&buf);
+  g.server_peak_rss_bytes = {peak_rss_bytes()};
+  scatter(0, buf.data());
+  int64_t sent = expected(0);
   for (int s = 1; s < link_.servers; ++s) {
     Head h;
-    buf.resize(static_cast<size_t>(part_.rows_of(s)) * d);
+    buf.resize(static_cast<size_t>(expected(s)) * d);
     MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     check(MPI_Irecv(&h, sizeof(Head), MPI_BYTE, s, kTagRowGather, link_.comm, &r[0]), "MPI_Irecv");
     check(MPI_Irecv(buf.data(), as_int(buf.size()), MPI_FLOAT, s, kTagRowGather, link_.comm, &r[1]),
@@ -170,16 +231,86 @@ void SparseShard::gather(std::span<float> params) {
     wait_all(r, link_.timeout, [&] {
       return fmt::format("on server shard 0 gathering shard {}'s rows for evaluation", s);
     });
-    if (h.rows != part_.rows_of(s)) {
-      throw MpiError(fmt::format("server shard {} holds {} rows, expected {}", s, h.rows,
-                                 part_.rows_of(s)));
+    if (h.rows != part_.rows_of(s) || h.sent != expected(s)) {
+      throw MpiError(fmt::format("server shard {} holds {} rows and sent {}, expected {} and {}", s,
+                                 h.rows, h.sent, part_.rows_of(s), expected(s)));
     }
-    scatter(s, buf);
+    scatter(s, buf.data());
+    sent += expected(s);
     g.stats.merge(h.stats);
     g.server_rows.push_back(h.rows);
     g.server_state_bytes.push_back(h.state_bytes);
+    g.server_peak_rss_bytes.push_back(h.peak_rss);
   }
+  g.eval_rows = sent;
   gathered_ = std::move(g);
+}
+
+namespace {
+// Local rows per rank in a chunk of the final rows: about 2^20 floats on
+// rank 0 per chunk.
+int64_t chunk_rows(const RowLayout& layout, int servers) {
+  return std::max<int64_t>(1, (int64_t{1} << 20) / (layout.dim * servers));
+}
+}  // namespace
+
+void SparseShard::send_chunks() {
+  const int64_t L = chunk_rows(layout_, link_.servers);
+  const int64_t mine = part_.rows_of(shard_);
+  const auto d = static_cast<size_t>(layout_.dim);
+  for (int64_t begin = 0; begin < mine; begin += L) {
+    const int64_t n = std::min(L, mine - begin);
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(MPI_Isend(rows_.data() + static_cast<size_t>(begin) * d,
+                    as_int(static_cast<size_t>(n) * d), MPI_FLOAT, 0, kTagRowChunk, link_.comm, &r),
+          "MPI_Isend");
+    wait_one(&r, link_.timeout,
+             [&] { return fmt::format("sending shard {}'s final rows to rank 0", shard_); });
+  }
+}
+
+void SparseShard::write_chunks(const std::string& path) {
+  const int S = link_.servers;
+  const int64_t L = chunk_rows(layout_, S);
+  const auto d = static_cast<size_t>(layout_.dim);
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) throw InputError(path + ": cannot create: " + std::strerror(errno));
+  struct Close {
+    std::FILE* f;
+    ~Close() { std::fclose(f); }
+  } close{f};
+  std::vector<std::vector<float>> got(static_cast<size_t>(S));
+  std::vector<float> out;
+  std::vector<MPI_Request> reqs(static_cast<size_t>(S), MPI_REQUEST_NULL);
+  for (int64_t begin = 0; begin < part_.rows_of(0); begin += L) {
+    // This chunk's global rows: [begin S, min((begin + L) S, rows)).
+    const int64_t g0 = begin * S, g1 = std::min((begin + L) * S, layout_.rows);
+    for (int s = 0; s < S; ++s) {
+      const int64_t n = std::max<int64_t>(0, std::min(begin + L, part_.rows_of(s)) - begin);
+      auto& buf = got[static_cast<size_t>(s)];
+      buf.resize(static_cast<size_t>(n) * d);
+      if (s == 0) {
+        std::copy_n(rows_.data() + static_cast<size_t>(begin) * d, buf.size(), buf.data());
+      } else if (n > 0) {
+        check(MPI_Irecv(buf.data(), as_int(buf.size()), MPI_FLOAT, s, kTagRowChunk, link_.comm,
+                        &reqs[static_cast<size_t>(s)]),
+              "MPI_Irecv");
+      }
+    }
+    wait_all(reqs, link_.timeout,
+             [&] { return std::string("on server shard 0 gathering the final rows"); });
+    out.resize(static_cast<size_t>(g1 - g0) * d);
+    for (int64_t g = g0; g < g1; ++g) {
+      const auto& buf = got[static_cast<size_t>(part_.owner(g))];
+      std::copy_n(buf.data() + static_cast<size_t>(part_.local(g) - begin) * d, d,
+                  out.data() + static_cast<size_t>(g - g0) * d);
+    }
+    if (std::fwrite(out.data(), sizeof(float), out.size(), f) != out.size()) {
+      throw InputError(path + ": write failed");
+    }
+  }
+  if (!gathered_.server_peak_rss_bytes.empty())
+    gathered_.server_peak_rss_bytes[0] = peak_rss_bytes();
 }
 
 SparseWorkerLink::SparseWorkerLink(Model& model, const RowLayout& layout, const RowLink& link,

@@ -20,22 +20,30 @@
 //    serves the worker's pull (rank 0 at once, the others at the replay) it
 //    sends its dense slice and the requested rows (kTagRowValues), both of
 //    the same version.
-//  - Evaluation (and the final parameters): rank 0 gathers every rank's
-//    rows with the dense slices (kTagRowGather), and with them each rank's
-//    RowStats and the size of its row state (summary.json "sparse").
+//  - Initialisation: each server rank initialises only its own rows
+//    (Model::init_row: every row has its own seeded stream, so these are
+//    the rows threads and sim start from); the CLI builds, and rank 0
+//    broadcasts, only the dense part.
+//  - Evaluation: rank 0 gathers, with the dense slices, only the rows the
+//    evaluated test samples read (kTagRowGather; every rank knows which
+//    from its copy of the test set), into a calloc'd flat buffer, and with
+//    them each rank's RowStats and the size of its row state
+//    (summary.json "sparse").
+//  - model.bin: the final rows travel to rank 0 in chunks (kEventModel,
+//    kTagRowChunk) that it appends to a file; the CLI writes model.bin
+//    from the dense part and that file, chunk by chunk.
 //
-// Not partitioned: the initial parameters (every rank's job builds them
-// whole and rank 0 broadcasts them, as for dense models), each worker's
-// parameter buffer (the model binds the full flat layout; calloc'd, only
-// the pages of its batches' rows are touched) and rank 0's evaluation
-// copy. What is divided is the training-time server state: the rows with
-// their optimizer state and versions.
+// So no rank holds the whole tables: a server rank holds its rows and
+// their state, rank 0 additionally the evaluated rows and one chunk, a
+// worker the rows its batches read (its parameter buffer spans the flat
+// layout but is calloc'd: only the pages of those rows are touched).
 #pragma once
 #include <mpi.h>
 
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "hsgd/data/dataset.h"
@@ -50,7 +58,9 @@ namespace hsgd::mpi {
 constexpr int kTagRows = 31;        // worker -> rank s: push rows + pull ids
 constexpr int kTagRowValues = 32;   // rank s -> worker: the pulled rows
 constexpr int kTagRowGather = 33;   // rank s -> rank 0: its rows and counts
+constexpr int kTagRowChunk = 34;    // rank s -> rank 0: a chunk of its final rows
 constexpr int32_t kEventRows = 31;  // Event type: take the worker's row message
+constexpr int32_t kEventModel = 32;  // Event type: send the final rows in chunks
 
 // Row r of `rows` lives on rank r mod servers as local row r div servers.
 struct RowPartition {
@@ -76,10 +86,10 @@ struct RowLink {
 // workers' row messages, the pulled rows it sends.
 class SparseShard {
  public:
-  // `initial` is the whole flat initial parameters; `server` is this rank's
-  // replica over its dense slice (outlives this).
+  // Initialises this rank's rows (Model::init_row with train.seed);
+  // `server` is this rank's replica over its dense slice (outlives this).
   SparseShard(const Job& job, const RowLayout& layout, const RowLink& link, int shard,
-              const std::vector<float>& initial, Server& server);
+              Server& server);
   ~SparseShard();
   SparseShard(const SparseShard&) = delete;
   SparseShard& operator=(const SparseShard&) = delete;
@@ -92,21 +102,36 @@ class SparseShard {
   double stage(int w, double loss);
   // Sends worker w the rows of its pull (after the dense slice).
   void send_rows(int w);
-  // Ranks other than 0, at an evaluation: the rows and counts to rank 0
-  // (returns when rank 0 has them).
+  // Ranks other than 0, at an evaluation: the rows the evaluation reads
+  // and the counts to rank 0 (returns when rank 0 has them).
   void send_gather();
-  // Rank 0, at an evaluation: every rank's rows into `params` (the whole
-  // flat buffer) and their counts into gathered().
+  // Rank 0, at an evaluation: every rank's rows that the evaluation reads
+  // (those of the first train.eval_samples test samples) into `params` (the
+  // whole flat layout, calloc'd: no other row is written) and their counts
+  // into gathered().
   void gather(std::span<float> params);
   const SparseResult& gathered() const { return gathered_; }
+  // The final rows for model.bin, in bounded chunks (event kEventModel):
+  // chunk c is every rank's local rows [c L, (c + 1) L), which are the
+  // global rows [c L S, (c + 1) L S). Ranks other than 0 send theirs;
+  // rank 0 interleaves them with its own and appends each chunk, as raw
+  // float32 in global row order, to the file `path` (so rank 0 holds one
+  // chunk, L S rows, at a time).
+  void send_chunks();
+  void write_chunks(const std::string& path);
   const RowTable& table() const { return *table_; }
 
  private:
   struct Head {  // the counts that precede a rank's rows in a gather
     int64_t rows = 0;
+    int64_t sent = 0;       // rows sent for the evaluation
+    int64_t peak_rss = -1;  // the rank's peak resident bytes (VmHWM) so far
     int64_t state_bytes = 0;
     RowStats stats;
   };
+
+  // This rank's rows that evaluation reads, in eval_rows_ order.
+  void pack(std::vector<float>* out) const;
 
   RowLayout layout_;
   RowLink link_;
@@ -122,6 +147,7 @@ class SparseShard {
   std::vector<std::vector<float>> send_buf_;  // per worker: its pulled rows
   std::vector<MPI_Request> send_;
   SparseResult gathered_;
+  std::vector<std::vector<int64_t>> eval_rows_;  // per rank: the global rows evaluation reads
 };
 
 // A worker rank's side: its batches, its row messages and the rows it

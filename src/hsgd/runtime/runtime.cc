@@ -3,6 +3,7 @@
 #include "hsgd/core/error.h"
 #include "hsgd/runtime/hogwild_runtime.h"
 #include "hsgd/runtime/sim_runtime.h"
+#include "hsgd/runtime/sparse_rows.h"
 #include "hsgd/runtime/threads_runtime.h"
 
 namespace hsgd {
@@ -13,6 +14,19 @@ std::vector<float> initial_params(const ModelFactory& make_model, uint64_t seed)
   m->bind(params, grads);
   m->init_params(seed);
   return params;
+}
+
+std::vector<float> initial_dense_params(const ModelFactory& make_model, uint64_t seed) {
+  std::unique_ptr<Model> m = make_model();
+  const auto dense = static_cast<size_t>(m->row_layout().dense);
+  // The whole layout is bound (the model's views span it) but only the
+  // dense prefix is written: calloc'd, the rows' pages are never touched.
+  const ZeroedFloats params(static_cast<size_t>(m->num_params())),
+      grads(static_cast<size_t>(m->num_params()));
+  m->bind(params.span(), grads.span());
+  m->init_dense(seed);
+  return std::vector<float>(params.span().begin(),
+                            params.span().begin() + static_cast<ptrdiff_t>(dense));
 }
 
 Partition make_partition(const Job& job) {

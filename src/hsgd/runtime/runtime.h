@@ -24,6 +24,10 @@ using ModelFactory = std::function<std::unique_ptr<Model>()>;
 
 // The seeded initial parameters of the model `make_model` builds.
 std::vector<float> initial_params(const ModelFactory& make_model, uint64_t seed);
+// Their dense part only (Model::init_dense; the first row_layout().dense
+// floats), built without the rows: row-sparse on mpi, where each server rank
+// initialises its own rows (Model::init_row).
+std::vector<float> initial_dense_params(const ModelFactory& make_model, uint64_t seed);
 
 // Everything a run needs. The runtime reads but does not own these.
 struct Job {
@@ -32,6 +36,9 @@ struct Job {
   const Dataset* test = nullptr;
   ModelFactory make_model;
   std::vector<float> initial_params;  // every worker and the server start here
+  // The model's parameter count when initial_params holds only the dense
+  // part (row-sparse on mpi); 0 = initial_params.size(). See job_params().
+  int64_t num_params = 0;
   // Checkpoints (train.checkpoint_every > 0): where to write them, or null.
   CheckpointStore* checkpoints = nullptr;
   // A checkpoint to resume from (verified), or null for a fresh run. Its
@@ -42,6 +49,11 @@ struct Job {
   // from the config by make_sampler.
   std::shared_ptr<const Partition> partition;
 };
+
+// The model's parameter count: job.num_params, or initial_params.size().
+inline int64_t job_params(const Job& job) {
+  return job.num_params > 0 ? job.num_params : static_cast<int64_t>(job.initial_params.size());
+}
 
 // The partition a job's config asks for, over all train.workers workers.
 // Throws InputError when the [data] partition keys cannot be met.
@@ -83,10 +95,20 @@ struct SparseResult {
   // Per server rank (one entry on threads and sim): the rows its table
   // holds and the bytes of its row state (rows, optimizer state, versions).
   std::vector<int64_t> server_rows, server_state_bytes;
+  // mpi: the rows rank 0 gathers for an evaluation (those the evaluated test
+  // samples read; -1 on threads and sim, whose server holds every row).
+  int64_t eval_rows = -1;
+  // mpi: each server rank's peak resident memory (VmHWM, bytes; -1 where
+  // unknown) at the last evaluation (rank 0: after model.bin's rows).
+  std::vector<int64_t> server_peak_rss_bytes;
 };
 
 struct RunResult {
   std::vector<float> params;  // final parameters
+  // Row-sparse on mpi: a file holding the final rows (raw float32, global
+  // row order), written by rank 0 chunk by chunk; `params` then holds only
+  // the dense part. The CLI writes model.bin from both and removes it.
+  std::string rows_file;
   MetricsRow last;            // the final evaluation
   double wall_s = 0;          // real seconds, evaluation included
   double train_s = 0;         // training seconds (wall or virtual), evaluation excluded
