@@ -1,6 +1,8 @@
 // The auto policy's controller (policy/auto_policy.h) on synthetic signal
 // sequences: no server, no model. Workers push in the order of their own
 // periods (arrival times); the loss is a function of time plus noise.
+#include "hsgd/policy/auto_policy.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +13,6 @@
 
 #include "hsgd/core/error.h"
 #include "hsgd/optim/optimizer.h"
-#include "hsgd/policy/auto_policy.h"
 
 namespace hsgd {
 namespace {
@@ -142,7 +143,7 @@ TEST(AutoPolicy, StaysNearAsyncWhenMoreUpdatesPerSecondWin) {
   Trainer tr(&c, std::vector<double>(16, 0.1), flat_floor);
   tr.eta = 0.01;  // a slow descent: every update counts
   tr.run(60);
-  EXPECT_GT(c.probes(), 3);  // it did try larger K ...
+  EXPECT_GT(c.probes(), 3);     // it did try larger K ...
   EXPECT_LT(tr.mean_k(), 1.5);  // ... and spent the run near K = 1
   EXPECT_LE(c.k(), 2);
   EXPECT_EQ(c.rises(), 0);

@@ -321,14 +321,16 @@ TEST(Config, CompressKeys) {
   EXPECT_FALSE(load_config("", {{"train.budget", "1"}, {"compress.push", "qsgd:4"}})
                    .compress.push_feedback());
   // qsgd with few levels on the paths with memory: scaled (memory_scale), accepted.
-  EXPECT_EQ(load_config("", {{"train.budget", "1"}, {"compress.pull", "qsgd:4"}}).compress.pull.levels,
-            4);
+  EXPECT_EQ(
+      load_config("", {{"train.budget", "1"}, {"compress.pull", "qsgd:4"}}).compress.pull.levels,
+      4);
   EXPECT_TRUE(load_config("", {{"train.budget", "1"},
                                {"compress.push", "qsgd:2"},
                                {"compress.error_feedback", "true"}})
                   .compress.push_feedback());
   const std::vector<std::pair<std::vector<Override>, std::string>> bad = {
-      {{{"compress.push", "topk:0"}}, "compress.push = 'topk:0': expected topk:R with the kept fraction R in (0, 1]"},
+      {{{"compress.push", "topk:0"}},
+       "compress.push = 'topk:0': expected topk:R with the kept fraction R in (0, 1]"},
       {{{"compress.pull", "randomk:0.1"}},
        "compress.pull = 'randomk:0.1': randomk is for the push path only"},
       {{{"compress.push", "randomk:1.5"}}, "compress.push = 'randomk:1.5': expected randomk:R"},

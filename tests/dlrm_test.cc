@@ -219,9 +219,9 @@ TEST(DlrmCli, CriteoFileTrainsAndABadLineExits2) {
   EXPECT_EQ(b.err, "hsgd: error: " + bad +
                        ":line 201: expected 40 tab-separated fields (label, 13 integers, 26 "
                        "categorical), got 3\n");
-  const Outcome s = run("train --data synthetic-ctr " + kFast +
-                        "--set sampling.kind=loss --set model.sparse=true --out " +
-                        tmp("loss_sparse"));
+  const Outcome s =
+      run("train --data synthetic-ctr " + kFast +
+          "--set sampling.kind=loss --set model.sparse=true --out " + tmp("loss_sparse"));
   EXPECT_EQ(s.code, 2);
   EXPECT_NE(s.err.find("model.sparse = true"), std::string::npos) << s.err;
 }
@@ -237,7 +237,8 @@ TEST(DlrmCli, SparseSummaryHasBytesAndPerRowStaleness) {
                         "--policy async --runtime sim --set sim.compute_time=0.005 "
                         "--set sim.server_ns_per_param=1 --set stragglers.fraction=0.5 "
                         "--set stragglers.delay=exponential --set stragglers.scale=0.01 "
-                        "--set model.sparse=true --out " + a);
+                        "--set model.sparse=true --out " +
+                        a);
   ASSERT_EQ(o.code, 0) << o.err;
   const nlohmann::json j = summary(a);
   const nlohmann::json& sp = j["sparse"];

@@ -377,7 +377,8 @@ TEST_P(SparseLayout, DlrmTrainsWithTheRowsPartitionedOverTheServerRanks) {
   const Outcome o = run(kMpirun + "-np 4 ",
                         kSparse + "--runtime mpi --servers " + std::to_string(servers) +
                             " --policy async --epochs 4 --eval-every 1000 --set optim.kind=adagrad "
-                            "--set optim.lr=0.1 --out " + out);
+                            "--set optim.lr=0.1 --out " +
+                            out);
   ASSERT_EQ(o.code, 0) << o.err;
   const auto s = summary(out);
   // (0.56-0.60 over repeated async runs since the per-row initialisation;
@@ -412,8 +413,9 @@ INSTANTIATE_TEST_SUITE_P(MpiSparse, SparseLayout, ::testing::Values(1, 2), [](co
 // sync, one worker: the rows split over 2 server ranks give the threads
 // runtime's parameters float for float (the same model file).
 TEST(MpiCli, SparseSyncOneWorkerOnTwoServerRanksEqualsTheThreadsRuntime) {
-  const std::string common = kSparse + "--policy sync --epochs 1 --eval-every 1000 "
-                                       "--set optim.kind=adagrad --set optim.lr=0.1 ";
+  const std::string common = kSparse +
+                             "--policy sync --epochs 1 --eval-every 1000 "
+                             "--set optim.kind=adagrad --set optim.lr=0.1 ";
   const std::string m = tmp("sparse_sync_mpi"), t = tmp("sparse_sync_threads");
   const Outcome a = run(kMpirun + "-np 3 ", common + "--runtime mpi --servers 2 --out " + m);
   ASSERT_EQ(a.code, 0) << a.err;
@@ -504,8 +506,9 @@ TEST_P(MpiCompress, SyncRunMatchesThreadsAndSimWithFewerBytes) {
   const auto [servers, z] = GetParam();
   const int workers = 4 - servers;
   const std::string common =
-      std::string("train --quiet --data synthetic --model linear-test --policy sync --batch 8 "
-                  "--lr 0.1 --epochs 1 --eval-every 1000 --seed 5 ") +
+      std::string(
+          "train --quiet --data synthetic --model linear-test --policy sync --batch 8 "
+          "--lr 0.1 --epochs 1 --eval-every 1000 --seed 5 ") +
       z.sets + " ";
   const std::string tag = std::string(z.name) + "_" + std::to_string(servers);
   const std::string mpi_out = tmp("zmpi_" + tag), thr_out = tmp("zthr_" + tag),
@@ -561,11 +564,11 @@ INSTANTIATE_TEST_SUITE_P(
     Mpi, MpiCompress,
     ::testing::Combine(::testing::Values(1, 2),
                        ::testing::Values(Compressed{"topk", "--set compress.push=topk:0.1"},
-                                         Compressed{"fp16", "--set compress.push=fp16 --set "
-                                                            "compress.pull=fp16"})),
+                                         Compressed{"fp16",
+                                                    "--set compress.push=fp16 --set "
+                                                    "compress.pull=fp16"})),
     [](const auto& info) {
-      return std::to_string(std::get<0>(info.param)) + "server_" +
-             std::get<1>(info.param).name;
+      return std::to_string(std::get<0>(info.param)) + "server_" + std::get<1>(info.param).name;
     });
 
 // LeNet-5 on Fashion-MNIST over mpi with topk:0.01 pushes (error feedback)
@@ -576,13 +579,13 @@ TEST(MpiCli, TopkLeNet5OnTwoServerRanksLearns) {
   Outcome m = run(kMpirun + "-np 4 ",
                   "train --quiet --data fashion-mnist --model lenet5 --policy async --batch 32 "
                   "--lr 0.05 --epochs 0.5 --eval-every 1000 --seed 3 --runtime mpi --servers 2 "
-                  "--set compress.push=topk:0.01 --out " + out);
+                  "--set compress.push=topk:0.01 --out " +
+                      out);
   ASSERT_EQ(m.code, 0) << m.err;
   const auto s = summary(out);
   EXPECT_GT(s["test_acc"].get<double>(), 0.6);
   const auto& z = s["compress"];
-  EXPECT_LT(z["bytes_per_push"].get<double>(),
-            z["plain_bytes_per_message"].get<double>() / 20);
+  EXPECT_LT(z["bytes_per_push"].get<double>(), z["plain_bytes_per_message"].get<double>() / 20);
 }
 
 // A compressed mpi run killed after a checkpoint resumes, with the same

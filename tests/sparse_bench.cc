@@ -141,9 +141,10 @@ int main(int argc, char** argv) {
       for (std::thread& th : pool) th.join();
       int64_t total = 0;
       for (int64_t n : done) total += n;
-      std::printf("compute-only (batch + rows + row-sparse gradient), %d concurrent thread%s: "
-                  "%.0f samples/s\n",
-                  threads, threads > 1 ? "s" : "", static_cast<double>(total) / seconds);
+      std::printf(
+          "compute-only (batch + rows + row-sparse gradient), %d concurrent thread%s: "
+          "%.0f samples/s\n",
+          threads, threads > 1 ? "s" : "", static_cast<double>(total) / seconds);
     }
   }
   return 0;

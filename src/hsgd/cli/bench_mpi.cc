@@ -91,14 +91,11 @@ RunResult run(const Job& job, MPI_Comm comm, int rank) {
 
 Config config(const std::string& runtime, int workers, double seconds,
               const std::string& compress = "none") {
-  std::vector<Override> o = {{"train.runtime", runtime},
-                             {"train.workers", std::to_string(workers)},
-                             {"train.batch", "64"},
-                             {"train.budget", fmt::format("{}", seconds)},
-                             {"train.eval_every", "1000000"},
-                             {"train.eval_samples", "256"},
-                             {"policy.name", "async"},
-                             {"mpi.timeout", "120"}};
+  std::vector<Override> o = {
+      {"train.runtime", runtime},      {"train.workers", std::to_string(workers)},
+      {"train.batch", "64"},           {"train.budget", fmt::format("{}", seconds)},
+      {"train.eval_every", "1000000"}, {"train.eval_samples", "256"},
+      {"policy.name", "async"},        {"mpi.timeout", "120"}};
   if (compress != "none") {  // issue 14: both directions
     o.push_back({"compress.push", compress});
     o.push_back({"compress.pull", compress});

@@ -25,10 +25,10 @@ namespace {
 // Two threads computing gradients side by side, no server, for `seconds`:
 // their summed samples/s. What two workers could do on this machine at best
 // (two cores' shared caches, memory bandwidth and clock).
-double compute_only_pair(const ModelSpec& spec, const Dataset& train, int batch,
-                         double seconds) {
+double compute_only_pair(const ModelSpec& spec, const Dataset& train, int batch, double seconds) {
   std::vector<std::unique_ptr<GradientLoop>> loops;
-  for (int t = 0; t < 2; ++t) loops.push_back(std::make_unique<GradientLoop>(spec, train, batch, 10));
+  for (int t = 0; t < 2; ++t)
+    loops.push_back(std::make_unique<GradientLoop>(spec, train, batch, 10));
   std::vector<int64_t> steps(2, 0);
   std::vector<double> elapsed(2, 0);
   std::vector<std::thread> threads;
@@ -88,22 +88,23 @@ int bench_threads(const BenchArgs& a) {
       row.e2.push_back(a2 / (2 * c));
       row.es2.push_back(s2 / (2 * c));
       row.sync_async.push_back(s2 / a2);
-      std::printf("round %d %-8s compute %9.0f  pair %9.0f  async1 %9.0f  async2 %9.0f  "
-                  "sync2 %9.0f  eff(2) %.3f  sync/async %.3f\n",
-                  r + 1, models[m].c_str(), c, c2, a1, a2, s2, a2 / (2 * c), s2 / a2);
+      std::printf(
+          "round %d %-8s compute %9.0f  pair %9.0f  async1 %9.0f  async2 %9.0f  "
+          "sync2 %9.0f  eff(2) %.3f  sync/async %.3f\n",
+          r + 1, models[m].c_str(), c, c2, a1, a2, s2, a2 / (2 * c), s2 / a2);
       std::fflush(stdout);
     }
   }
   std::printf("\nmedians (rates: samples/s; ratios: median of the per-round ratios):\n");
-  std::printf("%-8s %10s %10s %10s %10s %10s %7s %7s %7s %8s %8s %10s\n", "model",
-              "compute/s", "pair/s", "async1/s", "async2/s", "sync2/s", "pair", "eff(1)",
-              "eff(2)", "sync(2)", "a2/pair", "sync/async");
+  std::printf("%-8s %10s %10s %10s %10s %10s %7s %7s %7s %8s %8s %10s\n", "model", "compute/s",
+              "pair/s", "async1/s", "async2/s", "sync2/s", "pair", "eff(1)", "eff(2)", "sync(2)",
+              "a2/pair", "sync/async");
   for (size_t m = 0; m < models.size(); ++m) {
     const Row& row = rows[m];
     std::printf("%-8s %10.0f %10.0f %10.0f %10.0f %10.0f %7.3f %7.3f %7.3f %8.3f %8.3f %10.3f\n",
-                models[m].c_str(), median(row.c), median(row.c2), median(row.a1),
-                median(row.a2), median(row.s2), median(row.ec2), median(row.e1),
-                median(row.e2), median(row.es2), median(row.a2_c2), median(row.sync_async));
+                models[m].c_str(), median(row.c), median(row.c2), median(row.a1), median(row.a2),
+                median(row.s2), median(row.ec2), median(row.e1), median(row.e2), median(row.es2),
+                median(row.a2_c2), median(row.sync_async));
   }
   std::printf(
       "\ncompute/s: one thread computing gradients; pair/s: two such threads at once\n"

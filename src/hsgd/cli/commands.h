@@ -71,7 +71,7 @@ struct BenchArgs {
   bool auto_policy = false;  // only the auto policy's decision cost (#17)
   bool sim = false;         // only the parallel simulator's figures (bench_sim.cc)
   bool stream = false;      // only the server update against the triad (bench_stream.cc)
-  bool threads = false;     // only the threads runtime's efficiency, sync and async (bench_threads.cc)
+  bool threads = false;  // only the threads runtime's efficiency, sync and async (bench_threads.cc)
 };
 int bench(const BenchArgs& a);
 int bench_mpi(const BenchArgs& a);

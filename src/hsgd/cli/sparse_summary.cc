@@ -9,10 +9,10 @@ nlohmann::json sparse_summary(const SparseResult& s, const std::string& runtime)
   const double row_bytes = 8.0 + 4.0 * static_cast<double>(s.dim);
   const double pushes = static_cast<double>(std::max<int64_t>(1, st.pushes));
   const double pulls = static_cast<double>(std::max<int64_t>(1, st.pulls));
-  const double per_push = 4.0 * static_cast<double>(s.dense) +
-                          row_bytes * static_cast<double>(st.pushed_rows) / pushes;
-  const double per_pull = 4.0 * static_cast<double>(s.dense) +
-                          row_bytes * static_cast<double>(st.pulled_rows) / pulls;
+  const double per_push =
+      4.0 * static_cast<double>(s.dense) + row_bytes * static_cast<double>(st.pushed_rows) / pushes;
+  const double per_pull =
+      4.0 * static_cast<double>(s.dense) + row_bytes * static_cast<double>(st.pulled_rows) / pulls;
   const double dense_bytes = 4.0 * static_cast<double>(s.num_params);
   nlohmann::json j = {
       {"pushes", st.pushes},

@@ -331,14 +331,15 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
   }
   if (r.compress_on) {  // [compress] (issue 14): totals since the start
     const double pushes = static_cast<double>(std::max<int64_t>(1, r.gradients));
-    summary["compress"] = {{"push", c.compress.push.name()},
-                           {"pull", c.compress.pull.name()},
-                           {"error_feedback", c.compress.push_feedback()},
-                           {"bytes_pushed", r.compress.bytes_pushed},
-                           {"bytes_pulled", r.compress.bytes_pulled},
-                           {"bytes_per_push", static_cast<double>(r.compress.bytes_pushed) / pushes},
-                           {"compress_s", r.compress.compress_s},
-                           {"plain_bytes_per_message", 4 * job_params(p.job)}};
+    summary["compress"] = {
+        {"push", c.compress.push.name()},
+        {"pull", c.compress.pull.name()},
+        {"error_feedback", c.compress.push_feedback()},
+        {"bytes_pushed", r.compress.bytes_pushed},
+        {"bytes_pulled", r.compress.bytes_pulled},
+        {"bytes_per_push", static_cast<double>(r.compress.bytes_pushed) / pushes},
+        {"compress_s", r.compress.compress_s},
+        {"plain_bytes_per_message", 4 * job_params(p.job)}};
   }
   if (r.sparse.on) summary["sparse"] = sparse_summary(r.sparse, c.train.runtime);  // issue 16
   write_file_atomic(out + "/summary.json", summary.dump(2) + "\n");

@@ -17,8 +17,8 @@ constexpr uint32_t kWorkerTag = 0x4D435731;  // "MCW1"
 
 int as_count(size_t n) {
   if (n > static_cast<size_t>(INT_MAX)) {
-    throw MpiError(fmt::format("a compressed message of {} bytes is larger than one MPI message",
-                               n));
+    throw MpiError(
+        fmt::format("a compressed message of {} bytes is larger than one MPI message", n));
   }
   return static_cast<int>(n);
 }
@@ -38,9 +38,9 @@ size_t wait_count(MPI_Request* r, double timeout_s, const std::function<std::str
     check(MPI_Test(r, &done, &st), "MPI_Test");
     if (done) break;
     if ((polls & 63) == 63 && Clock::now() > deadline) {
-      throw MpiError(fmt::format(
-          "timed out after {:g} s {} (raise mpi.timeout if this is slow, not stuck)", timeout_s,
-          what()));
+      throw MpiError(
+          fmt::format("timed out after {:g} s {} (raise mpi.timeout if this is slow, not stuck)",
+                      timeout_s, what()));
     }
     backoff.idle();
   }

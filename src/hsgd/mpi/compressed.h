@@ -132,7 +132,7 @@ class WorkerCompression {
   MPI_Comm comm_;
   double timeout_;
   size_t num_params_ = 0;
-  std::vector<PushStage> push_;         // per shard; empty when push = none
+  std::vector<PushStage> push_;          // per shard; empty when push = none
   std::vector<std::string> push_bytes_;  // per shard: the last encoded push
   std::vector<float> sent_;
   std::vector<Codec> pull_;  // per shard: the decoders; empty when pull = none

@@ -71,9 +71,9 @@ class ShardServer {
     grads_.assign(nw, std::vector<float>(range_.size));
     grad_recv_.assign(nw, MPI_REQUEST_NULL);
     if (c.compress.on()) {  // [compress] (issue 14): mpi/compressed.h
-      z_ = std::make_unique<ShardCompression>(
-          c.compress, job.make_model()->param_shapes(), range_, shard, l.servers, l.workers,
-          c.train.seed, params_.live(), l.comm, l.timeout);
+      z_ = std::make_unique<ShardCompression>(c.compress, job.make_model()->param_shapes(), range_,
+                                              shard, l.servers, l.workers, c.train.seed,
+                                              params_.live(), l.comm, l.timeout);
     }
     for (int w = 0; w < l.workers; ++w) {
       const auto i = static_cast<size_t>(w);
@@ -290,8 +290,7 @@ void catch_leave_signals() {
 
 // A worker rank: the threads runtime's worker loop over messages. Returns
 // true when it left the run on SIGTERM / SIGINT (issue 10).
-bool run_worker(const Job& job, const Layout& l, bool resuming,
-                const std::vector<float>& initial) {
+bool run_worker(const Job& job, const Layout& l, bool resuming, const std::vector<float>& initial) {
   const Config& c = *job.config;
   const int id = l.rank - l.servers;
   ShardSampler sampler = make_sampler(job, id);

@@ -9,8 +9,8 @@
 namespace hsgd::mpi {
 
 ParamBuffers::ParamBuffers(std::vector<float> initial, MPI_Comm comm,
-                           const std::vector<int>& worker_ranks, int gather_rank,
-                           double timeout_s, std::string what)
+                           const std::vector<int>& worker_ranks, int gather_rank, double timeout_s,
+                           std::string what)
     : comm_(comm), timeout_(timeout_s), what_(std::move(what)), worker_ranks_(worker_ranks) {
   bufs_[0] = std::move(initial);
   bufs_[1].assign(bufs_[0].size(), 0.0f);
@@ -23,9 +23,9 @@ ParamBuffers::ParamBuffers(std::vector<float> initial, MPI_Comm comm,
             "MPI_Send_init");
     }
     if (gather_rank >= 0) {
-      check(MPI_Send_init(bufs_[b].data(), n, MPI_FLOAT, gather_rank, kTagGather, comm_,
-                          &gather_[b]),
-            "MPI_Send_init");
+      check(
+          MPI_Send_init(bufs_[b].data(), n, MPI_FLOAT, gather_rank, kTagGather, comm_, &gather_[b]),
+          "MPI_Send_init");
     }
   }
 }
@@ -39,9 +39,9 @@ ParamBuffers::~ParamBuffers() {
 
 bool ParamBuffers::idle(int b) {
   int done = 0;
-  check(MPI_Testall(static_cast<int>(sends_[b].size()), sends_[b].data(), &done,
-                    MPI_STATUSES_IGNORE),
-        "MPI_Testall");
+  check(
+      MPI_Testall(static_cast<int>(sends_[b].size()), sends_[b].data(), &done, MPI_STATUSES_IGNORE),
+      "MPI_Testall");
   if (!done) return false;
   check(MPI_Test(&gather_[b], &done, MPI_STATUS_IGNORE), "MPI_Test");
   return done != 0;

@@ -400,8 +400,8 @@ void SparseWorkerLink::start(bool push) {
       std::memcpy(p, &local, 8);
       p += 8;
     }
-    check(MPI_Isend(m.data(), as_int(m.size()), MPI_BYTE, static_cast<int>(s), kTagRows,
-                    link_.comm, &send_[s]),
+    check(MPI_Isend(m.data(), as_int(m.size()), MPI_BYTE, static_cast<int>(s), kTagRows, link_.comm,
+                    &send_[s]),
           "MPI_Isend");
   }
 }

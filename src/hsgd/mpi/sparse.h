@@ -55,11 +55,11 @@
 namespace hsgd::mpi {
 
 // Tags and the event type of the row messages (beyond transport.h's).
-constexpr int kTagRows = 31;        // worker -> rank s: push rows + pull ids
-constexpr int kTagRowValues = 32;   // rank s -> worker: the pulled rows
-constexpr int kTagRowGather = 33;   // rank s -> rank 0: its rows and counts
-constexpr int kTagRowChunk = 34;    // rank s -> rank 0: a chunk of its final rows
-constexpr int32_t kEventRows = 31;  // Event type: take the worker's row message
+constexpr int kTagRows = 31;         // worker -> rank s: push rows + pull ids
+constexpr int kTagRowValues = 32;    // rank s -> worker: the pulled rows
+constexpr int kTagRowGather = 33;    // rank s -> rank 0: its rows and counts
+constexpr int kTagRowChunk = 34;     // rank s -> rank 0: a chunk of its final rows
+constexpr int32_t kEventRows = 31;   // Event type: take the worker's row message
 constexpr int32_t kEventModel = 32;  // Event type: send the final rows in chunks
 
 // Row r of `rows` lives on rank r mod servers as local row r div servers.

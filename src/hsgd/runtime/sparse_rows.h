@@ -98,7 +98,7 @@ class SparseWorker {
   std::vector<int64_t> rows_;
   std::vector<float> row_buf_;    // pulled rows, then row gradients
   SparseTraffic traffic_;
-  SamplerCost* cost_ = nullptr;   // the sampler's: sampling and gradient time
+  SamplerCost* cost_ = nullptr;  // the sampler's: sampling and gradient time
 };
 
 }  // namespace hsgd

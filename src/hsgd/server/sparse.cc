@@ -184,7 +184,8 @@ void RowTable::pull(std::span<const int64_t> ids, std::span<float> out) const {
 void RowTable::pull(int worker, std::span<const int64_t> ids, std::span<float> out) {
   HSGD_ASSERT(worker >= 0, "RowTable::pull: worker must be >= 0");
   pull(ids, out);
-  if (pulled_.size() <= static_cast<size_t>(worker)) pulled_.resize(static_cast<size_t>(worker) + 1);
+  if (pulled_.size() <= static_cast<size_t>(worker))
+    pulled_.resize(static_cast<size_t>(worker) + 1);
   Pulled& p = pulled_[static_cast<size_t>(worker)];
   p.ids.assign(ids.begin(), ids.end());
   p.versions.resize(ids.size());
@@ -297,7 +298,8 @@ void RowTable::load(StateReader& r) {
   optimizer_.load(r);
   r.get_into(std::span<int64_t>(version_), "embedding row versions");
   const auto workers = r.get<uint64_t>();
-  if (workers > (1u << 20)) r.fail("corrupt (row pulls of " + std::to_string(workers) + " workers)");
+  if (workers > (1u << 20))
+    r.fail("corrupt (row pulls of " + std::to_string(workers) + " workers)");
   pulled_.assign(static_cast<size_t>(workers), {});
   for (Pulled& p : pulled_) {
     p.ids = r.get_vec<int64_t>();

@@ -57,12 +57,12 @@ namespace hsgd {
 // wire follow from these: a push carries pushed_rows x (8 + 4 x dim) bytes
 // of rows, a pull pulled_rows x (8 + 4 x dim) (ids up, rows down).
 struct RowStats {
-  int64_t pulls = 0;          // pulls through pull(worker, ...)
-  int64_t pulled_rows = 0;    // rows they read
-  int64_t pushes = 0;         // pushes staged (dropped ones included)
-  int64_t pushed_rows = 0;    // rows they carried
-  int64_t row_updates = 0;    // rows moved by updates (one per row per update)
-  double staleness_sum = 0;   // per-row staleness over the buffered pushes' rows
+  int64_t pulls = 0;         // pulls through pull(worker, ...)
+  int64_t pulled_rows = 0;   // rows they read
+  int64_t pushes = 0;        // pushes staged (dropped ones included)
+  int64_t pushed_rows = 0;   // rows they carried
+  int64_t row_updates = 0;   // rows moved by updates (one per row per update)
+  double staleness_sum = 0;  // per-row staleness over the buffered pushes' rows
   int64_t staleness_count = 0;
   int64_t staleness_max = 0;
   // Adds `o` (another shard's counts); pushes and pulls: the larger (every
