@@ -16,6 +16,7 @@
 
 #include "hsgd/cli/bench_common.h"
 #include "hsgd/cli/commands.h"
+#include "hsgd/core/memory.h"
 #include "hsgd/core/stats.h"
 #include "hsgd/data/readers.h"
 #include "hsgd/data/spec.h"
@@ -69,18 +70,10 @@ double cpu_seconds() {
          1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-// Linux: resets the process's peak RSS (clear_refs 5), then reads it (VmHWM).
-void reset_peak_rss() {
-  std::ofstream f("/proc/self/clear_refs");
-  f << "5";
-}
+// Peak resident memory in MB (core/memory.h), -1 where /proc has none.
 double peak_rss_mb() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-  }
-  return -1;
+  const int64_t b = peak_rss_bytes();
+  return b < 0 ? -1.0 : static_cast<double>(b) / (1024.0 * 1024.0);
 }
 
 }  // namespace

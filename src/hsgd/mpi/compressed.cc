@@ -26,29 +26,6 @@ int as_count(size_t n) {
 // The larger of a codec's compressed and raw (warm-up) message sizes.
 size_t max_message(const Codec& c) { return std::max(c.encoded_size(), c.raw_size()); }
 
-// Waits for `r` (at most timeout_s) and returns the bytes it received.
-size_t wait_count(MPI_Request* r, double timeout_s, const std::function<std::string()>& what) {
-  using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(timeout_s));
-  Backoff backoff;
-  MPI_Status st;
-  for (int polls = 0;; ++polls) {
-    int done = 0;
-    check(MPI_Test(r, &done, &st), "MPI_Test");
-    if (done) break;
-    if ((polls & 63) == 63 && Clock::now() > deadline) {
-      throw MpiError(
-          fmt::format("timed out after {:g} s {} (raise mpi.timeout if this is slow, not stuck)",
-                      timeout_s, what()));
-    }
-    backoff.idle();
-  }
-  int count = 0;
-  check(MPI_Get_count(&st, MPI_BYTE, &count), "MPI_Get_count");
-  return static_cast<size_t>(count);
-}
-
 }  // namespace
 
 uint64_t shard_seed(uint64_t seed, int shard) {

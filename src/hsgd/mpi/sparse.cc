@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "hsgd/core/error.h"
+#include "hsgd/core/memory.h"
 #include "hsgd/mpi/transport.h"
 #include "hsgd/runtime/row.h"
 
@@ -30,23 +31,6 @@ size_t message_capacity(const RowLayout& layout, const RowPartition& part, int s
         cap));
   }
   return cap;
-}
-
-// This process's peak resident memory (VmHWM), or -1 where /proc has none.
-int64_t peak_rss_bytes() {
-  std::FILE* f = std::fopen("/proc/self/status", "r");
-  if (f == nullptr) return -1;
-  char line[256];
-  int64_t kb = -1;
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    long long v = 0;
-    if (std::sscanf(line, "VmHWM: %lld kB", &v) == 1) {
-      kb = v;
-      break;
-    }
-  }
-  std::fclose(f);
-  return kb < 0 ? -1 : kb * 1024;
 }
 
 int as_int(size_t n) {

@@ -50,14 +50,14 @@ void Backoff::idle() {
 }
 
 void wait_all(std::span<MPI_Request> reqs, double timeout_s,
-              const std::function<std::string()>& what) {
+              const std::function<std::string()>& what, MPI_Status* statuses) {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(timeout_s));
   Backoff backoff;
   for (int polls = 0;; ++polls) {
     int done = 0;
-    check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, MPI_STATUSES_IGNORE),
+    check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, statuses),
           "MPI_Testall");
     if (done) return;
     if ((polls & 63) == 63 && Clock::now() > deadline) {
@@ -68,6 +68,14 @@ void wait_all(std::span<MPI_Request> reqs, double timeout_s,
     }
     backoff.idle();
   }
+}
+
+size_t wait_count(MPI_Request* r, double timeout_s, const std::function<std::string()>& what) {
+  MPI_Status st;
+  wait_all(std::span<MPI_Request>(r, 1), timeout_s, what, &st);
+  int count = 0;
+  check(MPI_Get_count(&st, MPI_BYTE, &count), "MPI_Get_count");
+  return static_cast<size_t>(count);
 }
 
 void cancel_and_free(MPI_Request* r) {

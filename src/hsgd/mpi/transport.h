@@ -121,12 +121,15 @@ class Backoff {
 
 // Waits until every request in `reqs` (null or inactive ones included)
 // completes. After `timeout_s` seconds throws MpiError("timed out after T s
-// " + what()).
+// " + what()). `statuses`: one per request, or MPI_STATUSES_IGNORE.
 void wait_all(std::span<MPI_Request> reqs, double timeout_s,
-              const std::function<std::string()>& what);
+              const std::function<std::string()>& what,
+              MPI_Status* statuses = MPI_STATUSES_IGNORE);
 inline void wait_one(MPI_Request* r, double timeout_s, const std::function<std::string()>& what) {
   wait_all(std::span<MPI_Request>(r, 1), timeout_s, what);
 }
+// wait_one for a receive of bytes; returns how many arrived.
+size_t wait_count(MPI_Request* r, double timeout_s, const std::function<std::string()>& what);
 
 // Cancels `r` if it is an active receive that has not matched, completes it
 // and frees it. For persistent receives nobody will ever send to.
