@@ -96,7 +96,7 @@ TEST(CheckpointCli, RefusalsAreOneLineExitTwoAndOverwriteNothing) {
     std::ofstream(other + "/config.toml") << cfg;
     const Outcome o = run("train --resume " + other);
     EXPECT_EQ(o.code, 2);
-    EXPECT_NE(o.err.find("a checkpoint of model linear-test"), std::string::npos) << o.err;
+    EXPECT_NE(o.err.find("a checkpoint of model \"linear-test\""), std::string::npos) << o.err;
   }
   // A corrupt blob in the newest checkpoint; then a truncated one.
   const std::string ck = CheckpointDirs(dir).front();

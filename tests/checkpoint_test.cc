@@ -86,7 +86,7 @@ TEST(Checkpoint, RefusesEachKindOfBadCheckpointWithOneLine) {
       [&] {
         CheckpointStore::load_latest(run, {"0123abcd", "mlp", 61706});
       },
-      "model lenet5 with 61706 parameters");
+      "model \"lenet5\" with 61706 parameters");
   expect_error(
       [&] {
         CheckpointStore::load_latest(run, {"0123abcd", "lenet5", 7});

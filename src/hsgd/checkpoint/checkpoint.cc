@@ -174,6 +174,12 @@ std::string string_field(const nlohmann::json& m, const char* key, const std::st
   return v.get<std::string>();
 }
 
+// `s` as a JSON string (ASCII, escaped), fit for a one-line message: a string
+// read from a manifest may hold a newline or any byte.
+std::string json_quoted(const std::string& s) {
+  return nlohmann::json(s).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace);
+}
+
 // Blob names are plain words: never a path out of the checkpoint directory.
 bool plain_name(const std::string& n) {
   if (n.empty() || n.size() > 64) return false;
@@ -216,8 +222,8 @@ CheckpointManifest CheckpointStore::parse_manifest(std::string_view text, const 
       CheckpointManifest::Blob blob;
       blob.name = string_field(b, "name", path);
       if (!plain_name(blob.name)) {
-        throw InputError(path + ": blob name '" + blob.name +
-                         "': expected letters, digits, '-' and '_'");
+        throw InputError(path + ": blob name " + json_quoted(blob.name) +
+                         ": expected letters, digits, '-' and '_'");
       }
       blob.bytes = static_cast<uint64_t>(int_field(b, "bytes", 0, INT64_MAX, path));
       blob.crc32c = string_field(b, "crc32c", path);
@@ -239,7 +245,7 @@ Checkpoint CheckpointStore::load(const std::string& ckpt_dir, const CheckpointId
   if (i.id.model != id.model || i.id.num_params != id.num_params) {
     throw InputError(fmt::format(
         "{}: a checkpoint of model {} with {} parameters; this run is model {} with {} parameters",
-        mpath, i.id.model, i.id.num_params, id.model, id.num_params));
+        mpath, json_quoted(i.id.model), i.id.num_params, json_quoted(id.model), id.num_params));
   }
   if (i.id.config_hash != id.config_hash) {
     throw InputError(mpath +
