@@ -212,59 +212,6 @@ std::vector<pid_t> pids_with(const std::string& needle) {
   return out;
 }
 
-// A launch killed by SIGKILL to one rank ends (every rank, within the
-// timeout); a new launch with --resume, even with another number of worker
-// ranks, completes from the newest checkpoint and its metrics run on.
-TEST(MpiCli, AKilledRankEndsTheLaunchAndAResumedLaunchCompletes) {
-  const std::string out = tmp("mpi_kill");
-  const std::string args =
-      "train --quiet --runtime mpi --servers 2 --data synthetic --model linear-test --batch 16 "
-      "--lr 0.1 --policy hybrid --eval-every 0.25 --budget 2 --checkpoint-every 0.2 "
-      "--set mpi.timeout=20 --out " +
-      out;
-  const pid_t launcher = fork();
-  if (launcher == 0) {
-    const std::string cmd =
-        "exec " + kMpirun + "-np 4 " + kHsgd + " " + args + " > " + out + ".log 2>&1";
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  while (CheckpointDirs(out).empty() &&
-         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(90)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_FALSE(CheckpointDirs(out).empty());
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const std::vector<pid_t> ranks = pids_with(out);
-  ASSERT_GE(ranks.size(), 1u);
-  kill(ranks.back(), SIGKILL);
-  int status = 0;
-  const auto k0 = std::chrono::steady_clock::now();
-  waitpid(launcher, &status, 0);
-  EXPECT_LT(std::chrono::steady_clock::now() - k0, std::chrono::seconds(30));
-  EXPECT_TRUE(pids_with(out).empty());  // no rank outlives the launch
-  const Outcome o = run(kMpirun + "-np 3 ", "train --quiet --resume " + out);
-  ASSERT_EQ(o.code, 0) << o.err;
-  std::ifstream csv(out + "/metrics.csv");
-  std::string line;
-  std::getline(csv, line);
-  double last_t = -1;
-  int rows = 0;
-  while (std::getline(csv, line)) {
-    const double t = std::stod(line.substr(0, line.find(',')));
-    EXPECT_GE(t, last_t) << line;
-    last_t = t;
-    ++rows;
-  }
-  EXPECT_GE(rows, 4);
-  EXPECT_NEAR(last_t, 2.0, 0.4);
-  EXPECT_EQ(summary(out)["workers"].get<int>(), 1);
-  EXPECT_GT(summary(out)["test_acc"].get<double>(), 0.5);
-}
-
-// Membership on mpi (issue 10).
-
 // The pid of MPI rank `rank` of the launch whose command line holds `needle`.
 pid_t rank_pid(const std::string& needle, int rank) {
   for (pid_t p : pids_with(needle)) {
@@ -298,6 +245,54 @@ pid_t launch_until_training(const std::string& np, const std::string& args,
   return launcher;
 }
 
+// Sends `sig` to `victim` and waits for the launch; returns its wait status.
+int kill_and_wait(pid_t victim, int sig, pid_t launcher) {
+  kill(victim, sig);
+  int status = 0;
+  waitpid(launcher, &status, 0);
+  return status;
+}
+
+// A launch killed by SIGKILL to one rank ends (every rank, within the
+// timeout); a new launch with --resume, even with another number of worker
+// ranks, completes from the newest checkpoint and its metrics run on.
+TEST(MpiCli, AKilledRankEndsTheLaunchAndAResumedLaunchCompletes) {
+  const std::string out = tmp("mpi_kill");
+  const std::string args =
+      "train --quiet --runtime mpi --servers 2 --data synthetic --model linear-test --batch 16 "
+      "--lr 0.1 --policy hybrid --eval-every 0.25 --budget 2 --checkpoint-every 0.2 "
+      "--set mpi.timeout=20 --out " +
+      out;
+  const pid_t launcher = launch_until_training("4", args, out);
+  ASSERT_FALSE(CheckpointDirs(out).empty()) << slurp(out + ".log");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const std::vector<pid_t> ranks = pids_with(out);
+  ASSERT_GE(ranks.size(), 1u);
+  const auto k0 = std::chrono::steady_clock::now();
+  kill_and_wait(ranks.back(), SIGKILL, launcher);
+  EXPECT_LT(std::chrono::steady_clock::now() - k0, std::chrono::seconds(30));
+  EXPECT_TRUE(pids_with(out).empty());  // no rank outlives the launch
+  const Outcome o = run(kMpirun + "-np 3 ", "train --quiet --resume " + out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  std::ifstream csv(out + "/metrics.csv");
+  std::string line;
+  std::getline(csv, line);
+  double last_t = -1;
+  int rows = 0;
+  while (std::getline(csv, line)) {
+    const double t = std::stod(line.substr(0, line.find(',')));
+    EXPECT_GE(t, last_t) << line;
+    last_t = t;
+    ++rows;
+  }
+  EXPECT_GE(rows, 4);
+  EXPECT_NEAR(last_t, 2.0, 0.4);
+  EXPECT_EQ(summary(out)["workers"].get<int>(), 1);
+  EXPECT_GT(summary(out)["test_acc"].get<double>(), 0.5);
+}
+
+// Membership on mpi (issue 10).
+
 // SIGTERM to a worker rank: it tells rank 0 (which replays the leave on
 // every shard), stops and waits at the end; the others go on to the
 // budget, live_workers drops, and the launch exits 0. mpi.timeout is shorter
@@ -314,9 +309,7 @@ TEST(MpiCli, SigtermToAWorkerRankIsAGracefulLeaveAndTheRunCompletes) {
     ASSERT_FALSE(CheckpointDirs(out).empty()) << slurp(out + ".log");
     const pid_t victim = rank_pid(out, 4);  // the last worker
     ASSERT_GT(victim, 0);
-    kill(victim, SIGTERM);
-    int status = 0;
-    waitpid(launcher, &status, 0);
+    const int status = kill_and_wait(victim, SIGTERM, launcher);
     ASSERT_TRUE(WIFEXITED(status)) << slurp(out + ".log");
     EXPECT_EQ(WEXITSTATUS(status), 0) << slurp(out + ".log");
     const nlohmann::json s = summary(out);
@@ -349,10 +342,8 @@ TEST(MpiCli, ASigkilledServerRankEndsTheLaunchNamingIt) {
   ASSERT_FALSE(CheckpointDirs(out).empty()) << slurp(out + ".log");
   const pid_t victim = rank_pid(out, 1);  // server shard 1
   ASSERT_GT(victim, 0);
-  kill(victim, SIGKILL);
-  int status = 0;
   const auto k0 = std::chrono::steady_clock::now();
-  waitpid(launcher, &status, 0);
+  const int status = kill_and_wait(victim, SIGKILL, launcher);
   EXPECT_LT(std::chrono::steady_clock::now() - k0, std::chrono::seconds(20));
   EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_TRUE(pids_with(out).empty());
@@ -605,9 +596,7 @@ TEST(MpiCli, ACompressedRunResumesFromItsCheckpoint) {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     const pid_t victim = rank_pid(out, 3);
     ASSERT_GT(victim, 0);
-    kill(victim, SIGKILL);
-    int status = 0;
-    waitpid(launcher, &status, 0);
+    kill_and_wait(victim, SIGKILL, launcher);
     const Outcome o = run(kMpirun + "-np " + np + " ", "train --quiet --resume " + out);
     ASSERT_EQ(o.code, 0) << o.err;
     std::ifstream csv(out + "/metrics.csv");
