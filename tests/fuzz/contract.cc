@@ -153,12 +153,20 @@ std::string check_model(std::string_view bytes) {
     if (in > params.size()) return "more inputs than parameters";
   }
   if (spec.num_classes < 1) return "num_classes < 1";
-  if (static_cast<uint64_t>(spec.num_classes) * in > params.size()) {
-    return "input x classes larger than the parameters";
-  }
   for (int64_t h : spec.hidden) {
     if (h < 1 || (spec.name == "mlp" && static_cast<uint64_t>(h) > params.size())) {
       return fmt::format("hidden width {}", h);
+    }
+  }
+  // Every weight matrix fits in the parameters: input x classes, or along an
+  // mlp's chain input x hidden... x classes (a narrow hidden layer makes an
+  // mlp smaller than input x classes). A TorchScript archive holds its own.
+  if (!spec.name.starts_with("torchscript:")) {
+    std::vector<uint64_t> chain{in};
+    if (spec.name == "mlp") chain.insert(chain.end(), spec.hidden.begin(), spec.hidden.end());
+    chain.push_back(static_cast<uint64_t>(spec.num_classes));
+    for (size_t i = 0; i + 1 < chain.size(); ++i) {
+      if (chain[i] * chain[i + 1] > params.size()) return "a weight matrix larger than the parameters";
     }
   }
   if (!std::isfinite(spec.input_mean) || !std::isfinite(spec.input_std) || !(spec.input_std > 0)) {
