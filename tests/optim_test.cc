@@ -100,10 +100,12 @@ TEST(Optimizer, VectorizedAdamAndAdagradAreBitwiseTheScalarFormula) {
     }
   }
   const double b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.01, lr = 0.003;
-  auto adam = make_optimizer({.kind = "adam", .weight_decay = wd, .beta1 = b1, .beta2 = b2, .eps = eps}, n);
+  auto adam =
+      make_optimizer({.kind = "adam", .weight_decay = wd, .beta1 = b1, .beta2 = b2, .eps = eps}, n);
   auto adagrad = make_optimizer({.kind = "adagrad", .weight_decay = wd, .eps = eps}, n);
   std::vector<float> wa = w0, wg = w0, ra = w0, rg = w0, m(n, 0), v(n, 0), acc(n, 0);
-  const float fwd = static_cast<float>(wd), fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
+  const float fwd = static_cast<float>(wd), fb1 = static_cast<float>(b1),
+              fb2 = static_cast<float>(b2);
   const float feps = static_cast<float>(eps), a = static_cast<float>(lr);
   for (int t = 1; t <= 3; ++t) {
     adam->step(wa, grads[t - 1], lr);

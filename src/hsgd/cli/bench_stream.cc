@@ -55,7 +55,7 @@ Paired server_vs_triad(Triad& triad, const std::string& optimizer, int repeats,
   const std::unique_ptr<Server> owned = async_server(params, optimizer);
   Server& server = *owned;
   server.on_push(0, server.version(), grad, 1, 0.0, 0.0);  // warm-up: touches every buffer
-  triad.run();                                              // warm-up
+  triad.run();                                             // warm-up
   std::vector<double> s, t, r;
   for (int k = 0; k < repeats; ++k) {
     t.push_back(triad.run());
@@ -75,7 +75,8 @@ void print_server_vs_triad(int repeats) {
   const int reps = std::max(5, repeats);
   std::printf(
       "server update at %zu params against a STREAM-like triad (12 bytes per element),\n"
-      "each update right after a triad; medians of %d rounds (ratio: median of the rounds' ratios):\n",
+      "each update right after a triad; medians of %d rounds (ratio: median of the rounds' "
+      "ratios):\n",
       n, reps);
   struct Opt {
     const char* name;
@@ -84,8 +85,9 @@ void print_server_vs_triad(int repeats) {
   Triad triad(n);
   for (const Opt& o : {Opt{"sgd", 12}, Opt{"momentum", 20}, Opt{"adam", 28}}) {
     const Paired p = server_vs_triad(triad, o.name, reps, o.bytes);
-    std::printf("  %-9s  %7.2f GB/s (%2.0f bytes per parameter)  triad %7.2f GB/s  %5.3f of the triad\n",
-                o.name, p.server_gbs, o.bytes, p.triad_gbs, p.ratio);
+    std::printf(
+        "  %-9s  %7.2f GB/s (%2.0f bytes per parameter)  triad %7.2f GB/s  %5.3f of the triad\n",
+        o.name, p.server_gbs, o.bytes, p.triad_gbs, p.ratio);
   }
 }
 

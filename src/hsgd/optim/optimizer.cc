@@ -51,8 +51,8 @@ HSGD_INLINE void adam_body(const AdamArgs& p) {
   }
 }
 
-HSGD_INLINE void adagrad_body(float* __restrict w, const float* __restrict g,
-                              float* __restrict acc, size_t n, float wd, float lr, float eps) {
+HSGD_INLINE void adagrad_body(float* __restrict w, const float* __restrict g, float* __restrict acc,
+                              size_t n, float wd, float lr, float eps) {
   for (size_t i = 0; i < n; ++i) {
     const float gi = g[i] + wd * w[i];
     acc[i] += gi * gi;
