@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 
 #include "hsgd/core/error.h"
 #include "hsgd/optim/optimizer.h"
@@ -81,6 +83,51 @@ TEST(Optimizer, AdamStateRestoresExactly) {
   b->step(wb, h, 0.01);
   EXPECT_EQ(wa, wb);
   EXPECT_EQ(a->save_state(), b->save_state());
+}
+
+// The vectorized Adam and Adagrad loops (SSE2 or AVX2, chosen at load time;
+// the remainder scalar) give the same bits as the per-element formula in
+// float, written out here one element at a time: the kernels only change
+// how many lanes run at once, never the operations or their order (#12).
+TEST(Optimizer, VectorizedAdamAndAdagradAreBitwiseTheScalarFormula) {
+  const size_t n = 1003;  // not a multiple of 4, 8 or 16: the scalar tail runs too
+  std::vector<float> w0(n), grads[3];
+  for (size_t i = 0; i < n; ++i) {
+    w0[i] = std::sin(0.37f * static_cast<float>(i));
+    for (int t = 0; t < 3; ++t) {
+      grads[t].push_back(std::cos(0.11f * static_cast<float>(i * (t + 2))) *
+                         (i % 7 == 0 ? 1e-4f : 1.5f));
+    }
+  }
+  const double b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.01, lr = 0.003;
+  auto adam =
+      make_optimizer({.kind = "adam", .weight_decay = wd, .beta1 = b1, .beta2 = b2, .eps = eps}, n);
+  auto adagrad = make_optimizer({.kind = "adagrad", .weight_decay = wd, .eps = eps}, n);
+  std::vector<float> wa = w0, wg = w0, ra = w0, rg = w0, m(n, 0), v(n, 0), acc(n, 0);
+  const float fwd = static_cast<float>(wd), fb1 = static_cast<float>(b1),
+              fb2 = static_cast<float>(b2);
+  const float feps = static_cast<float>(eps), a = static_cast<float>(lr);
+  for (int t = 1; t <= 3; ++t) {
+    adam->step(wa, grads[t - 1], lr);
+    adagrad->step(wg, grads[t - 1], lr);
+    const float c1 = static_cast<float>(1.0 - std::pow(b1, t));
+    const float c2 = static_cast<float>(1.0 - std::pow(b2, t));
+    for (size_t i = 0; i < n; ++i) {
+      volatile float gi = grads[t - 1][i] + fwd * ra[i];  // volatile: one element at a time
+      m[i] = fb1 * m[i] + (1.0f - fb1) * gi;
+      v[i] = fb2 * v[i] + (1.0f - fb2) * gi * gi;
+      ra[i] -= a * (m[i] / c1) / (std::sqrt(v[i] / c2) + feps);
+      volatile float hi = grads[t - 1][i] + fwd * rg[i];
+      acc[i] += hi * hi;
+      rg[i] -= a * hi / (std::sqrt(acc[i]) + feps);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(wa[i]), std::bit_cast<uint32_t>(ra[i]))
+          << "adam, step " << t << ", element " << i << ": " << wa[i] << " vs " << ra[i];
+      ASSERT_EQ(std::bit_cast<uint32_t>(wg[i]), std::bit_cast<uint32_t>(rg[i]))
+          << "adagrad, step " << t << ", element " << i << ": " << wg[i] << " vs " << rg[i];
+    }
+  }
 }
 
 TEST(Optimizer, LinearScalingRule) {

@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -176,6 +179,41 @@ TEST(Sparse, LazyMomentumAndAdamEqualDenseWhenEveryRowIsTouched) {
       }
     }
   }
+}
+
+// Lazy Adam's bias corrections come from a table for step counts below
+// 2^16 and from std::pow above: both the bits of the formula written out,
+// for a row stepped past the table's end (another row, never stepped, keeps
+// its count at 0) (#12).
+TEST(Sparse, LazyAdamBiasCorrectionsAreTheFormulasBitsBeyondItsTable) {
+  OptimizerOptions oo;
+  oo.kind = "adam";
+  oo.beta1 = 0.5;  // small enough that 1 - beta1^t still moves in float at small t
+  oo.beta2 = 0.9999;
+  RowOptimizer opt(oo, 2, 2);
+  std::vector<float> table = {0.5f, -0.25f, 1.0f, 1.0f};
+  float w[2] = {0.5f, -0.25f}, m[2] = {0, 0}, v[2] = {0, 0};
+  const std::vector<int64_t> ids = {0};
+  const float a = 1e-6f, eps = static_cast<float>(oo.eps);
+  const float b1 = static_cast<float>(oo.beta1), b2 = static_cast<float>(oo.beta2);
+  for (int64_t t = 1; t <= (int64_t{1} << 16) + 3; ++t) {
+    const std::vector<float> g = {t % 3 == 0 ? -1.0f : 0.5f, 0.25f};
+    opt.step(table, ids, g, 1e-6);
+    const auto c1 = static_cast<float>(1.0 - std::pow(oo.beta1, static_cast<double>(t)));
+    const auto c2 = static_cast<float>(1.0 - std::pow(oo.beta2, static_cast<double>(t)));
+    for (int c = 0; c < 2; ++c) {
+      volatile float gi = g[static_cast<size_t>(c)];  // one element at a time
+      m[c] = b1 * m[c] + (1.0f - b1) * gi;
+      v[c] = b2 * v[c] + (1.0f - b2) * gi * gi;
+      w[c] -= a * (m[c] / c1) / (std::sqrt(v[c] / c2) + eps);
+    }
+    if (t <= 3 || t % 4096 == 0 || t >= (int64_t{1} << 16) - 1) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(table[0]), std::bit_cast<uint32_t>(w[0])) << "step " << t;
+      ASSERT_EQ(std::bit_cast<uint32_t>(table[1]), std::bit_cast<uint32_t>(w[1])) << "step " << t;
+    }
+  }
+  EXPECT_EQ(table[2], 1.0f);
+  EXPECT_EQ(table[3], 1.0f);
 }
 
 TEST(Sparse, LazyMomentumLeavesUntouchedRowsAlone) {

@@ -10,6 +10,91 @@
 namespace hsgd {
 namespace {
 
+// The square-root kernels (Adam, Adagrad) are bound by divisions and square
+// roots, not memory, with SSE2's four lanes (the baseline x86-64 build): on
+// x86-64 with GCC or Clang they are also compiled for AVX2 (eight lanes),
+// taken when the CPU has it (checked once; a plain branch, not an ifunc,
+// whose resolver would run before ThreadSanitizer is initialised). Same
+// operations in the same order, each rounded as IEEE says (no FMA
+// contraction: AVX2 does not enable it), so every version gives the same
+// bits (Optimizer.VectorizedAdamAndAdagradAreBitwiseTheScalarFormula).
+// The file is compiled with -fno-math-errno (CMakeLists.txt), without
+// which std::sqrt is a library call no loop around it can vectorize (#12).
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#define HSGD_AVX2_KERNELS 1
+#define HSGD_INLINE inline __attribute__((always_inline))
+#else
+#define HSGD_AVX2_KERNELS 0
+#define HSGD_INLINE inline
+#endif
+
+struct AdamArgs {
+  float* __restrict w;
+  const float* __restrict g;
+  float* __restrict m;
+  float* __restrict v;
+  size_t n;
+  float wd, b1, b2, c1, c2, a, eps;
+};
+
+HSGD_INLINE void adam_body(const AdamArgs& p) {
+  float* __restrict w = p.w;
+  const float* __restrict g = p.g;
+  float* __restrict m = p.m;
+  float* __restrict v = p.v;
+  const float wd = p.wd, b1 = p.b1, b2 = p.b2, c1 = p.c1, c2 = p.c2, a = p.a, eps = p.eps;
+  for (size_t i = 0; i < p.n; ++i) {
+    const float gi = g[i] + wd * w[i];
+    m[i] = b1 * m[i] + (1.0f - b1) * gi;
+    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+    w[i] -= a * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
+  }
+}
+
+HSGD_INLINE void adagrad_body(float* __restrict w, const float* __restrict g, float* __restrict acc,
+                              size_t n, float wd, float lr, float eps) {
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = g[i] + wd * w[i];
+    acc[i] += gi * gi;
+    w[i] -= lr * gi / (std::sqrt(acc[i]) + eps);
+  }
+}
+
+void adam_baseline(const AdamArgs& p) { adam_body(p); }
+void adagrad_baseline(float* w, const float* g, float* acc, size_t n, float wd, float lr,
+                      float eps) {
+  adagrad_body(w, g, acc, n, wd, lr, eps);
+}
+
+#if HSGD_AVX2_KERNELS
+__attribute__((target("avx2"))) void adam_avx2(const AdamArgs& p) { adam_body(p); }
+__attribute__((target("avx2"))) void adagrad_avx2(float* w, const float* g, float* acc, size_t n,
+                                                  float wd, float lr, float eps) {
+  adagrad_body(w, g, acc, n, wd, lr, eps);
+}
+bool has_avx2() {
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return yes;
+}
+#endif
+
+void adam_kernel(const AdamArgs& p) {
+#if HSGD_AVX2_KERNELS
+  if (has_avx2()) return adam_avx2(p);
+#endif
+  adam_baseline(p);
+}
+
+void adagrad_kernel(float* w, const float* g, float* acc, size_t n, float wd, float lr, float eps) {
+#if HSGD_AVX2_KERNELS
+  if (has_avx2()) return adagrad_avx2(w, g, acc, n, wd, lr, eps);
+#endif
+  adagrad_baseline(w, g, acc, n, wd, lr, eps);
+}
+
 class Sgd final : public Optimizer {
  public:
   explicit Sgd(double wd) : wd_(static_cast<float>(wd)) {}
@@ -82,13 +167,8 @@ class Adam final : public Optimizer {
     const float c2 = static_cast<float>(1.0 - std::pow(b2_, t));
     const float b1 = static_cast<float>(b1_), b2 = static_cast<float>(b2_);
     const float a = static_cast<float>(lr), eps = static_cast<float>(eps_);
-    const size_t n = w.size();
-    for (size_t i = 0; i < n; ++i) {
-      const float gi = g[i] + wd_ * w[i];
-      m_[i] = b1 * m_[i] + (1.0f - b1) * gi;
-      v_[i] = b2 * v_[i] + (1.0f - b2) * gi * gi;
-      w[i] -= a * (m_[i] / c1) / (std::sqrt(v_[i] / c2) + eps);
-    }
+    HSGD_ASSERT(w.size() == m_.size() && g.size() == w.size(), "adam: size mismatch");
+    adam_kernel({w.data(), g.data(), m_.data(), v_.data(), w.size(), wd_, b1, b2, c1, c2, a, eps});
   }
   // [t / 2^24, t mod 2^24, m..., v...]: both halves are exact in a float.
   std::vector<float> save_state() const override {
@@ -122,12 +202,8 @@ class Adagrad final : public Optimizer {
   Adagrad(const OptimizerOptions& o, size_t n)
       : eps_(static_cast<float>(o.eps)), wd_(static_cast<float>(o.weight_decay)), a_(n, 0.0f) {}
   void step(std::span<float> w, std::span<const float> g, double lr) override {
-    const float lr_f = static_cast<float>(lr);
-    for (size_t i = 0; i < w.size(); ++i) {
-      const float gi = g[i] + wd_ * w[i];
-      a_[i] += gi * gi;
-      w[i] -= lr_f * gi / (std::sqrt(a_[i]) + eps_);
-    }
+    HSGD_ASSERT(w.size() == a_.size() && g.size() == w.size(), "adagrad: size mismatch");
+    adagrad_kernel(w.data(), g.data(), a_.data(), w.size(), wd_, static_cast<float>(lr), eps_);
   }
   std::vector<float> save_state() const override { return a_; }
   void restore_state(std::span<const float> s) override {

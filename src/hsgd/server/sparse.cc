@@ -107,9 +107,9 @@ void RowOptimizer::step(std::span<float> table, std::span<const int64_t> ids,
         w[c] -= a * gi / (std::sqrt(acc[c]) + eps);
       }
     } else {  // adam, lazy: the row's own step count
-      const double t = static_cast<double>(++count_[static_cast<size_t>(ids[k])]);
-      const auto c1 = static_cast<float>(1.0 - std::pow(o_.beta1, t));
-      const auto c2 = static_cast<float>(1.0 - std::pow(o_.beta2, t));
+      const int64_t t = ++count_[static_cast<size_t>(ids[k])];
+      float c1, c2;
+      bias_corrections(t, &c1, &c2);
       const auto b1 = static_cast<float>(o_.beta1), b2 = static_cast<float>(o_.beta2);
       float* m = m_.data() + base;
       float* v = v_.data() + base;
@@ -121,6 +121,27 @@ void RowOptimizer::step(std::span<float> table, std::span<const int64_t> ids,
       }
     }
   }
+}
+
+// Two std::pow per row cost more than the row's 16 floats of update: the
+// values for counts below kBiasMemo are computed once, by the same
+// expression, so they are the same bits (#12).
+void RowOptimizer::bias_corrections(int64_t t, float* c1, float* c2) {
+  constexpr int64_t kBiasMemo = int64_t{1} << 16;  // 512 KB at most
+  const auto at = [&](int64_t u, float* a, float* b) {
+    *a = static_cast<float>(1.0 - std::pow(o_.beta1, static_cast<double>(u)));
+    *b = static_cast<float>(1.0 - std::pow(o_.beta2, static_cast<double>(u)));
+  };
+  if (t >= kBiasMemo) return at(t, c1, c2);
+  const auto i = static_cast<size_t>(t);
+  while (bias_.size() <= 2 * i + 1) {
+    float a = 0, b = 0;
+    at(static_cast<int64_t>(bias_.size() / 2), &a, &b);
+    bias_.push_back(a);
+    bias_.push_back(b);
+  }
+  *c1 = bias_[2 * i];
+  *c2 = bias_[2 * i + 1];
 }
 
 int64_t RowOptimizer::state_bytes() const {

@@ -109,6 +109,10 @@ class RowOptimizer {
   int64_t rows_, dim_;
   std::vector<float> m_, v_;     // momentum: m_ = velocity; adagrad: v_ = sum g^2; adam: both
   std::vector<int64_t> count_;   // adam: updates that touched each row
+  // adam: 1 - beta1^t and 1 - beta2^t for the counts seen so far (derived
+  // from o_, not state: not saved).
+  void bias_corrections(int64_t t, float* c1, float* c2);
+  std::vector<float> bias_;
 };
 
 // The server side of the rows: the table (a view into the caller's flat
