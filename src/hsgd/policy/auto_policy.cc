@@ -98,7 +98,7 @@ void AutoController::observe_push(const PushSignal& s) {
   // is multiplied by kSpikeFactor at the push, not at a window's end. It
   // is armed again one round of pushes later (the pushes in flight were
   // computed before the new K took effect).
-  if (parts_.spike && start_known_) {
+  if (parts_.spike && start_known_ && k_ < workers_) {
     if (spike_cool_ > 0) {
       --spike_cool_;
     } else {
@@ -294,14 +294,19 @@ void AutoController::end_block() {
   dir_ = target > base_k_ ? 1 : -1;
 }
 
-// The last three blocks' means fall faster and faster beyond noise: their
-// second difference is below minus kAccelSigmas standard errors.
+// The last three blocks' means fall, and faster and faster, beyond noise:
+// the last fall exceeds kFallSigmas standard errors and the second
+// difference is below minus kAccelSigmas. (Without the first condition the
+// gate would also fire on noise around a flat loss and, by postponing probes
+// whenever the last block happened to be low, start them when it happened to
+// be high: a baseline biased upwards, which keeps up-probes on noise.)
 bool AutoController::accelerating() const {
   if (n_blocks_ < 3) return false;
   const Block& a = blocks_[1];
   const Block& b = blocks_[2];
   const Block& c = blocks_[3];
-  return c.mean - 2 * b.mean + a.mean < -kAccelSigmas * std::sqrt(a.se2 + 4 * b.se2 + c.se2);
+  return b.mean - c.mean > kFallSigmas * std::sqrt(b.se2 + c.se2) &&
+         c.mean - 2 * b.mean + a.mean < -kAccelSigmas * std::sqrt(a.se2 + 4 * b.se2 + c.se2);
 }
 
 // Did the loss fall faster than before during the probe? The probe block

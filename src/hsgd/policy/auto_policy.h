@@ -49,6 +49,7 @@ class AutoController final : public Policy {
   static constexpr int kSpikePushes = 2;       // ... in 2 pushes in a row
   static constexpr int kSpikeFactor = 4;       // multiplies K (and bans every smaller K)
   static constexpr double kAccelSigmas = 1.0;  // no probe on a descent accelerating beyond 1 s.e.
+  static constexpr double kFallSigmas = 2.0;   // ... that is a descent: its last fall beyond 2 s.e.
 
   AutoController(int workers, AutoParts parts);
   std::string name() const override { return "auto"; }
