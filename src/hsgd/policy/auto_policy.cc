@@ -39,26 +39,40 @@ AutoParts parse_auto_ablate(const std::string& s) {
 AutoController::AutoController(int workers, AutoParts parts)
     : parts_(parts),
       workers_(std::max(1, workers)),
-      live_(std::max(1, workers)),
       free_since_(kTracked, -1.0),
-      duration_(kTracked, 0.0) {}
+      duration_(kTracked, 0.0) {
+  set_live(workers);
+}
 
 int AutoController::threshold(const Progress&, int live) const {
   return std::clamp(k_, 1, std::max(1, live));
 }
 
 int AutoController::cap() const {
-  std::vector<double> d;
+  // The known durations, on the stack (no allocation: bench --auto).
+  std::array<double, kTracked> d;
+  size_t m = 0;
   for (double x : duration_) {
-    if (x > 0) d.push_back(x);
+    if (x > 0) d[m++] = x;
   }
-  if (d.size() < 2) return live_;
-  std::vector<double> sorted = d;
-  std::sort(sorted.begin(), sorted.end());
-  const double quarter = sorted[sorted.size() / 4];
+  if (m < 2) return live_;
+  // The fastest quarter's duration: the (m / 4)-th smallest.
+  std::nth_element(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(m / 4), d.begin() + static_cast<std::ptrdiff_t>(m));
+  const double quarter = d[m / 4];
   int n = 0;
-  for (double x : d) n += x <= kCapFactor * quarter ? 1 : 0;
+  for (size_t i = 0; i < m; ++i) n += d[i] <= kCapFactor * quarter ? 1 : 0;
   return std::clamp(n, 1, std::max(1, live_));
+}
+
+// Derived from the state (not saved): the staleness EMA's weight, about two
+// rounds of pushes, and the spike guard's line.
+void AutoController::set_live(int live) {
+  live_ = std::max(1, live);
+  tau_weight_ = 1.0 / std::max(kMinWindow, 2 * live_);
+}
+
+void AutoController::set_spike_line() {
+  spike_line_ = start_mean_ + std::max(kSpike * std::abs(start_mean_), kSpikeSds * start_sd_);
 }
 
 double AutoController::implicit_momentum() const {
@@ -66,7 +80,7 @@ double AutoController::implicit_momentum() const {
 }
 
 void AutoController::observe_push(const PushSignal& s) {
-  live_ = std::max(1, s.live_workers);
+  if (s.live_workers != live_) set_live(s.live_workers);
   // Arrival times: a worker's duration is the time from getting parameters
   // (a release, or its own push when it did not wait) to its next push.
   if (s.worker >= 0 && s.worker < kTracked) {
@@ -83,7 +97,7 @@ void AutoController::observe_push(const PushSignal& s) {
     }
   }
   // Staleness, averaged over about two rounds of pushes.
-  const double a = 1.0 / std::max(kMinWindow, 2 * live_);
+  const double a = tau_weight_;
   const auto tau = static_cast<double>(s.staleness);
   tau_ema_ = tau_count_ == 0 ? tau : (1 - a) * tau_ema_ + a * tau;
   ++tau_count_;
@@ -102,8 +116,7 @@ void AutoController::observe_push(const PushSignal& s) {
     if (spike_cool_ > 0) {
       --spike_cool_;
     } else {
-      const double lim = start_mean_ + std::max(kSpike * std::abs(start_mean_), kSpikeSds * start_sd_);
-      spike_streak_ = s.loss > lim ? spike_streak_ + 1 : 0;
+      spike_streak_ = s.loss > spike_line_ ? spike_streak_ + 1 : 0;
       if (spike_streak_ >= kSpikePushes) {
         spike_streak_ = 0;
         spike_cool_ = std::max<int64_t>(kMinWindow, live_);
@@ -132,6 +145,7 @@ void AutoController::end_window() {
     start_mean_ = mean;
     start_se2_ = se2;
     start_sd_ = std::sqrt(var);
+    set_spike_line();
   }
   hist_mean_.push_back(mean);
   hist_se2_.push_back(se2);
@@ -402,7 +416,7 @@ void AutoController::restore_state(std::span<const double> s) {
   HSGD_ASSERT(s.size() == kHead + 2 * static_cast<size_t>(kTracked), "auto policy state size");
   auto i64 = [&](size_t i) { return static_cast<int64_t>(s[i]); };
   k_ = std::clamp(static_cast<int>(s[0]), 1, workers_);
-  live_ = std::max(1, static_cast<int>(s[1]));
+  set_live(static_cast<int>(s[1]));
   sum_ = s[2];
   sumsq_ = s[3];
   tsum_ = s[4];
@@ -438,6 +452,7 @@ void AutoController::restore_state(std::span<const double> s) {
   start_sd_ = s[34];
   spike_streak_ = i64(35);
   spike_cool_ = i64(36);
+  set_spike_line();
   hist_mean_.clear();
   hist_se2_.clear();
   for (size_t i = 0; i < h; ++i) {

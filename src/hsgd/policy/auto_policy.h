@@ -79,6 +79,8 @@ class AutoController final : public Policy {
   void end_block();
   void rise(int factor = 2, bool spike = false);
   bool accelerating() const;
+  void set_live(int live);
+  void set_spike_line();
   void set_k(int k);
   void ban(int unstable);
   bool probe_kept() const;
@@ -118,9 +120,11 @@ class AutoController final : public Policy {
   // in a row above the spike line, pushes left before it is armed again.
   double start_sd_ = 0;
   int64_t spike_streak_ = 0, spike_cool_ = 0;
+  double spike_line_ = 0;  // derived: start + max(kSpike |start|, kSpikeSds sd)
   // Staleness of observed pushes: exponential moving average (weight 1/n).
   double tau_ema_ = 0;
   int64_t tau_count_ = 0;
+  double tau_weight_ = 1;  // derived: 1 / max(kMinWindow, 2 live_)
   // Per worker: when it last got parameters (-1 unknown) and the EMA of the
   // time from there to its next push (0 unknown).
   std::vector<double> free_since_, duration_;
