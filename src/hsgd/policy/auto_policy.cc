@@ -29,8 +29,9 @@ AutoParts parse_auto_ablate(const std::string& s) {
     } else if (part == "curve") {
       p.curve = false;
     } else {
-      throw InputError("policy.auto_ablate = '" + s + "': unknown part '" + part +
-                       "' (expected a comma-separated list of rise, up, down, cap, momentum, spike, curve)");
+      throw InputError(
+          "policy.auto_ablate = '" + s + "': unknown part '" + part +
+          "' (expected a comma-separated list of rise, up, down, cap, momentum, spike, curve)");
     }
   }
   return p;
@@ -57,7 +58,8 @@ int AutoController::cap() const {
   }
   if (m < 2) return live_;
   // The fastest quarter's duration: the (m / 4)-th smallest.
-  std::nth_element(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(m / 4), d.begin() + static_cast<std::ptrdiff_t>(m));
+  std::nth_element(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(m / 4),
+                   d.begin() + static_cast<std::ptrdiff_t>(m));
   const double quarter = d[m / 4];
   int n = 0;
   for (size_t i = 0; i < m; ++i) n += d[i] <= kCapFactor * quarter ? 1 : 0;
