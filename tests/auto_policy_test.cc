@@ -220,13 +220,16 @@ TEST(AutoPolicy, ALossAboveTheStartDoublesKAndAWorkingRiseIsKept) {
 TEST(AutoPolicy, AnUnneededRiseIsUndoneByDownProbes) {
   // A one-off jump in the loss (not K's doing) raises K; K does not matter
   // for the descent afterwards, so the down-probes, which keep a smaller K
-  // when it measures no worse, bring it back towards async.
+  // when it measures no worse, bring it back towards async. The jump (+25 %)
+  // is one the window tests see and the spike guard does not (a jump of
+  // 50 % or more is a blow-up to it, whose ban is deliberate: see
+  // ASpikeMultipliesKAtOnceAndBansSmallerK).
   auto after_jump = [](AutoParts parts, std::vector<int>* ks) {
     AutoController c(16, parts);
     Trainer tr(&c, std::vector<double>(16, 0.1), flat_floor);
     tr.eta = 0.002;
     tr.run(5);
-    tr.loss += 3;
+    tr.loss += 0.5;
     tr.run(0.5);
     ks->push_back(c.k());  // right after the jump
     for (int i = 0; i < 60; ++i) {
@@ -249,12 +252,86 @@ TEST(AutoPolicy, AnUnneededRiseIsUndoneByDownProbes) {
   EXPECT_GE(*std::min_element(ks2.begin(), ks2.end()), 2);
 }
 
+// LeNet-5 at lr 0.1 with 25 async workers: the loss falls, then a few
+// pushes jump to 2 to 15 times the starting loss and the network dies within
+// ~30 pushes. The spike guard multiplies K by 4 at the second such push and
+// no down-probe goes below the new K while the ban lasts.
+TEST(AutoPolicy, ASpikeMultipliesKAtOnceAndBansSmallerK) {
+  auto blow_up = [](AutoParts parts, int* k_after, int* min_k_later) {
+    AutoController c(25, parts);
+    Feed f(&c, std::vector<double>(25, 0.1));
+    f.run(80, [](double t) { return 2.3 - 0.5 * t; }, 0.01);  // a clean, fast descent
+    EXPECT_EQ(c.rises(), 0);
+    EXPECT_EQ(c.k(), 1);
+    f.run(2, [](double) { return 4.5; }, 0.01);  // two pushes at ~2x the start
+    *k_after = c.k();
+    int m = c.k();
+    for (int i = 0; i < 40; ++i) {  // then a steady loss: probes may run
+      f.run(50, [](double) { return 1.5; }, 0.02);
+      m = std::min(m, c.k());
+    }
+    *min_k_later = m;
+    return c.rises();
+  };
+  int k_after = 0, min_later = 0;
+  EXPECT_EQ(blow_up({}, &k_after, &min_later), 1);
+  EXPECT_EQ(k_after, 4);    // at the second push, not at a window's end
+  EXPECT_GE(min_later, 4);  // K < 4 is banned: no down-probe went there
+  // Without the spike guard the same two pushes change nothing: diluted in
+  // their window of 25, they lift its mean by ~8 %, under the window
+  // blow-up test's 10 %.
+  AutoParts no_spike;
+  no_spike.spike = false;
+  EXPECT_EQ(blow_up(no_spike, &k_after, &min_later), 0);
+  EXPECT_EQ(k_after, 1);
+}
+
+TEST(AutoPolicy, TheSpikeGuardStaysQuietOnACleanNoisyDescent) {
+  // Per-push noise of 10 % of the loss and bumps of +30 % for a few pushes
+  // (what LeNet-5 at lr 0.01 shows under async): no spike.
+  AutoParts only_spike;
+  only_spike.rise = only_spike.up = only_spike.down = false;
+  AutoController c(25, only_spike);
+  Feed f(&c, std::vector<double>(25, 0.1));
+  int i = 0;
+  f.run(3000,
+        [&i](double t) {
+          const double base = 0.5 + 1.8 * std::exp(-t / 4);
+          return ++i % 200 < 6 ? 1.3 * base : base;
+        },
+        0.1);
+  EXPECT_EQ(c.rises(), 0);
+  EXPECT_EQ(c.k(), 1);
+}
+
+// Leaving a plateau, the loss falls faster and faster whatever K is: the
+// line through two blocks lies above the curve there, and the old rule kept
+// the first up-probe on the curve's account (LeNet-5 at lr 0.01). The curve
+// part keeps probes off an accelerating descent.
+TEST(AutoPolicy, NoProbeIsKeptOnADescentThatSpeedsUpWhateverK) {
+  auto bend = [](AutoParts parts) {
+    AutoController c(16, parts);
+    Feed f(&c, std::vector<double>(16, 0.1));
+    // 2.3 on a plateau, then falling quadratically in time (K plays no part).
+    f.run(1200, [](double t) { return 2.3 - 0.3 * t * t; }, 0.005);
+    return c.kept();
+  };
+  EXPECT_EQ(bend({}), 0);
+  AutoParts no_curve;
+  no_curve.curve = false;
+  EXPECT_GE(bend(no_curve), 1);
+}
+
 TEST(AutoPolicy, AOneWindowBlowUpAboveTheStartDoublesKAtOnce) {
   // A few huge losses in one window (what a diverging step does): the
   // window's own standard error is huge, so only the blow-up test sees it.
   int i = 0;
   auto spike = [&i](double) { return ++i % 176 >= 165 && i % 176 < 168 ? 12.0 : 2.3; };
-  AutoController c(16, {});
+  // (The spike guard, which would fire at the second of those pushes, is off
+  // here: this is the window test.)
+  AutoParts windows_only;
+  windows_only.spike = false;
+  AutoController c(16, windows_only);
   Feed f(&c, std::vector<double>(16, 0.1));
   f.run(160, spike, 0.001);  // up to t = 1.0
   EXPECT_EQ(c.rises(), 0);
@@ -263,6 +340,7 @@ TEST(AutoPolicy, AOneWindowBlowUpAboveTheStartDoublesKAtOnce) {
   EXPECT_GE(c.k(), 2);
   AutoParts no_rise;
   no_rise.rise = false;
+  no_rise.spike = false;
   AutoController d(16, no_rise);
   Feed g(&d, std::vector<double>(16, 0.1));
   i = 0;
@@ -281,6 +359,7 @@ TEST(AutoPolicy, ARisingLossDoublesKUpToTheWorkers) {
   EXPECT_GE(c.rises(), 4);
   AutoParts no_rise;
   no_rise.rise = false;
+  no_rise.spike = false;  // an exponential climb is a blow-up to the spike guard too
   AutoController d(10, no_rise);
   Feed g(&d, std::vector<double>(10, 0.1));
   g.run(100, [](double) { return 1.0; }, 0.01);
@@ -345,7 +424,10 @@ TEST(AutoPolicy, AblationPartsAreParsedAndUnknownOnesNamed) {
   EXPECT_TRUE(p.up && p.down && p.cap);
   const AutoParts q = parse_auto_ablate("up,down,cap");
   EXPECT_FALSE(q.up || q.down || q.cap);
-  EXPECT_TRUE(q.rise && q.momentum);
+  EXPECT_TRUE(q.rise && q.momentum && q.spike && q.curve);
+  const AutoParts r = parse_auto_ablate("spike,curve");
+  EXPECT_FALSE(r.spike || r.curve);
+  EXPECT_TRUE(r.rise && r.up && r.down && r.cap && r.momentum);
   try {
     parse_auto_ablate("rise,colour");
     FAIL();

@@ -24,9 +24,14 @@ AutoParts parse_auto_ablate(const std::string& s) {
       p.cap = false;
     } else if (part == "momentum") {
       p.momentum = false;
+    } else if (part == "spike") {
+      p.spike = false;
+    } else if (part == "curve") {
+      p.curve = false;
     } else {
-      throw InputError("policy.auto_ablate = '" + s + "': unknown part '" + part +
-                       "' (expected a comma-separated list of rise, up, down, cap, momentum)");
+      throw InputError(
+          "policy.auto_ablate = '" + s + "': unknown part '" + part +
+          "' (expected a comma-separated list of rise, up, down, cap, momentum, spike, curve)");
     }
   }
   return p;
@@ -35,26 +40,41 @@ AutoParts parse_auto_ablate(const std::string& s) {
 AutoController::AutoController(int workers, AutoParts parts)
     : parts_(parts),
       workers_(std::max(1, workers)),
-      live_(std::max(1, workers)),
       free_since_(kTracked, -1.0),
-      duration_(kTracked, 0.0) {}
+      duration_(kTracked, 0.0) {
+  set_live(workers);
+}
 
 int AutoController::threshold(const Progress&, int live) const {
   return std::clamp(k_, 1, std::max(1, live));
 }
 
 int AutoController::cap() const {
-  std::vector<double> d;
+  // The known durations, on the stack (no allocation: bench --auto).
+  std::array<double, kTracked> d;
+  size_t m = 0;
   for (double x : duration_) {
-    if (x > 0) d.push_back(x);
+    if (x > 0) d[m++] = x;
   }
-  if (d.size() < 2) return live_;
-  std::vector<double> sorted = d;
-  std::sort(sorted.begin(), sorted.end());
-  const double quarter = sorted[sorted.size() / 4];
+  if (m < 2) return live_;
+  // The fastest quarter's duration: the (m / 4)-th smallest.
+  std::nth_element(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(m / 4),
+                   d.begin() + static_cast<std::ptrdiff_t>(m));
+  const double quarter = d[m / 4];
   int n = 0;
-  for (double x : d) n += x <= kCapFactor * quarter ? 1 : 0;
+  for (size_t i = 0; i < m; ++i) n += d[i] <= kCapFactor * quarter ? 1 : 0;
   return std::clamp(n, 1, std::max(1, live_));
+}
+
+// Derived from the state (not saved): the staleness EMA's weight, about two
+// rounds of pushes, and the spike guard's line.
+void AutoController::set_live(int live) {
+  live_ = std::max(1, live);
+  tau_weight_ = 1.0 / std::max(kMinWindow, 2 * live_);
+}
+
+void AutoController::set_spike_line() {
+  spike_line_ = start_mean_ + std::max(kSpike * std::abs(start_mean_), kSpikeSds * start_sd_);
 }
 
 double AutoController::implicit_momentum() const {
@@ -62,7 +82,7 @@ double AutoController::implicit_momentum() const {
 }
 
 void AutoController::observe_push(const PushSignal& s) {
-  live_ = std::max(1, s.live_workers);
+  if (s.live_workers != live_) set_live(s.live_workers);
   // Arrival times: a worker's duration is the time from getting parameters
   // (a release, or its own push when it did not wait) to its next push.
   if (s.worker >= 0 && s.worker < kTracked) {
@@ -79,7 +99,7 @@ void AutoController::observe_push(const PushSignal& s) {
     }
   }
   // Staleness, averaged over about two rounds of pushes.
-  const double a = 1.0 / std::max(kMinWindow, 2 * live_);
+  const double a = tau_weight_;
   const auto tau = static_cast<double>(s.staleness);
   tau_ema_ = tau_count_ == 0 ? tau : (1 - a) * tau_ema_ + a * tau;
   ++tau_count_;
@@ -88,6 +108,27 @@ void AutoController::observe_push(const PushSignal& s) {
   sumsq_ += s.loss * s.loss;
   tsum_ += s.seconds;
   ++count_;
+  // The spike guard: kSpikePushes pushes in a row far above the starting
+  // loss are a blow-up under way (LeNet-5 at lr 0.1: from the first such
+  // push to a dead network takes ~30 pushes, less than two windows), so K
+  // is multiplied by kSpikeFactor at the push, not at a window's end. It
+  // is armed again one round of pushes later (the pushes in flight were
+  // computed before the new K took effect).
+  if (parts_.spike && start_known_ && k_ < workers_) {
+    if (spike_cool_ > 0) {
+      --spike_cool_;
+    } else {
+      spike_streak_ = s.loss > spike_line_ ? spike_streak_ + 1 : 0;
+      if (spike_streak_ >= kSpikePushes) {
+        spike_streak_ = 0;
+        spike_cool_ = std::max<int64_t>(kMinWindow, live_);
+        sum_ = sumsq_ = tsum_ = 0;
+        count_ = 0;
+        rise(kSpikeFactor, true);
+        return;
+      }
+    }
+  }
   if (count_ >= std::max<int64_t>(kMinWindow, live_)) end_window();
 }
 
@@ -105,6 +146,8 @@ void AutoController::end_window() {
     start_known_ = true;
     start_mean_ = mean;
     start_se2_ = se2;
+    start_sd_ = std::sqrt(var);
+    set_spike_line();
   }
   hist_mean_.push_back(mean);
   hist_se2_.push_back(se2);
@@ -148,8 +191,7 @@ void AutoController::end_window() {
   if (++b_windows_ >= kBlock) end_block();
 }
 
-void AutoController::rise() {
-  const int from = k_;
+void AutoController::rise(int factor, bool spike) {
   rise_streak_ = 0;
   hist_mean_.clear();
   hist_se2_.clear();
@@ -168,15 +210,23 @@ void AutoController::rise() {
     ban(static_cast<int>(probe_k_));
     return;
   }
-  // Otherwise (an up-probe cannot be the cause) the K in force is too small.
+  // Otherwise the K in force is too small: `factor` times the base K (an
+  // up-probe cannot be the cause: its base K was where the loss began to
+  // rise, and the probe's K, 2 x base, is already the doubled one).
   ++rises_;
+  const int from = phase_ == 1 && probe_k_ > base_k_ ? static_cast<int>(base_k_) : k_;
   phase_ = 0;
-  k_ = std::min(workers_, 2 * std::max<int>(k_, static_cast<int>(base_k_)));
+  k_ = std::min(workers_, factor * from);
   base_k_ = probe_k_ = k_;
   start_armed_ = false;  // until the loss is back below the start
   gap_ = 2 * kGapMin;    // a hold: the new K runs a while before anything probes it
-  dir_ = -1;             // and the first probe asks whether the rise was needed ...
-  ban(from);             // ... but not by going back to an unstable K soon
+  dir_ = -1;             // and the first probe asks whether the rise was needed.
+  // A rise of the window tests bans nothing (a loss that climbs for a while
+  // at lr 0.01 on LeNet-5 is often a bump async rides out; a down-probe
+  // that makes the loss climb again is aborted and bans its K then). A
+  // blow-up (spike) bans every K below the new one: the K it blew up at may
+  // have been far too small, and a blow-up may be unrecoverable.
+  if (spike) ban(k_ - 1);
 }
 
 // K <= `unstable` was measured unstable: no down-probe goes there for the
@@ -233,6 +283,12 @@ void AutoController::end_block() {
     return;
   }
   if (since_ < gap_) return;
+  // The line through two base blocks is a fair baseline only where the
+  // descent is not speeding up (leaving a plateau): there it lies above the
+  // curve and favours any probe. So a probe needs three blocks since the
+  // start or the last rise, and waits while the last three show an
+  // accelerating descent (docs/results.md, LeNet-5 at lr 0.01).
+  if (parts_.curve && (n_blocks_ < 3 || accelerating())) return;
   // Start a probe from k_: up to 2K (at most the workers that arrive in
   // time) or down to K / 2, in the direction dir_ if that is possible.
   const int limit = std::min(live_, parts_.cap ? cap() : live_);
@@ -252,6 +308,21 @@ void AutoController::end_block() {
                 // aborted
   phase_ = 1;
   dir_ = target > base_k_ ? 1 : -1;
+}
+
+// The last three blocks' means fall, and faster and faster, beyond noise:
+// the last fall exceeds kFallSigmas standard errors and the second
+// difference is below minus kAccelSigmas. (Without the first condition the
+// gate would also fire on noise around a flat loss and, by postponing probes
+// whenever the last block happened to be low, start them when it happened to
+// be high: a baseline biased upwards, which keeps up-probes on noise.)
+bool AutoController::accelerating() const {
+  if (n_blocks_ < 3) return false;
+  const Block& a = blocks_[1];
+  const Block& b = blocks_[2];
+  const Block& c = blocks_[3];
+  return b.mean - c.mean > kFallSigmas * std::sqrt(b.se2 + c.se2) &&
+         c.mean - 2 * b.mean + a.mean < -kAccelSigmas * std::sqrt(a.se2 + 4 * b.se2 + c.se2);
 }
 
 // Did the loss fall faster than before during the probe? The probe block
@@ -275,7 +346,12 @@ bool AutoController::probe_kept() const {
     wb = (t - a.t) / (b.t - a.t);
     wa = 1 - wb;
   }
-  const double trend = wa * a.mean + wb * b.mean;
+  double trend = wa * a.mean + wb * b.mean;
+  if (parts_.curve && b.mean > a.mean) {
+    trend = b.mean;
+    wa = 0;
+    wb = 1;
+  }
   const double d = 0.5 * (p.mean + c.mean) - trend;
   const double se2 = 0.25 * (p.se2 + c.se2) + wa * wa * a.se2 + wb * wb * b.se2;
   // Waiting more must pay measurably; waiting less need only not cost: when
@@ -318,7 +394,10 @@ std::vector<double> AutoController::save_state() const {
                            static_cast<double>(aborts_),
                            static_cast<double>(unstable_k_),
                            static_cast<double>(ban_),
-                           static_cast<double>(ban_len_)};
+                           static_cast<double>(ban_len_),
+                           start_sd_,
+                           static_cast<double>(spike_streak_),
+                           static_cast<double>(spike_cool_)};
   for (size_t i = 0; i < kBlock + 1; ++i) {
     s.push_back(i < hist_mean_.size() ? hist_mean_[i] : 0.0);
     s.push_back(i < hist_se2_.size() ? hist_se2_[i] : 0.0);
@@ -334,12 +413,12 @@ std::vector<double> AutoController::save_state() const {
 }
 
 void AutoController::restore_state(std::span<const double> s) {
-  constexpr size_t kScalars = 34;
+  constexpr size_t kScalars = 37;
   constexpr size_t kHead = kScalars + 2 * (kBlock + 1) + 3 * 4;
   HSGD_ASSERT(s.size() == kHead + 2 * static_cast<size_t>(kTracked), "auto policy state size");
   auto i64 = [&](size_t i) { return static_cast<int64_t>(s[i]); };
   k_ = std::clamp(static_cast<int>(s[0]), 1, workers_);
-  live_ = std::max(1, static_cast<int>(s[1]));
+  set_live(static_cast<int>(s[1]));
   sum_ = s[2];
   sumsq_ = s[3];
   tsum_ = s[4];
@@ -372,6 +451,10 @@ void AutoController::restore_state(std::span<const double> s) {
   unstable_k_ = i64(31);
   ban_ = i64(32);
   ban_len_ = i64(33);
+  start_sd_ = s[34];
+  spike_streak_ = i64(35);
+  spike_cool_ = i64(36);
+  set_spike_line();
   hist_mean_.clear();
   hist_se2_.clear();
   for (size_t i = 0; i < h; ++i) {

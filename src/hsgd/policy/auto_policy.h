@@ -22,6 +22,8 @@ struct AutoParts {
   bool down = true;      // probes of a smaller K (K / 2), kept likewise
   bool cap = true;       // up-probes stop at the workers that arrive in time
   bool momentum = true;  // server momentum lowered by staleness's implicit momentum
+  bool spike = true;     // two pushes far above the starting loss multiply K by 4 at once
+  bool curve = true;     // no probe on a speeding-up descent; no rising baseline
 };
 // "" -> all on; otherwise a comma-separated list of the parts to switch off.
 // Throws InputError naming policy.auto_ablate for an unknown part.
@@ -42,6 +44,12 @@ class AutoController final : public Policy {
   static constexpr int kGapMin = 2;            // blocks at a K before probing from it
   static constexpr int kGapMax = 16;           // the longest back-off between probes
   static constexpr double kCapFactor = 1.5;    // "in time": duration <= 1.5 x the fastest quarter's
+  static constexpr double kSpike = 0.5;        // a spike: a push 50 % above the starting loss ...
+  static constexpr double kSpikeSds = 4.0;     // ... and 4 of the start's per-push deviations ...
+  static constexpr int kSpikePushes = 2;       // ... in 2 pushes in a row
+  static constexpr int kSpikeFactor = 4;       // multiplies K (and bans every smaller K)
+  static constexpr double kAccelSigmas = 1.0;  // no probe on a descent accelerating beyond 1 s.e.
+  static constexpr double kFallSigmas = 2.0;   // ... that is a descent: its last fall beyond 2 s.e.
 
   AutoController(int workers, AutoParts parts);
   std::string name() const override { return "auto"; }
@@ -69,7 +77,10 @@ class AutoController final : public Policy {
   };
   void end_window();
   void end_block();
-  void rise();
+  void rise(int factor = 2, bool spike = false);
+  bool accelerating() const;
+  void set_live(int live);
+  void set_spike_line();
   void set_k(int k);
   void ban(int unstable);
   bool probe_kept() const;
@@ -105,9 +116,15 @@ class AutoController final : public Policy {
   // Probes aborted by a rise; K <= unstable_k_ is not probed while ban_ > 0
   // (blocks); the next ban lasts ban_len_ blocks.
   int64_t aborts_ = 0, unstable_k_ = 0, ban_ = 0, ban_len_ = kGapMax;
+  // The spike guard: the first window's per-push standard deviation, pushes
+  // in a row above the spike line, pushes left before it is armed again.
+  double start_sd_ = 0;
+  int64_t spike_streak_ = 0, spike_cool_ = 0;
+  double spike_line_ = 0;  // derived: start + max(kSpike |start|, kSpikeSds sd)
   // Staleness of observed pushes: exponential moving average (weight 1/n).
   double tau_ema_ = 0;
   int64_t tau_count_ = 0;
+  double tau_weight_ = 1;  // derived: 1 / max(kMinWindow, 2 live_)
   // Per worker: when it last got parameters (-1 unknown) and the EMA of the
   // time from there to its next push (0 unknown).
   std::vector<double> free_since_, duration_;
