@@ -68,7 +68,9 @@ done
 # updates); "held": the first evaluation at which the mean of it and the
 # three before it (one virtual second at eval_every 0.25) is at or above TARGET;
 # "last 4": the mean of the last four evaluations; with AT=T also the
-# accuracy of the last evaluation at or before virtual second T.
+# accuracy of the last evaluation at or before virtual second T. Bytes are
+# pushed + pulled: per update, and per gradient (a push and its pull; the two
+# differ only when an update aggregates K > 1 pushes, as hybrid's do).
 python3 - "$OUT" "$TARGET" "${AT:-}" <<'PY'
 import csv, json, os, sys
 out, target = sys.argv[1], float(sys.argv[2])
@@ -76,7 +78,7 @@ at = float(sys.argv[3]) if sys.argv[3] else None
 cols = ["policy", "bandwidth (B/s)", "push", "pull", "EF", "final acc", "last 4"]
 if at is not None:
     cols.append(f"acc at {at:g} s")
-cols += [f"s to {target:.0%}", f"updates to {target:.0%}", f"s to {target:.0%} held", "bytes/update",
+cols += [f"s to {target:.0%}", f"updates to {target:.0%}", f"s to {target:.0%} held", "bytes/update", "bytes/gradient",
          "push ratio", "pull ratio", "updates", "gradients", "virtual s"]
 print("| " + " | ".join(cols) + " |")
 print("|" + "---|" * len(cols))
@@ -115,7 +117,7 @@ for name in names:
     row += ["%.2f" % t[first] if first is not None else "not reached",
             rows[first]["updates"] if first is not None else "-",
             "%.2f" % t[held] if held is not None else "not reached",
-            "%.0f" % (moved / max(1, updates)), "%.1f" % ratio, "%.1f" % pull_ratio,
+            "%.0f" % (moved / max(1, updates)), "%.0f" % (moved / max(1, s["gradients"])), "%.1f" % ratio, "%.1f" % pull_ratio,
             str(updates), str(s["gradients"]), "%.2f" % t[-1]]
     table.append(row)
     print("| " + " | ".join(row) + " |")
