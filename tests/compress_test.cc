@@ -246,6 +246,23 @@ TEST(Compress, SignKeepsSignsAndScale) {
     }
   }
   EXPECT_EQ(c.encoded_size(), 22 + 3 * 4 + (300 + 7) / 8u);
+  // The wire format: after the header and the bucket scales, bit i of byte
+  // j is the sign bit of value 8 j + i (the last byte partly used, its
+  // spare bits 0); a negative zero counts as negative.
+  x[8] = -0.0f;
+  std::string bytes;
+  c.encode(x, 1, false, &bytes);
+  ASSERT_EQ(bytes.size(), 22 + 3 * 4 + (300 + 7) / 8u);
+  for (size_t j = 0; j < (300 + 7) / 8; ++j) {
+    uint8_t want = 0;
+    for (size_t i = 8 * j; i < std::min<size_t>(300, 8 * j + 8); ++i) {
+      if (std::signbit(x[i])) want |= static_cast<uint8_t>(1u << (i - 8 * j));
+    }
+    EXPECT_EQ(static_cast<uint8_t>(bytes[22 + 3 * 4 + j]), want) << j;
+  }
+  const std::vector<float> z = round_trip(c, x);
+  EXPECT_TRUE(std::signbit(z[8]));
+  EXPECT_FALSE(std::signbit(z[7]));
 }
 
 TEST(Compress, PowersgdFactorisesMatricesAndSendsVectorsAsTheyAre) {

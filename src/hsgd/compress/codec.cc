@@ -417,12 +417,16 @@ void Codec::encode(std::span<const float> x, uint64_t key, bool raw, std::string
           for (size_t i = b; i < e; ++i) sum += std::fabs(v[i]);
           put(out, static_cast<float>(sum / static_cast<double>(e - b)));
         }
+        // Bit i of byte b / 8 is v[b + i]'s sign bit (shifts, no branches:
+        // the signs are random).
+        const size_t at = out->size();
+        out->resize(at + (n + 7) / 8);
         for (size_t b = 0; b < n; b += 8) {
-          uint8_t bits = 0;
+          uint32_t bits = 0;
           for (size_t i = b; i < std::min(n, b + 8); ++i) {
-            if (std::signbit(v[i])) bits |= static_cast<uint8_t>(1u << (i - b));
+            bits |= (std::bit_cast<uint32_t>(v[i]) >> 31) << (i - b);
           }
-          put(out, bits);
+          (*out)[at + b / 8] = static_cast<char>(bits);
         }
         break;
       }
@@ -540,10 +544,12 @@ void Codec::decode(std::span<const char> bytes, std::span<float> out,
         tmp.resize(nb);
         c.get_n(tmp.data(), nb);
         for (size_t b = 0; b < n; b += 8) {
-          const auto bits = c.get<uint8_t>();
+          const uint32_t bits = c.get<uint8_t>();
           for (size_t i = b; i < std::min(n, b + 8); ++i) {
-            const float s = tmp[i / kBucket];
-            v[i] = (bits >> (i - b)) & 1u ? -s : s;
+            // The scale with its sign bit flipped where the bit is set: -s
+            // exactly, without a branch on a random bit.
+            const uint32_t s = std::bit_cast<uint32_t>(tmp[i / kBucket]);
+            v[i] = std::bit_cast<float>(s ^ (((bits >> (i - b)) & 1u) << 31));
           }
         }
         break;
