@@ -5,8 +5,9 @@
 #
 # Defaults are the full grid (LeNet-5 on Fashion-MNIST, 16 simulated
 # workers, async and hybrid, 10 Gbit/s and 100 Mbit/s): costly. The reduced
-# grid of docs/results.md is
-#   MODEL=softmax BUDGET=2 POLICIES=async TARGET=0.75 scripts/compress-grid.sh
+# grids of docs/results.md (section Compression) give their commands, e.g.
+#   MODEL=lenet5 COMPUTE_TIME=0.013 LR=0.02 POLICIES=async BANDWIDTHS=1.25e7 \
+#     PULL=same BUDGET=12 scripts/compress-grid.sh runs/c14/async-100M
 # The push is compressed with each compressor; the pull with PULL (none by
 # default; PULL=same compresses it with the push's compressor too, except
 # randomk, which is refused on the pull path: its pull stays none and its row
