@@ -119,7 +119,8 @@ TEST(Compress, HalfConversionIsBitExactAgainstTheReference) {
   // Every half decodes to the same float bits (NaNs included).
   for (uint32_t h = 0; h <= 0xffffu; ++h) {
     const auto u = static_cast<uint16_t>(h);
-    ASSERT_EQ(std::bit_cast<uint32_t>(half_to_float(u)), std::bit_cast<uint32_t>(reference_half_to_float(u)))
+    ASSERT_EQ(std::bit_cast<uint32_t>(half_to_float(u)),
+              std::bit_cast<uint32_t>(reference_half_to_float(u)))
         << std::hex << h;
   }
   // Encoding: every float exponent with the mantissas at and around each

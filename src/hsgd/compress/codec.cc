@@ -208,7 +208,8 @@ uint16_t float_to_half(float f) {
   // 13 dropped mantissa bits to nearest even; a carry rounds into the
   // exponent (up to infinity, 0x7c00). The sum wraps harmlessly when a is
   // below the normal range (that result is not selected).
-  const uint32_t normal = (a + (static_cast<uint32_t>(15 - 127) << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
+  const uint32_t normal =
+      (a + (static_cast<uint32_t>(15 - 127) << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
   // Subnormal half (|f| < 2^-14): adding 0.5 leaves f rounded to a multiple
   // of 2^-24 (the spacing of float near 0.5, and of half's subnormals) in
   // the low mantissa bits, by the FPU's round to nearest even.
