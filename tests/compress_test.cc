@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numeric>
 #include <set>
@@ -76,6 +77,90 @@ TEST(Compress, HalfAndBfloat16AreExactToTheirPrecision) {
   EXPECT_EQ(half_to_float(float_to_half(1.0f + std::ldexp(1.0f, -11))), 1.0f);  // ties to even
   EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f)), 1.0f);
   EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(std::nanf("")))));
+}
+
+// The branchy conversions the codec used first (straightforward IEEE
+// rounding), kept here as the reference for the branch-free ones.
+uint16_t reference_float_to_half(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t mant = x & 0x7fffffu;
+  const int exp = static_cast<int>((x >> 23) & 0xffu);
+  if (exp == 255) return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0u));
+  const int e = exp - 127 + 15;
+  if (e >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
+  if (e <= 0) {
+    if (e < -10) return static_cast<uint16_t>(sign);
+    mant |= 0x800000u;
+    const int shift = 14 - e;
+    uint32_t m = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (m & 1u))) ++m;
+    return static_cast<uint16_t>(sign | m);
+  }
+  uint32_t h = sign | (static_cast<uint32_t>(e) << 10) | (mant >> 13);
+  const uint32_t rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+  return static_cast<uint16_t>(h);
+}
+
+float reference_half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0) {
+    const float v = std::ldexp(static_cast<float>(mant), -24);
+    return sign ? -v : v;
+  }
+  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
+  return std::bit_cast<float>(sign | ((exp - 15 + 127) << 23) | (mant << 13));
+}
+
+TEST(Compress, HalfConversionIsBitExactAgainstTheReference) {
+  // Every half decodes to the same float bits (NaNs included).
+  for (uint32_t h = 0; h <= 0xffffu; ++h) {
+    const auto u = static_cast<uint16_t>(h);
+    ASSERT_EQ(std::bit_cast<uint32_t>(half_to_float(u)),
+              std::bit_cast<uint32_t>(reference_half_to_float(u)))
+        << std::hex << h;
+  }
+  // Encoding: every float exponent with the mantissas at and around each
+  // rounding boundary (the 13 dropped bits at 0, 0xfff, 0x1000, 0x1001,
+  // 0x1fff, odd and even kept bits; the subnormal shifts' halfway points),
+  // then random bit patterns.
+  size_t checked = 0;
+  auto check = [&](uint32_t bits) {
+    const float f = std::bit_cast<float>(bits);
+    ASSERT_EQ(float_to_half(f), reference_float_to_half(f)) << std::hex << bits;
+    ++checked;
+  };
+  for (uint32_t sign : {0u, 0x80000000u}) {
+    for (uint32_t exp = 0; exp < 256; ++exp) {
+      for (uint32_t hi : {0u, 1u, 2u, 3u, 0x155u, 0x2aau, 0x3feu, 0x3ffu}) {
+        for (uint32_t lo : {0u, 1u, 0xfffu, 0x1000u, 0x1001u, 0x1fffu}) {
+          check(sign | (exp << 23) | (hi << 13) | lo);
+        }
+      }
+      for (uint32_t shift = 1; shift < 24; ++shift) {  // halfway points of every subnormal shift
+        const uint32_t half = 1u << (shift - 1);
+        for (uint32_t m : {half - 1, half, half + 1, 3 * half, (half << 1) | half}) {
+          check(sign | (exp << 23) | (m & 0x7fffffu));
+        }
+      }
+    }
+  }
+  Rng r(11, 3);
+  for (int i = 0; i < 1'000'000; ++i) check(static_cast<uint32_t>(r.next_u64()));
+  // And the halves themselves, and the midpoints between neighbours.
+  for (uint32_t h = 0; h < 0x7c00u; ++h) {
+    const float a = reference_half_to_float(static_cast<uint16_t>(h));
+    const float b = reference_half_to_float(static_cast<uint16_t>(h + 1));
+    const uint32_t ab = std::bit_cast<uint32_t>(a), bb = std::bit_cast<uint32_t>(b);
+    check(ab);
+    check(ab + (bb - ab) / 2);
+    check(ab + (bb - ab) / 2 + 1);
+    check(ab + (bb - ab) / 2 - 1);
+  }
+  EXPECT_GT(checked, 1'000'000u);
 }
 
 TEST(Compress, TopkKeepsExactlyTheKLargest) {
@@ -162,6 +247,23 @@ TEST(Compress, SignKeepsSignsAndScale) {
     }
   }
   EXPECT_EQ(c.encoded_size(), 22 + 3 * 4 + (300 + 7) / 8u);
+  // The wire format: after the header and the bucket scales, bit i of byte
+  // j is the sign bit of value 8 j + i (the last byte partly used, its
+  // spare bits 0); a negative zero counts as negative.
+  x[8] = -0.0f;
+  std::string bytes;
+  c.encode(x, 1, false, &bytes);
+  ASSERT_EQ(bytes.size(), 22 + 3 * 4 + (300 + 7) / 8u);
+  for (size_t j = 0; j < (300 + 7) / 8; ++j) {
+    uint8_t want = 0;
+    for (size_t i = 8 * j; i < std::min<size_t>(300, 8 * j + 8); ++i) {
+      if (std::signbit(x[i])) want |= static_cast<uint8_t>(1u << (i - 8 * j));
+    }
+    EXPECT_EQ(static_cast<uint8_t>(bytes[22 + 3 * 4 + j]), want) << j;
+  }
+  const std::vector<float> z = round_trip(c, x);
+  EXPECT_TRUE(std::signbit(z[8]));
+  EXPECT_FALSE(std::signbit(z[7]));
 }
 
 TEST(Compress, PowersgdFactorisesMatricesAndSendsVectorsAsTheyAre) {
