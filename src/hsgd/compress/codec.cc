@@ -95,6 +95,54 @@ void orthonormalize(std::vector<float>& p, size_t rows, size_t r) {
   }
 }
 
+
+// One power iteration of PowerSGD on M (rows x cols, row-major): P = M Q
+// (rows x r), orthonormalised, then Q' = M^T P (cols x r). `p` and `q_next`
+// arrive zeroed. Every value is summed in the same order as the plain loops
+// (P over c, Q' over a), so the messages are the same bits; R > 0 makes the
+// rank a constant (P's sums stay in registers, no reload through `p` or
+// `q_next`, which the compiler must otherwise assume alias M and Q), R = 0
+// takes it from `r_dyn`.
+template <size_t R>
+void power_step(const float* __restrict m, size_t rows, size_t cols, const float* __restrict q,
+                std::vector<float>& p, float* __restrict q_next, size_t r_dyn = R) {
+  const size_t r = R > 0 ? R : r_dyn;
+  float* __restrict pp = p.data();
+  for (size_t a = 0; a < rows; ++a) {
+    const float* row = m + a * cols;
+    if constexpr (R > 0) {
+      float acc[R] = {};
+      for (size_t c = 0; c < cols; ++c) {
+        const float mv = row[c];
+        for (size_t j = 0; j < R; ++j) acc[j] += mv * q[c * R + j];
+      }
+      for (size_t j = 0; j < R; ++j) pp[a * R + j] = acc[j];
+    } else {
+      for (size_t c = 0; c < cols; ++c) {
+        const float mv = row[c];
+        for (size_t j = 0; j < r; ++j) pp[a * r + j] += mv * q[c * r + j];
+      }
+    }
+  }
+  orthonormalize(p, rows, r);
+  for (size_t a = 0; a < rows; ++a) {
+    const float* row = m + a * cols;
+    if constexpr (R > 0) {
+      float pa[R];
+      for (size_t j = 0; j < R; ++j) pa[j] = pp[a * R + j];
+      for (size_t c = 0; c < cols; ++c) {
+        const float mv = row[c];
+        for (size_t j = 0; j < R; ++j) q_next[c * R + j] += mv * pa[j];
+      }
+    } else {
+      for (size_t c = 0; c < cols; ++c) {
+        const float mv = row[c];
+        for (size_t j = 0; j < r; ++j) q_next[c * r + j] += mv * pp[a * r + j];
+      }
+    }
+  }
+}
+
 }  // namespace
 
 bool CompressorSpec::biased() const {
@@ -393,20 +441,33 @@ void Codec::encode(std::span<const float> x, uint64_t key, bool raw, std::string
           for (size_t i = b; i < e; ++i) norm += double(v[i]) * v[i];
           const float fnorm = static_cast<float>(std::sqrt(norm));
           put(out, fnorm);
-          for (size_t i = b; i < e; ++i) {
-            int level = 0;
-            if (fnorm > 0) {
-              const double a = std::min<double>(s, std::fabs(v[i]) / fnorm * s);
-              const double fl = std::floor(a);
-              level = static_cast<int>(fl) + (rng.uniform() < a - fl ? 1 : 0);
-              level = std::min(level, s);
-              if (v[i] < 0) level = -level;
+          // The bucket's levels, then one append (int8, or int16 when
+          // S > 127). a is in [0, S] (a NaN or inf element makes fnorm
+          // non-finite: the bucket is all zeros, no draw), so truncation is
+          // floor, without a libm call per element; the sign is arithmetic
+          // (a branch on it mispredicts half the time).
+          int levels[kBucket];
+          const size_t m = e - b;
+          if (fnorm > 0) {
+            for (size_t i = 0; i < m; ++i) {
+              const float x = v[b + i];
+              const double a = std::min<double>(s, std::fabs(x) / fnorm * s);
+              const int fl = static_cast<int>(a);
+              const int level = std::min(fl + (rng.uniform() < a - fl ? 1 : 0), s);
+              const int neg = std::signbit(x) ? 1 : 0;
+              levels[i] = (level ^ -neg) + neg;
             }
-            if (s > 127) {
-              put(out, static_cast<int16_t>(level));
-            } else {
-              put(out, static_cast<int8_t>(level));
-            }
+          } else {
+            std::fill(levels, levels + m, 0);
+          }
+          if (s > 127) {
+            int16_t w[kBucket];
+            std::copy(levels, levels + m, w);
+            put_n(out, w, m);
+          } else {
+            int8_t w[kBucket];
+            std::copy(levels, levels + m, w);
+            put_n(out, w, m);
           }
         }
         break;
@@ -437,21 +498,12 @@ void Codec::encode(std::span<const float> x, uint64_t key, bool raw, std::string
         std::vector<float>& q = q_[ti];
         // P = M Q, orthonormalised; Q = M^T P. M is rows x cols row-major.
         p_.assign(rows * r, 0.0f);
-        for (size_t a = 0; a < rows; ++a) {
-          const float* m = v + a * cols;
-          for (size_t c = 0; c < cols; ++c) {
-            const float mv = m[c];
-            for (size_t j = 0; j < r; ++j) p_[a * r + j] += mv * q[c * r + j];
-          }
-        }
-        orthonormalize(p_, rows, r);
         q_next_.assign(q.size(), 0.0f);
-        for (size_t a = 0; a < rows; ++a) {
-          const float* m = v + a * cols;
-          for (size_t c = 0; c < cols; ++c) {
-            const float mv = m[c];
-            for (size_t j = 0; j < r; ++j) q_next_[c * r + j] += mv * p_[a * r + j];
-          }
+        switch (r) {  // the usual ranks with the rank a constant
+          case 1: power_step<1>(v, rows, cols, q.data(), p_, q_next_.data()); break;
+          case 2: power_step<2>(v, rows, cols, q.data(), p_, q_next_.data()); break;
+          case 4: power_step<4>(v, rows, cols, q.data(), p_, q_next_.data()); break;
+          default: power_step<0>(v, rows, cols, q.data(), p_, q_next_.data(), r); break;
         }
         put_n(out, p_.data(), p_.size());
         put_n(out, q_next_.data(), q_next_.size());
