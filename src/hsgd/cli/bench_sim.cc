@@ -71,7 +71,7 @@ int64_t compute_pair_gradients(const ModelSpec& spec, const Dataset& train, int 
 
 RunResult sim_run(const ModelSpec& spec, const Dataset& train, const Dataset& test, int workers,
                   const std::string& policy, int threads, double budget, double compute_time,
-                  int batch) {
+                  int batch, double server_ns_per_param) {
   Config c = load_config("", {{"train.runtime", "sim"},
                               {"train.workers", std::to_string(workers)},
                               {"train.batch", std::to_string(batch)},
@@ -83,7 +83,8 @@ RunResult sim_run(const ModelSpec& spec, const Dataset& train, const Dataset& te
                               {"stragglers.sigma", fmt::format("{:.17g}", compute_time)},
                               {"sim.threads", std::to_string(threads)},
                               {"sim.compute_time", fmt::format("{:.17g}", compute_time)},
-                              {"sim.server_ns_per_param", "0.5"}});
+                              {"sim.server_ns_per_param",
+                               fmt::format("{:.17g}", server_ns_per_param)}});
   return run_scratch(c, spec, train, test);
 }
 
@@ -139,11 +140,16 @@ int bench_sim(const BenchArgs& a) {
       // Virtual time per gradient = real time per gradient at one thread, so
       // a budget of seconds / workers virtual seconds takes ~seconds (plus
       // the first rounds: every worker computes before its first push lands).
+      // The virtual server takes no time: with one it would be the virtual
+      // bottleneck at 256 workers (0.5 ns/parameter: 256 pushes take longer
+      // than a gradient), the run would end after a fraction of `seconds`
+      // and the pushes queued at it would be computed ahead for nothing.
       const double g = 1.0 / c.back();
       const double budget = a.seconds / workers + 4 * g;
       for (int threads : {1, 2}) {
         const double cpu1 = cpu_seconds();
-        const RunResult res = sim_run(spec, train, test, workers, "hybrid", threads, budget, g, batch);
+        const RunResult res =
+            sim_run(spec, train, test, workers, "hybrid", threads, budget, g, batch, 0.0);
         (threads == 1 ? s1 : s2).push_back(static_cast<double>(res.gradients) / res.real_train_s);
         // Whole run (model builds and evaluation included) per pushed gradient.
         (threads == 1 ? cpu_1 : cpu_2)
@@ -199,7 +205,8 @@ int bench_sim(const BenchArgs& a) {
     reset_peak_rss();
     const double before = peak_rss_mb();
     const auto t0 = Clock::now();
-    const RunResult r = sim_run(m.spec, train, test, workers, m.policy, 2, m.budget, 0.01, batch);
+    const RunResult r =
+        sim_run(m.spec, train, test, workers, m.policy, 2, m.budget, 0.01, batch, 0.5);
     std::printf(
         "  %-15s %9lld params (%6.1f MB each)  peak RSS %8.0f MB (%6.0f MB before the run; "
         "%lld gradients, %.1f s)\n",
