@@ -87,6 +87,8 @@ std::vector<BadCase> bad_cases() {
   fs::create_directories(config_dir);
   const std::string a_file = write("a_file", "x");
   return {
+      {"bench_sim_model", "bench --sim --model mlp",
+       "bench --sim --model 'mlp': expected softmax or lenet5"},
       {"config_not_toml", "train --config " + not_toml,
        "not_toml.toml:1:1: expected a TOML config"},
       {"config_directory", "train --config " + config_dir,
@@ -265,6 +267,17 @@ TEST(Cli, CompareRunsEveryPolicyAndRoundAndWritesTheTable) {
   EXPECT_NE(resolved.find("schedule = 'linear'"), std::string::npos) << resolved;
   // Round r of every policy starts from seed 1 + r.
   EXPECT_EQ(summary(out + "/sync/round-1")["seed"], 2);
+}
+
+// bench --sim --model: that model's rates and CPU figures, no memory runs.
+TEST(Cli, BenchSimModelRunsThatModelOnly) {
+  Outcome o = run("bench --sim --model softmax --data synthetic --seconds 0.2 --repeats 1");
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.out.find("cpu us/pr"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("cpu us/1t"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("\nsoftmax "), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("\nlenet5 "), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("peak resident memory"), std::string::npos) << o.out;
 }
 
 TEST(Cli, CompareRejectsBadArgumentsBeforeAnyRun) {

@@ -10,6 +10,8 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -37,12 +39,20 @@ struct SamplerKernel : PushKernel {
                  Batch* scratch, int64_t* samples) override {
     calls.fetch_add(1);
     if (w == fail_worker) throw std::runtime_error("kernel failed");
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      param_ptrs.push_back(params.data());
+    }
     return compute_push(model, params, grads, samplers[static_cast<size_t>(w)], 8, nullptr, 0,
                         scratch, samples);
   }
+  bool writes_params() const override { return writes; }
   std::vector<ShardSampler> samplers;
   std::atomic<int> calls{0};
   int fail_worker = -1;
+  bool writes = true;  // false: the engine may read snapshots in place
+  std::mutex mu;
+  std::vector<const float*> param_ptrs;  // where each call read its parameters
 };
 
 struct Fixture {
@@ -63,11 +73,15 @@ struct Fixture {
 // Pushes of `workers` workers over `rounds` rounds of requests (worker w's
 // parameters at a version that changes every `same` workers), taken in an
 // order that is not the request order.
+// in_place: the kernel does not write its parameters and the model is read
+// in place whatever its size.
 std::vector<std::vector<float>> pushes(int threads, int window, int workers, int rounds, int same,
-                                       size_t* peak_snapshots = nullptr) {
+                                       size_t* peak_snapshots = nullptr, bool in_place = false) {
   Fixture fx;
   SamplerKernel kernel(fx.train, workers);
-  SimCompute compute(threads, workers, fx.params.size(), fx.make, &kernel, window);
+  kernel.writes = !in_place;
+  SimCompute compute(threads, workers, fx.params.size(), fx.make, &kernel, window,
+                     in_place ? 0 : SimCompute::kInPlaceFrom);
   std::vector<std::vector<float>> out;
   std::vector<float> p = fx.params;
   for (int r = 0; r < rounds; ++r) {
@@ -102,12 +116,56 @@ TEST(SimCompute, PoolGivesTheSamePushesAsOneThread) {
   }
 }
 
+// Large models read the snapshot in place and write the push into the
+// buffer the loop takes: the same pushes as copies, for any thread count.
+TEST(SimCompute, InPlacePushesAreThePushesOfCopies) {
+  const auto one = pushes(1, 0, 6, 3, 1);
+  for (int threads : {1, 2, 3}) {
+    for (int window : {1, 16}) {
+      EXPECT_EQ(pushes(threads, window, 6, 3, 2, nullptr, true), pushes(1, 0, 6, 3, 2))
+          << threads << " threads, window " << window;
+    }
+  }
+  EXPECT_EQ(pushes(2, 0, 6, 3, 1, nullptr, true), one);
+}
+
+// In place, a model reads the snapshot of the version its worker pulled
+// (workers of one version: one buffer; two versions: two); copying, a model
+// reads its own buffer whatever the version.
+TEST(SimCompute, InPlaceReadsTheSnapshotCopiesReadTheModelsBuffer) {
+  Fixture fx;
+  std::vector<float> other = fx.params;
+  other[0] += 1;
+  auto where = [&](int threads, bool writes, size_t from, std::vector<uint64_t> versions) {
+    const int n = static_cast<int>(versions.size());
+    SamplerKernel kernel(fx.train, n);
+    kernel.writes = writes;
+    SimCompute compute(threads, n, fx.params.size(), fx.make, &kernel, 0, from);
+    for (int w = 0; w < n; ++w) {
+      compute.request(w, versions[static_cast<size_t>(w)] == 1 ? fx.params : other,
+                      versions[static_cast<size_t>(w)], w);
+    }
+    compute.settle_all();  // every request pending at once: their snapshots all alive
+    for (int w = 0; w < n; ++w) EXPECT_EQ(compute.take(w).samples, 8);
+    return std::set<const float*>(kernel.param_ptrs.begin(), kernel.param_ptrs.end()).size();
+  };
+  EXPECT_EQ(where(2, false, 0, {1, 1, 1, 1}), 1u);  // one version, one snapshot, 3 models
+  EXPECT_EQ(where(1, false, 0, {1, 2}), 2u);        // two versions, two snapshots
+  EXPECT_EQ(where(1, false, SimCompute::kInPlaceFrom, {1, 2}), 1u);  // small: a copy
+  EXPECT_EQ(where(1, true, 0, {1, 2}), 1u);  // a kernel that writes them (local:H): a copy
+}
+
 TEST(SimCompute, SnapshotsAreSharedByWorkersThatPulledTheSameVersion) {
   size_t peak_shared = 0, peak_distinct = 0;
   // Window 1: most requests wait, holding their snapshot.
   pushes(2, 1, 8, 2, 8, &peak_shared);  // all 8 workers pull one version per round
   pushes(2, 1, 8, 2, 1, &peak_distinct);
   EXPECT_LE(peak_shared, 3u);  // this round's, at most the last round's, the cached one
+  EXPECT_GT(peak_distinct, peak_shared);
+  // In place, a snapshot lives until its pushes are computed, not started.
+  pushes(2, 1, 8, 2, 8, &peak_shared, true);
+  pushes(2, 1, 8, 2, 1, &peak_distinct, true);
+  EXPECT_LE(peak_shared, 3u);
   EXPECT_GT(peak_distinct, peak_shared);
 }
 

@@ -42,6 +42,10 @@ Job bench_job(const Config& c, const ModelSpec& spec, const Dataset& train, cons
   job.test = &test;
   job.make_model = [spec] { return make_model(spec); };
   job.initial_params = initial_params(job.make_model, 1);
+  // One partition for every worker (as hsgd train does), not one per
+  // worker's sampler: 256 shuffles of the data set per run would be charged
+  // to the runtimes' figures.
+  job.partition = std::make_shared<const Partition>(make_partition(job));
   return job;
 }
 

@@ -68,6 +68,7 @@ struct BenchArgs {
   bool checkpoint = false;  // only the checkpoint write/resume figures
   bool compress = false;    // only the compressors' costs (issue 14)
   std::string model = "lenet5";  // the model of --compress
+  bool model_given = false;      // --model was given (--sim: only its rate, no memory runs)
   bool auto_policy = false;  // only the auto policy's decision cost (#17)
   bool sim = false;         // only the parallel simulator's figures (bench_sim.cc)
   bool stream = false;      // only the server update against the triad (bench_stream.cc)

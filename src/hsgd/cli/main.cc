@@ -113,7 +113,8 @@ int main(int argc, char** argv) {
   bench->add_flag("--checkpoint", ba.checkpoint, "only the checkpoint write and resume figures");
   bench->add_flag("--compress", ba.compress,
                   "only the compressors' cost per gradient and bytes per push ([compress])");
-  bench->add_option("--model", ba.model, "the model of --compress (lenet5)");
+  CLI::Option* bench_model =
+      bench->add_option("--model", ba.model, "the model of --compress (lenet5); with --sim: only that model's rate");
   bench->add_flag("--auto", ba.auto_policy, "only the auto policy's decision cost against the server's");
   bench->add_flag("--sim", ba.sim,
                   "only the parallel simulator's gradient rate (256 workers, 1 and 2 threads)");
@@ -124,6 +125,7 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+    ba.model_given = bench_model->count() > 0;
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;

@@ -60,15 +60,30 @@ struct SimCompute::Snapshot {
   std::vector<float> params;
 };
 
+// A model and its scratch. Small models stay bound to buffers of their own
+// (a push copies its parameters in and its gradient out: cheaper than
+// rebinding a model's tensors); large ones are bound per push to the
+// snapshot they read and the buffer their push goes to, in place.
 struct SimCompute::Engine {
-  explicit Engine(const ModelFactory& make, size_t n)
-      : model(make()), params(n), grads(n) {
+  Engine(const ModelFactory& make, size_t n, bool in_place) : model(make()) {
     HSGD_ASSERT(static_cast<size_t>(model->num_params()) == n, "sim: model size mismatch");
-    model->bind(params, grads);
+    if (!in_place) {
+      params.resize(n);
+      grads.resize(n);
+      bind(params, grads);
+    }
+  }
+  void bind(std::span<float> p, std::span<float> g) {
+    if (p.data() == bound_params && g.data() == bound_grads) return;
+    model->bind(p, g);
+    bound_params = p.data();
+    bound_grads = g.data();
   }
   std::unique_ptr<Model> model;
-  std::vector<float> params, grads;
+  std::vector<float> params, grads;  // small models' own buffers
   Batch scratch;
+  const float* bound_params = nullptr;
+  const float* bound_grads = nullptr;
 };
 
 namespace {
@@ -82,14 +97,15 @@ size_t default_window(int threads, int workers, size_t np) {
 }  // namespace
 
 SimCompute::SimCompute(int threads, int workers, size_t num_params, const ModelFactory& make_model,
-                       PushKernel* kernel, int window)
+                       PushKernel* kernel, int window, size_t in_place_from)
     : threads_(std::max(1, threads)),
       np_(num_params),
       window_(window > 0 ? static_cast<size_t>(window) : default_window(threads, workers, num_params)),
       kernel_(kernel),
+      in_place_(!kernel->writes_params() && num_params >= in_place_from),
       buffers_(std::make_shared<BufferPool>(num_params, window_ + 8)),
       slots_(static_cast<size_t>(workers)) {
-  inline_ = std::make_unique<Engine>(make_model, np_);
+  inline_ = std::make_unique<Engine>(make_model, np_, in_place_);
   if (threads_ == 1) return;
   // Each pool thread builds its model on itself (ModelFactory's contract)
   // and reports; the first error is rethrown here.
@@ -101,7 +117,7 @@ SimCompute::SimCompute(int threads, int workers, size_t num_params, const ModelF
     pool_.emplace_back([&, i] {
       std::unique_ptr<Engine> e;
       try {
-        e = std::make_unique<Engine>(make_model, np_);
+        e = std::make_unique<Engine>(make_model, np_, in_place_);
       } catch (...) {
         std::lock_guard<std::mutex> lock(ready_mu);
         if (!error) error = std::current_exception();
@@ -184,22 +200,27 @@ bool SimCompute::can_start_any() {
 void SimCompute::run(int worker, Engine& e, std::shared_ptr<const Snapshot> snap) {
   Slot& s = slots_[static_cast<size_t>(worker)];
   // Only this thread touches the slot's result fields while it is kRunning.
-  std::copy(snap->params.begin(), snap->params.end(), e.params.begin());
-  snap.reset();
+  if (s.grads.size() != np_) s.grads = buffers_->get();
+  std::span<float> params = e.params, grads = e.grads;
+  if (in_place_) {
+    // Read only (writes_params() is false): every request of the version
+    // may read it at once; its buffer is reused only after the last.
+    params = std::span<float>(const_cast<float*>(snap->params.data()), np_);
+    grads = s.grads;
+    e.bind(params, grads);
+  } else {
+    std::copy(snap->params.begin(), snap->params.end(), e.params.begin());
+    snap.reset();
+  }
+  s.error = nullptr;
   try {
-    compute_into(worker, e, s);
+    int64_t samples = 0;
+    s.loss = kernel_->compute(worker, *e.model, params, grads, &e.scratch, &samples);
+    s.samples = samples;
+    if (!in_place_) std::copy(e.grads.begin(), e.grads.end(), s.grads.begin());
   } catch (...) {
     s.error = std::current_exception();
   }
-}
-
-void SimCompute::compute_into(int worker, Engine& e, Slot& s) {
-  s.error = nullptr;
-  int64_t samples = 0;
-  s.loss = kernel_->compute(worker, *e.model, e.params, e.grads, &e.scratch, &samples);
-  s.samples = samples;
-  if (s.grads.size() != np_) s.grads = buffers_->get();
-  std::copy(e.grads.begin(), e.grads.end(), s.grads.begin());
 }
 
 void SimCompute::request(int worker, std::span<const float> params, uint64_t version, double due) {

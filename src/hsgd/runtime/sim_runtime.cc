@@ -258,6 +258,8 @@ class SimRun final : public PushKernel {
                         c_.train.batch, local_h_ > 0 ? &locals_[static_cast<size_t>(w)] : nullptr,
                         local_h_, scratch, samples);
   }
+  // Only local steps move the parameters they start from.
+  bool writes_params() const override { return local_h_ > 0; }
 
   double idle_at(double t) const {
     double total = 0;
