@@ -22,7 +22,7 @@ cells = {}  # (lr, sigma, batch) -> (fixed policies dict, auto dict, source, see
 # Reduced grid: fixed policies from sweep-mlp-reduced, auto from rerun-auto-mlp-reduced.
 for fixed_dir, auto_dir, extra, src in [
         ("sweep-mlp-reduced", "rerun-auto-mlp-reduced", {"train.batch": "32"}, "reduced"),
-        ("sweep-mlp-batch", "rerun-auto-mlp-batch", {"stragglers.sigma": "0.25"}, "batch slice")]:
+        ("sweep-mlp-batch", "rerun-auto-mlp-batch", {"stragglers.sigma": "0.25"}, "batch")]:
     fx = {key(c["at"], extra): c["policies"] for c in load(fixed_dir)}
     bestof = {key(c["at"], extra): c["best_fixed"] for c in load(fixed_dir)}
     au = {key(c["at"], extra): c["policies"]["auto"] for c in load(auto_dir)}
@@ -33,7 +33,7 @@ for name, extra in [("sweep-mlp-rest", {}), ("sweep-mlp-rest-s025", {"stragglers
     for c in load(name):
         pol = dict(c["policies"])
         a = pol.pop("auto")
-        cells[key(c["at"], extra)] = (pol, a, "held out (new)", c["best_fixed"])
+        cells[key(c["at"], extra)] = (pol, a, "rest", c["best_fixed"])
 
 assert len(cells) == 27, len(cells)
 pp = lambda x: 100.0 * x
