@@ -1,12 +1,15 @@
 #!/bin/sh
 # Runs the sweeps of issue 17 (docs/results.md, "auto against the best fixed
-# policy"). Usage: scripts/sweep.sh [reduced|rerun|full] [OUT]
+# policy"). Usage: scripts/sweep.sh [reduced|rerun|heldout|full] [OUT]
 #   reduced (default): the grids docs/results.md reports (~35 CPU-minutes):
 #     sweep-momentum, sweep-mlp-reduced, sweep-ablation, sweep-mlp-batch,
 #     sweep-lenet5-reduced.
 #   rerun: auto alone (and its ablations) on the reduced grids' cells, the
 #     fixed policies' figures taken from the committed sweep.json files
 #     (docs/results.md, "The third rule"; ~15 CPU-minutes).
+#   heldout: the 15 MLP cells outside the reduced grid and the batch slice,
+#     7 policies, 1 seed, 30 s (sweep-mlp-rest, sweep-mlp-rest-s025;
+#     105 runs, ~7 CPU-minutes); scripts/mlp27.py then tabulates all 27 cells.
 #   full: the issue's grids, sweep-mlp (972 runs) and sweep-lenet5 (144 runs),
 #     several CPU-hours on two cores; resumable (rerun to continue).
 # HSGD names the binary (default build/release/hsgd); JOBS, if set, the runs
@@ -20,8 +23,9 @@ OUT=${2:-docs/results/sweep}
 case "$MODE" in
   reduced) GRIDS="sweep-momentum sweep-mlp-reduced sweep-ablation sweep-mlp-batch sweep-lenet5-reduced" ;;
   rerun) GRIDS="rerun-auto-mlp-reduced rerun-auto-lenet5-reduced rerun-auto-mlp-batch rerun-auto-momentum sweep-ablation" ;;
+  heldout) GRIDS="sweep-mlp-rest sweep-mlp-rest-s025" ;;
   full) GRIDS="sweep-mlp sweep-lenet5 sweep-momentum" ;;
-  *) echo "usage: scripts/sweep.sh [reduced|rerun|full] [OUT]" >&2; exit 2 ;;
+  *) echo "usage: scripts/sweep.sh [reduced|rerun|heldout|full] [OUT]" >&2; exit 2 ;;
 esac
 for g in $GRIDS; do
   "$HSGD" sweep "examples/sweep/$g.toml" --out "$OUT/$g" ${JOBS:+--jobs "$JOBS"} > /dev/null
