@@ -260,14 +260,17 @@ TEST(AutoPolicy, ASpikeMultipliesKAtOnceAndBansSmallerK) {
   auto blow_up = [](AutoParts parts, int* k_after, int* min_k_later) {
     AutoController c(25, parts);
     Feed f(&c, std::vector<double>(25, 0.1));
-    f.run(80, [](double t) { return 2.3 - 0.5 * t; }, 0.01);  // a clean, fast descent
+    f.run(
+        80, [](double t) { return 2.3 - 0.5 * t; }, 0.01);  // a clean, fast descent
     EXPECT_EQ(c.rises(), 0);
     EXPECT_EQ(c.k(), 1);
-    f.run(2, [](double) { return 4.5; }, 0.01);  // two pushes at ~2x the start
+    f.run(
+        2, [](double) { return 4.5; }, 0.01);  // two pushes at ~2x the start
     *k_after = c.k();
     int m = c.k();
     for (int i = 0; i < 40; ++i) {  // then a steady loss: probes may run
-      f.run(50, [](double) { return 1.5; }, 0.02);
+      f.run(
+          50, [](double) { return 1.5; }, 0.02);
       m = std::min(m, c.k());
     }
     *min_k_later = m;
@@ -294,12 +297,13 @@ TEST(AutoPolicy, TheSpikeGuardStaysQuietOnACleanNoisyDescent) {
   AutoController c(25, only_spike);
   Feed f(&c, std::vector<double>(25, 0.1));
   int i = 0;
-  f.run(3000,
-        [&i](double t) {
-          const double base = 0.5 + 1.8 * std::exp(-t / 4);
-          return ++i % 200 < 6 ? 1.3 * base : base;
-        },
-        0.1);
+  f.run(
+      3000,
+      [&i](double t) {
+        const double base = 0.5 + 1.8 * std::exp(-t / 4);
+        return ++i % 200 < 6 ? 1.3 * base : base;
+      },
+      0.1);
   EXPECT_EQ(c.rises(), 0);
   EXPECT_EQ(c.k(), 1);
 }
@@ -313,7 +317,8 @@ TEST(AutoPolicy, NoProbeIsKeptOnADescentThatSpeedsUpWhateverK) {
     AutoController c(16, parts);
     Feed f(&c, std::vector<double>(16, 0.1));
     // 2.3 on a plateau, then falling quadratically in time (K plays no part).
-    f.run(1200, [](double t) { return 2.3 - 0.3 * t * t; }, 0.005);
+    f.run(
+        1200, [](double t) { return 2.3 - 0.3 * t * t; }, 0.005);
     return c.kept();
   };
   EXPECT_EQ(bend({}), 0);

@@ -166,7 +166,8 @@ std::string check_model(std::string_view bytes) {
     if (spec.name == "mlp") chain.insert(chain.end(), spec.hidden.begin(), spec.hidden.end());
     chain.push_back(static_cast<uint64_t>(spec.num_classes));
     for (size_t i = 0; i + 1 < chain.size(); ++i) {
-      if (chain[i] * chain[i + 1] > params.size()) return "a weight matrix larger than the parameters";
+      if (chain[i] * chain[i + 1] > params.size())
+        return "a weight matrix larger than the parameters";
     }
   }
   if (!std::isfinite(spec.input_mean) || !std::isfinite(spec.input_std) || !(spec.input_std > 0)) {

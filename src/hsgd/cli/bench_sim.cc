@@ -4,6 +4,8 @@
 //  2. Peak resident memory of 256-worker runs (LeNet-5, a 10M-parameter MLP),
 //     each measured alone (/proc/self/clear_refs resets the peak).
 #include <fmt/format.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,8 +15,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include "hsgd/cli/bench_common.h"
 #include "hsgd/cli/commands.h"
@@ -53,7 +53,8 @@ double compute_only_rate(const ModelSpec& spec, const Dataset& train, int batch,
 int64_t compute_pair_gradients(const ModelSpec& spec, const Dataset& train, int batch,
                                double seconds) {
   std::vector<std::unique_ptr<GradientLoop>> loops;
-  for (int t = 0; t < 2; ++t) loops.push_back(std::make_unique<GradientLoop>(spec, train, batch, 3));
+  for (int t = 0; t < 2; ++t)
+    loops.push_back(std::make_unique<GradientLoop>(spec, train, batch, 3));
   std::vector<int64_t> steps(2, 0);
   std::vector<std::thread> threads;
   for (int t = 0; t < 2; ++t) {
@@ -72,19 +73,19 @@ int64_t compute_pair_gradients(const ModelSpec& spec, const Dataset& train, int 
 RunResult sim_run(const ModelSpec& spec, const Dataset& train, const Dataset& test, int workers,
                   const std::string& policy, int threads, double budget, double compute_time,
                   int batch, double server_ns_per_param) {
-  Config c = load_config("", {{"train.runtime", "sim"},
-                              {"train.workers", std::to_string(workers)},
-                              {"train.batch", std::to_string(batch)},
-                              {"train.budget", fmt::format("{:.17g}", budget)},
-                              {"train.eval_every", "1000000"},
-                              {"train.eval_samples", "64"},
-                              {"policy.name", policy},
-                              {"stragglers.fraction", "0.5"},
-                              {"stragglers.sigma", fmt::format("{:.17g}", compute_time)},
-                              {"sim.threads", std::to_string(threads)},
-                              {"sim.compute_time", fmt::format("{:.17g}", compute_time)},
-                              {"sim.server_ns_per_param",
-                               fmt::format("{:.17g}", server_ns_per_param)}});
+  Config c =
+      load_config("", {{"train.runtime", "sim"},
+                       {"train.workers", std::to_string(workers)},
+                       {"train.batch", std::to_string(batch)},
+                       {"train.budget", fmt::format("{:.17g}", budget)},
+                       {"train.eval_every", "1000000"},
+                       {"train.eval_samples", "64"},
+                       {"policy.name", policy},
+                       {"stragglers.fraction", "0.5"},
+                       {"stragglers.sigma", fmt::format("{:.17g}", compute_time)},
+                       {"sim.threads", std::to_string(threads)},
+                       {"sim.compute_time", fmt::format("{:.17g}", compute_time)},
+                       {"sim.server_ns_per_param", fmt::format("{:.17g}", server_ns_per_param)}});
   return run_scratch(c, spec, train, test);
 }
 
@@ -115,7 +116,8 @@ int bench_sim(const BenchArgs& a) {
   const int rounds = std::max(1, std::min(a.repeats, 5));
   std::printf(
       "hsgd bench --sim: data %s, batch %d, %d workers, policy hybrid, half the workers "
-      "delayed; %d rounds, each: compute-only (1 thread, then 2 at once, %.1f s each), then the simulator with "
+      "delayed; %d rounds, each: compute-only (1 thread, then 2 at once, %.1f s each), then the "
+      "simulator with "
       "sim.threads = 1 and 2 (~%.1f s each); medians of the per-round figures\n\n",
       train.name.c_str(), batch, workers, rounds, a.seconds / 2, a.seconds);
   std::printf("%-8s %9s %12s %12s %12s %12s %8s %8s %8s %10s %10s %10s %10s %8s\n", "model",
@@ -165,9 +167,9 @@ int bench_sim(const BenchArgs& a) {
     std::printf(
         "%-8s %9lld %12.0f %12.0f %12.0f %12.0f %8.3f %8.3f %8.3f %10.1f %10.1f %10.1f %10.1f "
         "%8.3f\n",
-        name, static_cast<long long>(np), median(c), median(s1), median(s2), median(k2),
-        median(r1), median(r2), median(r21), 1e6 * median(cpu_c), 1e6 * median(cpu_p),
-        1e6 * median(cpu_1), 1e6 * median(cpu_2), median(cpu_c) / median(cpu_2));
+        name, static_cast<long long>(np), median(c), median(s1), median(s2), median(k2), median(r1),
+        median(r2), median(r21), 1e6 * median(cpu_c), 1e6 * median(cpu_p), 1e6 * median(cpu_1),
+        1e6 * median(cpu_2), median(cpu_c) / median(cpu_2));
     std::fflush(stdout);
   }
   std::printf(

@@ -113,8 +113,8 @@ int main(int argc, char** argv) {
   bench->add_flag("--checkpoint", ba.checkpoint, "only the checkpoint write and resume figures");
   bench->add_flag("--compress", ba.compress,
                   "only the compressors' cost per gradient and bytes per push ([compress])");
-  CLI::Option* bench_model =
-      bench->add_option("--model", ba.model, "the model of --compress (lenet5); with --sim: only that model's rate");
+  CLI::Option* bench_model = bench->add_option(
+      "--model", ba.model, "the model of --compress (lenet5); with --sim: only that model's rate");
   bench->add_flag("--auto", ba.auto_policy, "only the auto policy's decision cost against the server's");
   bench->add_flag("--sim", ba.sim,
                   "only the parallel simulator's gradient rate (256 workers, 1 and 2 threads)");

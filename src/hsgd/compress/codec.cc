@@ -95,7 +95,6 @@ void orthonormalize(std::vector<float>& p, size_t rows, size_t r) {
   }
 }
 
-
 // One power iteration of PowerSGD on M (rows x cols, row-major): P = M Q
 // (rows x r), orthonormalised, then Q' = M^T P (cols x r). `p` and `q_next`
 // arrive zeroed. Every value is summed in the same order as the plain loops
@@ -500,10 +499,18 @@ void Codec::encode(std::span<const float> x, uint64_t key, bool raw, std::string
         p_.assign(rows * r, 0.0f);
         q_next_.assign(q.size(), 0.0f);
         switch (r) {  // the usual ranks with the rank a constant
-          case 1: power_step<1>(v, rows, cols, q.data(), p_, q_next_.data()); break;
-          case 2: power_step<2>(v, rows, cols, q.data(), p_, q_next_.data()); break;
-          case 4: power_step<4>(v, rows, cols, q.data(), p_, q_next_.data()); break;
-          default: power_step<0>(v, rows, cols, q.data(), p_, q_next_.data(), r); break;
+          case 1:
+            power_step<1>(v, rows, cols, q.data(), p_, q_next_.data());
+            break;
+          case 2:
+            power_step<2>(v, rows, cols, q.data(), p_, q_next_.data());
+            break;
+          case 4:
+            power_step<4>(v, rows, cols, q.data(), p_, q_next_.data());
+            break;
+          default:
+            power_step<0>(v, rows, cols, q.data(), p_, q_next_.data(), r);
+            break;
         }
         put_n(out, p_.data(), p_.size());
         put_n(out, q_next_.data(), q_next_.size());

@@ -100,7 +100,8 @@ SimCompute::SimCompute(int threads, int workers, size_t num_params, const ModelF
                        PushKernel* kernel, int window, size_t in_place_from)
     : threads_(std::max(1, threads)),
       np_(num_params),
-      window_(window > 0 ? static_cast<size_t>(window) : default_window(threads, workers, num_params)),
+      window_(window > 0 ? static_cast<size_t>(window)
+                         : default_window(threads, workers, num_params)),
       kernel_(kernel),
       in_place_(!kernel->writes_params() && num_params >= in_place_from),
       buffers_(std::make_shared<BufferPool>(num_params, window_ + 8)),

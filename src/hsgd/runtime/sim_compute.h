@@ -23,10 +23,10 @@
 // into the buffer the loop takes it from: no copy of the parameters or the
 // gradient per push. Below that a copy each way costs less than rebinding
 // the model's tensors (measured: softmax, 7 850 parameters, 0.5 us per copy
-// against 1.4 us per bind; LeNet-5 3.6 against 8.5 us). Pool threads take requests earliest due first;
-// results wait in at most `window` buffers ahead of the loop (plus what the
-// loop computes itself: a push it needs that no pool thread has started, or
-// the next request while a pool thread finishes the one it needs).
+// against 1.4 us per bind; LeNet-5 3.6 against 8.5 us). Pool threads take requests earliest due
+// first; results wait in at most `window` buffers ahead of the loop (plus what the loop computes
+// itself: a push it needs that no pool thread has started, or the next request while a pool thread
+// finishes the one it needs).
 //
 // With threads == 1 there is no pool: take() computes the push on the
 // calling thread, from the request's snapshot (so a sync round of 256
