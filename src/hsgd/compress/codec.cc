@@ -441,10 +441,11 @@ void Codec::encode(std::span<const float> x, uint64_t key, bool raw, std::string
           const float fnorm = static_cast<float>(std::sqrt(norm));
           put(out, fnorm);
           // The bucket's levels, then one append (int8, or int16 when
-          // S > 127). a is in [0, S] (a NaN or inf element makes fnorm
-          // non-finite: the bucket is all zeros, no draw), so truncation is
-          // floor, without a libm call per element; the sign is arithmetic
-          // (a branch on it mispredicts half the time).
+          // S > 127). a is in [0, S] (std::min takes S when the ratio is
+          // NaN, as for an inf element; a NaN element makes fnorm NaN and
+          // the bucket all zeros, no draw), so truncation is floor, without
+          // a libm call per element; the sign is arithmetic (a branch on it
+          // mispredicts half the time).
           int levels[kBucket];
           const size_t m = e - b;
           if (fnorm > 0) {

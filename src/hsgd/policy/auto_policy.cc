@@ -304,8 +304,9 @@ void AutoController::end_block() {
   ++probes_;
   base_k_ = k_;
   probe_k_ = target;
-  k_ = target;  // the rise test keeps the base-K windows: a probe that makes the loss rise is
-                // aborted
+  // The rise test keeps the base-K windows: a probe that makes the loss rise
+  // is aborted.
+  k_ = target;
   phase_ = 1;
   dir_ = target > base_k_ ? 1 : -1;
 }

@@ -23,9 +23,10 @@
 // into the buffer the loop takes it from: no copy of the parameters or the
 // gradient per push. Below that a copy each way costs less than rebinding
 // the model's tensors (measured: softmax, 7 850 parameters, 0.5 us per copy
-// against 1.4 us per bind; LeNet-5 3.6 against 8.5 us). Pool threads take requests earliest due
-// first; results wait in at most `window` buffers ahead of the loop (plus what the loop computes
-// itself: a push it needs that no pool thread has started, or the next request while a pool thread
+// against 1.4 us per bind; LeNet-5 3.6 against 8.5 us). Pool threads take
+// requests earliest due first; results wait in at most `window` buffers
+// ahead of the loop (plus what the loop computes itself: a push it needs
+// that no pool thread has started, or the next request while a pool thread
 // finishes the one it needs).
 //
 // With threads == 1 there is no pool: take() computes the push on the
@@ -163,7 +164,9 @@ class SimCompute {
   const size_t np_;
   const size_t window_;
   PushKernel* kernel_;
-  const bool in_place_;  // !kernel_->writes_params(): models read snapshots in place
+  // Models read snapshots in place: the kernel never writes its parameters
+  // and the model has at least `in_place_from` of them.
+  const bool in_place_;
   std::shared_ptr<BufferPool> buffers_;
   std::unique_ptr<Engine> inline_;  // the calling thread's model
   std::vector<std::thread> pool_;
