@@ -521,6 +521,10 @@ TEST_P(MpiCompress, SyncRunMatchesThreadsAndSimWithFewerBytes) {
   EXPECT_NEAR(acc, ss["test_acc"].get<double>(), 0.02);
   const auto& zm = sm["compress"];
   ASSERT_TRUE(zm.is_object()) << sm.dump();
+  // compress_s holds the server ranks' decoding and encoding too.
+  const double server_s = zm["server_compress_s"].get<double>();
+  EXPECT_GT(server_s, 0);
+  EXPECT_GT(zm["compress_s"].get<double>(), server_s);
   const int64_t plain = zm["plain_bytes_per_message"].get<int64_t>();
   EXPECT_EQ(plain, 840);
   const int64_t pushed = zm["bytes_pushed"].get<int64_t>();
@@ -582,7 +586,7 @@ TEST(MpiCli, TopkLeNet5OnTwoServerRanksLearns) {
 // A compressed mpi run killed after a checkpoint resumes, with the same
 // worker count (the workers' residuals and copies and the shards' held
 // copies are restored) and with another (they start afresh), and its byte
-// counters run on from the checkpoint's.
+// and seconds counters run on from the checkpoint's.
 TEST(MpiCli, ACompressedRunResumesFromItsCheckpoint) {
   for (const char* np : {"4", "3"}) {
     const std::string out = tmp(std::string("zmpi_kill_") + np);
@@ -603,6 +607,7 @@ TEST(MpiCli, ACompressedRunResumesFromItsCheckpoint) {
     std::string line;
     std::getline(csv, line);
     int64_t last_pushed = -1;
+    double last_seconds = -1;
     int rows = 0;
     while (std::getline(csv, line)) {
       // bytes_pushed is the third column from the end.
@@ -615,6 +620,11 @@ TEST(MpiCli, ACompressedRunResumesFromItsCheckpoint) {
       const int64_t pushed = std::stoll(f[f.size() - 3]);
       EXPECT_GE(pushed, last_pushed) << line;
       last_pushed = pushed;
+      // compress_s, the last: the workers' and the server ranks' seconds
+      // run on from the checkpoint's too.
+      const double seconds = std::stod(f.back());
+      EXPECT_GE(seconds, last_seconds) << line;
+      last_seconds = seconds;
       ++rows;
     }
     EXPECT_GE(rows, 4);

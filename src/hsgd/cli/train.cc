@@ -340,6 +340,7 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
         {"bytes_per_push", static_cast<double>(r.compress.bytes_pushed) / pushes},
         {"compress_s", r.compress.compress_s},
         {"plain_bytes_per_message", 4 * job_params(p.job)}};
+    if (r.server_compress_s >= 0) summary["compress"]["server_compress_s"] = r.server_compress_s;
   }
   if (r.sparse.on) summary["sparse"] = sparse_summary(r.sparse, c.train.runtime);  // issue 16
   write_file_atomic(out + "/summary.json", summary.dump(2) + "\n");

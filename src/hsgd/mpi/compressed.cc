@@ -12,7 +12,8 @@
 namespace hsgd::mpi {
 namespace {
 
-constexpr uint32_t kShardTag = 0x4D435331;   // "MCS1"
+constexpr uint32_t kShardTagV1 = 0x4D435331;  // "MCS1": before the seconds were kept
+constexpr uint32_t kShardTag = 0x4D435332;    // "MCS2"
 constexpr uint32_t kWorkerTag = 0x4D435731;  // "MCW1"
 
 int as_count(size_t n) {
@@ -70,8 +71,10 @@ void ShardCompression::take_push(int w, MPI_Request* r, std::span<float> grad) {
                        shard_);
   });
   const std::vector<char>& b = push_buf_[static_cast<size_t>(w)];
+  const auto t0 = SteadyClock::now();
   push_->decode(std::span<const char>(b.data(), n), grad,
                 fmt::format("server shard {}: the push of {}", shard_, who(w)));
+  seconds_ += since(t0);
 }
 
 void ShardCompression::send_pull(int w, std::span<const float> params, uint64_t version) {
@@ -80,7 +83,9 @@ void ShardCompression::send_pull(int w, std::span<const float> params, uint64_t 
     return fmt::format("sending shard {}'s compressed parameters to {}", shard_, who(w));
   });
   std::string& b = pull_buf_[i];
+  const auto t0 = SteadyClock::now();
   pull_->pull(w, params, version, &b);
+  seconds_ += since(t0);
   check(MPI_Isend(b.data(), as_count(b.size()), MPI_BYTE, servers_ + w, kTagParams, comm_,
                   &pull_send_[i]),
         "MPI_Isend");
@@ -98,6 +103,7 @@ void ShardCompression::forget(int w) {
 
 void ShardCompression::save(StateWriter& w) const {
   w.tag(kShardTag);
+  w.put<double>(seconds_);
   w.put<int32_t>(workers_);
   StateWriter z;
   if (pull_) pull_->save(z);
@@ -105,7 +111,9 @@ void ShardCompression::save(StateWriter& w) const {
 }
 
 void ShardCompression::load(StateReader& r) {
-  r.expect_tag(kShardTag, "mpi shard compression");
+  const auto tag = r.get<uint32_t>();
+  if (tag != kShardTag && tag != kShardTagV1) r.fail("corrupt (mpi shard compression section missing)");
+  seconds_ = tag == kShardTag ? r.get<double>() : 0;  // MCS1 did not keep them
   const int32_t workers = r.get<int32_t>();
   const std::string z = r.get_str();
   if (workers != workers_ || !pull_) return;  // another worker count: afresh

@@ -15,9 +15,11 @@
 // pull_bytes, compress_s) what its push sent and what its previous pull
 // received, as counted on the wire; rank 0 sums them (CompressTally) into
 // the bytes_pushed / bytes_pulled / compress_s columns. An uncompressed
-// direction counts 4 bytes per parameter, as on threads and sim. compress_s
-// on mpi is the workers' time (encoding pushes, decoding pulls); the server
-// ranks' decoding and encoding is not included.
+// direction counts 4 bytes per parameter, as on threads and sim. Each
+// server rank times its own decoding of pushes and encoding of pulls
+// (ShardCompression::seconds, kept in its checkpoint state) and sends the
+// total to rank 0 at each evaluation, which adds them to the workers' time:
+// compress_s is both sides' time, as on threads.
 //
 // With one server rank the layout, seeds and messages are those of the
 // threads runtime's Compression; shard s > 0 seeds its codecs with
@@ -74,8 +76,11 @@ class ShardCompression {
   // Worker w starts afresh (it had left; its checkpoint blob is empty): its
   // held copy goes back to the initial parameters, where the worker starts.
   void forget(int w);
+  // Seconds this shard has spent decoding pushes and encoding pulls since
+  // the run started (a resumed run goes on from its checkpoint's).
+  double seconds() const { return seconds_; }
 
-  // The held copies, their codecs' warm starts. A state written for another
+  // The time above, the held copies, their codecs' warm starts. A state written for another
   // worker count is skipped: the held copies start afresh at the initial
   // parameters (as the threads runtime does), and so do the workers'.
   void save(StateWriter& w) const;
@@ -93,6 +98,7 @@ class ShardCompression {
   std::vector<float> initial_;  // this slice's initial parameters (pull on)
   std::vector<std::string> pull_buf_;
   std::vector<MPI_Request> pull_send_;
+  double seconds_ = 0;
 };
 
 // Worker side: encodes its push per shard, receives and applies its pulls.

@@ -136,6 +136,30 @@ class ShardServer {
   void send_gather() {
     params_.send_gather();
     if (sparse_) sparse_->send_gather();
+    if (z_) {  // [compress]: this shard's seconds, for the compress_s column
+      const double s = z_->seconds();
+      MPI_Request r = MPI_REQUEST_NULL;
+      check(MPI_Isend(&s, 1, MPI_DOUBLE, 0, kTagCompressTime, l_.comm, &r), "MPI_Isend");
+      wait_one(&r, l_.timeout, [&] {
+        return fmt::format("sending server shard {}'s compression seconds to rank 0", shard_);
+      });
+    }
+  }
+  // [compress]: rank 0, after send_gather's event: every shard's seconds
+  // decoding pushes and encoding pulls, its own included (0 when off).
+  double gather_compress_seconds() {
+    if (!z_) return 0;
+    double total = z_->seconds();
+    for (int s = 1; s < l_.servers; ++s) {
+      double v = 0;
+      MPI_Request r = MPI_REQUEST_NULL;
+      check(MPI_Irecv(&v, 1, MPI_DOUBLE, s, kTagCompressTime, l_.comm, &r), "MPI_Irecv");
+      wait_one(&r, l_.timeout, [&] {
+        return fmt::format("on server shard 0 waiting for shard {}'s compression seconds", s);
+      });
+      total += v;
+    }
+    return total;
   }
   // This shard's server state (its parameters slice and all), for a
   // checkpoint; waits for the sends in flight first.
@@ -688,6 +712,8 @@ class Primary {
     if (shard_.sparse()) result.sparse = shard_.sparse()->gathered();
     result.compress_on = c_.compress.on();
     result.compress = tally_.counters;
+    result.compress.compress_s += server_compress_s_;
+    result.server_compress_s = server_compress_s_;
     return result;
   }
 
@@ -998,7 +1024,11 @@ class Primary {
     last_time_ = time_s;
     last_idle_ = idle_total;
     MetricsRow row = build_row(server(), st, e, time_s, idle, job_);
-    if (c_.compress.on()) tally_.fill(&row);
+    if (c_.compress.on()) {
+      tally_.fill(&row);
+      server_compress_s_ = shard_.gather_compress_seconds();
+      row.compress_s += server_compress_s_;
+    }
     return row;
   }
 
@@ -1040,6 +1070,7 @@ class Primary {
   std::vector<MembershipEvent> membership_;
   std::string stopped_;  // below train.min_workers
   CompressTally tally_;  // [compress]: the workers' reported bytes and seconds
+  double server_compress_s_ = 0;  // [compress]: the server ranks' seconds, at the last evaluation
 };
 
 // Every rank must run the same job: the same parameter count and data.

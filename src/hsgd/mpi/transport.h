@@ -44,6 +44,9 @@ enum Tag : int {
   kTagEvent = 15,
   kTagGather = 16,
   kTagState = 17,  // checkpoint bytes: to rank 0 when saving, from it when resuming
+  // [compress]: server rank s -> rank 0 at each evaluation, the seconds its
+  // shard has spent decoding pushes and encoding pulls (one double).
+  kTagCompressTime = 18,
 };
 
 // worker -> rank 0.

@@ -132,6 +132,9 @@ struct RunResult {
   // seconds spent compressing/decompressing (virtual on sim), since the start.
   bool compress_on = false;
   CompressCounters compress;
+  // mpi: the server ranks' part of compress.compress_s (decoding pushes,
+  // encoding pulls), -1 on the other runtimes (their total has it too).
+  double server_compress_s = -1;
   // Every leave and join during the run, in order (issue 10; summary.json
   // "membership"). Empty when membership never changed.
   std::vector<MembershipEvent> membership;
