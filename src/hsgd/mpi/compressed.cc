@@ -112,7 +112,8 @@ void ShardCompression::save(StateWriter& w) const {
 
 void ShardCompression::load(StateReader& r) {
   const auto tag = r.get<uint32_t>();
-  if (tag != kShardTag && tag != kShardTagV1) r.fail("corrupt (mpi shard compression section missing)");
+  if (tag != kShardTag && tag != kShardTagV1)
+    r.fail("corrupt (mpi shard compression section missing)");
   seconds_ = tag == kShardTag ? r.get<double>() : 0;  // MCS1 did not keep them
   const int32_t workers = r.get<int32_t>();
   const std::string z = r.get_str();
