@@ -89,6 +89,53 @@ TEST(Optimizer, AdamStateRestoresExactly) {
 // the remainder scalar) give the same bits as the per-element formula in
 // float, written out here one element at a time: the kernels only change
 // how many lanes run at once, never the operations or their order (#12).
+// SGD (with and without weight decay), momentum and Nesterov against their
+// formulas computed one element at a time: the kernels (SSE2 or AVX2,
+// whichever this CPU runs) give the same bits.
+TEST(Optimizer, VectorizedSgdAndMomentumAreBitwiseTheScalarFormulas) {
+  const size_t n = 1003;  // not a multiple of 4, 8 or 16: the scalar tail runs too
+  std::vector<float> w0(n), grads[3];
+  for (size_t i = 0; i < n; ++i) {
+    w0[i] = std::sin(0.37f * static_cast<float>(i));
+    for (int t = 0; t < 3; ++t) {
+      grads[t].push_back(std::cos(0.11f * static_cast<float>(i * (t + 2))) *
+                         (i % 7 == 0 ? 1e-4f : 1.5f));
+    }
+  }
+  const double lr = 0.03, mu = 0.9;
+  for (const double wd : {0.0, 0.01}) {
+    auto sgd = make_optimizer({.kind = "sgd", .weight_decay = wd}, n);
+    auto mom = make_optimizer({.kind = "momentum", .momentum = mu, .weight_decay = wd}, n);
+    auto nes = make_optimizer({.kind = "nesterov", .momentum = mu, .weight_decay = wd}, n);
+    std::vector<float> ws = w0, wm = w0, wn = w0, rs = w0, rm = w0, rn = w0, vm(n, 0), vn(n, 0);
+    const float a = static_cast<float>(lr), fwd = static_cast<float>(wd),
+                fmu = static_cast<float>(mu);
+    for (int t = 0; t < 3; ++t) {
+      sgd->step(ws, grads[t], lr);
+      mom->step(wm, grads[t], lr);
+      nes->step(wn, grads[t], lr);
+      for (size_t i = 0; i < n; ++i) {
+        volatile float gs = wd != 0 ? grads[t][i] + fwd * rs[i] : grads[t][i];
+        rs[i] -= a * gs;
+        volatile float gm = grads[t][i] + fwd * rm[i];
+        vm[i] = fmu * vm[i] + gm;
+        rm[i] -= a * vm[i];
+        volatile float gn = grads[t][i] + fwd * rn[i];
+        vn[i] = fmu * vn[i] + gn;
+        rn[i] -= a * (gn + fmu * vn[i]);
+      }
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(ws[i]), std::bit_cast<uint32_t>(rs[i]))
+            << "sgd wd " << wd << ", step " << t << ", element " << i;
+        ASSERT_EQ(std::bit_cast<uint32_t>(wm[i]), std::bit_cast<uint32_t>(rm[i]))
+            << "momentum wd " << wd << ", step " << t << ", element " << i;
+        ASSERT_EQ(std::bit_cast<uint32_t>(wn[i]), std::bit_cast<uint32_t>(rn[i]))
+            << "nesterov wd " << wd << ", step " << t << ", element " << i;
+      }
+    }
+  }
+}
+
 TEST(Optimizer, VectorizedAdamAndAdagradAreBitwiseTheScalarFormula) {
   const size_t n = 1003;  // not a multiple of 4, 8 or 16: the scalar tail runs too
   std::vector<float> w0(n), grads[3];

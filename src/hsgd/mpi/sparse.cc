@@ -11,6 +11,7 @@
 
 #include "hsgd/core/error.h"
 #include "hsgd/core/memory.h"
+#include "hsgd/core/simd.h"
 #include "hsgd/mpi/transport.h"
 #include "hsgd/runtime/row.h"
 
@@ -333,10 +334,7 @@ double SparseWorkerLink::compute(int64_t* samples) {
   *samples = cur_.size();
   cur_grads_.resize(cur_rows_.size() * static_cast<size_t>(layout_.dim));
   const double loss = model_.sparse_gradient(cur_, cur_rows_, cur_grads_, {});
-  for (float v : cur_grads_) {
-    if (!std::isfinite(v)) return std::nan("");
-  }
-  return loss;
+  return all_finite(cur_grads_) ? loss : std::nan("");
 }
 
 void SparseWorkerLink::start(bool push) {

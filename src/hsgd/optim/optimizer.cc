@@ -6,28 +6,21 @@
 #include <numbers>
 
 #include "hsgd/core/error.h"
+#include "hsgd/core/simd.h"
 
 namespace hsgd {
 namespace {
 
-// The square-root kernels (Adam, Adagrad) are bound by divisions and square
-// roots, not memory, with SSE2's four lanes (the baseline x86-64 build): on
-// x86-64 with GCC or Clang they are also compiled for AVX2 (eight lanes),
-// taken when the CPU has it (checked once; a plain branch, not an ifunc,
-// whose resolver would run before ThreadSanitizer is initialised). Same
+// The kernels (core/simd.h): compiled for baseline x86-64 (SSE2) and, on
+// x86-64 with GCC or Clang, for AVX2, taken when the CPU has it. Adam and
+// Adagrad are bound by divisions and square roots with SSE2's four lanes,
+// SGD and momentum on parameters in cache by the core too (#12). Same
 // operations in the same order, each rounded as IEEE says (no FMA
-// contraction: AVX2 does not enable it), so every version gives the same
-// bits (Optimizer.VectorizedAdamAndAdagradAreBitwiseTheScalarFormula).
-// The file is compiled with -fno-math-errno (CMakeLists.txt), without
-// which std::sqrt is a library call no loop around it can vectorize (#12).
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-#define HSGD_AVX2_KERNELS 1
-#define HSGD_INLINE inline __attribute__((always_inline))
-#else
-#define HSGD_AVX2_KERNELS 0
-#define HSGD_INLINE inline
-#endif
-
+// contraction: AVX2 does not enable it, and -ffp-contract=off keeps a
+// -march=native build from it), so every version gives the same bits
+// (Optimizer.VectorizedKernelsAreBitwiseTheScalarFormulas). The file is
+// compiled with -fno-math-errno (CMakeLists.txt), without which std::sqrt
+// is a library call no loop around it can vectorize (#12).
 struct AdamArgs {
   float* __restrict w;
   const float* __restrict g;
@@ -60,52 +53,98 @@ HSGD_INLINE void adagrad_body(float* __restrict w, const float* __restrict g, fl
   }
 }
 
+// w -= a (g + wd w); wd = 0 is its own loop (one multiply less).
+HSGD_INLINE void sgd_body(float* __restrict w, const float* __restrict g, size_t n, float a,
+                          float wd) {
+  if (wd != 0.0f) {
+    for (size_t i = 0; i < n; ++i) w[i] -= a * (g[i] + wd * w[i]);
+  } else {
+    for (size_t i = 0; i < n; ++i) w[i] -= a * g[i];
+  }
+}
+
+// Heavy ball: v = mu v + (g + wd w); w -= a v. Nesterov: w -= a (gi + mu v).
+HSGD_INLINE void momentum_body(float* __restrict w, const float* __restrict g, float* __restrict v,
+                               size_t n, float a, float mu, float wd, bool nesterov) {
+  if (nesterov) {
+    for (size_t i = 0; i < n; ++i) {
+      const float gi = g[i] + wd * w[i];
+      v[i] = mu * v[i] + gi;
+      w[i] -= a * (gi + mu * v[i]);
+    }
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      const float gi = g[i] + wd * w[i];
+      v[i] = mu * v[i] + gi;
+      w[i] -= a * v[i];
+    }
+  }
+}
+
 void adam_baseline(const AdamArgs& p) { adam_body(p); }
 void adagrad_baseline(float* w, const float* g, float* acc, size_t n, float wd, float lr,
                       float eps) {
   adagrad_body(w, g, acc, n, wd, lr, eps);
 }
 
+void sgd_baseline(float* w, const float* g, size_t n, float a, float wd) {
+  sgd_body(w, g, n, a, wd);
+}
+void momentum_baseline(float* w, const float* g, float* v, size_t n, float a, float mu, float wd,
+                       bool nesterov) {
+  momentum_body(w, g, v, n, a, mu, wd, nesterov);
+}
+
 #if HSGD_AVX2_KERNELS
-__attribute__((target("avx2"))) void adam_avx2(const AdamArgs& p) { adam_body(p); }
-__attribute__((target("avx2"))) void adagrad_avx2(float* w, const float* g, float* acc, size_t n,
-                                                  float wd, float lr, float eps) {
+HSGD_AVX2 void adam_avx2(const AdamArgs& p) { adam_body(p); }
+HSGD_AVX2 void adagrad_avx2(float* w, const float* g, float* acc, size_t n, float wd, float lr,
+                            float eps) {
   adagrad_body(w, g, acc, n, wd, lr, eps);
 }
-bool has_avx2() {
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return yes;
+HSGD_AVX2 void sgd_avx2(float* w, const float* g, size_t n, float a, float wd) {
+  sgd_body(w, g, n, a, wd);
+}
+HSGD_AVX2 void momentum_avx2(float* w, const float* g, float* v, size_t n, float a, float mu,
+                             float wd, bool nesterov) {
+  momentum_body(w, g, v, n, a, mu, wd, nesterov);
 }
 #endif
 
 void adam_kernel(const AdamArgs& p) {
 #if HSGD_AVX2_KERNELS
-  if (has_avx2()) return adam_avx2(p);
+  if (cpu_has_avx2()) return adam_avx2(p);
 #endif
   adam_baseline(p);
 }
 
 void adagrad_kernel(float* w, const float* g, float* acc, size_t n, float wd, float lr, float eps) {
 #if HSGD_AVX2_KERNELS
-  if (has_avx2()) return adagrad_avx2(w, g, acc, n, wd, lr, eps);
+  if (cpu_has_avx2()) return adagrad_avx2(w, g, acc, n, wd, lr, eps);
 #endif
   adagrad_baseline(w, g, acc, n, wd, lr, eps);
+}
+
+void sgd_kernel(float* w, const float* g, size_t n, float a, float wd) {
+#if HSGD_AVX2_KERNELS
+  if (cpu_has_avx2()) return sgd_avx2(w, g, n, a, wd);
+#endif
+  sgd_baseline(w, g, n, a, wd);
+}
+
+void momentum_kernel(float* w, const float* g, float* v, size_t n, float a, float mu, float wd,
+                     bool nesterov) {
+#if HSGD_AVX2_KERNELS
+  if (cpu_has_avx2()) return momentum_avx2(w, g, v, n, a, mu, wd, nesterov);
+#endif
+  momentum_baseline(w, g, v, n, a, mu, wd, nesterov);
 }
 
 class Sgd final : public Optimizer {
  public:
   explicit Sgd(double wd) : wd_(static_cast<float>(wd)) {}
   void step(std::span<float> w, std::span<const float> g, double lr) override {
-    const float a = static_cast<float>(lr);
-    const size_t n = w.size();
-    if (wd_ != 0.0f) {
-      for (size_t i = 0; i < n; ++i) w[i] -= a * (g[i] + wd_ * w[i]);
-    } else {
-      for (size_t i = 0; i < n; ++i) w[i] -= a * g[i];
-    }
+    HSGD_ASSERT(g.size() == w.size(), "sgd: size mismatch");
+    sgd_kernel(w.data(), g.data(), w.size(), static_cast<float>(lr), wd_);
   }
 
  private:
@@ -123,13 +162,9 @@ class Momentum final : public Optimizer {
         nesterov_(nesterov),
         v_(n, 0.0f) {}
   void step(std::span<float> w, std::span<const float> g, double lr) override {
-    const float a = static_cast<float>(lr);
-    const size_t n = w.size();
-    for (size_t i = 0; i < n; ++i) {
-      const float gi = g[i] + wd_ * w[i];
-      v_[i] = mu_ * v_[i] + gi;
-      w[i] -= a * (nesterov_ ? gi + mu_ * v_[i] : v_[i]);
-    }
+    HSGD_ASSERT(g.size() == w.size() && v_.size() == w.size(), "momentum: size mismatch");
+    momentum_kernel(w.data(), g.data(), v_.data(), w.size(), static_cast<float>(lr), mu_, wd_,
+                    nesterov_);
   }
   void set_implicit_momentum(double m) override {
     m = std::clamp(m, 0.0, 0.999);

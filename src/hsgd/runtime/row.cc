@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "hsgd/core/simd.h"
+
 namespace hsgd {
 
 MetricsRow build_row(const Server& server, const ServerStats& st, const EvalResult& e,
@@ -39,9 +41,7 @@ double idle_fraction(double idle_delta, double interval, int workers) {
 
 std::string divergence(std::span<const float> params, double test_loss, double time_s,
                        int64_t updates) {
-  bool finite = std::isfinite(test_loss);
-  for (size_t i = 0; finite && i < params.size(); ++i) finite = std::isfinite(params[i]);
-  if (finite) return "";
+  if (std::isfinite(test_loss) && all_finite(params)) return "";
   return fmt::format(
       "training diverged at update {} ({:.3f} s): the {} not finite; try a smaller optim.lr or "
       "optim.clip_norm",

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "hsgd/core/error.h"
+#include "hsgd/core/simd.h"
 
 namespace hsgd {
 namespace {
@@ -184,8 +185,7 @@ bool RowTable::stage(RowPush push) {
   HSGD_ASSERT(std::is_sorted(push.ids.begin(), push.ids.end()) &&
                   std::adjacent_find(push.ids.begin(), push.ids.end()) == push.ids.end(),
               "RowTable::stage: ids must be sorted and unique (make_row_push)");
-  bool finite = true;
-  for (float v : push.values) finite = finite && std::isfinite(v);
+  const bool finite = all_finite(push.values);
   ++stats_.pushes;
   stats_.pushed_rows += static_cast<int64_t>(push.ids.size());
   staged_ = std::move(push);
