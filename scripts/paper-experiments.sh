@@ -4,6 +4,8 @@
 # Deterministic: the simulator's costs are fixed in the configs, so the same
 # commit gives the same tables on any machine. About 15-20 minutes on 2 cores.
 #   scripts/paper-experiments.sh [NAME...]   (default: all)
+# SIM_THREADS=T sets sim.threads for every run (default: the simulator's,
+# every core); the outputs are the same for any T (BENCHMARKS.md times 1 and 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 HSGD=${HSGD:-build/release/hsgd}
@@ -18,7 +20,7 @@ run() {  # NAME CONFIG POLICIES ROUNDS [--set ...]
   if [ ${#SELECTED[@]} -gt 0 ] && [[ ! " ${SELECTED[*]} " =~ " ${name} " ]]; then return; fi
   echo "== $name"
   "$HSGD" compare --config "$config" --policies "$policies" --rounds "$rounds" \
-    --out "$OUT/$name" "$@" > /dev/null
+    --out "$OUT/$name" ${SIM_THREADS:+--set sim.threads=$SIM_THREADS} "$@" > /dev/null
   mkdir -p "docs/results/$name"
   cp "$OUT/$name/compare.md" "$OUT/$name/compare.png" "$OUT/$name/compare.json" "docs/results/$name/"
 }

@@ -85,23 +85,32 @@ TEST(Optimizer, AdamStateRestoresExactly) {
   EXPECT_EQ(a->save_state(), b->save_state());
 }
 
-// The vectorized Adam and Adagrad loops (SSE2 or AVX2, chosen at load time;
-// the remainder scalar) give the same bits as the per-element formula in
-// float, written out here one element at a time: the kernels only change
-// how many lanes run at once, never the operations or their order (#12).
+// Inputs for the kernel tests: 1003 parameters (not a multiple of 4, 8 or
+// 16: the scalar tail runs too) and three steps' gradients mixing tiny and
+// ordinary magnitudes.
+struct KernelInputs {
+  size_t n = 1003;
+  std::vector<float> w0;
+  std::vector<float> grads[3];
+  KernelInputs() : w0(n) {
+    for (size_t i = 0; i < n; ++i) {
+      w0[i] = std::sin(0.37f * static_cast<float>(i));
+      for (int t = 0; t < 3; ++t) {
+        grads[t].push_back(std::cos(0.11f * static_cast<float>(i * (t + 2))) *
+                           (i % 7 == 0 ? 1e-4f : 1.5f));
+      }
+    }
+  }
+};
+
 // SGD (with and without weight decay), momentum and Nesterov against their
 // formulas computed one element at a time: the kernels (SSE2 or AVX2,
 // whichever this CPU runs) give the same bits.
 TEST(Optimizer, VectorizedSgdAndMomentumAreBitwiseTheScalarFormulas) {
-  const size_t n = 1003;  // not a multiple of 4, 8 or 16: the scalar tail runs too
-  std::vector<float> w0(n), grads[3];
-  for (size_t i = 0; i < n; ++i) {
-    w0[i] = std::sin(0.37f * static_cast<float>(i));
-    for (int t = 0; t < 3; ++t) {
-      grads[t].push_back(std::cos(0.11f * static_cast<float>(i * (t + 2))) *
-                         (i % 7 == 0 ? 1e-4f : 1.5f));
-    }
-  }
+  const KernelInputs in;
+  const size_t n = in.n;
+  const std::vector<float>& w0 = in.w0;
+  const auto& grads = in.grads;
   const double lr = 0.03, mu = 0.9;
   for (const double wd : {0.0, 0.01}) {
     auto sgd = make_optimizer({.kind = "sgd", .weight_decay = wd}, n);
@@ -136,16 +145,15 @@ TEST(Optimizer, VectorizedSgdAndMomentumAreBitwiseTheScalarFormulas) {
   }
 }
 
+// The vectorized Adam and Adagrad loops (SSE2 or AVX2, chosen at load time;
+// the remainder scalar) give the same bits as the per-element formula in
+// float, written out here one element at a time: the kernels only change
+// how many lanes run at once, never the operations or their order (#12).
 TEST(Optimizer, VectorizedAdamAndAdagradAreBitwiseTheScalarFormula) {
-  const size_t n = 1003;  // not a multiple of 4, 8 or 16: the scalar tail runs too
-  std::vector<float> w0(n), grads[3];
-  for (size_t i = 0; i < n; ++i) {
-    w0[i] = std::sin(0.37f * static_cast<float>(i));
-    for (int t = 0; t < 3; ++t) {
-      grads[t].push_back(std::cos(0.11f * static_cast<float>(i * (t + 2))) *
-                         (i % 7 == 0 ? 1e-4f : 1.5f));
-    }
-  }
+  const KernelInputs in;
+  const size_t n = in.n;
+  const std::vector<float>& w0 = in.w0;
+  const auto& grads = in.grads;
   const double b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.01, lr = 0.003;
   auto adam =
       make_optimizer({.kind = "adam", .weight_decay = wd, .beta1 = b1, .beta2 = b2, .eps = eps}, n);
