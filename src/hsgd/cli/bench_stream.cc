@@ -1,6 +1,7 @@
 // The server's update against memory speed: a STREAM-like triad
 // (a[i] = b[i] + s * c[i]) and the server's async update at 10M parameters
-// with SGD, momentum and Adam, as bytes moved per second, in one run.
+// with SGD, momentum and Adam, as bytes moved per second, in one run; then
+// the cost of a push and a pull at the zoo's sizes (in cache).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -9,6 +10,7 @@
 
 #include "hsgd/cli/bench_common.h"
 #include "hsgd/cli/commands.h"
+#include "hsgd/core/simd.h"
 #include "hsgd/core/stats.h"
 #include "hsgd/runtime/clock.h"
 #include "hsgd/server/server.h"
@@ -68,6 +70,49 @@ Paired server_vs_triad(Triad& triad, const std::string& optimizer, int repeats,
   return {median(s), median(t), median(r)};
 }
 
+// Median microseconds of `f` over `repeats` rounds of `inner` calls each.
+template <class F>
+double us_per_call(F&& f, int repeats, int inner) {
+  std::vector<double> us;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < inner; ++i) f();
+    us.push_back(since(t0) * 1e6 / inner);
+  }
+  return median(us);
+}
+
+// What a push and a pull cost the server at the zoo's sizes, where the
+// parameters sit in cache and the core, not memory, sets the pace (issue
+// 12: cheap gradients): the finiteness check of the push alone, the whole
+// async push (check + SGD step), and a copy of the parameters (a pull).
+void print_push_costs(int repeats) {
+  std::printf(
+      "\nserver push and pull at model sizes (async, sgd; medians of %d rounds; us per call):\n"
+      "%-9s %10s %12s %12s %12s %12s\n",
+      repeats, "model", "params", "finite us", "push us", "copy us", "push ns/par");
+  struct Size {
+    const char* name;
+    size_t n;
+  };
+  for (const Size z : {Size{"softmax", 7850}, Size{"lenet5", 61706}, Size{"mlp", 101770},
+                       Size{"1M", size_t{1} << 20}}) {
+    std::vector<float> params(z.n, 0.0f), grad(z.n, 1e-6f), copy(z.n);
+    const std::unique_ptr<Server> owned = async_server(params, "sgd");
+    Server& server = *owned;
+    const int inner = static_cast<int>(std::max<size_t>(1, (size_t{1} << 24) / z.n));
+    volatile bool sink = true;
+    const double finite = us_per_call([&] { sink = all_finite(grad); }, repeats, inner);
+    const double push = us_per_call([&] { server.on_push(0, server.version(), grad, 1, 0.0, 0.0); },
+                                    repeats, inner);
+    const double cp =
+        us_per_call([&] { std::copy(params.begin(), params.end(), copy.begin()); }, repeats, inner);
+    (void)sink;
+    std::printf("%-9s %10zu %12.3f %12.3f %12.3f %12.3f\n", z.name, z.n, finite, push, cp,
+                push * 1e3 / static_cast<double>(z.n));
+  }
+}
+
 }  // namespace
 
 void print_server_vs_triad(int repeats) {
@@ -89,6 +134,7 @@ void print_server_vs_triad(int repeats) {
         "  %-9s  %7.2f GB/s (%2.0f bytes per parameter)  triad %7.2f GB/s  %5.3f of the triad\n",
         o.name, p.server_gbs, o.bytes, p.triad_gbs, p.ratio);
   }
+  print_push_costs(reps);
 }
 
 }  // namespace hsgd::cli
