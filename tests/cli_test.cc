@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "cli_helpers.h"
 #include "hsgd/data/readers.h"
@@ -278,6 +279,27 @@ TEST(Cli, BenchSimModelRunsThatModelOnly) {
   EXPECT_NE(o.out.find("\nsoftmax "), std::string::npos) << o.out;
   EXPECT_EQ(o.out.find("\nlenet5 "), std::string::npos) << o.out;
   EXPECT_EQ(o.out.find("peak resident memory"), std::string::npos) << o.out;
+}
+
+// bench --stream: the three updates against the triad, then the push and
+// pull costs at every size (a row each, with a positive time).
+TEST(Cli, BenchStreamPrintsTheTriadAndThePushCosts) {
+  Outcome o = run("bench --stream --repeats 1");
+  ASSERT_EQ(o.code, 0) << o.err;
+  for (const char* update : {"  sgd ", "  momentum ", "  adam "}) {
+    EXPECT_NE(o.out.find(update), std::string::npos) << update << "\n" << o.out;
+  }
+  for (const char* size : {"\nsoftmax ", "\nlenet5 ", "\nmlp ", "\n1M "}) {
+    const size_t at = o.out.find(size);
+    ASSERT_NE(at, std::string::npos) << size << "\n" << o.out;
+    std::istringstream row(o.out.substr(at + 1, o.out.find('\n', at + 1) - at - 1));
+    std::string name;
+    double params = 0, finite = 0, push = 0, copy = 0;
+    row >> name >> params >> finite >> push >> copy;
+    EXPECT_GT(params, 0) << row.str();
+    EXPECT_GT(push, 0) << row.str();
+    EXPECT_GT(copy, 0) << row.str();
+  }
 }
 
 TEST(Cli, CompareRejectsBadArgumentsBeforeAnyRun) {
