@@ -56,9 +56,13 @@ struct Shared {
   int pinned = 0;
   int writers_waiting = 0;
   std::condition_variable unpinned;
-  std::vector<char> released;
+  // Set under `mu` when the server releases worker w; atomic (as is `stop`)
+  // so that a waiter may spin on it before it sleeps (wait_until_released).
+  std::unique_ptr<std::atomic<uint8_t>[]> released;
+  // Waiters spin before sleeping: only when every worker has a core.
+  bool spin = false;
   IdleMeter idle;  // on clock's seconds
-  bool stop = false;
+  std::atomic<bool> stop{false};
   std::string stopped;  // why the run stopped early (RunResult::stopped)
   std::exception_ptr error;
   Gate gate;
@@ -118,13 +122,38 @@ void change_membership(Shared& s, std::unique_lock<std::mutex>& lk, int id, bool
   }
 }
 
+// How long a waiter spins before it sleeps on its condition variable. A
+// sleep and a wake-up cost tens of microseconds here (a futex each side, a
+// context switch), as much as a whole step of a cheap model: with a core per
+// worker, a release that comes within the spin costs neither (sync's
+// barrier on cheap steps, issue 12). Longer waits (stragglers, large K)
+// sleep as before after this much.
+constexpr auto kSpin = std::chrono::microseconds(50);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 // Blocks worker `id` (outside the gate) until the server releases it, and
 // counts the wait as idle time on the training clock. Returns false if the
-// run stopped instead.
+// run stopped instead. With s.spin it first polls its flag for up to kSpin.
 bool wait_until_released(Shared& s, int id) {
   const auto w = static_cast<size_t>(id);
+  if (s.spin) {
+    {
+      std::lock_guard lk(s.mu);
+      s.idle.begin(w, s.clock.seconds());
+    }
+    const auto until = SteadyClock::now() + kSpin;
+    while (!s.released[w].load(std::memory_order_acquire) && !s.stop.load() &&
+           SteadyClock::now() < until) {
+      cpu_relax();
+    }
+  }
   std::unique_lock lk(s.mu);
-  s.idle.begin(w, s.clock.seconds());
+  if (!s.spin) s.idle.begin(w, s.clock.seconds());
   s.wake[w].wait(lk, [&] { return s.released[w] || s.stop; });
   s.released[w] = 0;
   s.idle.end(w, s.clock.seconds());
@@ -299,7 +328,7 @@ void worker_loop(const WorkerArgs& a) {
     if (delay > 0) {
       std::unique_lock lk(s.mu);
       s.wake[static_cast<size_t>(a.id)].wait_for(lk, std::chrono::duration<double>(delay),
-                                                 [&] { return s.stop; });
+                                                 [&] { return s.stop.load(); });
     }
     std::span<const float> push = grads;
     if (z && z->push_on()) {
@@ -586,7 +615,9 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   s.all_params = params;
   s.delays = &delays;
   s.workers = &workers;
-  s.released.assign(static_cast<size_t>(n), 0);
+  s.released = std::make_unique<std::atomic<uint8_t>[]>(static_cast<size_t>(n));
+  for (int w = 0; w < n; ++w) s.released[static_cast<size_t>(w)] = 0;
+  s.spin = n <= static_cast<int>(std::thread::hardware_concurrency());
   s.wake = std::make_unique<std::condition_variable[]>(static_cast<size_t>(n));
   s.num_wake = static_cast<size_t>(n);
   s.idle.resize(static_cast<size_t>(n));
@@ -674,7 +705,7 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
     {
       std::unique_lock lk(s.mu);
       s.cv.wait_for(lk, std::chrono::duration<double>(std::max(0.0, wake - now)),
-                    [&] { return s.stop; });
+                    [&] { return s.stop.load(); });
       now = s.clock.seconds();
       if (now >= budget) request_stop(s);
       if (s.stop) break;
