@@ -28,21 +28,34 @@ AutoParts parse_auto_ablate(const std::string& s) {
       p.spike = false;
     } else if (part == "curve") {
       p.curve = false;
+    } else if (part == "budget") {
+      p.budget = false;
     } else {
-      throw InputError(
-          "policy.auto_ablate = '" + s + "': unknown part '" + part +
-          "' (expected a comma-separated list of rise, up, down, cap, momentum, spike, curve)");
+      throw InputError("policy.auto_ablate = '" + s + "': unknown part '" + part +
+                       "' (expected a comma-separated list of rise, up, down, cap, momentum, "
+                       "spike, curve, budget)");
     }
   }
   return p;
 }
 
-AutoController::AutoController(int workers, AutoParts parts)
+AutoController::AutoController(int workers, AutoParts parts, double lr)
     : parts_(parts),
       workers_(std::max(1, workers)),
+      lr_(std::max(0.0, lr)),
       free_since_(kTracked, -1.0),
       duration_(kTracked, 0.0) {
   set_live(workers);
+  if (budget_on()) {
+    // The first K, before any staleness is measured: n workers in step give
+    // staleness + 1 = (n / K + 1) / 2 on average (K = 1: (n + 1) / 2), so
+    // the budget asks for K >= n / (2 kBudget / lr - 1).
+    const double r = 2 * kBudget / lr_ - 1;
+    k_ = r <= 1 ? workers_
+                : std::clamp(static_cast<int>(std::ceil(workers_ / r - 1e-9)), 1, workers_);
+    base_k_ = probe_k_ = k_;
+    budget_set_ = k_ > 1;
+  }
 }
 
 int AutoController::threshold(const Progress&, int live) const {
@@ -64,6 +77,37 @@ int AutoController::cap() const {
   int n = 0;
   for (size_t i = 0; i < m; ++i) n += d[i] <= kCapFactor * quarter ? 1 : 0;
   return std::clamp(n, 1, std::max(1, live_));
+}
+
+// Staleness + 1 scales as 1 / K (n workers, K pushes per update: an update
+// every K pushes, a push spans about n / K updates), so the smallest K that
+// keeps lr x (staleness + 1) within the budget is K x lr (tau + 1) / kBudget.
+int AutoController::budget_floor() const {
+  if (!budget_on()) return 1;
+  const double need = static_cast<double>(k_) * lr_ * (tau_ema_ + 1) / kBudget;
+  return std::clamp(static_cast<int>(std::ceil(need - 1e-9)), 1, std::max(1, live_));
+}
+
+// At a block's end, not in a probe, one block after K last changed (the
+// staleness EMA has then followed it): raise K to the budget's floor, at
+// most to the arrival-time cap; and bring a K the budget set above the cap
+// back to it (the first K is set before any arrival is known). True if K
+// changed.
+bool AutoController::budget_step() {
+  if (!budget_on() || since_ < 1) return false;
+  const int limit = std::min(live_, parts_.cap ? cap() : live_);
+  int target = k_;
+  if (budget_set_ && k_ > limit) {
+    target = limit;
+  } else if (k_ < limit) {
+    target = std::max(k_, std::min(limit, budget_floor()));
+  }
+  if (target == k_) return false;
+  set_k(target);
+  base_k_ = probe_k_ = k_;
+  since_ = 0;
+  budget_set_ = true;
+  return true;
 }
 
 // Derived from the state (not saved): the staleness EMA's weight, about two
@@ -214,6 +258,7 @@ void AutoController::rise(int factor, bool spike) {
   // up-probe cannot be the cause: its base K was where the loss began to
   // rise, and the probe's K, 2 x base, is already the doubled one).
   ++rises_;
+  budget_set_ = false;
   const int from = phase_ == 1 && probe_k_ > base_k_ ? static_cast<int>(base_k_) : k_;
   phase_ = 0;
   k_ = std::min(workers_, factor * from);
@@ -282,6 +327,7 @@ void AutoController::end_block() {
     base_k_ = k_;
     return;
   }
+  if (budget_step()) return;
   if (since_ < gap_) return;
   // The line through two base blocks is a fair baseline only where the
   // descent is not speeding up (leaving a plateau): there it lies above the
@@ -296,7 +342,12 @@ void AutoController::end_block() {
                  : parts_.up && limit > k_                 ? limit
                                                            : k_;
   const int half = k_ / 2;
-  const int down = parts_.down && k_ > 1 && (ban_ == 0 || half > unstable_k_) ? half : k_;
+  // A down-probe stays within the staleness budget (K / 2 about doubles
+  // staleness + 1).
+  const bool in_budget =
+      !budget_on() || static_cast<double>(k_) * lr_ * (tau_ema_ + 1) <= kBudget * half;
+  const int down =
+      parts_.down && k_ > 1 && in_budget && (ban_ == 0 || half > unstable_k_) ? half : k_;
   int target = dir_ > 0 ? up : down;
   if (target == k_) target = dir_ > 0 ? down : up;
   since_ = 0;
@@ -398,7 +449,8 @@ std::vector<double> AutoController::save_state() const {
                            static_cast<double>(ban_len_),
                            start_sd_,
                            static_cast<double>(spike_streak_),
-                           static_cast<double>(spike_cool_)};
+                           static_cast<double>(spike_cool_),
+                           budget_set_ ? 1.0 : 0.0};
   for (size_t i = 0; i < kBlock + 1; ++i) {
     s.push_back(i < hist_mean_.size() ? hist_mean_[i] : 0.0);
     s.push_back(i < hist_se2_.size() ? hist_se2_[i] : 0.0);
@@ -414,9 +466,11 @@ std::vector<double> AutoController::save_state() const {
 }
 
 void AutoController::restore_state(std::span<const double> s) {
-  constexpr size_t kScalars = 37;
-  constexpr size_t kHead = kScalars + 2 * (kBlock + 1) + 3 * 4;
-  HSGD_ASSERT(s.size() == kHead + 2 * static_cast<size_t>(kTracked), "auto policy state size");
+  // 38 scalars; the third rule's state had 37 (no budget_set_, read as 0).
+  constexpr size_t kTail = 2 * (kBlock + 1) + 3 * 4 + 2 * static_cast<size_t>(kTracked);
+  HSGD_ASSERT(s.size() == 38 + kTail || s.size() == 37 + kTail, "auto policy state size");
+  const size_t scalars = s.size() - kTail;
+  const size_t head = scalars + 2 * (kBlock + 1) + 3 * 4;
   auto i64 = [&](size_t i) { return static_cast<int64_t>(s[i]); };
   k_ = std::clamp(static_cast<int>(s[0]), 1, workers_);
   set_live(static_cast<int>(s[1]));
@@ -455,19 +509,20 @@ void AutoController::restore_state(std::span<const double> s) {
   start_sd_ = s[34];
   spike_streak_ = i64(35);
   spike_cool_ = i64(36);
+  budget_set_ = scalars > 37 && s[37] != 0;
   set_spike_line();
   hist_mean_.clear();
   hist_se2_.clear();
   for (size_t i = 0; i < h; ++i) {
-    hist_mean_.push_back(s[kScalars + 2 * i]);
-    hist_se2_.push_back(s[kScalars + 2 * i + 1]);
+    hist_mean_.push_back(s[scalars + 2 * i]);
+    hist_se2_.push_back(s[scalars + 2 * i + 1]);
   }
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    const size_t o = kScalars + 2 * (kBlock + 1) + 3 * i;
+    const size_t o = scalars + 2 * (kBlock + 1) + 3 * i;
     blocks_[i] = {s[o], s[o + 1], s[o + 2]};
   }
-  free_since_.assign(s.begin() + kHead, s.begin() + kHead + kTracked);
-  duration_.assign(s.begin() + kHead + kTracked, s.end());
+  free_since_.assign(s.begin() + head, s.begin() + head + kTracked);
+  duration_.assign(s.begin() + head + kTracked, s.end());
 }
 
 }  // namespace hsgd

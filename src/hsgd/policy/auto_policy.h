@@ -24,6 +24,7 @@ struct AutoParts {
   bool momentum = true;  // server momentum lowered by staleness's implicit momentum
   bool spike = true;     // two pushes far above the starting loss multiply K by 4 at once
   bool curve = true;     // no probe on a speeding-up descent; no rising baseline
+  bool budget = true;    // K never below what keeps lr x (staleness + 1) within kBudget
 };
 // "" -> all on; otherwise a comma-separated list of the parts to switch off.
 // Throws InputError naming policy.auto_ablate for an unknown part.
@@ -50,8 +51,12 @@ class AutoController final : public Policy {
   static constexpr int kSpikeFactor = 4;       // multiplies K (and bans every smaller K)
   static constexpr double kAccelSigmas = 1.0;  // no probe on a descent accelerating beyond 1 s.e.
   static constexpr double kFallSigmas = 2.0;   // ... that is a descent: its last fall beyond 2 s.e.
+  static constexpr double kBudget = 0.5;       // the staleness budget: lr x (staleness + 1) <= 0.5
 
-  AutoController(int workers, AutoParts parts);
+  // `lr` is the server's learning rate (optim.lr) with mean aggregation,
+  // 0 with sum aggregation or when unknown (the staleness budget is then
+  // off: with sum a larger K does not shorten the steps).
+  AutoController(int workers, AutoParts parts, double lr = 0);
   std::string name() const override { return "auto"; }
   int threshold(const Progress& p, int live) const override;
   bool pusher_waits() const override { return true; }
@@ -63,6 +68,9 @@ class AutoController final : public Policy {
   // For tests and the recorder.
   int k() const { return k_; }
   int cap() const;  // the arrival-time cap on K (live workers if unknown)
+  // The staleness budget's floor on K at the measured staleness (1 when the
+  // budget is off), before the cap.
+  int budget_floor() const;
   double staleness() const { return tau_ema_; }
   int64_t decisions() const { return windows_; }
   int64_t rises() const { return rises_; }
@@ -79,6 +87,8 @@ class AutoController final : public Policy {
   void end_block();
   void rise(int factor = 2, bool spike = false);
   bool accelerating() const;
+  bool budget_on() const { return parts_.budget && lr_ > 0; }
+  bool budget_step();
   void set_live(int live);
   void set_spike_line();
   void set_k(int k);
@@ -87,6 +97,7 @@ class AutoController final : public Policy {
 
   AutoParts parts_;
   int workers_;
+  double lr_ = 0;
   int live_ = 0;
   int k_ = 1;
   // The current window of pushed losses (and the sum of their times).
@@ -128,6 +139,9 @@ class AutoController final : public Policy {
   // Per worker: when it last got parameters (-1 unknown) and the EMA of the
   // time from there to its next push (0 unknown).
   std::vector<double> free_since_, duration_;
+  // K was set by the staleness budget (not by a rise or a probe): the budget
+  // never keeps K above the arrival-time cap.
+  bool budget_set_ = false;
 };
 
 }  // namespace hsgd
