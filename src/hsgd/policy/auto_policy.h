@@ -91,6 +91,8 @@ class AutoController final : public Policy {
   bool budget_step();
   void set_live(int live);
   void set_spike_line();
+  void set_spike_gate();
+  bool spike_armed() const { return parts_.spike && start_known_ && k_ < workers_; }
   void set_k(int k);
   void ban(int unstable);
   bool probe_kept() const;
@@ -104,8 +106,10 @@ class AutoController final : public Policy {
   double sum_ = 0, sumsq_ = 0, tsum_ = 0;
   int64_t count_ = 0;
   // The last kBlock + 1 windows' means and squared standard errors, oldest
-  // first (fewer at the start and after a rise): the rise test.
-  std::vector<double> hist_mean_, hist_se2_;
+  // first (hist_n_ of them: fewer at the start and after a rise): the rise
+  // test.
+  std::array<double, kBlock + 1> hist_mean_{}, hist_se2_{};
+  size_t hist_n_ = 0;
   // The first window's mean and squared standard error: the loss at the
   // start, which a stable run never exceeds for long.
   double start_mean_ = 0, start_se2_ = 0;
@@ -132,13 +136,17 @@ class AutoController final : public Policy {
   double start_sd_ = 0;
   int64_t spike_streak_ = 0, spike_cool_ = 0;
   double spike_line_ = 0;  // derived: start + max(kSpike |start|, kSpikeSds sd)
+  double spike_gate_ = 0;  // derived: spike_line_ while armed, +inf otherwise
   // Staleness of observed pushes: exponential moving average (weight 1/n).
   double tau_ema_ = 0;
   int64_t tau_count_ = 0;
   double tau_weight_ = 1;  // derived: 1 / max(kMinWindow, 2 live_)
+  double tau_keep_ = 0;    // derived: 1 - tau_weight_
+  int64_t window_ = kMinWindow;  // derived: pushes per window, max(kMinWindow, live_)
   // Per worker: when it last got parameters (-1 unknown) and the EMA of the
   // time from there to its next push (0 unknown).
   std::vector<double> free_since_, duration_;
+  size_t tracked_ = 0;  // derived: 1 + the largest worker id with a known duration
   // K was set by the staleness budget (not by a rise or a probe): the budget
   // never keeps K above the arrival-time cap.
   bool budget_set_ = false;
