@@ -42,7 +42,7 @@ def table(fixed_name, third_name, tol, label):
     short = {"optim.lr": "lr", "stragglers.sigma": "σ", "train.batch": "batch"}
     head = [short.get(a, a) for a in axes]
     print(f"### {label}\n")
-    print("| " + " | ".join(head) + " | cells | best fixed | best fixed interval | auto interval "
+    print("| " + " | ".join(head) + " | kind | best fixed | best fixed interval | auto interval "
           "| auto − best (pp) | auto − async (pp) | best − async (pp) | auto − best, final (pp) "
           "| third rule − best (pp) | third rule − async (pp) |")
     print("|" + "---:|" * len(head) + "---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
