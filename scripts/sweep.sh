@@ -1,6 +1,6 @@
 #!/bin/sh
 # Runs the sweeps of issue 17 (docs/results.md, "auto against the best fixed
-# policy"). Usage: scripts/sweep.sh [reduced|rerun|heldout|full] [OUT]
+# policy"). Usage: scripts/sweep.sh [reduced|rerun|heldout|design|full] [OUT]
 #   reduced (default): the grids docs/results.md reports (~35 CPU-minutes):
 #     sweep-momentum, sweep-mlp-reduced, sweep-ablation, sweep-mlp-batch,
 #     sweep-lenet5-reduced.
@@ -10,8 +10,13 @@
 #   heldout: the 15 MLP cells outside the reduced grid and the batch slice,
 #     7 policies, 1 seed, 30 s (sweep-mlp-rest, sweep-mlp-rest-s025;
 #     105 runs, ~7 CPU-minutes); scripts/mlp27.py then tabulates all 27 cells.
-#   full: the issue's grids, sweep-mlp (972 runs) and sweep-lenet5 (144 runs),
-#     several CPU-hours on two cores; resumable (rerun to continue).
+#   design: the design cells of the fourth rule's staleness budget
+#     (design-budget: batch 32, seeds 11-12, 100 s; 126 runs, ~6 CPU-minutes).
+#   full: the issue's grids, sweep-mlp (972 runs, ~40 CPU-minutes) and
+#     sweep-lenet5 (144 runs, ~3 CPU-hours), the third rule alone on both
+#     (sweep-mlp-third, sweep-lenet5-third: 81 and 12 runs) and
+#     sweep-momentum (15 runs); resumable (rerun to continue).
+#     scripts/auto-full.py [OUT] then tabulates them (docs/results.md).
 # HSGD names the binary (default build/release/hsgd); JOBS, if set, the runs
 # at a time (--jobs; default: the grid's, 2). Every sweep resumes:
 # runs already done are skipped.
@@ -24,8 +29,9 @@ case "$MODE" in
   reduced) GRIDS="sweep-momentum sweep-mlp-reduced sweep-ablation sweep-mlp-batch sweep-lenet5-reduced" ;;
   rerun) GRIDS="rerun-auto-mlp-reduced rerun-auto-lenet5-reduced rerun-auto-mlp-batch rerun-auto-momentum sweep-ablation" ;;
   heldout) GRIDS="sweep-mlp-rest sweep-mlp-rest-s025" ;;
-  full) GRIDS="sweep-mlp sweep-lenet5 sweep-momentum" ;;
-  *) echo "usage: scripts/sweep.sh [reduced|rerun|heldout|full] [OUT]" >&2; exit 2 ;;
+  design) GRIDS="design-budget" ;;
+  full) GRIDS="sweep-mlp sweep-mlp-third sweep-lenet5 sweep-lenet5-third sweep-momentum" ;;
+  *) echo "usage: scripts/sweep.sh [reduced|rerun|heldout|design|full] [OUT]" >&2; exit 2 ;;
 esac
 for g in $GRIDS; do
   "$HSGD" sweep "examples/sweep/$g.toml" --out "$OUT/$g" ${JOBS:+--jobs "$JOBS"} > /dev/null

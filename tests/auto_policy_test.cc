@@ -373,6 +373,82 @@ TEST(AutoPolicy, ARisingLossDoublesKUpToTheWorkers) {
   EXPECT_LT(d.k(), c.k());
 }
 
+// The staleness budget: lr x (staleness + 1) <= kBudget. Before anything is
+// measured, n workers in step are assumed (staleness + 1 = (n / K + 1) / 2).
+TEST(AutoPolicy, TheStalenessBudgetSetsTheFirstK) {
+  EXPECT_EQ(AutoController(25, {}, 0.01).k(), 1);  // 0.01 x 13 = 0.13: async is within it
+  EXPECT_EQ(AutoController(25, {}, 0.1).k(), 3);   // 25 / (2 x 0.5 / 0.1 - 1) = 2.8
+  EXPECT_EQ(AutoController(25, {}, 0.3).k(), 11);  // 25 / 2.33 = 10.7
+  EXPECT_EQ(AutoController(25, {}, 0.5).k(), 25);  // even sync is at the budget
+  EXPECT_EQ(AutoController(25, {}, 0).k(), 1);     // lr unknown: no budget
+  AutoParts no_budget;
+  no_budget.budget = false;
+  EXPECT_EQ(AutoController(25, no_budget, 0.3).k(), 1);
+  // Sum aggregation: K does not shorten the steps, so make_policy passes no lr.
+  PolicyOptions o;
+  o.kind = "auto";
+  EXPECT_EQ(make_policy(o, 25, 0.3)->threshold(kP, 25), 11);
+  o.aggregation = Aggregation::kSum;
+  EXPECT_EQ(make_policy(o, 25, 0.3)->threshold(kP, 25), 1);
+}
+
+// Where more updates per second win (the flat floor), the probes take K
+// down to 1; with the budget, K stays where lr x (staleness + 1) is within
+// it, and a down-probe that would leave it is not tried.
+TEST(AutoPolicy, TheBudgetHoldsKAgainstDownProbes) {
+  auto run = [](AutoParts parts, int* min_k) {
+    AutoController c(16, parts, 0.1);
+    Trainer tr(&c, std::vector<double>(16, 0.1), flat_floor);
+    tr.eta = 0.01;
+    int m = c.k();
+    for (int i = 0; i < 60; ++i) {
+      tr.run(1);
+      m = std::min(m, c.k());
+    }
+    *min_k = m;
+    return tr.mean_k();
+  };
+  int min_k = 0;
+  EXPECT_GE(run({}, &min_k), 2.0);
+  EXPECT_EQ(min_k, 2);  // 16 / (2 x 0.5 / 0.1 - 1) = 1.8; measured 0.1 x (3.5 + 1) = 0.45
+  AutoParts no_budget;
+  no_budget.budget = false;
+  EXPECT_LT(run(no_budget, &min_k), 1.5);
+  EXPECT_EQ(min_k, 1);
+}
+
+// Stragglers make the measured staleness larger than the first guess: the
+// budget raises K to the floor the measured staleness asks for.
+TEST(AutoPolicy, TheBudgetRaisesKToTheMeasuredStaleness) {
+  std::vector<double> periods(8, 0.1);
+  periods.insert(periods.end(), 8, 1.0);  // 8 fast workers, 8 ten times slower
+  AutoController c(16, {}, 0.05);
+  EXPECT_EQ(c.k(), 1);  // 16 / 19: async is within the budget if the workers are alike
+  Trainer tr(&c, periods, flat_floor);
+  tr.eta = 0.01;
+  tr.run(2);
+  EXPECT_GT(c.staleness() + 1, 0.5 / 0.05);  // but the slow pushes are far staler
+  tr.run(60);
+  EXPECT_GE(c.k(), 2);
+  EXPECT_LE(c.k(), c.cap());
+  EXPECT_LE(0.05 * (c.staleness() + 1), 0.5 * 1.1);
+  EXPECT_EQ(c.rises(), 0);
+}
+
+// The budget may ask for more than the workers that arrive in time; it
+// never makes K wait for the slow ones: the first K (set before any
+// arrival is known) comes down to the cap after one block.
+TEST(AutoPolicy, TheBudgetDoesNotWaitForStragglers) {
+  const std::vector<double> periods = {0.1, 0.1, 0.1, 0.1, 0.1, 1, 1, 1};
+  AutoController c(8, {}, 0.5);
+  EXPECT_EQ(c.k(), 8);
+  Trainer tr(&c, periods, flat_floor);
+  tr.run(30);
+  EXPECT_EQ(c.cap(), 5);
+  EXPECT_EQ(c.k(), 5);
+  EXPECT_EQ(c.rises(), 0);
+}
+
 TEST(AutoPolicy, ImplicitMomentumFollowsTheStaleness) {
   AutoController c(25, {});
   Feed f(&c, std::vector<double>(25, 0.1));
@@ -420,6 +496,29 @@ TEST(AutoPolicy, SaveRestoreContinuesIdentically) {
   fb.run(3000, [](double t) { return 1.0 + 0.3 * std::sin(t); }, 0.2, 2);
   EXPECT_EQ(a.save_state(), b.save_state());
   EXPECT_EQ(a.k(), b.k());
+  // With the staleness budget on (its flag is in the state), and from the
+  // third rule's state, which had one scalar fewer.
+  AutoController x(8, {}, 0.5), y(8, {}, 0.5);
+  Feed fx(&x, {0.1, 0.1, 0.1, 0.1, 0.2, 0.3, 1, 1});
+  fx.run(
+      20, [](double) { return 1.0; }, 0.1, 3);
+  EXPECT_EQ(x.k(), 8);  // the first K; at the first block's end (32 pushes) the cap is applied
+  std::vector<double> sx = x.save_state();
+  EXPECT_EQ(sx[37], 1.0);  // K was set by the budget
+  y.restore_state(sx);
+  Feed fy = fx;
+  fy.c = &y;
+  fx.run(
+      3000, [](double t) { return 1.0 + 0.3 * std::sin(t); }, 0.2, 2);
+  fy.run(
+      3000, [](double t) { return 1.0 + 0.3 * std::sin(t); }, 0.2, 2);
+  EXPECT_EQ(x.save_state(), y.save_state());
+  sx.erase(sx.begin() + 37);
+  AutoController z(8, {}, 0.5);
+  z.restore_state(sx);
+  EXPECT_EQ(z.save_state().size(), sx.size() + 1);
+  EXPECT_EQ(z.save_state()[37], 0.0);
+  EXPECT_EQ(z.k(), 8);
 }
 
 TEST(AutoPolicy, AblationPartsAreParsedAndUnknownOnesNamed) {
@@ -432,7 +531,8 @@ TEST(AutoPolicy, AblationPartsAreParsedAndUnknownOnesNamed) {
   EXPECT_TRUE(q.rise && q.momentum && q.spike && q.curve);
   const AutoParts r = parse_auto_ablate("spike,curve");
   EXPECT_FALSE(r.spike || r.curve);
-  EXPECT_TRUE(r.rise && r.up && r.down && r.cap && r.momentum);
+  EXPECT_TRUE(r.rise && r.up && r.down && r.cap && r.momentum && r.budget);
+  EXPECT_FALSE(parse_auto_ablate("budget").budget);
   try {
     parse_auto_ablate("rise,colour");
     FAIL();

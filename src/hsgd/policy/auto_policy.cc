@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "hsgd/core/error.h"
@@ -28,21 +29,36 @@ AutoParts parse_auto_ablate(const std::string& s) {
       p.spike = false;
     } else if (part == "curve") {
       p.curve = false;
+    } else if (part == "budget") {
+      p.budget = false;
     } else {
-      throw InputError(
-          "policy.auto_ablate = '" + s + "': unknown part '" + part +
-          "' (expected a comma-separated list of rise, up, down, cap, momentum, spike, curve)");
+      throw InputError("policy.auto_ablate = '" + s + "': unknown part '" + part +
+                       "' (expected a comma-separated list of rise, up, down, cap, momentum, "
+                       "spike, curve, budget)");
     }
   }
   return p;
 }
 
-AutoController::AutoController(int workers, AutoParts parts)
+AutoController::AutoController(int workers, AutoParts parts, double lr)
     : parts_(parts),
       workers_(std::max(1, workers)),
+      lr_(std::max(0.0, lr)),
       free_since_(kTracked, -1.0),
       duration_(kTracked, 0.0) {
   set_live(workers);
+  set_spike_gate();
+  if (budget_on()) {
+    // The first K, before any staleness is measured: n workers in step give
+    // staleness + 1 = (n / K + 1) / 2 on average (K = 1: (n + 1) / 2), so
+    // the budget asks for K >= n / (2 kBudget / lr - 1).
+    const double r = 2 * kBudget / lr_ - 1;
+    k_ = r <= 1 ? workers_
+                : std::clamp(static_cast<int>(std::ceil(workers_ / r - 1e-9)), 1, workers_);
+    base_k_ = probe_k_ = k_;
+    budget_set_ = k_ > 1;
+    set_spike_gate();
+  }
 }
 
 int AutoController::threshold(const Progress&, int live) const {
@@ -50,11 +66,12 @@ int AutoController::threshold(const Progress&, int live) const {
 }
 
 int AutoController::cap() const {
-  // The known durations, on the stack (no allocation: bench --auto).
+  // The known durations, on the stack (no allocation: bench --auto); none
+  // is known past tracked_.
   std::array<double, kTracked> d;
   size_t m = 0;
-  for (double x : duration_) {
-    if (x > 0) d[m++] = x;
+  for (size_t i = 0; i < tracked_; ++i) {
+    if (duration_[i] > 0) d[m++] = duration_[i];
   }
   if (m < 2) return live_;
   // The fastest quarter's duration: the (m / 4)-th smallest.
@@ -66,11 +83,46 @@ int AutoController::cap() const {
   return std::clamp(n, 1, std::max(1, live_));
 }
 
+// Staleness + 1 scales as 1 / K (n workers, K pushes per update: an update
+// every K pushes, a push spans about n / K updates), so the smallest K that
+// keeps lr x (staleness + 1) within the budget is K x lr (tau + 1) / kBudget.
+int AutoController::budget_floor() const {
+  if (!budget_on()) return 1;
+  const double need = static_cast<double>(k_) * lr_ * (tau_ema_ + 1) / kBudget;
+  return std::clamp(static_cast<int>(std::ceil(need - 1e-9)), 1, std::max(1, live_));
+}
+
+// At a block's end, not in a probe, one block after K last changed (the
+// staleness EMA has then followed it): raise K to the budget's floor, at
+// most to the arrival-time cap; and bring a K the budget set above the cap
+// back to it (the first K is set before any arrival is known). True if K
+// changed.
+bool AutoController::budget_step() {
+  if (!budget_on() || since_ < 1) return false;
+  const int floor = budget_floor();
+  if (floor <= k_ && !budget_set_) return false;  // (without computing the cap)
+  const int limit = std::min(live_, parts_.cap ? cap() : live_);
+  int target = k_;
+  if (budget_set_ && k_ > limit) {
+    target = limit;
+  } else if (k_ < limit) {
+    target = std::max(k_, std::min(limit, floor));
+  }
+  if (target == k_) return false;
+  set_k(target);
+  base_k_ = probe_k_ = k_;
+  since_ = 0;
+  budget_set_ = true;
+  return true;
+}
+
 // Derived from the state (not saved): the staleness EMA's weight, about two
 // rounds of pushes, and the spike guard's line.
 void AutoController::set_live(int live) {
   live_ = std::max(1, live);
   tau_weight_ = 1.0 / std::max(kMinWindow, 2 * live_);
+  tau_keep_ = 1 - tau_weight_;
+  window_ = std::max<int64_t>(kMinWindow, live_);
 }
 
 void AutoController::set_spike_line() {
@@ -82,54 +134,83 @@ double AutoController::implicit_momentum() const {
 }
 
 void AutoController::observe_push(const PushSignal& s) {
+  // The signal's fields in locals: the stores below to members cannot then
+  // make the compiler load them again (s might alias *this, for all it
+  // knows). The arithmetic is the same, operation for operation.
+  const int worker = s.worker;
+  const double t = s.seconds, loss = s.loss;
+  const auto tau = static_cast<double>(s.staleness);
+  const bool waits = s.pusher_waits;
+  const std::vector<int>* released = s.released;
   if (s.live_workers != live_) set_live(s.live_workers);
   // Arrival times: a worker's duration is the time from getting parameters
   // (a release, or its own push when it did not wait) to its next push.
-  if (s.worker >= 0 && s.worker < kTracked) {
-    const auto w = static_cast<size_t>(s.worker);
-    if (free_since_[w] >= 0) {
-      const double d = s.seconds - free_since_[w];
-      if (d >= 0) duration_[w] = duration_[w] > 0 ? 0.8 * duration_[w] + 0.2 * d : d;
+  double* const free_since = free_since_.data();
+  if (worker >= 0 && worker < kTracked) {
+    const auto w = static_cast<size_t>(worker);
+    const double since = free_since[w];
+    if (since >= 0) {
+      const double d = t - since;
+      if (d >= 0) {
+        const double old = duration_[w];
+        if (old > 0) {
+          duration_[w] = 0.8 * old + 0.2 * d;
+        } else {
+          duration_[w] = d;  // the first (0: still unknown)
+          if (d > 0 && w >= tracked_) tracked_ = w + 1;
+        }
+      }
     }
-    free_since_[w] = s.pusher_waits ? -1.0 : s.seconds;
+    free_since[w] = waits ? -1.0 : t;
   }
-  if (s.released) {
-    for (int r : *s.released) {
-      if (r >= 0 && r < kTracked) free_since_[static_cast<size_t>(r)] = s.seconds;
+  if (released) {
+    for (int r : *released) {
+      if (r >= 0 && r < kTracked) free_since[static_cast<size_t>(r)] = t;
     }
   }
   // Staleness, averaged over about two rounds of pushes.
-  const double a = tau_weight_;
-  const auto tau = static_cast<double>(s.staleness);
-  tau_ema_ = tau_count_ == 0 ? tau : (1 - a) * tau_ema_ + a * tau;
+  tau_ema_ = tau_count_ == 0 ? tau : tau_keep_ * tau_ema_ + tau_weight_ * tau;
   ++tau_count_;
   // The loss window: one round of pushes (at least kMinWindow).
-  sum_ += s.loss;
-  sumsq_ += s.loss * s.loss;
-  tsum_ += s.seconds;
+  sum_ += loss;
+  sumsq_ += loss * loss;
+  tsum_ += t;
   ++count_;
   // The spike guard: kSpikePushes pushes in a row far above the starting
   // loss are a blow-up under way (LeNet-5 at lr 0.1: from the first such
   // push to a dead network takes ~30 pushes, less than two windows), so K
   // is multiplied by kSpikeFactor at the push, not at a window's end. It
   // is armed again one round of pushes later (the pushes in flight were
-  // computed before the new K took effect).
-  if (parts_.spike && start_known_ && k_ < workers_) {
+  // computed before the new K took effect). The first test is the common
+  // case's only one: armed, not cooling down, no streak, loss under the line.
+  // (Past this test the guard is armed: the gate is +inf otherwise.)
+  if (loss > spike_gate_ || ((spike_cool_ | spike_streak_) != 0 && spike_armed())) {
     if (spike_cool_ > 0) {
       --spike_cool_;
     } else {
-      spike_streak_ = s.loss > spike_line_ ? spike_streak_ + 1 : 0;
+      spike_streak_ = loss > spike_line_ ? spike_streak_ + 1 : 0;
       if (spike_streak_ >= kSpikePushes) {
         spike_streak_ = 0;
-        spike_cool_ = std::max<int64_t>(kMinWindow, live_);
+        spike_cool_ = window_;
         sum_ = sumsq_ = tsum_ = 0;
         count_ = 0;
         rise(kSpikeFactor, true);
+        set_spike_gate();
         return;
       }
     }
   }
-  if (count_ >= std::max<int64_t>(kMinWindow, live_)) end_window();
+  if (count_ >= window_) {
+    end_window();
+    set_spike_gate();
+  }
+}
+
+// Derived (not saved): the spike guard's line while it is armed, +inf
+// otherwise. Armed depends on K and on the start being known, which change
+// only in end_window() and rise(); observe_push calls this after both.
+void AutoController::set_spike_gate() {
+  spike_gate_ = spike_armed() ? spike_line_ : std::numeric_limits<double>::infinity();
 }
 
 void AutoController::end_window() {
@@ -149,17 +230,21 @@ void AutoController::end_window() {
     start_sd_ = std::sqrt(var);
     set_spike_line();
   }
-  hist_mean_.push_back(mean);
-  hist_se2_.push_back(se2);
-  if (hist_mean_.size() > kBlock + 1) {
-    hist_mean_.erase(hist_mean_.begin());
-    hist_se2_.erase(hist_se2_.begin());
+  if (hist_n_ == kBlock + 1) {
+    for (size_t i = 0; i < kBlock; ++i) {
+      hist_mean_[i] = hist_mean_[i + 1];
+      hist_se2_[i] = hist_se2_[i + 1];
+    }
+    --hist_n_;
   }
+  hist_mean_[hist_n_] = mean;
+  hist_se2_[hist_n_] = se2;
+  ++hist_n_;
   // Rise: this window against the kBlock before it, or against the loss at
   // the start (a stable run does not end up worse than it began), beyond
   // noise in kRiseWindows windows in a row: the steps are too stale or too
   // large for this point of training. Halve the staleness by doubling K.
-  const size_t h = hist_mean_.size();
+  const size_t h = hist_n_;
   bool rose = false, blew_up = false;
   if (windows_ > 1 && start_armed_) {
     rose = mean - start_mean_ > kRiseSigmas * std::sqrt(se2 + start_se2_);
@@ -193,8 +278,7 @@ void AutoController::end_window() {
 
 void AutoController::rise(int factor, bool spike) {
   rise_streak_ = 0;
-  hist_mean_.clear();
-  hist_se2_.clear();
+  hist_n_ = 0;
   b_mean_ = b_se2_ = b_t_ = 0;
   b_windows_ = b_pushes_ = 0;
   n_blocks_ = 0;
@@ -214,6 +298,7 @@ void AutoController::rise(int factor, bool spike) {
   // up-probe cannot be the cause: its base K was where the loss began to
   // rise, and the probe's K, 2 x base, is already the doubled one).
   ++rises_;
+  budget_set_ = false;
   const int from = phase_ == 1 && probe_k_ > base_k_ ? static_cast<int>(base_k_) : k_;
   phase_ = 0;
   k_ = std::min(workers_, factor * from);
@@ -244,8 +329,7 @@ void AutoController::ban(int unstable) {
 void AutoController::set_k(int k) {
   if (k == k_) return;
   k_ = k;
-  hist_mean_.clear();
-  hist_se2_.clear();
+  hist_n_ = 0;
   rise_streak_ = 0;
 }
 
@@ -282,6 +366,7 @@ void AutoController::end_block() {
     base_k_ = k_;
     return;
   }
+  if (budget_step()) return;
   if (since_ < gap_) return;
   // The line through two base blocks is a fair baseline only where the
   // descent is not speeding up (leaving a plateau): there it lies above the
@@ -296,7 +381,12 @@ void AutoController::end_block() {
                  : parts_.up && limit > k_                 ? limit
                                                            : k_;
   const int half = k_ / 2;
-  const int down = parts_.down && k_ > 1 && (ban_ == 0 || half > unstable_k_) ? half : k_;
+  // A down-probe stays within the staleness budget (K / 2 about doubles
+  // staleness + 1).
+  const bool in_budget =
+      !budget_on() || static_cast<double>(k_) * lr_ * (tau_ema_ + 1) <= kBudget * half;
+  const int down =
+      parts_.down && k_ > 1 && in_budget && (ban_ == 0 || half > unstable_k_) ? half : k_;
   int target = dir_ > 0 ? up : down;
   if (target == k_) target = dir_ > 0 ? down : up;
   since_ = 0;
@@ -368,7 +458,7 @@ std::vector<double> AutoController::save_state() const {
                            sumsq_,
                            tsum_,
                            static_cast<double>(count_),
-                           static_cast<double>(hist_mean_.size()),
+                           static_cast<double>(hist_n_),
                            start_mean_,
                            start_se2_,
                            start_known_ ? 1.0 : 0.0,
@@ -398,10 +488,11 @@ std::vector<double> AutoController::save_state() const {
                            static_cast<double>(ban_len_),
                            start_sd_,
                            static_cast<double>(spike_streak_),
-                           static_cast<double>(spike_cool_)};
+                           static_cast<double>(spike_cool_),
+                           budget_set_ ? 1.0 : 0.0};
   for (size_t i = 0; i < kBlock + 1; ++i) {
-    s.push_back(i < hist_mean_.size() ? hist_mean_[i] : 0.0);
-    s.push_back(i < hist_se2_.size() ? hist_se2_[i] : 0.0);
+    s.push_back(i < hist_n_ ? hist_mean_[i] : 0.0);
+    s.push_back(i < hist_n_ ? hist_se2_[i] : 0.0);
   }
   for (const Block& b : blocks_) {
     s.push_back(b.mean);
@@ -414,9 +505,11 @@ std::vector<double> AutoController::save_state() const {
 }
 
 void AutoController::restore_state(std::span<const double> s) {
-  constexpr size_t kScalars = 37;
-  constexpr size_t kHead = kScalars + 2 * (kBlock + 1) + 3 * 4;
-  HSGD_ASSERT(s.size() == kHead + 2 * static_cast<size_t>(kTracked), "auto policy state size");
+  // 38 scalars; the third rule's state had 37 (no budget_set_, read as 0).
+  constexpr size_t kTail = 2 * (kBlock + 1) + 3 * 4 + 2 * static_cast<size_t>(kTracked);
+  HSGD_ASSERT(s.size() == 38 + kTail || s.size() == 37 + kTail, "auto policy state size");
+  const size_t scalars = s.size() - kTail;
+  const size_t head = scalars + 2 * (kBlock + 1) + 3 * 4;
   auto i64 = [&](size_t i) { return static_cast<int64_t>(s[i]); };
   k_ = std::clamp(static_cast<int>(s[0]), 1, workers_);
   set_live(static_cast<int>(s[1]));
@@ -455,19 +548,24 @@ void AutoController::restore_state(std::span<const double> s) {
   start_sd_ = s[34];
   spike_streak_ = i64(35);
   spike_cool_ = i64(36);
+  budget_set_ = scalars > 37 && s[37] != 0;
   set_spike_line();
-  hist_mean_.clear();
-  hist_se2_.clear();
+  hist_n_ = h;
   for (size_t i = 0; i < h; ++i) {
-    hist_mean_.push_back(s[kScalars + 2 * i]);
-    hist_se2_.push_back(s[kScalars + 2 * i + 1]);
+    hist_mean_[i] = s[scalars + 2 * i];
+    hist_se2_[i] = s[scalars + 2 * i + 1];
   }
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    const size_t o = kScalars + 2 * (kBlock + 1) + 3 * i;
+    const size_t o = scalars + 2 * (kBlock + 1) + 3 * i;
     blocks_[i] = {s[o], s[o + 1], s[o + 2]};
   }
-  free_since_.assign(s.begin() + kHead, s.begin() + kHead + kTracked);
-  duration_.assign(s.begin() + kHead + kTracked, s.end());
+  free_since_.assign(s.begin() + head, s.begin() + head + kTracked);
+  duration_.assign(s.begin() + head + kTracked, s.end());
+  set_spike_gate();
+  tracked_ = 0;
+  for (size_t i = 0; i < duration_.size(); ++i) {
+    if (duration_[i] > 0) tracked_ = i + 1;
+  }
 }
 
 }  // namespace hsgd

@@ -24,6 +24,7 @@ struct AutoParts {
   bool momentum = true;  // server momentum lowered by staleness's implicit momentum
   bool spike = true;     // two pushes far above the starting loss multiply K by 4 at once
   bool curve = true;     // no probe on a speeding-up descent; no rising baseline
+  bool budget = true;    // K never below what keeps lr x (staleness + 1) within kBudget
 };
 // "" -> all on; otherwise a comma-separated list of the parts to switch off.
 // Throws InputError naming policy.auto_ablate for an unknown part.
@@ -50,8 +51,12 @@ class AutoController final : public Policy {
   static constexpr int kSpikeFactor = 4;       // multiplies K (and bans every smaller K)
   static constexpr double kAccelSigmas = 1.0;  // no probe on a descent accelerating beyond 1 s.e.
   static constexpr double kFallSigmas = 2.0;   // ... that is a descent: its last fall beyond 2 s.e.
+  static constexpr double kBudget = 0.5;       // the staleness budget: lr x (staleness + 1) <= 0.5
 
-  AutoController(int workers, AutoParts parts);
+  // `lr` is the server's learning rate (optim.lr) with mean aggregation,
+  // 0 with sum aggregation or when unknown (the staleness budget is then
+  // off: with sum a larger K does not shorten the steps).
+  AutoController(int workers, AutoParts parts, double lr = 0);
   std::string name() const override { return "auto"; }
   int threshold(const Progress& p, int live) const override;
   bool pusher_waits() const override { return true; }
@@ -63,6 +68,9 @@ class AutoController final : public Policy {
   // For tests and the recorder.
   int k() const { return k_; }
   int cap() const;  // the arrival-time cap on K (live workers if unknown)
+  // The staleness budget's floor on K at the measured staleness (1 when the
+  // budget is off), before the cap.
+  int budget_floor() const;
   double staleness() const { return tau_ema_; }
   int64_t decisions() const { return windows_; }
   int64_t rises() const { return rises_; }
@@ -79,22 +87,29 @@ class AutoController final : public Policy {
   void end_block();
   void rise(int factor = 2, bool spike = false);
   bool accelerating() const;
+  bool budget_on() const { return parts_.budget && lr_ > 0; }
+  bool budget_step();
   void set_live(int live);
   void set_spike_line();
+  void set_spike_gate();
+  bool spike_armed() const { return parts_.spike && start_known_ && k_ < workers_; }
   void set_k(int k);
   void ban(int unstable);
   bool probe_kept() const;
 
   AutoParts parts_;
   int workers_;
+  double lr_ = 0;
   int live_ = 0;
   int k_ = 1;
   // The current window of pushed losses (and the sum of their times).
   double sum_ = 0, sumsq_ = 0, tsum_ = 0;
   int64_t count_ = 0;
   // The last kBlock + 1 windows' means and squared standard errors, oldest
-  // first (fewer at the start and after a rise): the rise test.
-  std::vector<double> hist_mean_, hist_se2_;
+  // first (hist_n_ of them: fewer at the start and after a rise): the rise
+  // test.
+  std::array<double, kBlock + 1> hist_mean_{}, hist_se2_{};
+  size_t hist_n_ = 0;
   // The first window's mean and squared standard error: the loss at the
   // start, which a stable run never exceeds for long.
   double start_mean_ = 0, start_se2_ = 0;
@@ -121,13 +136,20 @@ class AutoController final : public Policy {
   double start_sd_ = 0;
   int64_t spike_streak_ = 0, spike_cool_ = 0;
   double spike_line_ = 0;  // derived: start + max(kSpike |start|, kSpikeSds sd)
+  double spike_gate_ = 0;  // derived: spike_line_ while armed, +inf otherwise
   // Staleness of observed pushes: exponential moving average (weight 1/n).
   double tau_ema_ = 0;
   int64_t tau_count_ = 0;
   double tau_weight_ = 1;  // derived: 1 / max(kMinWindow, 2 live_)
+  double tau_keep_ = 0;    // derived: 1 - tau_weight_
+  int64_t window_ = kMinWindow;  // derived: pushes per window, max(kMinWindow, live_)
   // Per worker: when it last got parameters (-1 unknown) and the EMA of the
   // time from there to its next push (0 unknown).
   std::vector<double> free_since_, duration_;
+  size_t tracked_ = 0;  // derived: 1 + the largest worker id with a known duration
+  // K was set by the staleness budget (not by a rise or a probe): the budget
+  // never keeps K above the arrival-time cap.
+  bool budget_set_ = false;
 };
 
 }  // namespace hsgd

@@ -167,7 +167,9 @@ std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double 
     return std::make_unique<SspPolicy>(o.s);
   }
   if (o.kind == "async") return std::make_unique<AsyncPolicy>();
-  if (o.kind == "auto") return std::make_unique<AutoController>(workers, parse_auto_ablate(o.auto_ablate));
+  if (o.kind == "auto")
+    return std::make_unique<AutoController>(workers, parse_auto_ablate(o.auto_ablate),
+                                            o.aggregation == Aggregation::kMean ? lr : 0.0);
   if (o.kind == "hogwild") return std::make_unique<AsyncPolicy>("hogwild");
   if (o.kind == "kasync" || o.kind == "kbatch") {
     if (o.k < 1 || o.k > workers) {
