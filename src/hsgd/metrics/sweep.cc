@@ -51,17 +51,28 @@ SweepResult sweep_results(const SweepInput& in) {
     if (cell.index.size() != in.axes.size()) throw InputError("sweep: a cell without every axis");
     if (in.runs[c].size() != in.policies.size())
       throw InputError("sweep: a cell without every policy");
+    for (const auto& runs : in.runs[c]) {
+      if (runs.size() != in.seeds.size()) throw InputError("sweep: a policy without every seed");
+      for (const auto& run : runs) {
+        if (run.empty()) throw InputError("sweep: a run without metrics rows");
+      }
+    }
+    // Seed s's grid: the evaluation times of its longest run (the first in
+    // list order on a tie), so a run stopped early for divergence does not
+    // shorten the interval every other policy of that seed is measured on.
     std::vector<std::vector<double>> grids(in.seeds.size());
+    for (size_t s = 0; s < in.seeds.size(); ++s) {
+      size_t longest = 0;
+      for (size_t p = 1; p < in.policies.size(); ++p) {
+        if (in.runs[c][p][s].back().time_s > in.runs[c][longest][s].back().time_s) longest = p;
+      }
+      for (const MetricsRow& row : in.runs[c][longest][s]) grids[s].push_back(row.time_s);
+    }
     for (size_t p = 0; p < in.policies.size(); ++p) {
       const auto& runs = in.runs[c][p];
-      if (runs.size() != in.seeds.size()) throw InputError("sweep: a policy without every seed");
       SweepPolicy sp;
       sp.policy = in.policies[p];
       for (size_t s = 0; s < runs.size(); ++s) {
-        if (runs[s].empty()) throw InputError("sweep: a run without metrics rows");
-        if (p == 0) {
-          for (const MetricsRow& row : runs[s]) grids[s].push_back(row.time_s);
-        }
         sp.interval.push_back(interval_mean(runs[s], grids[s]));
         sp.final.push_back(runs[s].back().test_acc);
       }

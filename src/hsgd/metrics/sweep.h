@@ -6,8 +6,10 @@
 //
 // Method (README, "Sweep a grid"):
 //  - interval mean of a run = the mean of its test_acc over the evaluation
-//    times of the cell's first policy's run of the same seed (interpolated as
-//    in metrics/compare.h), so every policy of a seed is measured on one grid;
+//    times of the cell's longest run of the same seed (the first policy's on
+//    a tie; interpolated as in metrics/compare.h, a run that stopped early
+//    for divergence held at its last value), so every policy of a seed is
+//    measured on one grid;
 //  - final = the run's last row's test_acc;
 //  - over seeds: mean and sample standard deviation (compare.h: mean_std);
 //  - best fixed = the policy other than `candidate` with the highest mean

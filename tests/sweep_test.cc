@@ -1,0 +1,86 @@
+// The arithmetic of `hsgd sweep` on hand-made metrics rows: the grid each
+// seed is measured on, the interval and final means, the best fixed policy
+// and the differences.
+#include "hsgd/metrics/sweep.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "hsgd/core/error.h"
+
+namespace hsgd {
+namespace {
+
+MetricsRow row(double t, double acc) {
+  MetricsRow r;
+  r.time_s = t;
+  r.test_acc = acc;
+  return r;
+}
+
+// A run evaluated every second up to `end`, at accuracy `acc(t)`.
+template <typename F>
+std::vector<MetricsRow> run(int end, F acc) {
+  std::vector<MetricsRow> rows;
+  for (int t = 0; t <= end; ++t) rows.push_back(row(t, acc(t)));
+  return rows;
+}
+
+// One cell, one seed; policies in the order given.
+SweepInput one_cell(std::vector<std::string> policies,
+                    std::vector<std::vector<MetricsRow>> runs_of_policies) {
+  SweepInput in;
+  in.axes = {{"optim.lr", {"0.1"}}};
+  in.policies = std::move(policies);
+  in.seeds = {1};
+  in.candidate = "auto";
+  in.cells = {{0}};
+  in.runs.resize(1);
+  for (auto& r : runs_of_policies) in.runs[0].push_back({std::move(r)});
+  return in;
+}
+
+TEST(Sweep, IntervalMeanFinalBestAndDifferences) {
+  // async flat at 0.5, kasync:2 rising 0.2 -> 0.8, auto at 0.6, on 0..4 s.
+  const SweepResult r = sweep_results(one_cell(
+      {"async", "kasync:2", "auto"}, {run(4, [](int) { return 0.5; }),
+                                      run(4, [](int t) { return 0.2 + 0.15 * t; }),
+                                      run(4, [](int) { return 0.6; })}));
+  ASSERT_EQ(r.cells.size(), 1u);
+  const SweepCell& c = r.cells[0];
+  EXPECT_DOUBLE_EQ(c.policies[0].interval_mean.mean, 0.5);
+  EXPECT_DOUBLE_EQ(c.policies[1].interval_mean.mean, 0.5);
+  EXPECT_DOUBLE_EQ(c.policies[1].final_acc.mean, 0.8);
+  EXPECT_EQ(c.best_fixed, 0);  // a tie: the first listed
+  EXPECT_EQ(c.candidate, 2);
+  EXPECT_NEAR(c.cand_minus_best, 0.1, 1e-12);
+  EXPECT_NEAR(c.cand_minus_async, 0.1, 1e-12);
+  EXPECT_NEAR(c.best_minus_async, 0.0, 1e-12);
+}
+
+// The first policy diverged at 1 s and stopped (the simulator's exit 3): the
+// others are still measured over the whole run, the stopped one held at its
+// last value (chance), not over the first second only.
+TEST(Sweep, ARunStoppedEarlyDoesNotShortenTheOthersInterval) {
+  const SweepResult r = sweep_results(one_cell(
+      {"async", "kasync:4", "auto"},
+      {{row(0, 0.1), row(1, 0.1)}, run(9, [](int t) { return t == 0 ? 0.1 : 0.8; }),
+       run(9, [](int t) { return t == 0 ? 0.1 : 0.7; })}));
+  const SweepCell& c = r.cells[0];
+  EXPECT_DOUBLE_EQ(c.policies[0].interval_mean.mean, 0.1);
+  EXPECT_DOUBLE_EQ(c.policies[1].interval_mean.mean, (0.1 + 9 * 0.8) / 10);
+  EXPECT_DOUBLE_EQ(c.policies[2].interval_mean.mean, (0.1 + 9 * 0.7) / 10);
+  EXPECT_EQ(c.best_fixed, 1);
+  EXPECT_NEAR(c.cand_minus_best, -0.09, 1e-12);
+}
+
+TEST(Sweep, InconsistentInputIsAnInputError) {
+  SweepInput in = one_cell({"async", "auto"}, {run(2, [](int) { return 0.5; }), {}});
+  EXPECT_THROW(sweep_results(in), InputError);
+  in = one_cell({"async", "auto"}, {run(2, [](int) { return 0.5; })});
+  EXPECT_THROW(sweep_results(in), InputError);
+}
+
+}  // namespace
+}  // namespace hsgd
