@@ -11,7 +11,9 @@
 #     7 policies, 1 seed, 30 s (sweep-mlp-rest, sweep-mlp-rest-s025;
 #     105 runs, ~7 CPU-minutes); scripts/mlp27.py then tabulates all 27 cells.
 #   design: the design cells of the fourth rule's staleness budget
-#     (design-budget: batch 32, seeds 11-12, 100 s; 126 runs, ~6 CPU-minutes).
+#     (design-budget: batch 32, seeds 11-12, 100 s; 126 runs, ~6 CPU-minutes)
+#     and of the fifth rule's spike cap (design-lenet5-spike: the LeNet-5
+#     slice, seeds 11-12, 100 s; 48 runs, ~25 CPU-minutes).
 #   full: the grids, sweep-mlp (972 runs, ~40 CPU-minutes) and
 #     sweep-lenet5 (144 runs, ~3 CPU-hours), the third rule alone on both
 #     (sweep-mlp-third, sweep-lenet5-third: 81 and 12 runs) and
@@ -29,7 +31,7 @@ case "$MODE" in
   reduced) GRIDS="sweep-momentum sweep-mlp-reduced sweep-ablation sweep-mlp-batch sweep-lenet5-reduced" ;;
   rerun) GRIDS="rerun-auto-mlp-reduced rerun-auto-lenet5-reduced rerun-auto-mlp-batch rerun-auto-momentum sweep-ablation" ;;
   heldout) GRIDS="sweep-mlp-rest sweep-mlp-rest-s025" ;;
-  design) GRIDS="design-budget" ;;
+  design) GRIDS="design-budget design-lenet5-spike" ;;
   full) GRIDS="sweep-mlp sweep-mlp-third sweep-lenet5 sweep-lenet5-third sweep-momentum" ;;
   *) echo "usage: scripts/sweep.sh [reduced|rerun|heldout|design|full] [OUT]" >&2; exit 2 ;;
 esac

@@ -289,6 +289,42 @@ TEST(AutoPolicy, ASpikeMultipliesKAtOnceAndBansSmallerK) {
   EXPECT_EQ(k_after, 1);
 }
 
+// A blow-up below the arrival-time cap takes K to the cap, not past it (the
+// fifth rule's change: LeNet-5 at lr 0.1 spiked at K 6 and the guard took it
+// to 24, waiting for stragglers for half the run); one at the cap goes on
+// multiplying, so a sustained blow-up still reaches every worker.
+TEST(AutoPolicy, ASpikeBelowTheCapStopsAtTheCapAndASecondGoesPastIt) {
+  // 8 of 25 workers take 0.1 s, 17 take 1 s: 8 arrive in time. At lr 0.1
+  // the staleness budget starts K at 3, so x 4 would be 12, past the cap.
+  std::vector<double> periods(25, 1.0);
+  for (int w = 0; w < 8; ++w) periods[static_cast<size_t>(w)] = 0.1;
+  auto blow_up = [&](AutoParts parts, int* before, int* first, int* second) {
+    AutoController c(25, parts, 0.1);
+    Feed f(&c, periods);
+    f.run(
+        200, [](double t) { return 2.3 - 0.05 * t; }, 0.01);  // a clean, slow descent
+    EXPECT_EQ(c.rises(), 0);
+    EXPECT_EQ(c.cap(), 8);
+    *before = c.k();
+    f.run(
+        2, [](double) { return 4.5; }, 0.01);  // two pushes at ~2x the start
+    *first = c.k();
+    f.run(
+        100, [](double) { return 4.5; }, 0.01);  // the blow-up goes on
+    *second = c.k();
+  };
+  int before = 0, first = 0, second = 0;
+  blow_up({}, &before, &first, &second);
+  ASSERT_EQ(before, 3);
+  EXPECT_EQ(first, 8);   // to the cap, not to 12
+  EXPECT_GT(second, 8);  // at the cap, the next spike multiplies past it
+  AutoParts no_cap;
+  no_cap.spikecap = false;
+  blow_up(no_cap, &before, &first, &second);
+  ASSERT_EQ(before, 3);
+  EXPECT_EQ(first, 12);  // the fourth rule: x 4 whatever the cap
+}
+
 TEST(AutoPolicy, TheSpikeGuardStaysQuietOnACleanNoisyDescent) {
   // Per-push noise of 10 % of the loss and bumps of +30 % for a few pushes
   // (what LeNet-5 at lr 0.01 shows under async): no spike.
@@ -533,6 +569,9 @@ TEST(AutoPolicy, AblationPartsAreParsedAndUnknownOnesNamed) {
   EXPECT_FALSE(r.spike || r.curve);
   EXPECT_TRUE(r.rise && r.up && r.down && r.cap && r.momentum && r.budget);
   EXPECT_FALSE(parse_auto_ablate("budget").budget);
+  const AutoParts sc = parse_auto_ablate("spikecap");
+  EXPECT_FALSE(sc.spikecap);
+  EXPECT_TRUE(sc.spike && sc.budget && sc.cap);
   try {
     parse_auto_ablate("rise,colour");
     FAIL();

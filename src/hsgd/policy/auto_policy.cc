@@ -27,6 +27,8 @@ AutoParts parse_auto_ablate(const std::string& s) {
       p.momentum = false;
     } else if (part == "spike") {
       p.spike = false;
+    } else if (part == "spikecap") {
+      p.spikecap = false;
     } else if (part == "curve") {
       p.curve = false;
     } else if (part == "budget") {
@@ -34,7 +36,7 @@ AutoParts parse_auto_ablate(const std::string& s) {
     } else {
       throw InputError("policy.auto_ablate = '" + s + "': unknown part '" + part +
                        "' (expected a comma-separated list of rise, up, down, cap, momentum, "
-                       "spike, curve, budget)");
+                       "spike, spikecap, curve, budget)");
     }
   }
   return p;
@@ -302,6 +304,15 @@ void AutoController::rise(int factor, bool spike) {
   const int from = phase_ == 1 && probe_k_ > base_k_ ? static_cast<int>(base_k_) : k_;
   phase_ = 0;
   k_ = std::min(workers_, factor * from);
+  if (spike && parts_.spikecap) {
+    // A blow-up below the arrival-time cap goes to the cap, no further:
+    // waiting for the workers that arrive in time is as far as auto goes
+    // without a measurement (the probes and the budget stop there too), and
+    // past it every update waits for stragglers. A blow-up at or above the
+    // cap multiplies K as before, so a sustained one still reaches n.
+    const int limit = parts_.cap ? cap() : workers_;
+    if (from < limit) k_ = std::min(k_, limit);
+  }
   base_k_ = probe_k_ = k_;
   start_armed_ = false;  // until the loss is back below the start
   gap_ = 2 * kGapMin;    // a hold: the new K runs a while before anything probes it

@@ -23,6 +23,7 @@ struct AutoParts {
   bool cap = true;       // up-probes stop at the workers that arrive in time
   bool momentum = true;  // server momentum lowered by staleness's implicit momentum
   bool spike = true;     // two pushes far above the starting loss multiply K by 4 at once
+  bool spikecap = true;  // ... but from below the arrival-time cap only up to the cap
   bool curve = true;     // no probe on a speeding-up descent; no rising baseline
   bool budget = true;    // K never below what keeps lr x (staleness + 1) within kBudget
 };
