@@ -392,10 +392,12 @@ TEST(AutoPolicy, AOneWindowBlowUpAboveTheStartDoublesKAtOnce) {
 TEST(AutoPolicy, ARisingLossDoublesKUpToTheWorkers) {
   AutoController c(10, {});
   Feed f(&c, std::vector<double>(10, 0.1));
-  f.run(100, [](double) { return 1.0; }, 0.01);
+  f.run(
+      100, [](double) { return 1.0; }, 0.01);
   EXPECT_EQ(c.rises(), 0);
   EXPECT_LE(c.k(), 2);  // at most a probe
-  f.run(600, [](double t) { return 1.0 + std::exp(t); }, 0.01);
+  f.run(
+      600, [](double t) { return 1.0 + std::exp(t); }, 0.01);
   EXPECT_EQ(c.k(), 10);
   EXPECT_GE(c.rises(), 4);
   AutoParts no_rise;
@@ -403,8 +405,10 @@ TEST(AutoPolicy, ARisingLossDoublesKUpToTheWorkers) {
   no_rise.spike = false;  // an exponential climb is a blow-up to the spike guard too
   AutoController d(10, no_rise);
   Feed g(&d, std::vector<double>(10, 0.1));
-  g.run(100, [](double) { return 1.0; }, 0.01);
-  g.run(600, [](double t) { return 1.0 + std::exp(t); }, 0.01);
+  g.run(
+      100, [](double) { return 1.0; }, 0.01);
+  g.run(
+      600, [](double t) { return 1.0 + std::exp(t); }, 0.01);
   EXPECT_EQ(d.rises(), 0);
   EXPECT_LT(d.k(), c.k());
 }
@@ -488,14 +492,16 @@ TEST(AutoPolicy, TheBudgetDoesNotWaitForStragglers) {
 TEST(AutoPolicy, ImplicitMomentumFollowsTheStaleness) {
   AutoController c(25, {});
   Feed f(&c, std::vector<double>(25, 0.1));
-  f.run(2000, [](double t) { return 2.0 * std::exp(-t); }, 0.001, 24);
+  f.run(
+      2000, [](double t) { return 2.0 * std::exp(-t); }, 0.001, 24);
   EXPECT_NEAR(c.staleness(), 24, 1e-9);
   EXPECT_NEAR(c.implicit_momentum(), 24.0 / 25.0, 1e-9);
   AutoParts off;
   off.momentum = false;
   AutoController d(25, off);
   Feed g(&d, std::vector<double>(25, 0.1));
-  g.run(100, [](double) { return 1.0; }, 0.01, 24);
+  g.run(
+      100, [](double) { return 1.0; }, 0.01, 24);
   EXPECT_EQ(d.implicit_momentum(), 0.0);
 }
 
@@ -513,14 +519,15 @@ TEST(AutoPolicy, MomentumOptimizerSubtractsTheImplicitMomentum) {
     return -w[0];  // 1 + (1 + mu')
   };
   EXPECT_NEAR(step_twice(0), 2.9, 1e-6);
-  EXPECT_NEAR(step_twice(0.5), 2.8, 1e-6);    // mu' = 1 - 0.1 / 0.5
-  EXPECT_NEAR(step_twice(0.96), 2.0, 1e-6);   // mu' = max(0, 1 - 0.1 / 0.04)
+  EXPECT_NEAR(step_twice(0.5), 2.8, 1e-6);   // mu' = 1 - 0.1 / 0.5
+  EXPECT_NEAR(step_twice(0.96), 2.0, 1e-6);  // mu' = max(0, 1 - 0.1 / 0.04)
 }
 
 TEST(AutoPolicy, SaveRestoreContinuesIdentically) {
   AutoController a(8, {}), b(8, {});
   Feed fa(&a, {0.1, 0.1, 0.1, 0.1, 0.2, 0.3, 1, 1});
-  fa.run(3000, [](double t) { return 1.0 + 0.1 * std::sin(t); }, 0.2, 3);
+  fa.run(
+      3000, [](double t) { return 1.0 + 0.1 * std::sin(t); }, 0.2, 3);
   const std::vector<double> st = a.save_state();
   EXPECT_EQ(st.size(), AutoController(3, {}).save_state().size());  // one size for any count
   b.restore_state(st);
@@ -528,8 +535,10 @@ TEST(AutoPolicy, SaveRestoreContinuesIdentically) {
   Feed fb = fa;
   fa.c = &a;
   fb.c = &b;
-  fa.run(3000, [](double t) { return 1.0 + 0.3 * std::sin(t); }, 0.2, 2);
-  fb.run(3000, [](double t) { return 1.0 + 0.3 * std::sin(t); }, 0.2, 2);
+  fa.run(
+      3000, [](double t) { return 1.0 + 0.3 * std::sin(t); }, 0.2, 2);
+  fb.run(
+      3000, [](double t) { return 1.0 + 0.3 * std::sin(t); }, 0.2, 2);
   EXPECT_EQ(a.save_state(), b.save_state());
   EXPECT_EQ(a.k(), b.k());
   // With the staleness budget on (its flag is in the state), and from the

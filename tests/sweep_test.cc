@@ -43,10 +43,10 @@ SweepInput one_cell(std::vector<std::string> policies,
 
 TEST(Sweep, IntervalMeanFinalBestAndDifferences) {
   // async flat at 0.5, kasync:2 rising 0.2 -> 0.8, auto at 0.6, on 0..4 s.
-  const SweepResult r = sweep_results(one_cell(
-      {"async", "kasync:2", "auto"}, {run(4, [](int) { return 0.5; }),
-                                      run(4, [](int t) { return 0.2 + 0.15 * t; }),
-                                      run(4, [](int) { return 0.6; })}));
+  const SweepResult r = sweep_results(
+      one_cell({"async", "kasync:2", "auto"},
+               {run(4, [](int) { return 0.5; }), run(4, [](int t) { return 0.2 + 0.15 * t; }),
+                run(4, [](int) { return 0.6; })}));
   ASSERT_EQ(r.cells.size(), 1u);
   const SweepCell& c = r.cells[0];
   EXPECT_DOUBLE_EQ(c.policies[0].interval_mean.mean, 0.5);
@@ -63,10 +63,10 @@ TEST(Sweep, IntervalMeanFinalBestAndDifferences) {
 // others are still measured over the whole run, the stopped one held at its
 // last value (chance), not over the first second only.
 TEST(Sweep, ARunStoppedEarlyDoesNotShortenTheOthersInterval) {
-  const SweepResult r = sweep_results(one_cell(
-      {"async", "kasync:4", "auto"},
-      {{row(0, 0.1), row(1, 0.1)}, run(9, [](int t) { return t == 0 ? 0.1 : 0.8; }),
-       run(9, [](int t) { return t == 0 ? 0.1 : 0.7; })}));
+  const SweepResult r = sweep_results(
+      one_cell({"async", "kasync:4", "auto"}, {{row(0, 0.1), row(1, 0.1)},
+                                               run(9, [](int t) { return t == 0 ? 0.1 : 0.8; }),
+                                               run(9, [](int t) { return t == 0 ? 0.1 : 0.7; })}));
   const SweepCell& c = r.cells[0];
   EXPECT_DOUBLE_EQ(c.policies[0].interval_mean.mean, 0.1);
   EXPECT_DOUBLE_EQ(c.policies[1].interval_mean.mean, (0.1 + 9 * 0.8) / 10);

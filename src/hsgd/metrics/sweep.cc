@@ -141,13 +141,14 @@ std::string sweep_markdown(const SweepResult& r) {
     const SweepPolicy* best = c.best_fixed < 0 ? nullptr : &c.policies[size_t(c.best_fixed)];
     const SweepPolicy* cp = c.candidate < 0 ? nullptr : &c.policies[size_t(c.candidate)];
     row += fmt::format(" {} | {} | {} | {} | {} | {} | {} |\n", best ? best->policy : "n/a",
-                       best ? pct(best->interval_mean) : "n/a",
-                       cp ? pct(cp->interval_mean) : "n/a", pp(c.cand_minus_best),
-                       pp(c.cand_minus_async), pp(c.best_minus_async), pp(c.cand_minus_best_final));
+                       best ? pct(best->interval_mean) : "n/a", cp ? pct(cp->interval_mean) : "n/a",
+                       pp(c.cand_minus_best), pp(c.cand_minus_async), pp(c.best_minus_async),
+                       pp(c.cand_minus_best_final));
     md += row;
   }
   for (int measure = 0; measure < 2; ++measure) {
-    md += measure == 0 ? "\nInterval-mean test accuracy (%):\n\n" : "\nFinal test accuracy (%):\n\n";
+    md +=
+        measure == 0 ? "\nInterval-mean test accuracy (%):\n\n" : "\nFinal test accuracy (%):\n\n";
     std::string h = head, ru = rule;
     for (const std::string& p : r.policies) {
       h += " " + p + " |";
@@ -179,7 +180,8 @@ nlohmann::json sweep_json(const SweepResult& r) {
     nlohmann::json at = nlohmann::json::object();
     for (size_t a = 0; a < r.axes.size(); ++a) at[r.axes[a].key] = r.axes[a].values[c.index[a]];
     cj["at"] = at;
-    cj["best_fixed"] = c.best_fixed < 0 ? nlohmann::json() : nlohmann::json(c.policies[size_t(c.best_fixed)].policy);
+    cj["best_fixed"] = c.best_fixed < 0 ? nlohmann::json()
+                                        : nlohmann::json(c.policies[size_t(c.best_fixed)].policy);
     cj["candidate_minus_best"] = num(c.cand_minus_best);
     cj["candidate_minus_async"] = num(c.cand_minus_async);
     cj["best_minus_async"] = num(c.best_minus_async);
@@ -225,8 +227,9 @@ std::vector<HeatMap> sweep_heatmaps(const SweepResult& r, size_t x, size_t y) {
       m = &maps.back();
     }
     m->data += fmt::format("{} {} {}\n", c.index[x], c.index[y],
-                           std::isfinite(c.cand_minus_best) ? fmt::format("{:.4f}", 100 * c.cand_minus_best)
-                                                            : std::string("NaN"));
+                           std::isfinite(c.cand_minus_best)
+                               ? fmt::format("{:.4f}", 100 * c.cand_minus_best)
+                               : std::string("NaN"));
   }
   for (HeatMap& m : maps) {
     for (char& ch : m.suffix) {
@@ -262,8 +265,7 @@ void plot_sweep_heatmap(const SweepResult& r, size_t x, size_t y, const HeatMap&
       "plot {} using 1:2:3 with image notitle, '' using 1:2:(sprintf('%+.2f', $3)) "
       "with labels notitle\n",
       gnuplot_quote(png + ".partial"), gnuplot_quote(title), gnuplot_quote(r.axes[x].key),
-      gnuplot_quote(r.axes[y].key), tics(x), tics(y), nx - 0.5, ny - 0.5,
-      gnuplot_quote(data_file));
+      gnuplot_quote(r.axes[y].key), tics(x), tics(y), nx - 0.5, ny - 0.5, gnuplot_quote(data_file));
   run_gnuplot(script, png);
 }
 

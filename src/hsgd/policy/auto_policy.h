@@ -141,8 +141,8 @@ class AutoController final : public Policy {
   // Staleness of observed pushes: exponential moving average (weight 1/n).
   double tau_ema_ = 0;
   int64_t tau_count_ = 0;
-  double tau_weight_ = 1;  // derived: 1 / max(kMinWindow, 2 live_)
-  double tau_keep_ = 0;    // derived: 1 - tau_weight_
+  double tau_weight_ = 1;        // derived: 1 / max(kMinWindow, 2 live_)
+  double tau_keep_ = 0;          // derived: 1 - tau_weight_
   int64_t window_ = kMinWindow;  // derived: pushes per window, max(kMinWindow, live_)
   // Per worker: when it last got parameters (-1 unknown) and the EMA of the
   // time from there to its next push (0 unknown).
