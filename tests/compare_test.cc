@@ -152,6 +152,37 @@ TEST(CompareRuns, OneRoundHasZeroStd) {
   EXPECT_NEAR(r.policies[0].acc_end.mean, 0.1, 1e-12);
 }
 
+// The baseline (async) diverged at 1 s and stopped (train's exit 3): with
+// the flag it is held at its last row (chance) to the end of the other
+// run, so the differences cover 0..4 s; without it they cover 0..1 s only.
+TEST(CompareRuns, ABaselineThatStoppedEarlyIsHeldToTheEndOfTheRound) {
+  CompareInput in;
+  in.policies = {"kasync:4", "async"};
+  in.baseline = 1;
+  in.runs = {{{row(0, 0.1, 2.3, kNaN), row(1, 0.5, 1.5, 2.0), row(2, 0.7, 0.9, 1.2),
+               row(3, 0.8, 0.6, 0.8), row(4, 0.9, 0.4, 0.5)}},
+             {{row(0, 0.1, 2.3, kNaN), row(1, 0.1, kNaN, 1e30)}}};
+  const CompareResult cut = compare_runs(in);  // no flags: the baseline's two points
+  EXPECT_NEAR(cut.policies[0].acc_avg.mean, 0.2, 1e-12);
+  EXPECT_EQ(cut.plot_grid, (std::vector<double>{0, 1}));
+  in.stopped = {{false}, {true}};
+  const CompareResult r = compare_runs(in);
+  EXPECT_NEAR(r.policies[0].acc_avg.mean, (0 + 0.4 + 0.6 + 0.7 + 0.8) / 5, 1e-12);
+  EXPECT_NEAR(r.policies[0].acc_end.mean, 0.8, 1e-12);
+  EXPECT_NEAR(r.policies[0].final_test_acc.mean, 0.9, 1e-12);
+  EXPECT_EQ(r.plot_grid, (std::vector<double>{0, 1, 2, 3, 4}));
+  EXPECT_NEAR(r.policies[1].acc_mean[4], 0.1, 1e-12);  // held at its last row
+  EXPECT_EQ(r.baseline_stopped, (std::vector<size_t>{0}));
+  EXPECT_NE(markdown_table(r).find("async stopped early (diverged) in round 0"), std::string::npos);
+  EXPECT_EQ(to_json(r)["baseline_stopped_rounds"], nlohmann::json::array({0}));
+  EXPECT_FALSE(to_json(cut).contains("baseline_stopped_rounds"));
+  // The test loss the diverged baseline no longer has stays out of the mean.
+  EXPECT_NEAR(r.policies[0].test_loss_avg.mean, 0, 1e-12);
+  // A flag set for a run that did not stop early is harmless: nothing is longer.
+  in.stopped = {{true}, {false}};
+  EXPECT_NEAR(compare_runs(in).policies[0].acc_avg.mean, 0.2, 1e-12);
+}
+
 TEST(CompareRuns, BadShapesAreInputErrors) {
   CompareInput in = example();
   in.runs[0].pop_back();  // sync has one round, async two
@@ -161,6 +192,9 @@ TEST(CompareRuns, BadShapesAreInputErrors) {
   EXPECT_THROW(compare_runs(in), InputError);
   in = example();
   in.runs[1][1].clear();
+  EXPECT_THROW(compare_runs(in), InputError);
+  in = example();
+  in.stopped = {{false, false}, {false}};  // async's flags: one of two rounds
   EXPECT_THROW(compare_runs(in), InputError);
 }
 

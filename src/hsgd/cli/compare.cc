@@ -124,6 +124,7 @@ int compare(const CompareArgs& a) {
   in.config = a.config_path;
   in.runtime = base.train.runtime;
   in.runs.resize(a.policies.size());
+  in.stopped.resize(a.policies.size());
   for (size_t p = 0; p < a.policies.size(); ++p) {
     if (a.policies[p] == a.baseline) in.baseline = p;
   }
@@ -139,7 +140,7 @@ int compare(const CompareArgs& a) {
       for (Override& o : run_overrides(a, policy, seed, r)) ta.overrides.push_back(std::move(o));
       ta.quiet = true;
       const auto start = std::chrono::steady_clock::now();
-      train(ta);
+      const bool stopped = train(ta) == 3;  // diverged: its metrics are the result
       const double wall =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       const std::string dir = run_dir(a, policy, r);
@@ -147,10 +148,12 @@ int compare(const CompareArgs& a) {
       if (rows.empty()) throw InputError(dir + "/metrics.csv: no rows");
       std::fprintf(stderr,
                    "hsgd compare: [%d/%d] %s round %d (seed %llu): test_acc %.2f%% after %.2f s "
-                   "of training (%.1f s wall)\n",
+                   "of training%s (%.1f s wall)\n",
                    ++done, total, policy.c_str(), r, static_cast<unsigned long long>(seed),
-                   100.0 * rows.back().test_acc, rows.back().time_s, wall);
+                   100.0 * rows.back().test_acc, rows.back().time_s,
+                   stopped ? ", stopped early" : "", wall);
       in.runs[p].push_back(std::move(rows));
+      in.stopped[p].push_back(stopped);
     }
   }
 

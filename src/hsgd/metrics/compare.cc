@@ -1,6 +1,7 @@
 #include "hsgd/metrics/compare.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -131,6 +132,28 @@ RoundDiff diff_round(const std::vector<MetricsRow>& baseline, const std::vector<
   return d;
 }
 
+namespace {
+
+// The baseline's run r, extended when it stopped early: a copy of its last
+// row at every evaluation time of the round's longest run after its end.
+std::vector<MetricsRow> baseline_rows(const CompareInput& in, size_t r) {
+  const std::vector<MetricsRow>& base = in.runs[in.baseline][r];
+  if (in.stopped.empty() || !in.stopped[in.baseline][r]) return base;
+  const std::vector<MetricsRow>* longest = &base;
+  for (const auto& runs : in.runs) {
+    if (runs[r].back().time_s > longest->back().time_s) longest = &runs[r];
+  }
+  std::vector<MetricsRow> out = base;
+  for (const MetricsRow& row : *longest) {
+    if (row.time_s <= base.back().time_s) continue;
+    out.push_back(base.back());
+    out.back().time_s = row.time_s;
+  }
+  return out;
+}
+
+}  // namespace
+
 CompareResult compare_runs(const CompareInput& in) {
   const size_t np = in.policies.size();
   if (np == 0) throw InputError("compare: no policies");
@@ -138,6 +161,8 @@ CompareResult compare_runs(const CompareInput& in) {
   if (in.baseline >= np) throw InputError("compare: the baseline is not among the policies");
   const size_t rounds = in.runs[in.baseline].size();
   if (rounds == 0) throw InputError("compare: no rounds");
+  if (!in.stopped.empty() && in.stopped.size() != np)
+    throw InputError("compare: stopped flags and policies differ in number");
   for (size_t p = 0; p < np; ++p) {
     if (in.runs[p].size() != rounds) {
       throw InputError(fmt::format("compare: policy {} has {} rounds, expected {}", in.policies[p],
@@ -149,13 +174,24 @@ CompareResult compare_runs(const CompareInput& in) {
             fmt::format("compare: policy {} round {} has no metrics rows", in.policies[p], r));
       }
     }
+    if (!in.stopped.empty() && in.stopped[p].size() != rounds) {
+      throw InputError(fmt::format("compare: policy {} has {} stopped flags, expected {}",
+                                   in.policies[p], in.stopped[p].size(), rounds));
+    }
+  }
+  std::vector<std::vector<MetricsRow>> base(rounds);
+  for (size_t r = 0; r < rounds; ++r) base[r] = baseline_rows(in, r);
+  std::vector<size_t> baseline_stopped;
+  for (size_t r = 0; r < rounds; ++r) {
+    if (!in.stopped.empty() && in.stopped[in.baseline][r]) baseline_stopped.push_back(r);
   }
   CompareResult out;
   out.config = in.config;
   out.runtime = in.runtime;
   out.baseline = in.policies[in.baseline];
   out.rounds = rounds;
-  for (const MetricsRow& row : in.runs[in.baseline][0]) out.plot_grid.push_back(row.time_s);
+  out.baseline_stopped = baseline_stopped;
+  for (const MetricsRow& row : base[0]) out.plot_grid.push_back(row.time_s);
   const size_t ng = out.plot_grid.size();
 
   for (size_t p = 0; p < np; ++p) {
@@ -164,7 +200,7 @@ CompareResult compare_runs(const CompareInput& in) {
     std::vector<double> fin, aa, ae, tla, tle, tra, tre;
     std::vector<Curves> curves;
     for (size_t r = 0; r < rounds; ++r) {
-      const RoundDiff d = diff_round(in.runs[in.baseline][r], in.runs[p][r]);
+      const RoundDiff d = diff_round(base[r], in.runs[p][r]);
       pr.rounds.push_back(d);
       fin.push_back(d.final_test_acc);
       aa.push_back(d.test_acc.avg);
@@ -225,6 +261,12 @@ std::string markdown_table(const CompareResult& r) {
       "\nΔ = policy − {} on {}'s evaluation times (linear interpolation); avg = mean over the "
       "interval, end = at its last point; mean ± sample std over rounds.\n",
       r.baseline, r.baseline);
+  if (!r.baseline_stopped.empty()) {
+    s += fmt::format(
+        "{} stopped early (diverged) in round{} {}: held at its last row to the end of the "
+        "round's longest run.\n",
+        r.baseline, r.baseline_stopped.size() == 1 ? "" : "s", fmt::join(r.baseline_stopped, ", "));
+  }
   return s;
 }
 
@@ -250,12 +292,14 @@ nlohmann::json to_json(const CompareResult& r) {
          {"diff_train_loss",
           {{"avg", stat_json(p.train_loss_avg, tra)}, {"end", stat_json(p.train_loss_end, tre)}}}});
   }
-  return {{"config", r.config},
-          {"runtime", r.runtime},
-          {"baseline", r.baseline},
-          {"rounds", r.rounds},
-          {"units", "test_acc as a fraction; differences are policy - baseline"},
-          {"policies", policies}};
+  nlohmann::json out = {{"config", r.config},
+                        {"runtime", r.runtime},
+                        {"baseline", r.baseline},
+                        {"rounds", r.rounds},
+                        {"units", "test_acc as a fraction; differences are policy - baseline"},
+                        {"policies", policies}};
+  if (!r.baseline_stopped.empty()) out["baseline_stopped_rounds"] = r.baseline_stopped;
+  return out;
 }
 
 std::string curve_data(const CompareResult& r, size_t policy) {

@@ -62,6 +62,11 @@ struct CompareInput {
   std::vector<std::string> policies;
   size_t baseline = 0;
   std::vector<std::vector<std::vector<MetricsRow>>> runs;
+  // stopped[p][r]: run r of policy p stopped early (diverged; `hsgd train`'s
+  // exit 3). Empty: none did. A baseline run that stopped early is held at
+  // its last row up to the end of the round's longest run, so the
+  // differences cover the whole round, not the baseline's first seconds.
+  std::vector<std::vector<bool>> stopped;
   // For the header line only.
   std::string config, runtime;
 };
@@ -81,7 +86,8 @@ struct CompareResult {
   std::string config, runtime, baseline;
   size_t rounds = 0;
   std::vector<double> plot_grid;
-  std::vector<PolicyResult> policies;  // in input order, baseline included
+  std::vector<PolicyResult> policies;    // in input order, baseline included
+  std::vector<size_t> baseline_stopped;  // rounds in which the baseline stopped early
 };
 
 CompareResult compare_runs(const CompareInput& in);
