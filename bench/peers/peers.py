@@ -21,6 +21,7 @@ Needs Debian's python3-torch (make bench-peers installs it).
 import argparse
 import csv
 import gzip
+import math
 import os
 import statistics
 import subprocess
@@ -242,6 +243,19 @@ def summarize(rows, target, low):
     return n / t, reach, rows[-1][2], reach_low
 
 
+def medians(rounds):
+    """Per-run medians over rounds of (samples/s, time to target, final
+    accuracy, time to the low target). A target not reached in a round
+    counts as an infinite time (it is later than any reached one), so the
+    median is "not reached" only when most rounds did not reach it; NaN
+    would make the median depend on the order of the rounds."""
+    untimed = lambda t: math.inf if t != t else t
+    return (statistics.median(x[0] for x in rounds),
+            statistics.median(untimed(x[1]) for x in rounds),
+            statistics.median(x[2] for x in rounds),
+            statistics.median(untimed(x[3]) for x in rounds))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seconds", type=float, default=20.0, help="training seconds per run")
@@ -275,11 +289,11 @@ def main():
                   file=sys.stderr, flush=True)
     peer = {"hsgd-sync": "torch-ddp", "hsgd-async": "torch-ddp", "hsgd-hybrid": "torch-ddp",
             "hsgd-hogwild": "torch-hogwild"}
-    med = {k: tuple(statistics.median(x[i] for x in v) for i in range(4)) for k, v in res.items()}
+    med = {k: medians(v) for k, v in res.items()}
     print(f"| run | samples/s | ratio to peer | time to {args.low_target:.0%} (s) "
           f"| time to {args.target:.0%} (s) | final accuracy |")
     print("|---|---:|---:|---:|---:|---:|")
-    fmt_t = lambda x: "not reached" if x != x else f"{x:.1f}"
+    fmt_t = lambda x: "not reached" if x == math.inf else f"{x:.1f}"
     for k, (sps, reach, acc, reach_low) in med.items():
         p = peer.get(k)
         ratio = f"{sps / med[p][0]:.2f} ({p})" if p in med else ""
