@@ -134,11 +134,15 @@ RoundDiff diff_round(const std::vector<MetricsRow>& baseline, const std::vector<
 
 namespace {
 
+bool baseline_stopped(const CompareInput& in, size_t r) {
+  return !in.stopped.empty() && in.stopped[in.baseline][r];
+}
+
 // The baseline's run r, extended when it stopped early: a copy of its last
 // row at every evaluation time of the round's longest run after its end.
 std::vector<MetricsRow> baseline_rows(const CompareInput& in, size_t r) {
   const std::vector<MetricsRow>& base = in.runs[in.baseline][r];
-  if (in.stopped.empty() || !in.stopped[in.baseline][r]) return base;
+  if (!baseline_stopped(in, r)) return base;
   const std::vector<MetricsRow>* longest = &base;
   for (const auto& runs : in.runs) {
     if (runs[r].back().time_s > longest->back().time_s) longest = &runs[r];
@@ -179,18 +183,16 @@ CompareResult compare_runs(const CompareInput& in) {
                                    in.policies[p], in.stopped[p].size(), rounds));
     }
   }
-  std::vector<std::vector<MetricsRow>> base(rounds);
-  for (size_t r = 0; r < rounds; ++r) base[r] = baseline_rows(in, r);
-  std::vector<size_t> baseline_stopped;
-  for (size_t r = 0; r < rounds; ++r) {
-    if (!in.stopped.empty() && in.stopped[in.baseline][r]) baseline_stopped.push_back(r);
-  }
   CompareResult out;
   out.config = in.config;
   out.runtime = in.runtime;
   out.baseline = in.policies[in.baseline];
   out.rounds = rounds;
-  out.baseline_stopped = baseline_stopped;
+  std::vector<std::vector<MetricsRow>> base(rounds);
+  for (size_t r = 0; r < rounds; ++r) {
+    base[r] = baseline_rows(in, r);
+    if (baseline_stopped(in, r)) out.baseline_stopped.push_back(r);
+  }
   for (const MetricsRow& row : base[0]) out.plot_grid.push_back(row.time_s);
   const size_t ng = out.plot_grid.size();
 

@@ -18,7 +18,8 @@ namespace {
 // operations in the same order, each rounded as IEEE says (no FMA
 // contraction: AVX2 does not enable it, and -ffp-contract=off keeps a
 // -march=native build from it), so every version gives the same bits
-// (Optimizer.VectorizedKernelsAreBitwiseTheScalarFormulas). The file is
+// (Optimizer.VectorizedSgdAndMomentumAreBitwiseTheScalarFormulas,
+// Optimizer.VectorizedAdamAndAdagradAreBitwiseTheScalarFormula). The file is
 // compiled with -fno-math-errno (CMakeLists.txt), without which std::sqrt
 // is a library call no loop around it can vectorize (#12).
 struct AdamArgs {
