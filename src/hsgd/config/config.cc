@@ -370,6 +370,16 @@ const std::map<std::string, std::map<std::string, Field>>& fields() {
             t.insert_or_assign(key, a);
           }};
     }
+    // Written only when not the default, so earlier configs keep their hash.
+    r["train"]["diverge_factor"] =
+        Field{[](Config& c, const Where& w, const toml::node& n) {
+                c.train.diverge_factor = as_double(w, n);
+              },
+              [](const Config& c, toml::table& t) {
+                if (c.train.diverge_factor != TrainConfig{}.diverge_factor) {
+                  t.insert_or_assign("diverge_factor", c.train.diverge_factor);
+                }
+              }};
     r["faults"]["kill_rate"] =
         Field{[](Config& c, const Where& w, const toml::node& n) {
                 c.faults.kill_rate = as_double(w, n);
@@ -723,6 +733,10 @@ void validate(const Config& c) {
   if (t.max_nonfinite < 1) {
     throw InputError("train.max_nonfinite = " + std::to_string(t.max_nonfinite) +
                      ": expected >= 1");
+  }
+  if (!(t.diverge_factor == 0 || t.diverge_factor > 1) || !std::isfinite(t.diverge_factor)) {
+    throw InputError("train.diverge_factor = " + num(t.diverge_factor) +
+                     ": expected a factor > 1 (0 = off)");
   }
   if (c.checkpoint.keep < 1) {
     throw InputError("checkpoint.keep = " + std::to_string(c.checkpoint.keep) + ": expected >= 1");

@@ -67,6 +67,10 @@ struct TrainConfig {
   // The run stops (exit code 3) after more than this many consecutive pushes
   // were dropped for a NaN or Inf. >= 1.
   int64_t max_nonfinite = 100;
+  // The run stops (exit code 3) at an evaluation whose test or training loss
+  // is above this multiple of the first evaluation's test loss: a finite
+  // blow-up (runtime/run_control.h). 0 = off.
+  double diverge_factor = 1e4;
   // Membership (issue 10): the run stops (exit code 3) when fewer than this
   // many workers are live. 1..workers.
   int min_workers = 1;

@@ -1,0 +1,130 @@
+// The run layer's rules (DESIGN.md, "The run layer"): what every runtime
+// (threads, sim, mpi, hogwild) means by a run's schedule and by the stops
+// that end it early. Each rule exists here once; a runtime supplies only its
+// clock (wall or virtual) and calls these at its own events.
+//
+// Schedule (TrainSchedule):
+// - the budget is train.budget training seconds; a push whose time is at or
+//   after it is not training and is dropped, and the run's training time is
+//   the budget exactly when it runs to it (time_s of the closing row);
+// - the epoch target is ceil(train.epochs x training-set size) samples; the
+//   run ends at the first push that reaches it;
+// - evaluations fall at multiples of train.eval_every (next = previous +
+//   eval_every), checkpoints at multiples of train.checkpoint_every; an
+//   evaluation due at a checkpoint's time comes first, so the checkpoint
+//   holds its row.
+//
+// Stops (RunStops), each ending the run with exit code 3 and one line:
+// - divergence at an evaluation: parameters or test loss not finite, or a
+//   test or training loss above train.diverge_factor x the first row's test
+//   loss (a finite blow-up; 0 = off);
+// - more than train.max_nonfinite consecutive pushes dropped for a NaN/Inf;
+// - fewer than train.min_workers live workers (membership). A checkpoint
+//   taken at such a stop keeps it (save()/load()), so resuming it ends at
+//   once with the same line rather than training on with too few workers.
+// The first stop wins; later ones do not overwrite its line.
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hsgd/config/config.h"
+#include "hsgd/core/state.h"
+#include "hsgd/metrics/recorder.h"
+
+namespace hsgd {
+
+class Server;
+
+class TrainSchedule {
+ public:
+  static constexpr double kNever = std::numeric_limits<double>::infinity();
+
+  // `checkpoints`: whether this run writes checkpoints at all.
+  TrainSchedule(const Config& c, int64_t train_samples, bool checkpoints);
+
+  // Training seconds of the budget, or kNever.
+  double budget() const { return budget_; }
+  // A push (or step) finishing at training time t is dropped: not training.
+  bool past_budget(double t) const { return t >= budget_; }
+  // Training time clamped to the budget (a pause that ends past the budget
+  // sees the state at the budget, since no push is taken after it).
+  double clamp(double t) const { return t < budget_ ? t : budget_; }
+  // Samples that end the run (0 = no epoch target).
+  int64_t epoch_samples() const { return epoch_samples_; }
+  bool epochs_done(int64_t samples) const {
+    return epoch_samples_ > 0 && samples >= epoch_samples_;
+  }
+
+  // The first evaluation and checkpoint after training time t (a fresh run:
+  // t = 0; a resume: the cut's time, when the checkpoint carries no times).
+  void start_at(double t);
+  double next_eval() const { return next_eval_; }
+  double next_checkpoint() const { return next_checkpoint_; }
+  bool eval_due(double t) const { return next_eval_ <= t && next_eval_ < budget_; }
+  bool checkpoint_due(double t) const {
+    return next_checkpoint_ <= t && next_checkpoint_ < budget_;
+  }
+  // Moves the next evaluation (checkpoint) past training time t.
+  void eval_done(double t);
+  void checkpoint_done(double t);
+
+  // The next evaluation and checkpoint times. load() follows a changed
+  // train.checkpoint_every: the next cut is then one new period after the
+  // saved cut's time `cut_s`.
+  void save(StateWriter& w) const;
+  void load(StateReader& r, double cut_s);
+
+ private:
+  double budget_ = kNever;
+  int64_t epoch_samples_ = 0;
+  double eval_every_ = 0;
+  double checkpoint_every_ = 0;  // 0 = no checkpoints
+  double next_eval_ = kNever;
+  double next_checkpoint_ = kNever;
+};
+
+class RunStops {
+ public:
+  explicit RunStops(const Config& c) : c_(&c) {}
+
+  bool stopped() const { return !reason_.empty(); }
+  // One line saying why, or "" while the run goes on.
+  const std::string& reason() const { return reason_; }
+  // True when the stop is for too few live workers.
+  bool below_min() const { return below_min_; }
+  // A final checkpoint is written when the run ended normally or below
+  // train.min_workers (a diverged state is never worth resuming).
+  bool final_checkpoint_allowed() const { return !stopped() || below_min_; }
+
+  // At an evaluation: `row` (just built), the parameters it evaluated and
+  // the rows before it (rows.front(), the row at t = 0, is the reference of
+  // train.diverge_factor). Returns true if the run must stop.
+  bool check_row(const MetricsRow& row, std::span<const float> params,
+                 const std::vector<MetricsRow>& rows);
+  // After a push: more than train.max_nonfinite consecutive non-finite
+  // pushes at the server (`consecutive`), at training time t, version
+  // `updates`.
+  bool check_pushes(int64_t consecutive, int64_t updates, double t);
+  bool check_pushes(const Server& server, double t);
+  // Membership: `why` is Membership::record()'s line ("" = enough workers).
+  bool check_membership(const std::string& why);
+  // Any other stop (first wins).
+  void stop(const std::string& why, bool below_min = false);
+
+  void save(StateWriter& w) const;
+  void load(StateReader& r);
+
+ private:
+  const Config* c_;
+  std::string reason_;
+  bool below_min_ = false;
+};
+
+// The lines themselves (tests and the stops above).
+std::string divergence_line(std::span<const float> params, const MetricsRow& row,
+                            double first_test_loss, double factor);
+
+}  // namespace hsgd
