@@ -130,4 +130,22 @@ void RunStops::load(StateReader& r) {
   if (below_min_ && reason_.empty()) r.fail("corrupt (a stop with no reason)");
 }
 
+std::string save_run_state(const RunStops& stops, const TrainSchedule& schedule) {
+  StateWriter w;
+  stops.save(w);
+  schedule.save(w);
+  return w.take();
+}
+
+void load_run_state(const Checkpoint& ck, RunStops& stops, TrainSchedule& schedule) {
+  if (ck.blobs.count(kRunBlob) == 0) {
+    schedule.start_at(ck.info.train_s);
+    return;
+  }
+  StateReader r(ck.blob(kRunBlob), ck.path + "/" + kRunBlob + ".bin");
+  stops.load(r);
+  schedule.load(r, ck.info.train_s);
+  r.expect_end();
+}
+
 }  // namespace hsgd

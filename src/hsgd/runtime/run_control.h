@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "hsgd/checkpoint/checkpoint.h"
 #include "hsgd/config/config.h"
 #include "hsgd/core/state.h"
 #include "hsgd/metrics/recorder.h"
@@ -122,6 +123,15 @@ class RunStops {
   std::string reason_;
   bool below_min_ = false;
 };
+
+// The run layer's part of every runtime's checkpoint: blob "run" (the stops,
+// then the schedule). kRunBlob names it.
+inline constexpr const char* kRunBlob = "run";
+std::string save_run_state(const RunStops& stops, const TrainSchedule& schedule);
+// Restores both from ck's "run" blob. A checkpoint written before the blob
+// existed has none: the schedule then starts after the cut (ck.info.train_s)
+// and no stop is pending. Throws InputError naming the blob if corrupt.
+void load_run_state(const Checkpoint& ck, RunStops& stops, TrainSchedule& schedule);
 
 // The lines themselves (tests and the stops above).
 std::string divergence_line(std::span<const float> params, const MetricsRow& row,
