@@ -15,6 +15,7 @@
 #include "hsgd/core/state.h"
 #include "hsgd/model/linear_model.h"
 #include "hsgd/runtime/clock.h"
+#include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/row.h"
 #include "linear_job.h"
 
@@ -256,7 +257,34 @@ TEST(ThreadsRuntime, CheckpointsAndResumesWithTheSameOrAnotherWorkerCount) {
     // The final checkpoint holds the final parameters, bit for bit.
     EXPECT_EQ(checkpoint_params(ck, r1.params.size()), r1.params);
     const auto rows1 = read_metrics_csv(f.dir + "/metrics.csv");
-    EXPECT_EQ(static_cast<size_t>(ck.info.rows), rows1.size());
+    // The final cut is the state at the end of training, before the closing
+    // row (as on sim): a longer run resumed from it has no row at 0.4 s.
+    ASSERT_GE(rows1.size(), 2u);
+    EXPECT_EQ(static_cast<size_t>(ck.info.rows), rows1.size() - 1);
+    EXPECT_DOUBLE_EQ(ck.info.train_s, 0.4);
+    EXPECT_EQ(ck.info.updates, rows1.back().updates);
+    {
+      // Resumed with the same budget it trains no more: its closing row is
+      // the first run's, evaluated on the restored parameters.
+      Fixture h("resume_same_budget", o);
+      fs::remove_all(h.dir);
+      fs::copy(f.dir, h.dir, fs::copy_options::recursive);
+      Job jh = h.job();
+      jh.identity = j.identity;
+      const Checkpoint ckh = CheckpointStore::load_latest(h.dir, jh.identity);
+      jh.resume = &ckh;
+      Recorder rec(h.dir, ckh.info.rows);
+      const RunResult rh = ThreadsRuntime().run(jh, &rec, nullptr);
+      rec.finish();
+      EXPECT_EQ(rh.params, r1.params);
+      EXPECT_EQ(rh.last.updates, rows1.back().updates);
+      EXPECT_EQ(rh.last.samples, rows1.back().samples);
+      EXPECT_EQ(rh.train_s, 0.4);
+      const auto rowsh = read_metrics_csv(h.dir + "/metrics.csv");
+      ASSERT_EQ(rowsh.size(), rows1.size());
+      EXPECT_EQ(rowsh.back().test_loss, rows1.back().test_loss);
+      EXPECT_EQ(rowsh.back().train_loss, rows1.back().train_loss);
+    }
     for (const char* workers : {"2", "3"}) {
       std::vector<Override> o2 = o;
       o2.push_back({"train.budget", "0.8"});
@@ -278,13 +306,70 @@ TEST(ThreadsRuntime, CheckpointsAndResumesWithTheSameOrAnotherWorkerCount) {
       EXPECT_TRUE(r2.stopped.empty());
       const auto rows2 = read_metrics_csv(g.dir + "/metrics.csv");
       ASSERT_GT(rows2.size(), rows1.size());
-      for (size_t i = 0; i < rows1.size(); ++i) EXPECT_EQ(rows2[i].updates, rows1[i].updates);
+      for (size_t i = 0; i + 1 < rows1.size(); ++i) EXPECT_EQ(rows2[i].updates, rows1[i].updates);
+      // The resumed part starts from the cut: its first row is at or after
+      // 0.4 s (an evaluation due at 0.4 s in a longer run is made there),
+      // at or past the cut's updates and samples.
+      const MetricsRow& next = rows2[rows1.size() - 1];
+      EXPECT_GE(next.time_s, 0.4);
+      EXPECT_GE(next.updates, ck.info.updates);
+      EXPECT_GE(next.samples, rows1.back().samples);
+      EXPECT_GT(rows2.back().samples, rows1.back().samples);
       for (size_t i = 1; i < rows2.size(); ++i) EXPECT_GE(rows2[i].time_s, rows2[i - 1].time_s);
       EXPECT_GE(rows2.back().updates, rows1.back().updates);
       EXPECT_NEAR(r2.train_s, 0.8, 0.3);
       EXPECT_GT(r2.last.test_acc, 0.5);
     }
   }
+}
+
+// The final cut is consistent (issue 25, defect 8): a push computed but not
+// taken when the run stopped is kept in the checkpoint, so the samples the
+// samplers handed out equal the server's samples plus the pending pushes'.
+// Stragglers make a worker sit in its delay, its batch spent, at the stop.
+TEST(ThreadsRuntime, TheFinalCutKeepsThePushesInFlight) {
+  const std::vector<Override> o = {{"train.epochs", "0"},       {"train.budget", "0.3"},
+                                   {"train.eval_every", "0.1"}, {"train.checkpoint_every", "100"},
+                                   {"policy.name", "async"},    {"stragglers.fraction", "1"},
+                                   {"stragglers.sigma", "0.05"}};
+  int pending_seen = 0;
+  for (int round = 0; round < 3; ++round) {
+    Fixture f("final_cut_" + std::to_string(round), o);
+    Job j = f.job();
+    j.identity = {config_hash(f.config), "linear-test",
+                  static_cast<int64_t>(j.initial_params.size())};
+    CheckpointStore store(f.dir, 1);
+    j.checkpoints = &store;
+    RunResult r;
+    {
+      Recorder rec(f.dir);
+      r = ThreadsRuntime().run(j, &rec, nullptr);
+      rec.finish();
+    }
+    const Checkpoint ck = CheckpointStore::load_latest(f.dir, j.identity);
+    StateReader t(ck.blob("threads"), "threads.bin");
+    ASSERT_EQ(t.get<uint32_t>(), 0x54485232u);  // "THR2": with pending pushes
+    ASSERT_EQ(t.get<int32_t>(), 2);
+    (void)t.get<double>();  // the cut's time
+    (void)t.get<double>();  // the pauser's last row time and idle
+    (void)t.get<double>();
+    int64_t handed_out = 0, pending = 0;
+    for (int w = 0; w < 2; ++w) {
+      const SamplerState st = read_sampler(t);
+      handed_out += st.epoch * make_sampler(j, w).shard_size() + st.position;
+      ASSERT_EQ(t.get<uint8_t>(), 0);  // no local-SGD state
+      if (t.get<uint8_t>()) {          // a pending push
+        ++pending_seen;
+        EXPECT_EQ(t.get_vec<float>().size(), j.initial_params.size());
+        (void)t.get<uint64_t>();  // version
+        pending += t.get<int64_t>();
+        (void)t.get<double>();   // loss
+        (void)t.get<int64_t>();  // bytes
+      }
+    }
+    EXPECT_EQ(handed_out, r.last.samples + pending) << "round " << round;
+  }
+  EXPECT_GT(pending_seen, 0);  // the case the test is about happened
 }
 
 TEST(ThreadsRuntime, DivergenceStopsTheRunWithAReason) {
@@ -343,12 +428,9 @@ namespace {
 // checkpoints; a resume with the same worker count continues them, with
 // another count starts them afresh, and both go on learning.
 TEST(ThreadsRuntime, CheckpointsCarryTheCompressionState) {
-  const std::vector<Override> o = {{"train.epochs", "0"},
-                                   {"train.budget", "0.4"},
-                                   {"train.eval_every", "0.1"},
-                                   {"train.checkpoint_every", "0.15"},
-                                   {"policy.name", "async"},
-                                   {"compress.push", "topk:0.2"},
+  const std::vector<Override> o = {{"train.epochs", "0"},       {"train.budget", "0.4"},
+                                   {"train.eval_every", "0.1"}, {"train.checkpoint_every", "0.15"},
+                                   {"policy.name", "async"},    {"compress.push", "topk:0.2"},
                                    {"compress.pull", "sign"}};
   Fixture f("resume_compress", o);
   Job j = f.job();

@@ -394,7 +394,6 @@ int run_in_process(const TrainArgs& args, Prepared& p) {
   } else {
     prepare_out_dir(p.c.train.out);
   }
-  write_file_atomic(p.c.train.out + "/config.toml", to_toml(p.c));
   if (!a.quiet) {
     print_header(p);
     if (ck) {
@@ -412,6 +411,11 @@ int run_in_process(const TrainArgs& args, Prepared& p) {
   if (p.c.train.checkpoint_every > 0) store.emplace(p.c.train.out, p.c.checkpoint.keep);
   p.job.checkpoints = store ? &*store : nullptr;
   p.job.resume = ck ? &*ck : nullptr;
+  // Once the runtime has restored (a resume refused there touches nothing).
+  p.job.open_outputs = [&] {
+    write_file_atomic(p.c.train.out + "/config.toml", to_toml(p.c));
+    recorder->open();
+  };
   Progress progress(stderr, isatty(STDERR_FILENO) != 0, p.c.train.budget, p.c.train.epochs);
   Observer quiet;
   RunResult r = runtime->run(p.job, &*recorder, a.quiet ? &quiet : &progress);

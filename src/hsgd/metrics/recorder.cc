@@ -97,19 +97,28 @@ Recorder::Recorder(const std::string& dir, int64_t keep_rows, bool compress)
     throw InputError(csv_path + ":1: expected the hsgd metrics header '" + header + "'");
   }
   const std::vector<std::string> jsonl = first_lines(newest_of(dir, "metrics.jsonl"), keep);
-  std::string csv_text, jsonl_text;
-  for (const std::string& l : csv) csv_text += l + "\n";
-  for (const std::string& l : jsonl) jsonl_text += l + "\n";
-  // The kept rows replace the partial files atomically, then rows() reads
-  // them back through the one CSV reader.
-  write_file_atomic(dir + "/metrics.csv.partial", csv_text);
-  write_file_atomic(dir + "/metrics.jsonl.partial", jsonl_text);
-  rows_ = read_metrics_csv(dir + "/metrics.csv.partial");
-  csv_ = open_or_throw(dir + "/metrics.csv.partial", "a");
-  jsonl_ = open_or_throw(dir + "/metrics.jsonl.partial", "a");
+  for (const std::string& l : csv) kept_csv_ += l + "\n";
+  for (const std::string& l : jsonl) kept_jsonl_ += l + "\n";
+  // rows() reads the kept rows through the one CSV reader; nothing is
+  // written before open().
+  std::istringstream in(kept_csv_);
+  rows_ = parse_metrics_csv(in, csv_path);
+  pending_ = true;
+}
+
+void Recorder::open() {
+  if (!pending_) return;
+  pending_ = false;
+  // The kept rows replace the partial files atomically.
+  write_file_atomic(dir_ + "/metrics.csv.partial", kept_csv_);
+  write_file_atomic(dir_ + "/metrics.jsonl.partial", kept_jsonl_);
+  kept_csv_.clear();
+  kept_jsonl_.clear();
+  csv_ = open_or_throw(dir_ + "/metrics.csv.partial", "a");
+  jsonl_ = open_or_throw(dir_ + "/metrics.jsonl.partial", "a");
   for (const char* f : {"/metrics.csv", "/metrics.jsonl"}) {
     std::error_code ec;
-    std::filesystem::remove(dir + f, ec);  // the .partial files are the run's now
+    std::filesystem::remove(dir_ + f, ec);  // the .partial files are the run's now
   }
 }
 
@@ -119,12 +128,13 @@ Recorder::~Recorder() {
 }
 
 void Recorder::write(const MetricsRow& r) {
+  open();
   rows_.push_back(r);
   const std::string line = fmt::format(
       "{:.3f},{},{},{:.4f},{},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.4f},{},{},{},{:.4f},{},{},{}\n",
       r.time_s, r.updates, r.samples, r.epoch, r.k, r.train_loss, r.test_loss, r.test_acc,
-      r.test_auc, r.test_logloss, r.staleness_mean,
-      r.staleness_max, r.dropped, r.nonfinite, r.idle_frac, r.live_workers, r.policy, r.seed);
+      r.test_auc, r.test_logloss, r.staleness_mean, r.staleness_max, r.dropped, r.nonfinite,
+      r.idle_frac, r.live_workers, r.policy, r.seed);
   if (compress_) {
     std::string more = fmt::format(",{},{},{:.6f}\n", r.bytes_pushed, r.bytes_pulled, r.compress_s);
     std::string l = line;
@@ -162,6 +172,7 @@ void Recorder::write(const MetricsRow& r) {
 }
 
 void Recorder::finish() {
+  open();
   if (!csv_) return;
   std::fclose(csv_);
   std::fclose(jsonl_);
@@ -173,6 +184,10 @@ void Recorder::finish() {
 std::vector<MetricsRow> read_metrics_csv(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw InputError(path + ": cannot open (" + std::strerror(errno) + ")");
+  return parse_metrics_csv(in, path);
+}
+
+std::vector<MetricsRow> parse_metrics_csv(std::istream& in, const std::string& path) {
   std::string line;
   if (!std::getline(in, line) || (line != csv_header() && line != csv_header_compress())) {
     throw InputError(path + ":1: expected the hsgd metrics header '" + csv_header() + "'");

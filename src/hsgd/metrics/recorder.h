@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <istream>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,7 @@ struct MetricsRow {
   int k = 0;              // threshold in force
   double train_loss = 0;  // mean loss of the pushes since the previous row (NaN if none)
   double test_loss = 0;
-  double test_acc = 0;        // fraction in [0, 1]
+  double test_acc = 0;  // fraction in [0, 1]
   // Binary models (dlrm): test AUC and log loss; NaN otherwise.
   double test_auc = std::nan("");
   double test_logloss = std::nan("");
@@ -53,13 +54,17 @@ class Recorder {
   explicit Recorder(const std::string& dir, bool compress = false);
   // Resumes a run: keeps the header and the first `keep_rows` rows of the
   // run's metrics.csv and metrics.jsonl (final or .partial, whichever is
-  // newer), rewrites them as .partial, and appends after them. Throws
-  // InputError naming the file if it has fewer rows or cannot be read.
+  // newer) and appends after them. Throws InputError naming the file if it
+  // has fewer rows or cannot be read. Reads only: the files are rewritten
+  // (as .partial) by open(), so a resume refused later touches nothing.
   Recorder(const std::string& dir, int64_t keep_rows, bool compress = false);
   ~Recorder();
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
 
+  // A resuming recorder's first write to the directory (write() and
+  // finish() call it; a no-op once open, and for a fresh recorder).
+  void open();
   void write(const MetricsRow& r);
   // Flushes, closes and renames the files to their final names.
   void finish();
@@ -71,12 +76,16 @@ class Recorder {
   std::FILE* jsonl_ = nullptr;
   std::vector<MetricsRow> rows_;
   bool compress_ = false;
+  bool pending_ = false;  // a resume not yet open(): the kept text below
+  std::string kept_csv_, kept_jsonl_;
 };
 
 // Reads a metrics.csv written by Recorder (with or without the compression
 // columns). Throws InputError naming the file
 // and line on anything else.
 std::vector<MetricsRow> read_metrics_csv(const std::string& path);
+// The same from a stream; `path` names it in messages.
+std::vector<MetricsRow> parse_metrics_csv(std::istream& in, const std::string& path);
 
 // Writes `text` to `path` atomically (path.partial, then rename).
 void write_file_atomic(const std::string& path, const std::string& text);

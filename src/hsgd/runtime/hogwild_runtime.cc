@@ -9,12 +9,14 @@
 #include <thread>
 
 #include "hsgd/core/error.h"
+#include "hsgd/core/simd.h"
 #include "hsgd/optim/optimizer.h"
 #include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/gate.h"
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/row.h"
+#include "hsgd/runtime/run_control.h"
 
 namespace hsgd {
 namespace {
@@ -34,6 +36,13 @@ struct Shared {
   int64_t loss_count = 0;
   Gate gate;
   SamplerCost sampler_cost;  // summed as workers finish
+  // The run layer (run_control.h): under `mu`.
+  RunStops* stops = nullptr;
+  const TrainSchedule* schedule = nullptr;
+  TrainClock* clock = nullptr;
+  // Non-finite steps: dropped like a server drops a non-finite push, and
+  // counted (consecutive ones stop the run: train.max_nonfinite).
+  int64_t nonfinite = 0, consecutive_nonfinite = 0;
 };
 
 void request_stop(Shared& s) {
@@ -47,7 +56,7 @@ bool stopped(Shared& s) {
   return s.stop;
 }
 
-void worker_loop(int id, const Job& job, Shared& s, DelayModel& delays, int64_t epoch_target) {
+void worker_loop(int id, const Job& job, Shared& s, DelayModel& delays) {
   const Config& c = *job.config;
   ShardSampler sampler = make_sampler(job, id);
   std::unique_ptr<Model> model = job.make_model();
@@ -67,6 +76,34 @@ void worker_loop(int id, const Job& job, Shared& s, DelayModel& delays, int64_t 
       std::unique_lock lk(s.mu);
       s.cv.wait_for(lk, std::chrono::duration<double>(delay), [&] { return s.stop; });
     }
+    // The same rules as a server's push (run_control.h): a step finishing
+    // at or after the budget is not training, and a non-finite gradient is
+    // dropped and counted.
+    const bool finite = std::isfinite(loss) && all_finite(grads);
+    {
+      std::lock_guard lk(s.mu);
+      if (s.stop) break;
+      const double now = s.clock->seconds();
+      if (s.schedule->past_budget(now)) {
+        s.stop = true;
+        s.cv.notify_all();
+        break;
+      }
+      if (!finite) {
+        ++s.nonfinite;
+        ++s.consecutive_nonfinite;
+        if (s.stops->check_pushes(s.consecutive_nonfinite, s.steps.load(), now)) {
+          s.stop = true;
+          s.cv.notify_all();
+        }
+      } else {
+        s.consecutive_nonfinite = 0;
+      }
+    }
+    if (!finite) {
+      inside.exit();
+      continue;
+    }
     const int64_t step = s.steps.fetch_add(1, std::memory_order_relaxed);
     const float lr = static_cast<float>(lr_at(c.lr_schedule, c.optim.lr, step));
     for (size_t i = 0; i < np; ++i) {
@@ -82,7 +119,7 @@ void worker_loop(int id, const Job& job, Shared& s, DelayModel& delays, int64_t 
       s.loss_count += 1;
     }
     inside.exit();
-    if (epoch_target > 0 && samples >= epoch_target) request_stop(s);
+    if (s.schedule->epochs_done(samples)) request_stop(s);
   }
   std::lock_guard lk(s.mu);
   s.sampler_cost += sampler.cost;
@@ -93,11 +130,7 @@ void worker_loop(int id, const Job& job, Shared& s, DelayModel& delays, int64_t 
 RunResult HogwildRuntime::run(const Job& job, Recorder* recorder, Observer* observer) {
   const Config& c = *job.config;
   const int n = c.train.workers;
-  HSGD_ASSERT(job.train && job.test && job.make_model, "incomplete job");
-  if (job.train->size() < n) {
-    throw InputError("train.workers = " + std::to_string(n) + ": the training set has only " +
-                     std::to_string(job.train->size()) + " samples");
-  }
+  check_job(job);
   Observer quiet;
   if (!observer) observer = &quiet;
   const auto wall0 = SteadyClock::now();
@@ -110,8 +143,13 @@ RunResult HogwildRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   eval_model->bind(eval_params, eval_grads);
 
   TrainClock clock;  // runtime/clock.h: stands still while the workers are paused
-  auto train_seconds = [&] { return clock.seconds(); };
-  // Evaluates with the workers paused (they are between steps).
+  const TrainSchedule schedule(c, job.train->size(), /*checkpoints=*/false);
+  RunStops stops(c);
+  s.stops = &stops;
+  s.schedule = &schedule;
+  s.clock = &clock;
+  // Evaluates with the workers paused (they are between steps); the run
+  // layer's stops are checked on the row.
   auto evaluate = [&](double time_s) {
     for (size_t i = 0; i < s.params.size(); ++i) eval_params[i] = load(s.params[i]);
     MetricsRow r;
@@ -120,6 +158,8 @@ RunResult HogwildRuntime::run(const Job& job, Recorder* recorder, Observer* obse
       r.train_loss = s.loss_count ? s.loss_sum / static_cast<double>(s.loss_count) : std::nan("");
       s.loss_sum = 0;
       s.loss_count = 0;
+      r.nonfinite = s.nonfinite;
+      s.nonfinite = 0;
     }
     const EvalResult e = eval_model->evaluate(test);
     r.time_s = time_s;
@@ -129,23 +169,30 @@ RunResult HogwildRuntime::run(const Job& job, Recorder* recorder, Observer* obse
     r.k = 1;
     r.test_loss = e.loss;
     r.test_acc = e.accuracy;
+    r.test_auc = e.auc;
+    r.test_logloss = e.log_loss;
     r.live_workers = n;
     r.policy = "hogwild";
     r.seed = c.train.seed;
     recorder->write(r);
     observer->on_row(r);
+    std::lock_guard lk(s.mu);
+    if (stops.check_row(r, eval_params, recorder->rows())) {
+      s.stop = true;
+      s.cv.notify_all();
+    }
     return r;
   };
 
+  open_outputs(job);
   s.gate.pause();
   const MetricsRow first = evaluate(0.0);
+  // An evaluation found a divergence (the initial model, or a row below):
+  // that row is the last.
+  bool diverged_at_row = stops.stopped();
   clock.start();
   s.gate.resume();
 
-  const int64_t epoch_target =
-      c.train.epochs > 0
-          ? static_cast<int64_t>(std::ceil(c.train.epochs * static_cast<double>(job.train->size())))
-          : 0;
   std::vector<std::thread> threads;
   struct Joiner {
     Shared& s;
@@ -158,10 +205,10 @@ RunResult HogwildRuntime::run(const Job& job, Recorder* recorder, Observer* obse
       }
     }
   } joiner{s, threads};
-  for (int w = 0; w < n; ++w) {
+  for (int w = 0; w < n && !stopped(s); ++w) {
     threads.emplace_back([&, w] {
       try {
-        worker_loop(w, job, s, delays, epoch_target);
+        worker_loop(w, job, s, delays);
       } catch (...) {
         {
           std::lock_guard lk(s.mu);
@@ -171,30 +218,31 @@ RunResult HogwildRuntime::run(const Job& job, Recorder* recorder, Observer* obse
       }
     });
   }
-  const double budget = c.train.budget > 0 ? c.train.budget : 1e300;
-  double next_eval = c.train.eval_every;
+  TrainSchedule evals = schedule;  // this loop's evaluation times
   double last_acc = first.test_acc;
-  for (;;) {
-    const double now = train_seconds();
-    const double wake = std::min({next_eval, budget, now + 0.5});
+  while (!diverged_at_row) {
+    const double now = clock.seconds();
+    const double wake = std::min({evals.next_eval(), schedule.budget(), now + 0.5});
     {
       std::unique_lock lk(s.mu);
       s.cv.wait_for(lk, std::chrono::duration<double>(std::max(0.0, wake - now)),
                     [&] { return s.stop; });
       if (s.stop) break;
     }
-    const double t = train_seconds();
-    if (t >= budget) break;
-    if (t >= next_eval) {
+    const double t = clock.seconds();
+    if (schedule.past_budget(t)) break;
+    if (evals.eval_due(t)) {
       s.gate.pause();
       clock.pause();
-      last_acc = evaluate(train_seconds()).test_acc;
+      const MetricsRow r = evaluate(clock.seconds());
+      last_acc = r.test_acc;
+      diverged_at_row = stops.stopped();
       clock.resume();
       s.gate.resume();
-      while (next_eval <= t) next_eval += c.train.eval_every;
+      evals.eval_done(t);
     }
     Status st;
-    st.time_s = train_seconds();
+    st.time_s = clock.seconds();
     st.updates = s.steps.load();
     st.samples = s.samples.load();
     st.k = 1;
@@ -202,8 +250,9 @@ RunResult HogwildRuntime::run(const Job& job, Recorder* recorder, Observer* obse
     st.train_loss = std::nan("");
     observer->on_status(st);
   }
+  // Training ends here: no step is applied after the stop or the budget.
   clock.pause();
-  const double train_s = train_seconds();
+  const double train_s = schedule.clamp(clock.seconds());
   request_stop(s);
   s.gate.close();
   for (std::thread& t : threads) t.join();
@@ -211,9 +260,15 @@ RunResult HogwildRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   if (s.error) std::rethrow_exception(s.error);
 
   RunResult result;
-  result.last = evaluate(train_s);
+  if (diverged_at_row) {  // its row is the last
+    result.last = recorder->rows().back();
+    for (size_t i = 0; i < s.params.size(); ++i) eval_params[i] = load(s.params[i]);
+  } else {
+    result.last = evaluate(train_s);
+  }
   result.params.assign(eval_params.begin(), eval_params.end());
-  result.train_s = train_s;
+  result.stopped = stops.reason();
+  result.train_s = result.last.time_s;
   result.real_train_s = train_s;
   result.gradients = s.steps.load();
   result.wall_s = since(wall0);

@@ -1,11 +1,7 @@
 #include "hsgd/runtime/row.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cmath>
-
-#include "hsgd/core/simd.h"
 
 namespace hsgd {
 
@@ -37,23 +33,6 @@ MetricsRow build_row(const Server& server, const ServerStats& st, const EvalResu
 double idle_fraction(double idle_delta, double interval, int workers) {
   if (!(interval > 0) || workers < 1) return 0.0;
   return std::clamp(idle_delta / (interval * workers), 0.0, 1.0);
-}
-
-std::string divergence(std::span<const float> params, double test_loss, double time_s,
-                       int64_t updates) {
-  if (std::isfinite(test_loss) && all_finite(params)) return "";
-  return fmt::format(
-      "training diverged at update {} ({:.3f} s): the {} not finite; try a smaller optim.lr or "
-      "optim.clip_norm",
-      updates, time_s, std::isfinite(test_loss) ? "parameters are" : "test loss is");
-}
-
-std::string nonfinite_pushes(const Server& server, const Config& c, double time_s) {
-  if (server.consecutive_nonfinite() <= c.train.max_nonfinite) return "";
-  return fmt::format(
-      "training diverged at update {} ({:.3f} s): {} consecutive pushes held a NaN or Inf "
-      "(train.max_nonfinite = {}); try a smaller optim.lr or optim.clip_norm",
-      server.version(), time_s, server.consecutive_nonfinite(), c.train.max_nonfinite);
 }
 
 Dataset head(const Dataset& d, int64_t n) {

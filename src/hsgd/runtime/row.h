@@ -16,13 +16,6 @@ MetricsRow build_row(const Server& server, const ServerStats& stats, const EvalR
 // divided by interval x workers, in [0, 1] (0 for an empty interval).
 double idle_fraction(double idle_delta, double interval, int workers);
 
-// Why a run must stop at an evaluation, or "": the parameters or the test
-// loss are not finite. `time_s` and `updates` say where.
-std::string divergence(std::span<const float> params, double test_loss, double time_s,
-                       int64_t updates);
-// The same for too many consecutive non-finite pushes (> max_nonfinite).
-std::string nonfinite_pushes(const Server& server, const Config& c, double time_s);
-
 // The first n samples of d (all of d when n <= 0 or n >= size).
 Dataset head(const Dataset& d, int64_t n);
 

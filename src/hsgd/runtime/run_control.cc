@@ -29,8 +29,8 @@ TrainSchedule::TrainSchedule(const Config& c, int64_t train_samples, bool checkp
 void TrainSchedule::start_at(double t) {
   next_eval_ = t <= 0 ? eval_every_ : next_multiple_after(t, eval_every_);
   next_checkpoint_ = checkpoint_every_ <= 0 ? kNever
-                     : t <= 0              ? checkpoint_every_
-                                           : next_multiple_after(t, checkpoint_every_);
+                     : t <= 0               ? checkpoint_every_
+                                            : next_multiple_after(t, checkpoint_every_);
 }
 
 void TrainSchedule::eval_done(double t) {
@@ -50,12 +50,17 @@ void TrainSchedule::save(StateWriter& w) const {
 
 void TrainSchedule::load(StateReader& r, double cut_s) {
   r.expect_tag(kScheduleTag, "schedule");
-  next_eval_ = r.get<double>();
+  const double ne = r.get<double>();
   const double nc = r.get<double>();
-  if (!std::isfinite(next_eval_) || !std::isfinite(nc)) r.fail("corrupt (schedule times)");
+  if (!std::isfinite(ne) || !std::isfinite(nc)) r.fail("corrupt (schedule times)");
+  resume_times(ne, nc, cut_s);
+}
+
+void TrainSchedule::resume_times(double next_eval, double next_checkpoint, double cut_s) {
+  next_eval_ = next_eval;
   // train.checkpoint_every may change on resume: the next cut follows it.
   if (checkpoint_every_ > 0) {
-    next_checkpoint_ = nc > 0 ? nc : cut_s + checkpoint_every_;
+    next_checkpoint_ = next_checkpoint > 0 ? next_checkpoint : cut_s + checkpoint_every_;
   } else {
     next_checkpoint_ = kNever;
   }
@@ -74,10 +79,12 @@ std::string divergence_line(std::span<const float> params, const MetricsRow& row
     const bool test = row.test_loss > limit;
     const bool train = std::isfinite(row.train_loss) && row.train_loss > limit;
     if (test || train) {
-      return where() + fmt::format(": the {} loss {:.4g} is above train.diverge_factor = {:g} x "
-                                   "the first evaluation's test loss {:.4g}",
-                                   test ? "test" : "training", test ? row.test_loss : row.train_loss,
-                                   factor, first_test_loss) +
+      return where() +
+             fmt::format(
+                 ": the {} loss {:.4g} is above train.diverge_factor = {:g} x "
+                 "the first evaluation's test loss {:.4g}",
+                 test ? "test" : "training", test ? row.test_loss : row.train_loss, factor,
+                 first_test_loss) +
              hint;
     }
   }

@@ -77,6 +77,8 @@ class TrainSchedule {
   // saved cut's time `cut_s`.
   void save(StateWriter& w) const;
   void load(StateReader& r, double cut_s);
+  // The same from times read elsewhere (a next checkpoint <= 0: none saved).
+  void resume_times(double next_eval, double next_checkpoint, double cut_s);
 
  private:
   double budget_ = kNever;
@@ -112,6 +114,15 @@ class RunStops {
   bool check_pushes(const Server& server, double t);
   // Membership: `why` is Membership::record()'s line ("" = enough workers).
   bool check_membership(const std::string& why);
+  // After a resume whose membership started afresh (another worker count:
+  // every worker live again), a saved stop below train.min_workers no
+  // longer holds and is lifted; any other saved stop stays.
+  void membership_restarted() {
+    if (below_min_) {
+      reason_.clear();
+      below_min_ = false;
+    }
+  }
   // Any other stop (first wins).
   void stop(const std::string& why, bool below_min = false);
 

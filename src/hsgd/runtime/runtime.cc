@@ -29,6 +29,15 @@ std::vector<float> initial_dense_params(const ModelFactory& make_model, uint64_t
                             params.span().begin() + static_cast<ptrdiff_t>(dense));
 }
 
+void check_job(const Job& job) {
+  HSGD_ASSERT(job.config && job.train && job.test && job.make_model, "incomplete job");
+  const int n = job.config->train.workers;
+  if (job.train->size() < n) {
+    throw InputError("train.workers = " + std::to_string(n) + ": the training set has only " +
+                     std::to_string(job.train->size()) + " samples");
+  }
+}
+
 Partition make_partition(const Job& job) {
   const Config& c = *job.config;
   return make_partition(*job.train, c.data.partition, c.train.seed, c.train.workers);

@@ -48,7 +48,24 @@ struct Job {
   // The split of `train` over the workers (data.partition); null = computed
   // from the config by make_sampler.
   std::shared_ptr<const Partition> partition;
+  // Called by the runtime once every input of the run, a resume's
+  // checkpoint included, is decoded and checked, and before anything is
+  // written (the first row, a checkpoint): the front end writes config.toml
+  // and opens the recorder here, so a resume refused while restoring leaves
+  // the output directory as it was. May be empty. On mpi, rank 0 calls it
+  // once every rank has restored.
+  std::function<void()> open_outputs;
 };
+
+// Checks what every runtime needs of a job before it starts: complete, and
+// at least one training sample per worker (InputError naming
+// train.workers otherwise).
+void check_job(const Job& job);
+
+// Calls job.open_outputs if set.
+inline void open_outputs(const Job& job) {
+  if (job.open_outputs) job.open_outputs();
+}
 
 // The model's parameter count: job.num_params, or initial_params.size().
 inline int64_t job_params(const Job& job) {
@@ -109,11 +126,11 @@ struct RunResult {
   // row order), written by rank 0 chunk by chunk; `params` then holds only
   // the dense part. The CLI writes model.bin from both and removes it.
   std::string rows_file;
-  MetricsRow last;            // the final evaluation
-  double wall_s = 0;          // real seconds, evaluation included
-  double train_s = 0;         // training seconds (wall or virtual), evaluation excluded
-  double real_train_s = 0;    // real seconds spent training, evaluation excluded
-  int64_t gradients = 0;      // pushes made
+  MetricsRow last;          // the final evaluation
+  double wall_s = 0;        // real seconds, evaluation included
+  double train_s = 0;       // training seconds (wall or virtual), evaluation excluded
+  double real_train_s = 0;  // real seconds spent training, evaluation excluded
+  int64_t gradients = 0;    // pushes made
   // Applied pushes by staleness 0, 1, ..., the last bucket for 64 and above.
   std::vector<int64_t> staleness_histogram;
   // Config values the runtime resolved itself (the simulator's calibrated

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -17,6 +18,7 @@
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/membership.h"
 #include "hsgd/runtime/row.h"
+#include "hsgd/runtime/run_control.h"
 #include "hsgd/runtime/sim_compute.h"
 #include "hsgd/runtime/sparse_rows.h"
 #include "hsgd/server/server.h"
@@ -103,11 +105,17 @@ struct SimWorker {
   double idle = 0;         // cumulative waiting seconds
   ShardSampler sampler;
   RowPush rows;  // model.sparse: the rows part of the push in flight
+  // [compress]: the wire bytes of the push in flight, counted in
+  // bytes_pushed when the server takes it (README, "What the figures mean").
+  int64_t push_bytes = 0;
 };
 
 std::string full(double v) { return fmt::format("{:.17g}", v); }
 
-constexpr uint32_t kSimTag = 0x53494D31;  // "SIM1"
+// "SIM2" carries each worker's in-flight push bytes; "SIM1" (earlier
+// versions, which counted them when computed) has none and still resumes.
+constexpr uint32_t kSimTag = 0x53494D32;     // "SIM2"
+constexpr uint32_t kSimTagOld = 0x53494D31;  // "SIM1"
 
 // One simulated run. Its members are the whole state of the simulation
 // between two events: exactly what a checkpoint saves (save()/load()).
@@ -133,12 +141,14 @@ class SimRun final : public PushKernel {
         local_h_(server_.policy().local_steps()),
         test_(head(*job.test, c_.train.eval_samples)),
         compress_(make_compression(c_, model_->param_shapes(), job.initial_params)),
-        membership_(job, n_) {
+        membership_(job, n_),
+        schedule_(c_, job.train->size(), job.checkpoints != nullptr),
+        stops_(c_) {
     model_->bind(work_params_, work_grads_);
     compress_cost_ = std::max(0.0, c_.compress.sim_ns_per_param) * 1e-9 * static_cast<double>(np_);
     workers_.reserve(static_cast<size_t>(n_));
     for (int w = 0; w < n_; ++w) {
-      workers_.push_back(SimWorker{0, 0, 0, -1, 0, make_sampler(job, w), {}});
+      workers_.push_back(SimWorker{0, 0, 0, -1, 0, make_sampler(job, w), {}, 0});
     }
     for (int w = 0; local_h_ > 0 && w < n_; ++w) locals_.push_back(make_local_worker(c_, np_));
     compute_ = std::make_unique<SimCompute>(sim_threads(c_), n_, np_, job.make_model, this);
@@ -146,32 +156,30 @@ class SimRun final : public PushKernel {
     transfer_ = c_.sim.latency + bytes / c_.sim.bandwidth;
     server_cost_ = c_.sim.server_ns_per_param * 1e-9 * static_cast<double>(np_);
     if (rows_) sparse_.emplace(*model_, layout_, work_params_, work_grads_);
-    next_eval_ = c_.train.eval_every;
-    next_checkpoint_ = c_.train.checkpoint_every > 0 ? c_.train.checkpoint_every : kNever;
   }
 
   RunResult run() {
     const auto wall0 = SteadyClock::now();
     if (job_.resume) {
       load(*job_.resume);
+      open_outputs(job_);
     } else {
+      open_outputs(job_);
       for (int w = 0; w < n_; ++w) events_.push(c_.sim.latency, EventType::kPullArrive, w);
       for (int w = 0; w < n_; ++w) schedule_fault(w);
       evaluate(0.0);
     }
-    const double budget = c_.train.budget > 0 ? c_.train.budget : kNever;
-    const int64_t epoch_target =
-        c_.train.epochs > 0 ? static_cast<int64_t>(std::ceil(
-                                  c_.train.epochs * static_cast<double>(job_.train->size())))
-                            : 0;
+    const double budget = schedule_.budget();
     double end_time = budget;
     compute_->set_horizon(budget);  // pushes due after it are never needed
     auto last_status = SteadyClock::now();
     uint64_t processed = 0;
-    bool stopped_at_row = false;  // divergence seen by an evaluation
-    // A resumed run that already reached its epochs ends at once.
-    const bool done_already = epoch_target > 0 && server_.samples() >= epoch_target;
-    while (!done_already && stopped_.empty()) {
+    // A fresh run whose initial model fails the stops: that row is the last.
+    bool stopped_at_row = !job_.resume && stops_.stopped();
+    // A resumed run that already reached its epochs, or whose cut was taken
+    // at a stop, ends at once.
+    const bool done_already = schedule_.epochs_done(server_.samples()) || stops_.stopped();
+    while (!done_already && !stops_.stopped()) {
       if (events_.empty()) {
         throw std::runtime_error(
             fmt::format("simulation deadlocked at t = {} s: every worker is waiting (policy {})",
@@ -180,18 +188,19 @@ class SimRun final : public PushKernel {
       const double t = events_.top().time;
       // Evaluations, then checkpoints, due before this event (a checkpoint at
       // an evaluation's time includes its row).
-      while ((next_eval_ < budget && next_eval_ <= t) ||
-             (next_checkpoint_ < budget && next_checkpoint_ <= t)) {
-        if (next_eval_ <= next_checkpoint_) {
-          evaluate(next_eval_);
-          next_eval_ += c_.train.eval_every;
+      while (schedule_.eval_due(t) || schedule_.checkpoint_due(t)) {
+        if (schedule_.eval_due(t) && schedule_.next_eval() <= schedule_.next_checkpoint()) {
+          const double at = schedule_.next_eval();
+          evaluate(at);
+          schedule_.eval_done(at);
         } else {
-          checkpoint(next_checkpoint_);
-          next_checkpoint_ += c_.train.checkpoint_every;
+          const double at = schedule_.next_checkpoint();
+          schedule_.checkpoint_done(at);
+          write(cut(at));
         }
-        if (!stopped_.empty()) break;
+        if (stops_.stopped()) break;
       }
-      if (!stopped_.empty()) {
+      if (stops_.stopped()) {
         end_time = last_row_time_;
         stopped_at_row = true;
         break;
@@ -200,12 +209,11 @@ class SimRun final : public PushKernel {
       const Event ev = events_.pop();
       now_ = ev.time;
       handle(ev);
-      if (stopped_.empty()) stopped_ = nonfinite_pushes(server_, c_, ev.time);
-      if (!stopped_.empty()) {
+      if (stops_.check_pushes(server_, ev.time)) {
         end_time = ev.time;
         break;
       }
-      if (epoch_target > 0 && server_.samples() >= epoch_target) {
+      if (schedule_.epochs_done(server_.samples())) {
         end_time = ev.time;
         break;
       }
@@ -216,12 +224,17 @@ class SimRun final : public PushKernel {
     }
     if (done_already) end_time = now_;
     // The final checkpoint is the state at the end of training, before the
-    // closing row (which a longer run may not have: resuming drops it).
-    if (job_.checkpoints && (stopped_.empty() || below_min_)) checkpoint(end_time);
+    // closing row (which a longer run may not have: resuming drops it); it
+    // is written only if the closing row finds no divergence.
+    std::optional<Cut> final_cut;
+    if (job_.checkpoints && !stopped_at_row && stops_.final_checkpoint_allowed()) {
+      final_cut = cut(end_time);
+    }
     compute_->stop();  // pushes not yet computed are dropped
     RunResult result;
     result.last = stopped_at_row ? recorder_->rows().back() : evaluate(end_time);
-    result.stopped = stopped_;
+    if (final_cut && stops_.final_checkpoint_allowed()) write(*final_cut);
+    result.stopped = stops_.reason();
     result.params = params_;
     result.train_s = end_time;
     result.gradients = server_.pushes();
@@ -238,8 +251,6 @@ class SimRun final : public PushKernel {
   }
 
  private:
-  static constexpr double kNever = std::numeric_limits<double>::infinity();
-
   // sim.threads, 0 = every core; one for TorchScript models, whose forward
   // may draw from torch's process-wide generator (dropout): the order of
   // draws must not depend on the threads.
@@ -287,10 +298,9 @@ class SimRun final : public PushKernel {
     recorder_->write(r);
     observer_->on_row(r);
     eval_real_ += since(e0);
-    // (A stop below train.min_workers keeps its reason through the last row.)
-    if (!below_min_) {
-      stopped_ = divergence(params_, e.loss, t, static_cast<int64_t>(server_.version()));
-    }
+    // (A stop below train.min_workers keeps its reason through the last
+    // row: the first stop wins.)
+    stops_.check_row(r, params_, recorder_->rows());
     return r;
   }
 
@@ -301,6 +311,8 @@ class SimRun final : public PushKernel {
     const PushResult push = compute_->take(w);
     sw.loss = push.loss;
     sw.batch = push.samples;
+    if (compress_) counters_.bytes_pushed += sw.push_bytes;  // taken: counted
+    sw.push_bytes = 0;
     double cost = server_cost_;
     if (rows_) {  // model.sparse: the dense part and the push's rows
       const double loss = rows_->stage(sw.rows) ? sw.loss : std::nan("");
@@ -375,10 +387,10 @@ class SimRun final : public PushKernel {
           const int64_t samples = g.samples;
           compute_->finish(w);
           sent_.resize(np_);
-          push_t = compressed_push(w, d.version, sent_);
+          push_t = compressed_push(w, d.version, sent_, &sw.push_bytes);
           compute_->install(w, sent_, loss, samples);
         } else {
-          if (compress_) counters_.bytes_pushed += compress_->plain_bytes();
+          if (compress_) sw.push_bytes = compress_->plain_bytes();
           compute_->request(w, pulled, key, ev.time + pull_t + compute + push_t);
         }
         events_.push(ev.time + pull_t + compute + push_t, EventType::kPushArrive, w);
@@ -437,9 +449,10 @@ class SimRun final : public PushKernel {
   }
   // The worker's compressed push (error feedback): `sent` receives what the
   // server decodes and aggregates.
-  double compressed_push(int w, uint64_t version, std::span<float> sent) {
+  // *bytes receives its size on the wire (counted when the server takes it).
+  double compressed_push(int w, uint64_t version, std::span<float> sent, int64_t* bytes) {
     const bool z = compress_->encode_push(w, work_grads_, version, &wire_, sent);
-    counters_.bytes_pushed += static_cast<int64_t>(wire_.size());
+    *bytes = static_cast<int64_t>(wire_.size());
     const double cost = z ? compress_cost_ : 0.0;
     counters_.compress_s += cost;
     return c_.sim.latency + static_cast<double>(wire_.size()) / c_.sim.bandwidth + cost;
@@ -464,11 +477,7 @@ class SimRun final : public PushKernel {
     for (int r : d.released) {
       if (r != w) release(r, e.time);
     }
-    const std::string why = membership_.record(e, server_);
-    if (!why.empty() && stopped_.empty()) {
-      stopped_ = why;
-      below_min_ = true;
-    }
+    stops_.check_membership(membership_.record(e, server_));
     schedule_fault(w);
   }
 
@@ -514,9 +523,20 @@ class SimRun final : public PushKernel {
     observer_->on_status(st);
   }
 
-  // The cut between events at virtual time t.
-  void checkpoint(double t) {
+  // A checkpoint not yet written: write() does.
+  struct Cut {
+    CheckpointInfo info;
+    std::map<std::string, std::string> blobs;
+  };
+  void write(const Cut& cut) {
     if (!job_.checkpoints) return;
+    const auto e0 = SteadyClock::now();
+    job_.checkpoints->write(cut.info, cut.blobs);
+    eval_real_ += since(e0);  // like evaluation, not simulated work
+  }
+
+  // The cut between events at virtual time t.
+  Cut cut(double t) {
     compute_->settle_all();  // every in-flight push computed; no thread touches a worker
     StateWriter server_bytes;
     server_.save(server_bytes);
@@ -556,12 +576,15 @@ class SimRun final : public PushKernel {
       }
       w.put(sw.wait_since);
       w.put(sw.idle);
+      w.put(sw.push_bytes);
       save_sampler(sw.sampler, w);
     }
     for (const LocalWorker& l : locals_) l.save(w);
     delays_.save(w);
-    w.put(next_eval_);
-    w.put(next_checkpoint_ == kNever ? -1.0 : next_checkpoint_);
+    // The schedule's times (also in blob "run", which a resume reads first;
+    // kept here so that checkpoints of earlier versions still resume).
+    w.put(schedule_.next_eval());
+    w.put(std::isfinite(schedule_.next_checkpoint()) ? schedule_.next_checkpoint() : -1.0);
     w.put(last_row_time_);
     w.put(last_idle_);
     w.put<uint8_t>(in_service_orphaned_);
@@ -578,10 +601,11 @@ class SimRun final : public PushKernel {
     info.train_s = t;
     info.updates = static_cast<int64_t>(server_.version());
     info.rows = static_cast<int64_t>(recorder_->rows().size());
-    const auto e0 = SteadyClock::now();
-    job_.checkpoints->write(
-        info, {{"server", server_bytes.take()}, {"sim", w.take()}, {"membership", mem.take()}});
-    eval_real_ += since(e0);  // like evaluation, not simulated work
+    return Cut{info,
+               {{"server", server_bytes.take()},
+                {"sim", w.take()},
+                {"membership", mem.take()},
+                {kRunBlob, save_run_state(stops_, schedule_)}}};
   }
 
   void load(const Checkpoint& ck) {
@@ -603,7 +627,8 @@ class SimRun final : public PushKernel {
       }
     }
     StateReader r(ck.blob("sim"), ck.path + "/sim.bin");
-    r.expect_tag(kSimTag, "simulator");
+    const uint32_t tag = r.get<uint32_t>();
+    if (tag != kSimTag && tag != kSimTagOld) r.fail("corrupt (simulator section missing)");
     if (r.get<int32_t>() != n_) r.fail("corrupt (worker count)");
     (void)r.get<double>();  // the cut's time (also in the manifest)
     now_ = r.get<double>();
@@ -644,18 +669,14 @@ class SimRun final : public PushKernel {
       }
       sw.wait_since = r.get<double>();
       sw.idle = r.get<double>();
+      sw.push_bytes = tag == kSimTag ? r.get<int64_t>() : 0;
+      if (sw.push_bytes < 0) r.fail("corrupt (a push's bytes)");
       load_sampler(sw.sampler, r);
     }
     for (LocalWorker& l : locals_) l.load(r);
     delays_.load(r);
-    next_eval_ = r.get<double>();
-    const double nc = r.get<double>();
-    // checkpoint_every may change on resume: the next cut follows the new one.
-    if (c_.train.checkpoint_every > 0) {
-      next_checkpoint_ = nc > 0 ? nc : ck.info.train_s + c_.train.checkpoint_every;
-    } else {
-      next_checkpoint_ = kNever;
-    }
+    const double next_eval = r.get<double>();
+    const double next_checkpoint = r.get<double>();
     last_row_time_ = r.get<double>();
     last_idle_ = r.get<double>();
     in_service_orphaned_ = r.get<uint8_t>() != 0;
@@ -664,6 +685,11 @@ class SimRun final : public PushKernel {
       counters_ = r.get<CompressCounters>();
     }
     r.expect_end();
+    if (ck.blobs.count(kRunBlob)) {
+      load_run_state(ck, stops_, schedule_);
+    } else {  // a checkpoint of an earlier version: its times are the sim blob's
+      schedule_.resume_times(next_eval, next_checkpoint, ck.info.train_s);
+    }
   }
 
   const Job& job_;
@@ -678,8 +704,8 @@ class SimRun final : public PushKernel {
   std::vector<float> params_;
   const RowLayout layout_;  // rows = 0 unless model.sparse
   Server server_;
-  std::unique_ptr<RowTable> rows_;       // model.sparse: attached to server_
-  std::optional<SparseWorker> sparse_;   // model.sparse: the workers' row-sparse step
+  std::unique_ptr<RowTable> rows_;      // model.sparse: attached to server_
+  std::optional<SparseWorker> sparse_;  // model.sparse: the workers' row-sparse step
   DelayModel delays_;
   std::vector<SimWorker> workers_;
   const int local_h_;
@@ -693,12 +719,9 @@ class SimRun final : public PushKernel {
   int in_service_ = -1;
   Decision in_service_decision_;
   double now_ = 0;  // the time of the last event taken
-  double next_eval_ = 0;
-  double next_checkpoint_ = kNever;
   double last_row_time_ = 0;
   double last_idle_ = 0;
   double eval_real_ = 0;  // real seconds spent evaluating and checkpointing
-  std::string stopped_;
   // [compress]; null when off.
   std::unique_ptr<Compression> compress_;
   double compress_cost_ = 0;  // virtual seconds per compressed message
@@ -707,7 +730,9 @@ class SimRun final : public PushKernel {
   // Membership (issue 10).
   Membership membership_;
   bool in_service_orphaned_ = false;  // the push in service is of a worker that left
-  bool below_min_ = false;            // stopped_ says fewer than min_workers are live
+  // The run layer (run_control.h): schedule and stops.
+  TrainSchedule schedule_;
+  RunStops stops_;
   // [compress]: a compressed pull's parameters are the worker's own, so its
   // request gets a key of its own (above every server version).
   static constexpr uint64_t kOwnCopy = uint64_t{1} << 63;
@@ -773,20 +798,16 @@ std::vector<std::pair<std::string, std::string>> SimRuntime::resolve(const Job& 
   }
   if (c.compress.on() && c.compress.sim_ns_per_param < 0) {
     std::unique_ptr<Model> model = job.make_model();
-    out.push_back({"compress.sim_ns_per_param",
-                   full(calibrate_compress_ns(c, model->param_shapes(),
-                                              job.initial_params.size()))});
+    out.push_back(
+        {"compress.sim_ns_per_param",
+         full(calibrate_compress_ns(c, model->param_shapes(), job.initial_params.size()))});
   }
   return out;
 }
 
 RunResult SimRuntime::run(const Job& job, Recorder* recorder, Observer* observer) {
   const Config& c = *job.config;
-  HSGD_ASSERT(job.train && job.test && job.make_model, "incomplete job");
-  if (job.train->size() < c.train.workers) {
-    throw InputError(fmt::format("train.workers = {}: the training set has only {} samples",
-                                 c.train.workers, job.train->size()));
-  }
+  check_job(job);
   Observer quiet;
   if (!observer) observer = &quiet;
   // Costs not resolved by the caller are measured here and reported back.

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -20,13 +21,52 @@
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/membership.h"
 #include "hsgd/runtime/row.h"
+#include "hsgd/runtime/run_control.h"
 #include "hsgd/runtime/sparse_rows.h"
 #include "hsgd/server/server.h"
 
 namespace hsgd {
 namespace {
 
-constexpr uint32_t kThreadsTag = 0x54485231;  // "THR1"
+// The threads blob: "THR2" carries each worker's pending push; "THR1"
+// (earlier versions) has none and still resumes.
+constexpr uint32_t kThreadsTag = 0x54485232;     // "THR2"
+constexpr uint32_t kThreadsTagOld = 0x54485231;  // "THR1"
+
+// A push a worker had computed but the server had not taken when the run
+// stopped (at the budget, the epoch target or a stop). Its batch, its
+// error-feedback residual and its local momentum are spent, so the final
+// cut keeps it and the worker pushes it first after a resume: the cut is
+// consistent (the samplers' samples equal the server's plus the pending
+// ones; sent + residual = the gradients). Dense pushes only: a row-sparse
+// push in flight at the stop is dropped (its rows were staged).
+struct PendingPush {
+  bool has = false;
+  std::vector<float> grads;  // as the server aggregates them (decoded)
+  uint64_t version = 0;
+  int64_t samples = 0;
+  double loss = 0;
+  int64_t bytes = 0;  // on the wire ([compress])
+  void save(StateWriter& w) const {
+    w.put<uint8_t>(has);
+    if (!has) return;
+    w.put_vec(grads);
+    w.put(version);
+    w.put(samples);
+    w.put(loss);
+    w.put(bytes);
+  }
+  void load(StateReader& r, size_t np) {
+    has = r.get<uint8_t>() != 0;
+    if (!has) return;
+    grads = r.get_vec<float>();
+    if (grads.size() != np) r.fail("corrupt (a pending push of another size)");
+    version = r.get<uint64_t>();
+    samples = r.get<int64_t>();
+    loss = r.get<double>();
+    bytes = r.get<int64_t>();
+  }
+};
 
 // What one worker carries from one step to the next: the part of its state
 // a checkpoint saves. Touched only by its worker thread, except while the
@@ -34,10 +74,11 @@ constexpr uint32_t kThreadsTag = 0x54485231;  // "THR1"
 struct WorkerState {
   ShardSampler sampler;
   std::optional<LocalWorker> local;  // local:H
+  PendingPush pending;               // computed, not taken at the stop
 };
 
 struct Shared {
-  std::mutex mu;  // guards everything below and the server
+  std::mutex mu;               // guards everything below and the server
   std::condition_variable cv;  // the driving thread's (stop)
   // One per worker: its release or the stop wakes that worker alone, not
   // every waiter (sync releases all workers one by one each update).
@@ -63,7 +104,8 @@ struct Shared {
   bool spin = false;
   IdleMeter idle;  // on clock's seconds
   std::atomic<bool> stop{false};
-  std::string stopped;  // why the run stopped early (RunResult::stopped)
+  RunStops* stops = nullptr;                // the run layer's stops; guarded by mu
+  const TrainSchedule* schedule = nullptr;  // immutable budget and epoch target
   std::exception_ptr error;
   Gate gate;
   TrainClock clock;
@@ -73,7 +115,6 @@ struct Shared {
   Compression* compress = nullptr;
   CompressCounters counters;
   Membership* membership = nullptr;  // issue 10; guarded by mu
-  bool below_min = false;            // stopped says fewer than min_workers are live
   // Row-sparse (model.sparse): the table, the model's layout, and all the
   // server's parameters (the Server itself holds the dense prefix).
   RowTable* rows = nullptr;
@@ -113,11 +154,8 @@ void change_membership(Shared& s, std::unique_lock<std::mutex>& lk, int id, bool
     s.wake[static_cast<size_t>(r)].notify_one();
   }
   s.released[static_cast<size_t>(id)] = 0;
-  const std::string why = s.membership->record(MembershipEvent{now, id, join, cause, detail},
-                                               *s.server);
-  if (!why.empty() && s.stopped.empty()) {
-    s.stopped = why;
-    s.below_min = true;
+  if (s.stops->check_membership(
+          s.membership->record(MembershipEvent{now, id, join, cause, detail}, *s.server))) {
     request_stop(s);
   }
 }
@@ -160,12 +198,23 @@ bool wait_until_released(Shared& s, int id) {
   return !s.stop;
 }
 
+// Under s.mu, after the server took a push at training time `now`: wakes
+// the workers it released and applies the run layer's stops (the epoch
+// target, non-finite pushes). Returns whether the pusher waits.
+bool pushed(Shared& s, const Decision& d, double now) {
+  for (int r : d.released) {
+    s.released[static_cast<size_t>(r)] = 1;
+    s.wake[static_cast<size_t>(r)].notify_one();
+  }
+  if (s.schedule->epochs_done(s.server->samples())) request_stop(s);
+  if (s.stops->check_pushes(*s.server, now)) request_stop(s);
+  return d.caller_waits;
+}
+
 struct WorkerArgs {
   int id;
   const Job* job;
   Shared* shared;
-  int64_t epoch_target_samples;  // 0 = none
-  double budget;                 // training seconds; a push at or after it is dropped
   // Resumed while its push waited for an update (or its SSP pull waited):
   // read before any worker starts, since another's push may release it.
   bool starts_waiting = false;
@@ -212,18 +261,38 @@ void worker_loop(const WorkerArgs& a) {
   Compression* const z = s.compress;
   std::string pull_bytes, push_bytes;  // [compress]: the messages as they travel
   std::vector<float> sent(z ? np : 0), scratch;
+  // With pull compression: the copy the server records this worker holds.
+  // Each pull message updates it, and the worker's parameters start each
+  // step from it: local steps (local:H) move the parameters, never it.
+  std::vector<float> held;
   {
     std::lock_guard lk(s.mu);
     local_h = s.server->policy().local_steps();
-    // With pull compression the worker holds what the server records for it.
     if (z && z->pull_on()) {
       std::span<const float> h = z->held(a.id);
+      held.assign(h.begin(), h.end());
       std::copy(h.begin(), h.end(), params.begin());
     }
   }
   if (a.starts_out && !sit_out(s, a.id, ws, c, local_h, np)) return;  // out at the cut
   if (a.starts_waiting && !wait_until_released(s, a.id)) return;
   GateScope inside(s.gate);  // exits on every path, exceptions included
+  if (ws.pending.has) {      // resumed: the push the cut kept goes first
+    if (!inside.enter()) return;
+    bool wait = false;
+    {
+      std::unique_lock lk(s.mu);
+      wait_unpinned(s, lk);
+      if (s.stop) return;  // (still pending: a later cut keeps it)
+      PendingPush p = std::move(ws.pending);
+      ws.pending = PendingPush{};
+      const double now = s.clock.seconds();
+      if (z) s.counters.bytes_pushed += p.bytes;
+      wait = pushed(s, s.server->on_push(a.id, p.version, p.grads, p.samples, p.loss, now), now);
+    }
+    inside.exit();
+    if (wait && !wait_until_released(s, a.id)) return;
+  }
   while (inside.enter()) {
     uint64_t version = 0;
     bool pull_waits = false;
@@ -287,7 +356,8 @@ void worker_loop(const WorkerArgs& a) {
     double worker_compress_s = 0;
     if (!pull_waits && z && z->pull_on()) {  // the worker decodes its pull
       const auto c0 = SteadyClock::now();
-      z->decode_pull(pull_bytes, params, &scratch);
+      z->decode_pull(pull_bytes, held, &scratch);
+      std::copy(held.begin(), held.end(), params.begin());
       worker_compress_s += since(c0);
     }
     if (pull_waits) {
@@ -298,15 +368,15 @@ void worker_loop(const WorkerArgs& a) {
       if (!wait_until_released(s, a.id)) break;
       continue;
     }
-    int64_t pushed = 0;  // samples behind this push
+    int64_t samples = 0;  // samples behind this push
     const auto t0 = SteadyClock::now();
     double loss = 0;
     std::string failure;  // the gradient threw: the worker leaves
     try {
       if (throws) throw InjectedFault();
-      loss = sparse ? sparse->compute(&pushed)
+      loss = sparse ? sparse->compute(&samples)
                     : compute_push(*model, params, grads, ws.sampler, c.train.batch,
-                                   ws.local ? &*ws.local : nullptr, local_h, &batch, &pushed);
+                                   ws.local ? &*ws.local : nullptr, local_h, &batch, &samples);
     } catch (const InputError&) {
       throw;  // bad input ends the run
     } catch (const std::exception& e) {
@@ -343,10 +413,20 @@ void worker_loop(const WorkerArgs& a) {
     {
       std::unique_lock lk(s.mu);
       wait_unpinned(s, lk);  // the push may apply an update
-      if (s.stop) break;
       const double now = s.clock.seconds();
-      if (now >= a.budget) {  // finished after the budget: not training
+      if (s.stop || s.schedule->past_budget(now)) {
+        // Finished after the stop or the budget: not training. Kept for
+        // the final cut (PendingPush).
         request_stop(s);
+        if (!sparse) {
+          ws.pending = PendingPush{
+              true,
+              std::vector<float>(push.begin(), push.end()),
+              version,
+              samples,
+              loss,
+              z && z->push_on() ? static_cast<int64_t>(push_bytes.size()) : z ? z->plain_bytes() : 0};
+        }
         break;
       }
       if (z) {
@@ -354,23 +434,11 @@ void worker_loop(const WorkerArgs& a) {
             z->push_on() ? static_cast<int64_t>(push_bytes.size()) : z->plain_bytes();
         s.counters.compress_s += worker_compress_s;
       }
-      Decision d =
-          sparse ? s.server->on_push(a.id, version, sparse->dense_grads(), pushed,
-                                     sparse->stage(*s.rows, loss), now)
-                 : s.server->on_push(a.id, version, push, pushed, loss, now);
-      for (int r : d.released) {
-        s.released[static_cast<size_t>(r)] = 1;
-        s.wake[static_cast<size_t>(r)].notify_one();
-      }
-      if (a.epoch_target_samples > 0 && s.server->samples() >= a.epoch_target_samples) {
-        request_stop(s);
-      }
-      const std::string why = nonfinite_pushes(*s.server, c, now);
-      if (!why.empty() && s.stopped.empty()) {
-        s.stopped = why;
-        request_stop(s);
-      }
-      wait = d.caller_waits;
+      wait = pushed(s,
+                    sparse ? s.server->on_push(a.id, version, sparse->dense_grads(), samples,
+                                               sparse->stage(*s.rows, loss), now)
+                           : s.server->on_push(a.id, version, push, samples, loss, now),
+                    now);
     }
     inside.exit();
     if (wait && !wait_until_released(s, a.id)) break;
@@ -383,29 +451,40 @@ void worker_loop(const WorkerArgs& a) {
 // until they go on.
 class Pauser {
  public:
-  Pauser(const Job& job, Shared& s, const Dataset& test)
+  Pauser(const Job& job, Shared& s, const Dataset& test, RunStops& stops,
+         const TrainSchedule& schedule)
       : job_(job),
         s_(s),
         test_(test),
+        stops_(stops),
+        schedule_(schedule),
         params_(job.initial_params.size()),
-        grads_(job.initial_params.size()),
-        budget_(job.config->train.budget > 0 ? job.config->train.budget : 1e300) {
+        grads_(job.initial_params.size()) {
     model_ = job.make_model();
     model_->bind(params_, grads_);
   }
 
-  // Pauses the workers (unless the caller has: at the start and the end),
-  // evaluates, and writes a checkpoint when `checkpoint`.
-  MetricsRow evaluate(Recorder* recorder, bool checkpoint, bool paused_already = false) {
-    if (!paused_already) s_.gate.pause();
+  // Pauses the workers and the clock; returns the training time of the
+  // pause, at most the budget (no push is taken at or after it, so a pause
+  // that ends past it sees the state at the budget).
+  double pause() {
+    s_.gate.pause();
     s_.clock.pause();
-    double time_s = 0, idle_total = 0;
+    return schedule_.clamp(s_.clock.seconds());
+  }
+  void resume() {
+    s_.clock.resume();
+    s_.gate.resume();
+  }
+
+  // With the workers paused at training time `time_s`: one metrics row,
+  // checked against the run layer's stops (a stop is requested if one
+  // fires).
+  MetricsRow evaluate(Recorder* recorder, double time_s) {
+    double idle_total = 0;
     ServerStats st;
     {
       std::lock_guard lk(s_.mu);
-      // No push is taken at or after the budget, so a pause that ends past
-      // it sees the state at the budget.
-      time_s = std::min(s_.clock.seconds(), budget_);
       std::span<const float> p = s_.all_params;
       std::copy(p.begin(), p.end(), params_.begin());
       st = s_.server->take_stats();
@@ -428,37 +507,21 @@ class Pauser {
       }
     }
     recorder->write(r);
-    const std::string why = divergence(params_, e.loss, time_s, static_cast<int64_t>(r.updates));
-    if (!why.empty()) {
-      diverged_ = true;
-      std::lock_guard lk(s_.mu);
-      if (s_.stopped.empty()) s_.stopped = why;
-      request_stop(s_);
-    } else if (checkpoint) {
-      write_checkpoint(recorder, time_s);
-    }
-    if (!paused_already) {
-      s_.clock.resume();
-      s_.gate.resume();
-    }
+    std::lock_guard lk(s_.mu);
+    if (stops_.check_row(r, params_, recorder->rows())) request_stop(s_);
     return r;
   }
 
-  // Restores the pauser's own state from a checkpoint.
-  void load(StateReader& r) {
-    last_time_ = r.get<double>();
-    last_idle_ = r.get<double>();
-  }
-
-  std::vector<float> params() const { return params_; }
-  // True once an evaluation found non-finite parameters or test loss.
-  bool diverged() const { return diverged_; }
-
- private:
-  void write_checkpoint(Recorder* recorder, double time_s) {
-    if (!job_.checkpoints) return;
+  // A checkpoint of the state with the workers paused at training time
+  // `time_s`, not yet written (write() does).
+  struct Cut {
+    CheckpointInfo info;
+    std::map<std::string, std::string> blobs;
+  };
+  Cut cut(const Recorder& recorder, double time_s) const {
     const Config& c = *job_.config;
     std::lock_guard lk(s_.mu);
+    Cut cut;
     StateWriter server_bytes;
     s_.server->save(server_bytes);
     StateWriter w;
@@ -471,6 +534,7 @@ class Pauser {
       save_sampler(ws.sampler, w);
       w.put<uint8_t>(ws.local.has_value());
       if (ws.local) ws.local->save(w);
+      ws.pending.save(w);
     }
     s_.delays->save(w);
     s_.idle.save(w);
@@ -480,29 +544,42 @@ class Pauser {
       w.put(s_.counters);
       w.put_str(z.take());
     }
-    CheckpointInfo info;
-    info.id = job_.identity;
-    info.runtime = "threads";
-    info.workers = c.train.workers;
-    info.train_s = time_s;
-    info.updates = static_cast<int64_t>(s_.server->version());
-    info.rows = static_cast<int64_t>(recorder->rows().size());
+    cut.info.id = job_.identity;
+    cut.info.runtime = "threads";
+    cut.info.workers = c.train.workers;
+    cut.info.train_s = time_s;
+    cut.info.updates = static_cast<int64_t>(s_.server->version());
+    cut.info.rows = static_cast<int64_t>(recorder.rows().size());
     StateWriter members;
     s_.membership->save(members);
-    job_.checkpoints->write(info, {{"server", server_bytes.take()},
-                                   {"threads", w.take()},
-                                   {"membership", members.take()}});
+    cut.blobs = {{"server", server_bytes.take()},
+                 {"threads", w.take()},
+                 {"membership", members.take()},
+                 {kRunBlob, save_run_state(stops_, schedule_)}};
+    return cut;
+  }
+  void write(const Cut& cut) const {
+    if (job_.checkpoints) job_.checkpoints->write(cut.info, cut.blobs);
   }
 
+  // Restores the pauser's own state from a checkpoint.
+  void load(StateReader& r) {
+    last_time_ = r.get<double>();
+    last_idle_ = r.get<double>();
+  }
+
+  std::vector<float> params() const { return params_; }
+
+ private:
   const Job& job_;
   Shared& s_;
   const Dataset& test_;
+  RunStops& stops_;
+  const TrainSchedule& schedule_;
   std::vector<float> params_, grads_;
   std::unique_ptr<Model> model_;
   double last_time_ = 0;
   double last_idle_ = 0;
-  bool diverged_ = false;
-  const double budget_;
 };
 
 // Restores the run's state from a checkpoint: server, samplers, local
@@ -519,7 +596,10 @@ double restore(const Checkpoint& ck, const Config& c, Server& server,
   server.load(sr);
   sr.expect_end();
   StateReader r(ck.blob("threads"), ck.path + "/threads.bin");
-  r.expect_tag(kThreadsTag, "threads runtime");
+  const uint32_t tag = r.get<uint32_t>();
+  if (tag != kThreadsTag && tag != kThreadsTagOld) {
+    r.fail("corrupt (threads runtime section missing)");
+  }
   const int saved = r.get<int32_t>();
   if (saved < 1 || saved > 4096) r.fail("corrupt (worker count)");
   const double t = r.get<double>();
@@ -550,6 +630,13 @@ double restore(const Checkpoint& ck, const Config& c, Server& server,
         LocalWorker scratch = *local;  // momentum of a worker split away
         scratch.load(r);
       }
+    }
+    if (tag == kThreadsTag) {
+      // With another worker count the shards start afresh, and so does what
+      // was in flight: its pending push is dropped.
+      PendingPush p;
+      p.load(r, server.params().size());
+      if (same) workers[static_cast<size_t>(w)].pending = std::move(p);
     }
   }
   delays.load(r);
@@ -582,11 +669,7 @@ double restore(const Checkpoint& ck, const Config& c, Server& server,
 RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* observer) {
   const Config& c = *job.config;
   const int n = c.train.workers;
-  HSGD_ASSERT(job.train && job.test && job.make_model, "incomplete job");
-  if (job.train->size() < n) {
-    throw InputError("train.workers = " + std::to_string(n) + ": the training set has only " +
-                     std::to_string(job.train->size()) + " samples");
-  }
+  check_job(job);
   Observer quiet;
   if (!observer) observer = &quiet;
   const auto wall0 = SteadyClock::now();
@@ -602,7 +685,7 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   std::vector<WorkerState> workers;
   workers.reserve(static_cast<size_t>(n));
   for (int w = 0; w < n; ++w) {
-    workers.push_back(WorkerState{make_sampler(job, w), std::nullopt});
+    workers.push_back(WorkerState{make_sampler(job, w), std::nullopt, {}});
     if (server.policy().local_steps() > 0)
       workers.back().local.emplace(make_local_worker(c, params.size()));
   }
@@ -627,30 +710,40 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
     s.compress = compression.get();
   }
   const Dataset test = head(*job.test, c.train.eval_samples);
-  Pauser pauser(job, s, test);
+  TrainSchedule schedule(c, job.train->size(), job.checkpoints != nullptr);
+  RunStops stops(c);
+  s.stops = &stops;
+  s.schedule = &schedule;
+  Pauser pauser(job, s, test, stops, schedule);
 
   double start_s = 0;
   if (job.resume) {
     bool restored = false;
     start_s = restore(*job.resume, c, server, workers, delays, s.idle, pauser, s, &restored);
+    load_run_state(*job.resume, stops, schedule);
     // With another worker count every worker is live again (README).
-    if (!restored) membership.plan().restart_at(start_s);
+    if (!restored) {
+      membership.plan().restart_at(start_s);
+      stops.membership_restarted();
+    }
     // Released workers of a resume with fewer workers hold no thread.
+    open_outputs(job);
   } else {
+    open_outputs(job);
     // The row at t = 0: the initial model.
     s.clock.start(0, /*paused=*/true);
     s.gate.pause();
-    MetricsRow first = pauser.evaluate(recorder, false, /*paused_already=*/true);
-    observer->on_row(first);
+    observer->on_row(pauser.evaluate(recorder, 0.0));
   }
+  // A fresh run whose initial model already fails the stops, or a resumed
+  // run that reached its budget or epochs or whose cut was taken at a stop,
+  // ends at once (at the cut's time: no training).
+  const bool ended_at_start =
+      schedule.past_budget(start_s) || schedule.epochs_done(server.samples()) || stops.stopped();
+  if (ended_at_start) s.stop = true;
+  bool stopped_at_row = !job.resume && stops.stopped();  // a row's divergence: that row is the last
   s.clock.start(start_s);  // training time starts after the first evaluation
-
-  const int64_t epoch_target =
-      c.train.epochs > 0
-          ? static_cast<int64_t>(std::ceil(c.train.epochs * static_cast<double>(job.train->size())))
-          : 0;
-  if (epoch_target > 0 && server.samples() >= epoch_target) s.stop = true;  // resumed, done
-  const double budget = c.train.budget > 0 ? c.train.budget : 1e300;
+  const double budget = schedule.budget();
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(n));
   // On any exit from here, exceptions included: stop, open the gate, join.
@@ -671,7 +764,8 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   s.gate.resume();
   double tick_time = start_s;
   int64_t tick_samples = server.samples();  // read before the workers start
-  std::vector<char> starts_waiting(static_cast<size_t>(n), 0), starts_out(static_cast<size_t>(n), 0);
+  std::vector<char> starts_waiting(static_cast<size_t>(n), 0),
+      starts_out(static_cast<size_t>(n), 0);
   for (int w = 0; w < n; ++w) {
     starts_waiting[static_cast<size_t>(w)] = server.is_waiting(w);
     starts_out[static_cast<size_t>(w)] = !server.is_live(w);
@@ -681,8 +775,7 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   for (int w = 0; w < n; ++w) {
     threads.emplace_back([&, w] {
       try {
-        worker_loop(WorkerArgs{w, &job, &s, epoch_target, budget,
-                               starts_waiting[static_cast<size_t>(w)] != 0,
+        worker_loop(WorkerArgs{w, &job, &s, starts_waiting[static_cast<size_t>(w)] != 0,
                                starts_out[static_cast<size_t>(w)] != 0});
       } catch (...) {
         std::lock_guard lk(s.mu);
@@ -692,31 +785,39 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
     });
   }
 
-  const double eval_every = c.train.eval_every;
-  const double ckpt_every = job.checkpoints ? c.train.checkpoint_every : 0;
-  auto next_after = [](double t, double every) { return (std::floor(t / every) + 1) * every; };
-  double next_eval = next_after(start_s, eval_every);
-  double next_ckpt = ckpt_every > 0 ? next_after(start_s, ckpt_every) : 1e300;
   double last_acc = recorder->rows().empty() ? 0 : recorder->rows().back().test_acc;
   const double tick = 0.5;
   for (;;) {
     double now = s.clock.seconds();
-    const double wake = std::min({next_eval, next_ckpt, budget, now + tick});
+    const double wake =
+        std::min({schedule.next_eval(), schedule.next_checkpoint(), budget, now + tick});
     {
       std::unique_lock lk(s.mu);
       s.cv.wait_for(lk, std::chrono::duration<double>(std::max(0.0, wake - now)),
                     [&] { return s.stop.load(); });
       now = s.clock.seconds();
-      if (now >= budget) request_stop(s);
+      if (schedule.past_budget(now)) request_stop(s);
       if (s.stop) break;
     }
-    if (now >= next_eval || now >= next_ckpt) {
-      const bool ckpt = now >= next_ckpt;
-      MetricsRow r = pauser.evaluate(recorder, ckpt);
-      observer->on_row(r);
-      last_acc = r.test_acc;
-      while (next_eval <= r.time_s) next_eval += eval_every;
-      while (ckpt && next_ckpt <= r.time_s) next_ckpt += ckpt_every;
+    if (schedule.eval_due(now) || schedule.checkpoint_due(now)) {
+      // An evaluation due at a checkpoint's time comes first: the
+      // checkpoint holds its row. A checkpoint alone writes no row.
+      const double t = pauser.pause();
+      if (s.stop) break;  // stopped before the pause: the closing row follows
+      if (schedule.eval_due(t)) {
+        const MetricsRow r = pauser.evaluate(recorder, t);
+        observer->on_row(r);
+        last_acc = r.test_acc;
+        schedule.eval_done(t);
+        // With the workers paused only the row's check can stop the run.
+        stopped_at_row = stops.stopped();
+      }
+      if (!stops.stopped() && schedule.checkpoint_due(t)) {
+        schedule.checkpoint_done(t);
+        pauser.write(pauser.cut(*recorder, t));
+      }
+      if (stops.stopped()) break;  // the workers stay paused: training ended at t
+      pauser.resume();
     }
     Status st;
     {
@@ -738,25 +839,30 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   // Training ends here: no push is made after the stop, and the time the
   // workers take to notice is not training.
   s.clock.pause();
-  const double train_s = std::min(s.clock.seconds(), budget);
+  const double train_s = ended_at_start ? start_s : schedule.clamp(s.clock.seconds());
   s.gate.close();
   for (std::thread& t : threads) t.join();
   threads.clear();
   if (s.error) std::rethrow_exception(s.error);
 
   RunResult result;
-  if (pauser.diverged()) {  // its row is the last
+  if (stopped_at_row) {
     result.last = recorder->rows().back();
     result.params = params;
   } else {
-    MetricsRow last =
-        pauser.evaluate(recorder, job.checkpoints != nullptr && (s.stopped.empty() || s.below_min),
-                        /*paused_already=*/true);
+    // The final checkpoint is the state at the end of training, before the
+    // closing row (a longer run resumed from it has no row at this time);
+    // it is written only if the closing row finds no divergence.
+    const bool final_cut = job.checkpoints != nullptr && stops.final_checkpoint_allowed();
+    std::optional<Pauser::Cut> cut;
+    if (final_cut) cut = pauser.cut(*recorder, train_s);
+    MetricsRow last = pauser.evaluate(recorder, train_s);
     observer->on_row(last);
+    if (cut && stops.final_checkpoint_allowed()) pauser.write(*cut);
     result.last = last;
     result.params = pauser.params();
   }
-  result.stopped = s.stopped;
+  result.stopped = stops.reason();
   result.train_s = result.last.time_s;
   result.wall_s = since(wall0);
   result.real_train_s = train_s - start_s;
