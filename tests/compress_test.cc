@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <set>
 
@@ -10,6 +11,8 @@
 #include "hsgd/compress/stage.h"
 #include "hsgd/core/error.h"
 #include "hsgd/core/rng.h"
+#include "hsgd/core/simd.h"
+#include "hsgd/core/state.h"
 
 namespace hsgd {
 namespace {
@@ -581,3 +584,66 @@ TEST(Compress, ZeroAndOneElement) {
 
 }  // namespace
 }  // namespace hsgd
+// Issue 25, defect 3: a push with a NaN or Inf changes nothing in the stage
+// (residual, round, powersgd's warm start) and reaches the server as a
+// non-finite message, which it drops; the next finite push is the one a
+// stage that never saw the bad push sends. Before, the residual became NaN
+// (NaN - NaN) in every coordinate and stayed so: every later push was NaN.
+TEST(Compress, ANonFinitePushLeavesTheStageAsItWas) {
+  for (const char* spec : {"topk:0.1", "randomk:0.1", "sign", "qsgd:4", "powersgd:1", "fp16"}) {
+    for (const float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+      CompressOptions o;
+      o.push = parse_compressor(spec, "compress.push");
+      o.error_feedback = 1;
+      const auto layout = make_layout({{25, 40}}, 0, 1000);
+      PushStage a(o, layout, 1, 2), twin(o, layout, 1, 2);
+      std::vector<float> sent(1000), twin_sent(1000);
+      std::string bytes, twin_bytes;
+      for (int t = 0; t < 3; ++t) {
+        const std::vector<float> g = randn(1000, 50 + t);
+        a.compress(g, 7, &bytes, sent);
+        twin.compress(g, 7, &twin_bytes, twin_sent);
+      }
+      StateWriter before;
+      a.save(before);
+      ASSERT_TRUE(std::any_of(a.residual().begin(), a.residual().end(), [](float e) {
+        return e != 0;
+      })) << spec;
+      std::vector<float> g = randn(1000, 60);
+      g[17] = bad;  // topk keeps 100 of 1000 and randomk draws 100: 17 may be left out
+      a.compress(g, 7, &bytes, sent);
+      EXPECT_FALSE(all_finite(sent)) << spec << " " << bad;  // the server drops it
+      StateWriter after;
+      a.save(after);
+      EXPECT_EQ(after.bytes(), before.bytes()) << spec << " " << bad;
+      const std::vector<float> next = randn(1000, 61);
+      a.compress(next, 7, &bytes, sent);
+      twin.compress(next, 7, &twin_bytes, twin_sent);
+      EXPECT_EQ(bytes, twin_bytes) << spec << " " << bad;
+      EXPECT_EQ(sent, twin_sent) << spec << " " << bad;
+      ASSERT_EQ(a.residual().size(), twin.residual().size());
+      EXPECT_TRUE(std::equal(a.residual().begin(), a.residual().end(), twin.residual().begin()))
+          << spec << " " << bad;
+    }
+  }
+}
+
+// A finite push whose message decodes to an Inf (fp16 past 65504) is dropped
+// by the server as well: its p - sent (-Inf) is not fed back.
+TEST(Compress, APushThatDecodesNonFiniteIsNotFedBack) {
+  CompressOptions o;
+  o.push = parse_compressor("fp16", "compress.push");
+  o.error_feedback = 1;
+  PushStage stage(o, make_layout({}, 0, 100), 1, 0);
+  std::vector<float> sent(100);
+  std::string bytes;
+  stage.compress(randn(100, 70, 1e-3), 0, &bytes, sent);
+  const std::vector<float> residual(stage.residual().begin(), stage.residual().end());
+  ASSERT_TRUE(std::any_of(residual.begin(), residual.end(), [](float e) { return e != 0; }));
+  std::vector<float> g = randn(100, 71);
+  g[5] = 1e6f;
+  stage.compress(g, 0, &bytes, sent);
+  EXPECT_TRUE(std::isinf(sent[5]));
+  EXPECT_EQ(std::vector<float>(stage.residual().begin(), stage.residual().end()), residual);
+}
+
