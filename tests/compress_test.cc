@@ -326,32 +326,62 @@ TEST(Compress, LayoutCutsTensorsAtShardEdges) {
 
 // EF-SGD: over many pushes of one constant gradient, what was sent sums to
 // the gradients' sum minus the final residual, and the residual stays bounded.
+// Each push is really compressed (a message of the compressed size), each
+// residual is p - sent with p = g + the previous residual, and the mean sent
+// approaches g only because of the feedback: the same pushes without it stay
+// far from g (the biased compressors send the same part of g, or a fixed
+// fraction of it, every time).
 TEST(Compress, ErrorFeedbackSentSumApproachesGradientSum) {
   for (const char* spec : {"topk:0.01", "sign", "randomk:0.05", "powersgd:1"}) {
     const std::vector<float> g = randn(1000, 11);
-    CompressOptions o;
-    o.push = parse_compressor(spec, "compress.push");
-    PushStage stage(o, make_layout({{25, 40}}, 0, g.size()), 1, 0);
-    std::vector<double> sent_sum(g.size(), 0.0);
-    std::vector<float> sent(g.size());
-    std::string bytes;
-    double max_res = 0;
-    const int steps = 2000;
-    for (int t = 1; t <= steps; ++t) {
-      stage.compress(g, 100, &bytes, sent);
-      for (size_t i = 0; i < g.size(); ++i) sent_sum[i] += sent[i];
-      double res = 0;
-      for (float e : stage.residual()) res += double(e) * e;
-      max_res = std::max(max_res, std::sqrt(res));
+    double gnorm = 0;
+    for (float v : g) gnorm += double(v) * v;
+    gnorm = std::sqrt(gnorm);
+    double err_of[2] = {0, 0};  // without, with error feedback
+    for (int feedback : {0, 1}) {
+      CompressOptions o;
+      o.push = parse_compressor(spec, "compress.push");
+      o.error_feedback = feedback;
+      PushStage stage(o, make_layout({{25, 40}}, 0, g.size()), 1, 0);
+      std::vector<double> sent_sum(g.size(), 0.0);
+      std::vector<float> sent(g.size()), before(g.size(), 0.0f);
+      std::string bytes;
+      double max_res = 0;
+      const int steps = 2000;
+      for (int t = 1; t <= steps; ++t) {
+        stage.compress(g, 100, &bytes, sent);
+        ASSERT_EQ(bytes.size(), stage.codec().encoded_size()) << spec;
+        for (size_t i = 0; i < g.size(); ++i) sent_sum[i] += sent[i];
+        if (!feedback) continue;
+        const std::span<const float> e = stage.residual();
+        ASSERT_EQ(e.size(), g.size());
+        double res = 0;
+        for (size_t i = 0; i < g.size(); ++i) {
+          ASSERT_EQ(e[i], (g[i] + before[i]) - sent[i]) << spec << " step " << t << " at " << i;
+          res += double(e[i]) * e[i];
+        }
+        max_res = std::max(max_res, std::sqrt(res));
+        before.assign(e.begin(), e.end());
+      }
+      double err = 0;
+      for (size_t i = 0; i < g.size(); ++i) err += std::pow(sent_sum[i] / steps - g[i], 2);
+      err_of[feedback] = std::sqrt(err);
+      if (feedback) {
+        EXPECT_LT(max_res, 150 * gnorm) << spec;  // bounded, not growing with steps
+        // sent sums to T g - e_T, so the mean sent misses g by e_T / T.
+        double gap = 0;
+        for (size_t i = 0; i < g.size(); ++i) {
+          gap += std::pow(sent_sum[i] + before[i] - steps * double(g[i]), 2);
+        }
+        EXPECT_LT(std::sqrt(gap), 1e-3 * steps * gnorm) << spec;
+      } else {
+        EXPECT_TRUE(stage.residual().empty()) << spec;
+      }
     }
-    double err = 0, gnorm = 0;
-    for (size_t i = 0; i < g.size(); ++i) {
-      err += std::pow(sent_sum[i] / steps - g[i], 2);
-      gnorm += double(g[i]) * g[i];
-    }
-    // The mean sent is within 5 % of the gradient (the residual over steps).
-    EXPECT_LT(std::sqrt(err), 0.05 * std::sqrt(gnorm)) << spec;
-    EXPECT_LT(max_res, 150 * std::sqrt(gnorm)) << spec;  // bounded, not growing with steps
+    // The mean sent is within 5 % of the gradient with the feedback, and
+    // more than 30 % away without it.
+    EXPECT_LT(err_of[1], 0.05 * gnorm) << spec;
+    EXPECT_GT(err_of[0], 0.3 * gnorm) << spec;
   }
 }
 
@@ -569,21 +599,6 @@ TEST(Compress, CorruptBytesAreAnErrorNotACrash) {
   EXPECT_THROW(c.decode(bytes, out, "t"), InputError);
 }
 
-TEST(Compress, ZeroAndOneElement) {
-  for (const char* spec : {"fp16", "topk:0.5", "randomk:0.5", "qsgd:2", "sign", "powersgd:1"}) {
-    Codec one = codec_for(spec, 1);
-    const std::vector<float> x{-2.5f};
-    EXPECT_EQ(round_trip(one, x)[0], -2.5f) << spec;
-    Codec zero = codec_for(spec, 0);
-    std::string b;
-    zero.encode({}, 0, false, &b);
-    std::vector<float> none;
-    zero.decode(b, none, "t");
-  }
-}
-
-}  // namespace
-}  // namespace hsgd
 // Issue 25, defect 3: a push with a NaN or Inf changes nothing in the stage
 // (residual, round, powersgd's warm start) and reaches the server as a
 // non-finite message, which it drops; the next finite push is the one a
@@ -647,3 +662,18 @@ TEST(Compress, APushThatDecodesNonFiniteIsNotFedBack) {
   EXPECT_EQ(std::vector<float>(stage.residual().begin(), stage.residual().end()), residual);
 }
 
+TEST(Compress, ZeroAndOneElement) {
+  for (const char* spec : {"fp16", "topk:0.5", "randomk:0.5", "qsgd:2", "sign", "powersgd:1"}) {
+    Codec one = codec_for(spec, 1);
+    const std::vector<float> x{-2.5f};
+    EXPECT_EQ(round_trip(one, x)[0], -2.5f) << spec;
+    Codec zero = codec_for(spec, 0);
+    std::string b;
+    zero.encode({}, 0, false, &b);
+    std::vector<float> none;
+    zero.decode(b, none, "t");
+  }
+}
+
+}  // namespace
+}  // namespace hsgd

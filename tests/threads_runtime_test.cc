@@ -344,7 +344,56 @@ namespace {
 // [compress] state (residuals, held copies, byte counters) goes into threads
 // checkpoints; a resume with the same worker count continues them, with
 // another count starts them afresh, and both go on learning.
+//
+// Continues them exactly: one worker under sync is sequential SGD on threads
+// too, so a run resumed from its own mid-run checkpoint must end with the
+// same parameters, bit for bit, as the run itself. A residual, a held copy
+// or a message round reset on resume changes every push after it.
 TEST(ThreadsRuntime, CheckpointsCarryTheCompressionState) {
+  {
+    const std::vector<Override> one = {{"train.workers", "1"},
+                                       {"train.epochs", "2"},
+                                       {"train.checkpoint_every", "0.03"},
+                                       {"policy.name", "sync"},
+                                       {"stragglers.fraction", "1"},
+                                       {"stragglers.sigma", "0.001"},  // ~0.2 s in all
+                                       {"compress.push", "topk:0.2"},
+                                       {"compress.pull", "sign"}};
+    Fixture f("resume_compress_exact", one);
+    Job j = f.job();
+    j.identity = {config_hash(f.config), "linear-test",
+                  static_cast<int64_t>(j.initial_params.size())};
+    RunResult r1;
+    {
+      CheckpointStore store(f.dir, 100);
+      j.checkpoints = &store;
+      Recorder rec(f.dir, true);
+      r1 = ThreadsRuntime().run(j, &rec, nullptr);
+      rec.finish();
+    }
+    // The first cut, well inside the run (not the final one).
+    const std::vector<std::string> cuts = CheckpointStore::list(f.dir);
+    ASSERT_GE(cuts.size(), 2u);
+    const Checkpoint ck = CheckpointStore::load(cuts.back(), j.identity);
+    ASSERT_GT(ck.info.updates, 0);
+    ASSERT_LT(ck.info.updates, r1.last.updates);
+    Fixture g("resume_compress_exact2", one);
+    fs::remove_all(g.dir);
+    fs::copy(f.dir, g.dir, fs::copy_options::recursive);
+    Job j2 = g.job();
+    j2.identity = j.identity;
+    j2.resume = &ck;
+    RunResult r2;
+    {
+      Recorder rec(g.dir, ck.info.rows, true);
+      r2 = ThreadsRuntime().run(j2, &rec, nullptr);
+      rec.finish();
+    }
+    EXPECT_EQ(r2.last.updates, r1.last.updates);
+    ASSERT_EQ(r2.params.size(), r1.params.size());
+    EXPECT_EQ(r2.params, r1.params) << "resumed at update " << ck.info.updates;
+    EXPECT_EQ(r2.compress.bytes_pushed, r1.compress.bytes_pushed);
+  }
   const std::vector<Override> o = {{"train.epochs", "0"},
                                    {"train.budget", "0.4"},
                                    {"train.eval_every", "0.1"},
