@@ -6,6 +6,7 @@
 #include <cmath>
 #include <deque>
 #include <limits>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -578,9 +579,13 @@ class SimRun final : public PushKernel {
     info.train_s = t;
     info.updates = static_cast<int64_t>(server_.version());
     info.rows = static_cast<int64_t>(recorder_->rows().size());
+    std::map<std::string, std::string> blobs = {
+        {"server", server_bytes.take()}, {"sim", w.take()}, {"membership", mem.take()}};
+    // The models' random stream (TorchScript dropout: torch's generator),
+    // after settle_all's draws: the resumed run draws on from here.
+    if (std::string rng = model_->rng_state(); !rng.empty()) blobs["model_rng"] = std::move(rng);
     const auto e0 = SteadyClock::now();
-    job_.checkpoints->write(
-        info, {{"server", server_bytes.take()}, {"sim", w.take()}, {"membership", mem.take()}});
+    job_.checkpoints->write(info, blobs);
     eval_real_ += since(e0);  // like evaluation, not simulated work
   }
 
@@ -664,6 +669,10 @@ class SimRun final : public PushKernel {
       counters_ = r.get<CompressCounters>();
     }
     r.expect_end();
+    // Older checkpoints have none: the stream then starts from the seed.
+    if (ck.blobs.count("model_rng")) {
+      model_->set_rng_state(ck.blob("model_rng"), ck.path + "/model_rng.bin");
+    }
   }
 
   const Job& job_;
