@@ -13,6 +13,7 @@
 
 #include "hsgd/core/error.h"
 #include "hsgd/optim/optimizer.h"
+#include "hsgd/server/server.h"
 
 namespace hsgd {
 namespace {
@@ -564,6 +565,123 @@ TEST(AutoPolicy, SaveRestoreContinuesIdentically) {
   EXPECT_EQ(z.save_state().size(), sx.size() + 1);
   EXPECT_EQ(z.save_state()[37], 0.0);
   EXPECT_EQ(z.k(), 8);
+}
+
+// Issue 25, defect 10: the budget reads the rate the server steps with, not
+// the optim.lr the runtimes hand make_policy: optim.scale_lr's linear
+// scaling, and the lr schedule update by update.
+TEST(AutoPolicy, TheBudgetUsesTheRateTheServerStepsWith) {
+  const int n = 25;
+  std::vector<float> params(4, 0.0f);
+  const std::vector<float> grad(4, 0.01f);
+  OptimizerOptions oo;
+  oo.lr = 0.01;  // 0.01 x 13 = 0.13: within the budget, K = 1 at this rate
+  oo.scale_lr = true;
+  PolicyOptions po;
+  po.kind = "auto";
+  auto auto_of = [](const Server& s) -> const AutoController& {
+    return dynamic_cast<const AutoController&>(s.policy());
+  };
+  {
+    ServerOptions so;
+    so.workers = n;
+    so.lr = scaled_lr(oo, n, 32);  // 0.01 x 25 x 32 / 32 = 0.25
+    ASSERT_DOUBLE_EQ(so.lr, 0.25);
+    Server s(params, so, make_policy(po, n, oo.lr), make_optimizer(oo, params.size()));
+    EXPECT_DOUBLE_EQ(auto_of(s).lr(), 0.25);
+    EXPECT_EQ(s.threshold(0), 9);  // 25 / (2 x 0.5 / 0.25 - 1) = 8.3
+  }
+  {
+    // A linear warm-up over 10 updates to 0.3: K starts at the first
+    // update's rate (0.03: K = 1), and the rate follows the updates.
+    ServerOptions so;
+    so.workers = n;
+    so.lr = 0.3;
+    so.lr_schedule.warmup = 10;
+    Server s(params, so, make_policy(po, n, oo.lr), make_optimizer(oo, params.size()));
+    EXPECT_DOUBLE_EQ(auto_of(s).lr(), 0.03);
+    EXPECT_EQ(s.threshold(0), 1);
+    for (int i = 0; s.version() < 12; ++i) {
+      const int w = i % n;
+      s.on_push(w, s.version(), grad, 32, 1.0, 0.01 * i);
+      ASSERT_DOUBLE_EQ(auto_of(s).lr(),
+                       lr_at(so.lr_schedule, so.lr, static_cast<int64_t>(s.version())));
+    }
+    EXPECT_DOUBLE_EQ(auto_of(s).lr(), 0.3);
+  }
+  {
+    // Sum aggregation: the budget stays off whatever rate the server has.
+    ServerOptions so;
+    so.workers = n;
+    so.lr = 0.3;
+    so.aggregation = Aggregation::kSum;
+    po.aggregation = Aggregation::kSum;
+    Server s(params, so, make_policy(po, n, oo.lr), make_optimizer(oo, params.size()));
+    EXPECT_EQ(s.threshold(0), 1);
+    EXPECT_EQ(auto_of(s).budget_floor(), 1);
+  }
+}
+
+// A stand-in that saves a given policy state, to write a server checkpoint
+// holding an older format's auto state.
+class SavedState final : public Policy {
+ public:
+  explicit SavedState(std::vector<double> s) : s_(std::move(s)) {}
+  std::string name() const override { return "auto"; }
+  int threshold(const Progress&, int) const override { return 1; }
+  bool pusher_waits() const override { return true; }
+  std::vector<double> save_state() const override { return s_; }
+
+ private:
+  std::vector<double> s_;
+};
+
+// Issue 25, defect 6: the third rule's 571-number auto state reads through
+// Server::load (the way a checkpoint is read), with the budget's flag off;
+// a state of any other size is still refused with a clear error.
+TEST(AutoPolicy, AServerCheckpointOfTheThirdRuleReads) {
+  AutoController x(8, {}, 0.5);
+  Feed fx(&x, {0.1, 0.1, 0.1, 0.1, 0.2, 0.3, 1, 1});
+  fx.run(
+      200, [](double t) { return 1.0 + 0.1 * std::sin(t); }, 0.1, 3);
+  std::vector<double> old = x.save_state();
+  ASSERT_EQ(old.size(), 572u);
+  old.erase(old.begin() + 37);  // the third rule had no budget flag
+  std::vector<float> params = {1, 2, 3};
+  OptimizerOptions oo;
+  ServerOptions so;
+  so.workers = 8;
+  so.lr = 0.5;
+  PolicyOptions po;
+  po.kind = "auto";
+  auto saved_by = [&](std::vector<double> state) {
+    std::vector<float> p = params;
+    Server a(p, so, std::make_unique<SavedState>(std::move(state)), make_optimizer(oo, 3));
+    StateWriter w;
+    a.save(w);
+    return w.take();
+  };
+  const std::string bytes = saved_by(old);
+  std::vector<float> p = {0, 0, 0};
+  Server b(p, so, make_policy(po, 8, 0.5), make_optimizer(oo, 3));
+  StateReader r(bytes, "server.bin");
+  ASSERT_NO_THROW(b.load(r));
+  r.expect_end();
+  std::vector<double> expect = old;
+  expect.insert(expect.begin() + 37, 0.0);
+  EXPECT_EQ(b.policy().save_state(), expect);
+  EXPECT_EQ(p, params);
+  std::vector<double> other = old;
+  other.pop_back();  // 570: no format of auto
+  const std::string bad = saved_by(other);
+  Server c(p, so, make_policy(po, 8, 0.5), make_optimizer(oo, 3));
+  StateReader rb(bad, "server.bin");
+  try {
+    c.load(rb);
+    FAIL() << "a 570-number auto state was read";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("policy state"), std::string::npos) << e.what();
+  }
 }
 
 TEST(AutoPolicy, AblationPartsAreParsedAndUnknownOnesNamed) {

@@ -120,5 +120,74 @@ TEST(Checkpoint, RefusesEachKindOfBadCheckpointWithOneLine) {
   expect_error([&] { CheckpointStore::load_latest(run, id()); }, "not a checkpoint manifest");
 }
 
+// Issue 25: a format version per part. Every blob's entry carries its
+// part's version; a part of a version this hsgd does not read is refused
+// by the manifest alone, naming the part, before any blob is read; a
+// manifest without versions (before parts had them) reads as version 1.
+TEST(Checkpoint, EachPartHasAFormatVersionCheckedFromTheManifest) {
+  EXPECT_EQ(checkpoint_part_version("server"), 1);
+  EXPECT_EQ(checkpoint_part_version("server-3"), checkpoint_part_version("server"));
+  EXPECT_EQ(checkpoint_part_version("worker-12"), checkpoint_part_version("worker"));
+  // Parts whose format changed: threads 2 (pending pushes), sim 2 (in-flight
+  // push bytes).
+  EXPECT_EQ(checkpoint_part_version("threads"), 2);
+  EXPECT_EQ(checkpoint_part_version("sim"), 2);
+  const std::string run = fresh("ckpt_parts");
+  CheckpointStore store(run, 1);
+  store.write(info(1), {{"server-0", "s0"}, {"membership", "abc"}, {"worker-2", ""}});
+  const std::string dir = CheckpointStore::list(run).front();
+  const std::string mpath = dir + "/manifest.json";
+  std::string m;
+  {
+    std::ifstream in(mpath);
+    m.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  // Each blob's entry has its version.
+  size_t versions = 0;
+  for (size_t at = m.find("\"version\": 1"); at != std::string::npos;
+       at = m.find("\"version\": 1", at + 1)) {
+    ++versions;
+  }
+  EXPECT_EQ(versions, 3u) << m;
+  Checkpoint c = CheckpointStore::load_latest(run, id());
+  EXPECT_EQ(c.version("membership"), 1);
+  EXPECT_EQ(c.versions.size(), 3u);
+  auto rewrite = [&](const std::string& text) { std::ofstream(mpath) << text; };
+  // A part of a newer format: refused naming the part, even with its
+  // blob gone (the manifest is checked first).
+  const size_t part = m.find("\"name\": \"membership\"");
+  ASSERT_NE(part, std::string::npos);
+  const size_t v = m.find("\"version\": 1", part);
+  ASSERT_NE(v, std::string::npos);
+  const std::string newer = m.substr(0, v) + "\"version\": 2" + m.substr(v + 12);
+  rewrite(newer);
+  fs::remove(dir + "/membership.bin");
+  expect_error([&] { CheckpointStore::load_latest(run, id()); },
+               "part 'membership' (membership.bin) is format version 2; this hsgd reads version 1");
+  try {
+    CheckpointStore::load_latest(run, id());
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+  }
+  // A bad version is an error naming the field.
+  std::string zero = m;
+  zero.replace(zero.find("\"version\": 1"), 12, "\"version\": 0");
+  rewrite(zero);
+  expect_error([&] { CheckpointStore::load_latest(run, id()); }, "'version' = 0");
+  // A checkpoint written before parts had versions: every part is version 1.
+  std::ofstream(dir + "/membership.bin") << "abc";
+  std::string old = m;
+  for (size_t at = old.find(",\n      \"version\": 1"); at != std::string::npos;
+       at = old.find(",\n      \"version\": 1")) {
+    old.erase(at, std::string(",\n      \"version\": 1").size());
+  }
+  ASSERT_EQ(old.find("version"), std::string::npos) << old;
+  rewrite(old);
+  c = CheckpointStore::load_latest(run, id());
+  EXPECT_EQ(c.blob("membership"), "abc");
+  EXPECT_EQ(c.version("server-0"), 1);
+  EXPECT_EQ(c.version("membership"), 1);
+}
+
 }  // namespace
 }  // namespace hsgd

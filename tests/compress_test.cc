@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <set>
 
@@ -10,6 +11,8 @@
 #include "hsgd/compress/stage.h"
 #include "hsgd/core/error.h"
 #include "hsgd/core/rng.h"
+#include "hsgd/core/simd.h"
+#include "hsgd/core/state.h"
 
 namespace hsgd {
 namespace {
@@ -323,32 +326,62 @@ TEST(Compress, LayoutCutsTensorsAtShardEdges) {
 
 // EF-SGD: over many pushes of one constant gradient, what was sent sums to
 // the gradients' sum minus the final residual, and the residual stays bounded.
+// Each push is really compressed (a message of the compressed size), each
+// residual is p - sent with p = g + the previous residual, and the mean sent
+// approaches g only because of the feedback: the same pushes without it stay
+// far from g (the biased compressors send the same part of g, or a fixed
+// fraction of it, every time).
 TEST(Compress, ErrorFeedbackSentSumApproachesGradientSum) {
   for (const char* spec : {"topk:0.01", "sign", "randomk:0.05", "powersgd:1"}) {
     const std::vector<float> g = randn(1000, 11);
-    CompressOptions o;
-    o.push = parse_compressor(spec, "compress.push");
-    PushStage stage(o, make_layout({{25, 40}}, 0, g.size()), 1, 0);
-    std::vector<double> sent_sum(g.size(), 0.0);
-    std::vector<float> sent(g.size());
-    std::string bytes;
-    double max_res = 0;
-    const int steps = 2000;
-    for (int t = 1; t <= steps; ++t) {
-      stage.compress(g, 100, &bytes, sent);
-      for (size_t i = 0; i < g.size(); ++i) sent_sum[i] += sent[i];
-      double res = 0;
-      for (float e : stage.residual()) res += double(e) * e;
-      max_res = std::max(max_res, std::sqrt(res));
+    double gnorm = 0;
+    for (float v : g) gnorm += double(v) * v;
+    gnorm = std::sqrt(gnorm);
+    double err_of[2] = {0, 0};  // without, with error feedback
+    for (int feedback : {0, 1}) {
+      CompressOptions o;
+      o.push = parse_compressor(spec, "compress.push");
+      o.error_feedback = feedback;
+      PushStage stage(o, make_layout({{25, 40}}, 0, g.size()), 1, 0);
+      std::vector<double> sent_sum(g.size(), 0.0);
+      std::vector<float> sent(g.size()), before(g.size(), 0.0f);
+      std::string bytes;
+      double max_res = 0;
+      const int steps = 2000;
+      for (int t = 1; t <= steps; ++t) {
+        stage.compress(g, 100, &bytes, sent);
+        ASSERT_EQ(bytes.size(), stage.codec().encoded_size()) << spec;
+        for (size_t i = 0; i < g.size(); ++i) sent_sum[i] += sent[i];
+        if (!feedback) continue;
+        const std::span<const float> e = stage.residual();
+        ASSERT_EQ(e.size(), g.size());
+        double res = 0;
+        for (size_t i = 0; i < g.size(); ++i) {
+          ASSERT_EQ(e[i], (g[i] + before[i]) - sent[i]) << spec << " step " << t << " at " << i;
+          res += double(e[i]) * e[i];
+        }
+        max_res = std::max(max_res, std::sqrt(res));
+        before.assign(e.begin(), e.end());
+      }
+      double err = 0;
+      for (size_t i = 0; i < g.size(); ++i) err += std::pow(sent_sum[i] / steps - g[i], 2);
+      err_of[feedback] = std::sqrt(err);
+      if (feedback) {
+        EXPECT_LT(max_res, 150 * gnorm) << spec;  // bounded, not growing with steps
+        // sent sums to T g - e_T, so the mean sent misses g by e_T / T.
+        double gap = 0;
+        for (size_t i = 0; i < g.size(); ++i) {
+          gap += std::pow(sent_sum[i] + before[i] - steps * double(g[i]), 2);
+        }
+        EXPECT_LT(std::sqrt(gap), 1e-3 * steps * gnorm) << spec;
+      } else {
+        EXPECT_TRUE(stage.residual().empty()) << spec;
+      }
     }
-    double err = 0, gnorm = 0;
-    for (size_t i = 0; i < g.size(); ++i) {
-      err += std::pow(sent_sum[i] / steps - g[i], 2);
-      gnorm += double(g[i]) * g[i];
-    }
-    // The mean sent is within 5 % of the gradient (the residual over steps).
-    EXPECT_LT(std::sqrt(err), 0.05 * std::sqrt(gnorm)) << spec;
-    EXPECT_LT(max_res, 150 * std::sqrt(gnorm)) << spec;  // bounded, not growing with steps
+    // The mean sent is within 5 % of the gradient with the feedback, and
+    // more than 30 % away without it.
+    EXPECT_LT(err_of[1], 0.05 * gnorm) << spec;
+    EXPECT_GT(err_of[0], 0.3 * gnorm) << spec;
   }
 }
 
@@ -564,6 +597,69 @@ TEST(Compress, CorruptBytesAreAnErrorNotACrash) {
   bytes[22 + 4] = 9;  // an index out of range
   std::vector<float> out(4);
   EXPECT_THROW(c.decode(bytes, out, "t"), InputError);
+}
+
+// Issue 25, defect 3: a push with a NaN or Inf changes nothing in the stage
+// (residual, round, powersgd's warm start) and reaches the server as a
+// non-finite message, which it drops; the next finite push is the one a
+// stage that never saw the bad push sends. Before, the residual became NaN
+// (NaN - NaN) in every coordinate and stayed so: every later push was NaN.
+TEST(Compress, ANonFinitePushLeavesTheStageAsItWas) {
+  for (const char* spec : {"topk:0.1", "randomk:0.1", "sign", "qsgd:4", "powersgd:1", "fp16"}) {
+    for (const float bad : {std::nanf(""), std::numeric_limits<float>::infinity()}) {
+      CompressOptions o;
+      o.push = parse_compressor(spec, "compress.push");
+      o.error_feedback = 1;
+      const auto layout = make_layout({{25, 40}}, 0, 1000);
+      PushStage a(o, layout, 1, 2), twin(o, layout, 1, 2);
+      std::vector<float> sent(1000), twin_sent(1000);
+      std::string bytes, twin_bytes;
+      for (int t = 0; t < 3; ++t) {
+        const std::vector<float> g = randn(1000, 50 + t);
+        a.compress(g, 7, &bytes, sent);
+        twin.compress(g, 7, &twin_bytes, twin_sent);
+      }
+      StateWriter before;
+      a.save(before);
+      ASSERT_TRUE(std::any_of(a.residual().begin(), a.residual().end(), [](float e) {
+        return e != 0;
+      })) << spec;
+      std::vector<float> g = randn(1000, 60);
+      g[17] = bad;  // topk keeps 100 of 1000 and randomk draws 100: 17 may be left out
+      a.compress(g, 7, &bytes, sent);
+      EXPECT_FALSE(all_finite(sent)) << spec << " " << bad;  // the server drops it
+      StateWriter after;
+      a.save(after);
+      EXPECT_EQ(after.bytes(), before.bytes()) << spec << " " << bad;
+      const std::vector<float> next = randn(1000, 61);
+      a.compress(next, 7, &bytes, sent);
+      twin.compress(next, 7, &twin_bytes, twin_sent);
+      EXPECT_EQ(bytes, twin_bytes) << spec << " " << bad;
+      EXPECT_EQ(sent, twin_sent) << spec << " " << bad;
+      ASSERT_EQ(a.residual().size(), twin.residual().size());
+      EXPECT_TRUE(std::equal(a.residual().begin(), a.residual().end(), twin.residual().begin()))
+          << spec << " " << bad;
+    }
+  }
+}
+
+// A finite push whose message decodes to an Inf (fp16 past 65504) is dropped
+// by the server as well: its p - sent (-Inf) is not fed back.
+TEST(Compress, APushThatDecodesNonFiniteIsNotFedBack) {
+  CompressOptions o;
+  o.push = parse_compressor("fp16", "compress.push");
+  o.error_feedback = 1;
+  PushStage stage(o, make_layout({}, 0, 100), 1, 0);
+  std::vector<float> sent(100);
+  std::string bytes;
+  stage.compress(randn(100, 70, 1e-3), 0, &bytes, sent);
+  const std::vector<float> residual(stage.residual().begin(), stage.residual().end());
+  ASSERT_TRUE(std::any_of(residual.begin(), residual.end(), [](float e) { return e != 0; }));
+  std::vector<float> g = randn(100, 71);
+  g[5] = 1e6f;
+  stage.compress(g, 0, &bytes, sent);
+  EXPECT_TRUE(std::isinf(sent[5]));
+  EXPECT_EQ(std::vector<float>(stage.residual().begin(), stage.residual().end()), residual);
 }
 
 TEST(Compress, ZeroAndOneElement) {

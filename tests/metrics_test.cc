@@ -1,8 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 
 #include "hsgd/core/error.h"
 #include "hsgd/metrics/plot.h"
@@ -108,6 +112,131 @@ TEST(Plot, DrawsAPngForSeveralRuns) {
   EXPECT_EQ(std::string(magic + 1, 3), "PNG");
   EXPECT_GT(fs::file_size(png), 1000u);
   EXPECT_THROW(plot_runs({fresh_dir("empty")}, png), InputError);
+}
+
+// Issue 25, defect 12: each panel plots the metrics.csv column it is named
+// for. The columns are found here by their header name, independently of
+// plot.cc, and every value of every series in the script (the inline data
+// its `using 1:N` reads) must be that column's. Every column of the rows
+// differs, so a panel reading another one (test_auc and staleness_max, as
+// it did by position since test_auc and test_logloss were added) fails.
+TEST(Plot, EachPanelPlotsTheColumnItIsNamedFor) {
+  std::vector<std::string> dirs;
+  for (const bool compress : {false, true}) {
+    const std::string d = fresh_dir(compress ? "plot_cols_z" : "plot_cols");
+    Recorder rec(d, compress);
+    for (int t = 0; t < 6; ++t) {
+      MetricsRow r = row(t, 0.1 + 0.1 * t, compress ? "async" : "sync");
+      r.test_auc = 0.6 + 0.01 * t;
+      r.test_logloss = 0.7 + 0.02 * t;
+      r.staleness_mean = 0.25 * t + 0.125;
+      r.staleness_max = 10 + t;
+      r.dropped = 20 + t;
+      r.nonfinite = 30 + t;
+      r.idle_frac = 0.03 * t + 0.01;
+      r.has_compress = compress;
+      r.bytes_pushed = 1000 * t;
+      rec.write(r);
+    }
+    rec.finish();
+    dirs.push_back(d);
+  }
+  const std::string script = plot_script(dirs, "/tmp/never.png");
+  // The CSV's columns by header name.
+  auto column = [](const std::string& csv, const std::string& name) {
+    std::ifstream in(csv);
+    std::string line;
+    std::getline(in, line);
+    std::vector<std::string> head;
+    std::stringstream hs(line);
+    for (std::string c; std::getline(hs, c, ',');) head.push_back(c);
+    const size_t at = static_cast<size_t>(std::find(head.begin(), head.end(), name) - head.begin());
+    EXPECT_LT(at, head.size()) << name;
+    std::vector<double> v;
+    while (std::getline(in, line)) {
+      std::vector<std::string> f;
+      std::stringstream ls(line);
+      for (std::string c; std::getline(ls, c, ',');) f.push_back(c);
+      v.push_back(std::stod(f.at(at)));
+    }
+    return v;
+  };
+  // The script's datablocks: $runI -> rows of numbers.
+  std::map<std::string, std::vector<std::vector<double>>> blocks;
+  std::vector<std::string> plots;
+  {
+    std::stringstream ss(script);
+    std::string line, block;
+    while (std::getline(ss, line)) {
+      if (line.rfind("$run", 0) == 0 && line.find("<< EOD") != std::string::npos) {
+        block = line.substr(0, line.find(' '));
+      } else if (line == "EOD") {
+        block.clear();
+      } else if (!block.empty() && line[0] != '#') {
+        std::stringstream ls(line);
+        std::vector<double> r;
+        for (double x; ls >> x;) r.push_back(x);
+        blocks[block].push_back(r);
+      } else if (line.rfind("plot ", 0) == 0) {
+        plots.push_back(line);
+      }
+    }
+  }
+  ASSERT_EQ(blocks.size(), 2u);
+  const std::vector<std::string> named = {"test_acc", "test_loss", "staleness_mean", "idle_frac"};
+  ASSERT_EQ(plots.size(), named.size());  // the panels, in this order
+  EXPECT_NE(script.find("set title 'mean staleness of applied pushes'"), std::string::npos);
+  for (size_t p = 0; p < plots.size(); ++p) {
+    for (size_t run = 0; run < dirs.size(); ++run) {
+      const std::string use = "$run" + std::to_string(run) + " using ";
+      const size_t at = plots[p].find(use);
+      ASSERT_NE(at, std::string::npos) << plots[p];
+      int x = 0, y = 0;
+      ASSERT_EQ(std::sscanf(plots[p].c_str() + at + use.size(), "%d:%d", &x, &y), 2) << plots[p];
+      const auto& rows = blocks["$run" + std::to_string(run)];
+      const std::string csv = dirs[run] + "/metrics.csv";
+      const std::vector<double> time = column(csv, "time_s"), want = column(csv, named[p]);
+      ASSERT_EQ(rows.size(), want.size());
+      for (size_t i = 0; i < rows.size(); ++i) {
+        ASSERT_GE(rows[i].size(), static_cast<size_t>(std::max(x, y)));
+        EXPECT_EQ(rows[i][static_cast<size_t>(x - 1)], time[i]) << named[p];
+        EXPECT_EQ(rows[i][static_cast<size_t>(y - 1)], want[i]) << named[p] << " row " << i;
+      }
+    }
+  }
+}
+
+// gnuplot's warnings (an empty y range: a constant accuracy) do not reach
+// the user's terminal.
+TEST(Plot, GnuplotWarningsStayOffTheTerminal) {
+  if (std::system("command -v gnuplot > /dev/null") != 0) GTEST_SKIP() << "no gnuplot";
+  const std::string d = fresh_dir("plot_flat");
+  {
+    Recorder rec(d);
+    for (int t = 0; t < 3; ++t) rec.write(row(t, 0.5, "sync"));  // a flat accuracy
+    rec.finish();
+  }
+  const std::string png = d + "/plot.png";
+  std::fflush(stdout);
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  plot_runs({d}, png);
+  std::fflush(stdout);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(out, "");
+  EXPECT_EQ(err, "");
+  EXPECT_TRUE(fs::exists(png));
+  EXPECT_FALSE(fs::exists(png + ".gnuplot.log"));
+  // A failing script still says what gnuplot said.
+  try {
+    run_gnuplot("plot $nothing using 1:2\n", d + "/bad.png");
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("gnuplot failed"), std::string::npos) << e.what();
+    EXPECT_GT(std::string(e.what()).size(), std::string("gnuplot failed (exit 256)").size())
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "alloc_probe.h"
 #include "hsgd/core/error.h"
 #include "hsgd/data/readers.h"
 #include "hsgd/data/spec.h"
@@ -221,6 +222,44 @@ TEST_F(NpyTest, CorruptZips) {
   expect_input_error([&] { read_npz(l, "", "", nullptr); }, {l + " (x.npy)", "cannot inflate"});
   const std::string one = write("one.npz", zip_bytes({{"x.npy", good_x()}}));
   expect_input_error([&] { read_npz(one, "", "", nullptr); }, {one, "expected two arrays"});
+}
+
+// Issue 25, defect 13: a deflated member is inflated in bounded chunks, so
+// a header that claims up to 1032x the compressed size (within what deflate
+// can do, so not refused by size) allocates what the stream really
+// produces, not the claim; the disagreement is one clear error.
+TEST_F(NpyTest, ALyingInflatedSizeAllocatesWhatTheStreamHolds) {
+  std::vector<float> big(16384);  // 64 KiB of x, deflated to a few KiB
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>((i * 7919) % 1000) / 7.0f;
+  const std::string x = npy_bytes("<f4", {8192, 2}, raw(big));
+  std::vector<int64_t> labels(8192);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i % 3);
+  const std::string y = npy_bytes("<i8", {8192}, raw(labels));
+  std::string lying = zip_bytes({{"x.npy", x, true}, {"y.npy", y, true}});
+  const size_t cd = lying.find(std::string("PK\1\2", 4));
+  ASSERT_NE(cd, std::string::npos);
+  auto field = [&](size_t at) {
+    uint64_t v = 0;
+    for (int i = 3; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(lying[at + i]);
+    return v;
+  };
+  const uint64_t packed = field(cd + 20);
+  ASSERT_LT(packed, x.size() / 2);
+  const uint64_t claim = packed * 1000;  // megabytes: deflate could, this stream does not
+  for (int i = 0; i < 4; ++i) lying[cd + 24 + i] = static_cast<char>((claim >> (8 * i)) & 0xff);
+  const std::string l = write("lie1000.npz", lying);
+  const size_t largest = test::largest_allocation([&] {
+    expect_input_error([&] { read_npz(l, "", "", nullptr); },
+                       {l + " (x.npy)", "inflates to " + std::to_string(x.size()) + " bytes",
+                        std::to_string(claim) + " declared"});
+  });
+  // The file (read whole), the inflated member and a chunk: about 4 x 64 KiB.
+  EXPECT_LT(largest, size_t{1} << 20) << "declared " << claim;
+  // The honest archive still reads, with the same bound.
+  const std::string h = write("honest.npz", zip_bytes({{"x.npy", x, true}, {"y.npy", y, true}}));
+  Dataset d;
+  EXPECT_LT(test::largest_allocation([&] { d = read_npz(h, "", "", nullptr); }), size_t{1} << 20);
+  EXPECT_EQ(d.features, big);
 }
 
 }  // namespace

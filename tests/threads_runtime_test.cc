@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <numeric>
@@ -427,10 +429,62 @@ namespace {
 // [compress] state (residuals, held copies, byte counters) goes into threads
 // checkpoints; a resume with the same worker count continues them, with
 // another count starts them afresh, and both go on learning.
+//
+// Continues them exactly: one worker under sync is sequential SGD on threads
+// too, so a run resumed from its own mid-run checkpoint must end with the
+// same parameters, bit for bit, as the run itself. A residual, a held copy
+// or a message round reset on resume changes every push after it.
 TEST(ThreadsRuntime, CheckpointsCarryTheCompressionState) {
-  const std::vector<Override> o = {{"train.epochs", "0"},       {"train.budget", "0.4"},
-                                   {"train.eval_every", "0.1"}, {"train.checkpoint_every", "0.15"},
-                                   {"policy.name", "async"},    {"compress.push", "topk:0.2"},
+  {
+    const std::vector<Override> one = {{"train.workers", "1"},
+                                       {"train.epochs", "2"},
+                                       {"train.checkpoint_every", "0.03"},
+                                       {"policy.name", "sync"},
+                                       {"stragglers.fraction", "1"},
+                                       {"stragglers.sigma", "0.001"},  // ~0.2 s in all
+                                       {"compress.push", "topk:0.2"},
+                                       {"compress.pull", "sign"}};
+    Fixture f("resume_compress_exact", one);
+    Job j = f.job();
+    j.identity = {config_hash(f.config), "linear-test",
+                  static_cast<int64_t>(j.initial_params.size())};
+    RunResult r1;
+    {
+      CheckpointStore store(f.dir, 100);
+      j.checkpoints = &store;
+      Recorder rec(f.dir, true);
+      r1 = ThreadsRuntime().run(j, &rec, nullptr);
+      rec.finish();
+    }
+    // The first cut, well inside the run (not the final one).
+    const std::vector<std::string> cuts = CheckpointStore::list(f.dir);
+    ASSERT_GE(cuts.size(), 2u);
+    const Checkpoint ck = CheckpointStore::load(cuts.back(), j.identity);
+    ASSERT_GT(ck.info.updates, 0);
+    ASSERT_LT(ck.info.updates, r1.last.updates);
+    Fixture g("resume_compress_exact2", one);
+    fs::remove_all(g.dir);
+    fs::copy(f.dir, g.dir, fs::copy_options::recursive);
+    Job j2 = g.job();
+    j2.identity = j.identity;
+    j2.resume = &ck;
+    RunResult r2;
+    {
+      Recorder rec(g.dir, ck.info.rows, true);
+      r2 = ThreadsRuntime().run(j2, &rec, nullptr);
+      rec.finish();
+    }
+    EXPECT_EQ(r2.last.updates, r1.last.updates);
+    ASSERT_EQ(r2.params.size(), r1.params.size());
+    EXPECT_EQ(r2.params, r1.params) << "resumed at update " << ck.info.updates;
+    EXPECT_EQ(r2.compress.bytes_pushed, r1.compress.bytes_pushed);
+  }
+  const std::vector<Override> o = {{"train.epochs", "0"},
+                                   {"train.budget", "0.4"},
+                                   {"train.eval_every", "0.1"},
+                                   {"train.checkpoint_every", "0.15"},
+                                   {"policy.name", "async"},
+                                   {"compress.push", "topk:0.2"},
                                    {"compress.pull", "sign"}};
   Fixture f("resume_compress", o);
   Job j = f.job();
@@ -472,6 +526,75 @@ TEST(ThreadsRuntime, CheckpointsCarryTheCompressionState) {
       EXPECT_GE(rows[i].bytes_pushed, rows[i - 1].bytes_pushed);
     }
   }
+}
+
+}  // namespace
+}  // namespace hsgd
+
+namespace hsgd {
+namespace {
+
+// The linear model, but its `at`-th gradient (counted over every instance)
+// is NaN in every coordinate, as a blown-up batch gives; its loss is finite,
+// so only the gradient tells the server to drop the push.
+class NanOnce final : public Model {
+ public:
+  NanOnce(std::unique_ptr<Model> m, std::shared_ptr<std::atomic<int>> calls, int at)
+      : m_(std::move(m)), calls_(std::move(calls)), at_(at) {}
+  int64_t num_params() const override { return m_->num_params(); }
+  std::vector<std::vector<int64_t>> param_shapes() const override { return m_->param_shapes(); }
+  void bind(std::span<float> params, std::span<float> grads) override {
+    grads_ = grads;
+    m_->bind(params, grads);
+  }
+  void init_params(uint64_t seed) override { m_->init_params(seed); }
+  double gradient(const Batch& batch, std::span<float> losses) override {
+    const double loss = m_->gradient(batch, losses);
+    if (calls_->fetch_add(1) == at_) std::fill(grads_.begin(), grads_.end(), std::nanf(""));
+    return loss;
+  }
+  EvalResult evaluate(const Dataset& data) override { return m_->evaluate(data); }
+
+ private:
+  std::unique_ptr<Model> m_;
+  std::shared_ptr<std::atomic<int>> calls_;
+  const int at_;
+  std::span<float> grads_;
+};
+
+// Issue 25, defect 3, end to end: with error feedback on (topk), one NaN
+// gradient is the one push the server drops, and its worker goes on
+// contributing. Before, its residual became NaN (NaN - NaN) and every later
+// push of that worker was dropped as well.
+TEST(ThreadsRuntime, OneNanGradientCostsItsWorkerOnlyThatPush) {
+  // Delayed gradients (~0.8 ms each): both workers push all along.
+  Fixture f("nan_once", {{"policy.name", "async"},
+                         {"train.epochs", "2"},
+                         {"stragglers.fraction", "1"},
+                         {"stragglers.sigma", "0.001"},
+                         {"compress.push", "topk:0.1"}});
+  Job j = f.job();
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  const int64_t features = f.train.sample_size();
+  const int classes = f.train.num_classes;
+  j.make_model = [=] {
+    return std::make_unique<NanOnce>(make_linear_model(features, classes), calls, 5);
+  };
+  RunResult r;
+  {
+    Recorder rec(f.dir, true);
+    r = ThreadsRuntime().run(j, &rec, nullptr);
+    rec.finish();
+  }
+  ASSERT_GT(calls->load(), 50);
+  EXPECT_TRUE(r.stopped.empty()) << r.stopped;
+  int64_t nonfinite = 0;
+  for (const MetricsRow& row : read_metrics_csv(f.dir + "/metrics.csv")) nonfinite += row.nonfinite;
+  EXPECT_EQ(nonfinite, 1);
+  ASSERT_EQ(r.worker_pushes.size(), 2u);
+  EXPECT_GT(std::min(r.worker_pushes[0], r.worker_pushes[1]), 20);
+  for (float v : r.params) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_GT(r.last.test_acc, 0.5);
 }
 
 }  // namespace

@@ -132,6 +132,47 @@ TEST(TorchScript, ScriptedMlpLearnsBlobs) {
   EXPECT_GT(end.accuracy, 0.9);
 }
 
+// Model::rng_state / set_rng_state (issue 25, defect 9): the dropout draws
+// after a restore are those after the save; bytes that are not a state are
+// one clear error; the zoo's linear-test has no stream.
+TEST(TorchScript, TheRandomStreamSavesAndRestores) {
+  const Dataset d = blocks(64, 8, 1);
+  auto m = make_model(spec_of("bn_cnn_scripted.pt", {1, 28, 28}, 10));
+  std::vector<float> p(m->num_params()), g(p.size());
+  m->bind(p, g);
+  m->init_params(1);
+  Batch b;
+  gather(d, std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}, &b);
+  m->gradient(b);  // some draws first
+  const std::string state = m->rng_state();
+  ASSERT_FALSE(state.empty());
+  const double l1 = m->gradient(b);
+  const std::vector<float> first = g;
+  const double l2 = m->gradient(b);
+  ASSERT_NE(l1, l2);  // dropout: the stream moved on
+  m->set_rng_state(state, "model_rng.bin");
+  EXPECT_EQ(m->rng_state(), state);
+  EXPECT_EQ(m->gradient(b), l1);
+  EXPECT_EQ(g, first);
+  for (const std::string& bad : {std::string("abc"), std::string(state.size(), '\xff')}) {
+    try {
+      m->set_rng_state(bad, "ckpt/model_rng.bin");
+      if (bad.size() == 3) ADD_FAILURE() << "3 bytes accepted as a generator state";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("ckpt/model_rng.bin"), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    }
+  }
+  ModelSpec linear;
+  linear.name = "linear-test";
+  linear.sample_shape = {8};
+  linear.num_classes = 3;
+  auto plain = make_model(linear);
+  EXPECT_TRUE(plain->rng_state().empty());
+  EXPECT_THROW(plain->set_rng_state(state, "x.bin"), InputError);
+  plain->set_rng_state("", "x.bin");  // nothing to restore
+}
+
 TEST(TorchScript, TrainModeForGradientEvalModeForEvaluate) {
   // bn_cnn_scripted has dropout: two gradients of one batch differ (train
   // mode); two evaluations agree (eval mode).

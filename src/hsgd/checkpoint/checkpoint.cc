@@ -6,15 +6,17 @@
 
 #include <algorithm>
 #include <cctype>
-#include <climits>
-#include <cmath>
 #include <cerrno>
 #include <chrono>
+#include <climits>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string_view>
+#include <utility>
 
 #include "hsgd/core/error.h"
 #include "hsgd/core/state.h"
@@ -75,7 +77,36 @@ int seq_of(const std::string& name) {
   }
 }
 
+// The part of a blob: its name without a "-N" suffix.
+std::string_view part_of(std::string_view blob_name) {
+  const size_t dash = blob_name.rfind('-');
+  if (dash == std::string_view::npos || dash + 1 == blob_name.size()) return blob_name;
+  for (size_t i = dash + 1; i < blob_name.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(blob_name[i]))) return blob_name;
+  }
+  return blob_name.substr(0, dash);
+}
+
 }  // namespace
+
+int checkpoint_part_version(std::string_view blob_name) {
+  // One line per part: {"server", 2} means server.bin is now version 2.
+  // threads 2: each worker's pending push (tag THR2); sim 2: each worker's
+  // in-flight push bytes (tag SIM2). Version 1 of both still reads.
+  static constexpr std::pair<std::string_view, int> kVersions[] = {
+      {"server", 1}, {"threads", 2}, {"sim", 2},    {"membership", 1},
+      {"run", 1},    {"mpi", 1},     {"worker", 1}, {"model_rng", 1}};
+  const std::string_view part = part_of(blob_name);
+  for (const auto& [name, version] : kVersions) {
+    if (name == part) return version;
+  }
+  return 1;
+}
+
+int Checkpoint::version(const std::string& name) const {
+  auto it = versions.find(name);
+  return it == versions.end() ? 1 : it->second;
+}
 
 const std::string& Checkpoint::blob(const std::string& name) const {
   auto it = blobs.find(name);
@@ -124,7 +155,10 @@ double CheckpointStore::write(const CheckpointInfo& info,
   nlohmann::json entries = nlohmann::json::array();
   for (const auto& [blob, bytes] : blobs) {
     write_synced(tmp + "/" + blob + ".bin", bytes);
-    entries.push_back({{"name", blob}, {"bytes", bytes.size()}, {"crc32c", hex32(crc32c(bytes))}});
+    entries.push_back({{"name", blob},
+                       {"bytes", bytes.size()},
+                       {"crc32c", hex32(crc32c(bytes))},
+                       {"version", checkpoint_part_version(blob)}});
   }
   const nlohmann::json m = {{"format", kCheckpointFormat},
                             {"hsgd", "0.1"},
@@ -227,6 +261,17 @@ CheckpointManifest CheckpointStore::parse_manifest(std::string_view text, const 
       }
       blob.bytes = static_cast<uint64_t>(int_field(b, "bytes", 0, INT64_MAX, path));
       blob.crc32c = string_field(b, "crc32c", path);
+      // Per part: checked here, before any blob is read or decoded.
+      const int reads = checkpoint_part_version(blob.name);
+      if (b.contains("version")) {
+        blob.version = static_cast<int>(int_field(b, "version", 1, INT32_MAX, path));
+      }
+      if (blob.version > reads) {
+        throw InputError(fmt::format(
+            "{}: part '{}' ({}.bin) is format version {}; this hsgd reads version {} of it "
+            "(a checkpoint of a newer hsgd?)",
+            path, std::string(part_of(blob.name)), blob.name, blob.version, reads));
+      }
       out.blobs.push_back(std::move(blob));
     }
   } catch (const nlohmann::json::exception& e) {
@@ -266,6 +311,7 @@ Checkpoint CheckpointStore::load(const std::string& ckpt_dir, const CheckpointId
       throw InputError(path + ": checksum mismatch (the blob is corrupt)");
     }
     c.blobs[b.name] = std::move(bytes);
+    c.versions[b.name] = b.version;
   }
   return c;
 }

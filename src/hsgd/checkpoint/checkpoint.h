@@ -1,21 +1,32 @@
 // Checkpoints on disk: a directory per checkpoint under <run>/checkpoints/,
 // holding a JSON manifest and binary blobs (each part's StateWriter bytes).
 //
-// Layout: <run>/checkpoints/ckpt-<updates, 12 digits>-<seq, 6 digits>/
+// Layout: <run>/checkpoints/ckpt-<seq, 8 digits>/ (seq counts the run's
+// checkpoints from 0, going on across resumes)
 //   manifest.json  {format, hsgd, config_hash, model, num_params, runtime,
-//                   workers, train_s, updates, rows, blobs: [{name, bytes,
-//                   crc32c}]}
+//                   workers, servers, train_s, updates, rows,
+//                   blobs: [{name, bytes, crc32c, version}]}
 //   <name>.bin     one per blob
-// Writing: blobs then the manifest go into a directory named `.tmp-...`,
+// A blob is one part of the state (server, threads, sim, membership, run,
+// mpi, server-S, worker-W, ...) and `version` is that part's format version
+// (checkpoint_part_version); a manifest without it (written before parts had
+// versions) means version 1.
+// Writing: blobs then the manifest go into a directory named `.tmp-ckpt-...`,
 // each file fsynced, then the directory is renamed to its final name and
 // the parent fsynced. A process killed mid-write leaves only a `.tmp-`
 // directory, which is never read and is removed by the next write. The
 // newest `keep` complete checkpoints are kept.
 //
-// Reading: the newest complete checkpoint whose manifest parses and whose
-// blobs all match their sizes and checksums. Refusals (InputError, one line
-// naming the file): no checkpoint, another format version, another model or
+// Reading (load_latest): the newest complete checkpoint (a `.tmp-` directory
+// never counts), verified: its manifest parses, every part's version is one
+// this hsgd reads, and every blob matches its size and checksum. There is no
+// fallback to an older checkpoint: if the newest fails, the resume is refused
+// with why (remove it to resume from the one before). Refusals (InputError,
+// one line naming the file): no checkpoint, another format version, a part of
+// a version this hsgd does not read (naming the part), another model or
 // parameter count, another config, a checksum mismatch, a truncated blob.
+// All of them come before any blob is decoded, so before a resume touches
+// the output directory.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -27,6 +38,14 @@
 namespace hsgd {
 
 inline constexpr int kCheckpointFormat = 1;
+
+// The format version of the part a blob holds (its name without a "-N"
+// suffix: server-3 is part server), which this hsgd writes and the newest it
+// reads; a part's reader reads every version from 1 up to it. 1 for every
+// part so far (and for a name this hsgd does not know). Bump a part's
+// version here when its bytes change meaning, and teach its reader the old
+// one (Checkpoint::version tells it which it has).
+int checkpoint_part_version(std::string_view blob_name);
 
 // What a checkpoint must agree with to be resumed.
 struct CheckpointIdentity {
@@ -51,6 +70,7 @@ struct CheckpointManifest {
     std::string name;  // letters, digits, '-', '_'
     uint64_t bytes = 0;
     std::string crc32c;  // 8 hex digits
+    int version = 1;     // the part's format version (1 when the manifest has none)
   };
   CheckpointInfo info;
   std::vector<Blob> blobs;
@@ -60,9 +80,12 @@ struct Checkpoint {
   CheckpointInfo info;
   std::string path;                          // the checkpoint's directory
   std::map<std::string, std::string> blobs;  // name -> bytes, verified
+  std::map<std::string, int> versions;       // name -> the part's format version
   // The bytes of blob `name`; throws InputError naming the checkpoint if
   // the checkpoint has none.
   const std::string& blob(const std::string& name) const;
+  // The format version of blob `name` (1 if it has none, or no such blob).
+  int version(const std::string& name) const;
 };
 
 class CheckpointStore {
@@ -84,7 +107,8 @@ class CheckpointStore {
   static Checkpoint load_latest(const std::string& run_dir, const CheckpointIdentity& id);
   // Parses a manifest's text; throws InputError naming `path` for anything
   // but a manifest of this format (wrong types, integers out of range, blob
-  // names that are not plain words). Reads nothing else.
+  // names that are not plain words, a part version this hsgd does not read,
+  // naming the part). Reads nothing else.
   static CheckpointManifest parse_manifest(std::string_view text, const std::string& path);
   // Verifies one checkpoint directory (checksums, sizes, format, identity).
   static Checkpoint load(const std::string& ckpt_dir, const CheckpointIdentity& id);

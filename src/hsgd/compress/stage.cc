@@ -5,6 +5,7 @@
 
 #include "hsgd/core/error.h"
 #include "hsgd/core/rng.h"
+#include "hsgd/core/simd.h"
 
 namespace hsgd {
 namespace {
@@ -49,6 +50,15 @@ void PushStage::compress(std::span<const float> grad, uint64_t version, std::str
   } else {
     std::copy(grad.begin(), grad.end(), p_.begin());
   }
+  if (!all_finite(p_)) {
+    // A NaN or Inf (in the gradient, or p overflowing): sent raw, so the
+    // server sees it and drops the push (topk or randomk could leave the NaN
+    // out), and the stage stays as it was: p - sent would be NaN in every
+    // coordinate of the residual from now on (issue 25, defect 3).
+    codec_.encode(p_, message_key(seed_, 1, static_cast<uint64_t>(worker_), round_), true, bytes);
+    codec_.decode(std::span<const char>(bytes->data(), bytes->size()), sent, "push");
+    return;
+  }
   const uint64_t key = message_key(seed_, 1, static_cast<uint64_t>(worker_), round_++);
   if (scale_ != 1.0f && !raw) {  // C(a p): see memory_scale
     scaled_.resize(n);
@@ -58,7 +68,9 @@ void PushStage::compress(std::span<const float> grad, uint64_t version, std::str
     codec_.encode(p_, key, raw, bytes);
   }
   codec_.decode(std::span<const char>(bytes->data(), bytes->size()), sent, "push");
-  if (feedback_) {
+  // A finite p whose message decodes to a non-finite value (fp16 past 65504)
+  // is dropped by the server too: the residual stays as it was.
+  if (feedback_ && all_finite(sent)) {
     for (size_t i = 0; i < n; ++i) residual_[i] = p_[i] - sent[i];
   }
 }

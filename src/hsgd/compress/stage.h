@@ -66,6 +66,10 @@ class PushStage {
   // With error feedback p = grad + e, else p = grad; *bytes = C(p) (raw
   // under warm-up: `version` < warmup); sent = D(*bytes), what the server
   // will aggregate; e = p - sent. `sent` has numel() floats.
+  // A push the server drops as non-finite leaves e as it was: a p with a NaN
+  // or Inf goes raw (sent = p, so the server sees it) and changes no state,
+  // and a finite p whose message decodes non-finite (fp16 past 65504) is not
+  // fed back.
   void compress(std::span<const float> grad, uint64_t version, std::string* bytes,
                 std::span<float> sent);
   const Codec& codec() const { return codec_; }

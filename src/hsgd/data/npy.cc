@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -421,13 +422,19 @@ std::string_view zip_extract(const std::string& path, std::string_view b, const 
     }
     z_stream s{};
     if (inflateInit2(&s, -15) != Z_OK) fail(where, "cannot decompress (zlib: out of memory)");
-    storage->resize(m.uncompressed + 1);  // one spare byte detects excess output
+    // Inflated 64 KiB at a time into storage, which grows with what the
+    // stream really produces (never to the declared size up front: a header
+    // may lie by up to 1032x), to one byte past the declared size at most,
+    // which detects excess output.
+    constexpr size_t kIn = 1u << 30, kOut = 1u << 16;
+    storage->clear();
     size_t consumed = 0, produced = 0;
     int rc = Z_OK;
-    constexpr size_t kChunk = 1u << 30;
-    while (rc == Z_OK) {
-      const size_t in_avail = std::min(packed.size() - consumed, kChunk);
-      const size_t out_avail = std::min(storage->size() - produced, kChunk);
+    while (rc == Z_OK && produced <= m.uncompressed) {
+      const size_t in_avail = std::min(packed.size() - consumed, kIn);
+      const auto out_avail =
+          static_cast<size_t>(std::min<uint64_t>(kOut, m.uncompressed + 1 - produced));
+      storage->resize(produced + out_avail);
       s.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(packed.data() + consumed));
       s.avail_in = static_cast<uInt>(in_avail);
       s.next_out = reinterpret_cast<Bytef*>(storage->data() + produced);
@@ -435,10 +442,10 @@ std::string_view zip_extract(const std::string& path, std::string_view b, const 
       rc = inflate(&s, Z_NO_FLUSH);
       consumed += in_avail - s.avail_in;
       produced += out_avail - s.avail_out;
+      storage->resize(produced);
       if (rc == Z_BUF_ERROR && (in_avail - s.avail_in > 0 || out_avail - s.avail_out > 0)) {
         rc = Z_OK;  // progress made across a chunk boundary
       }
-      if (produced > m.uncompressed) break;
     }
     inflateEnd(&s);
     if (produced > m.uncompressed) {
@@ -455,7 +462,6 @@ std::string_view zip_extract(const std::string& path, std::string_view b, const 
       fail(where, fmt::format("corrupt zip entry: inflates to {} bytes, {} declared", produced,
                               m.uncompressed));
     }
-    storage->resize(produced);
     out = *storage;
   } else {
     fail(where, fmt::format("unsupported zip compression method {} (expected stored or deflate)",

@@ -106,6 +106,20 @@ class Model {
   // init_params(seed) without the rows: writes the bound parameters' first
   // row_layout().dense floats only (all of them for a model without rows).
   virtual void init_dense(uint64_t seed) { init_params(seed); }
+
+  // The state of the random stream the model's random operations (dropout)
+  // draw from, as bytes: what a checkpoint saves so that a resumed run draws
+  // what the uninterrupted one would. Empty for models that draw nothing
+  // (the zoo, linear-test). TorchScript models draw from torch's
+  // process-wide CPU generator, so theirs is that generator's state, shared
+  // by every torch model of the process (the simulator runs them on one
+  // thread for that reason).
+  virtual std::string rng_state() const { return {}; }
+  // Puts back a state rng_state() returned. Throws InputError naming `what`
+  // for bytes that are not one (of this model kind, or of this build).
+  virtual void set_rng_state(std::string_view state, const std::string& what) {
+    if (!state.empty()) throw InputError(what + ": a random-stream state for a model without one");
+  }
 };
 
 // What a model is; enough to rebuild it (stored in saved model files).

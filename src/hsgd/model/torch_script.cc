@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -157,6 +158,38 @@ double TorchScriptModel::gradient(const Batch& batch, std::span<float> losses) {
   torch::Tensor loss = batch_loss(forward(x), labels_, batch, losses, &weights_);
   loss.backward();  // accumulates into the zeroed views of flat_grads_
   return loss.item<double>();
+}
+
+std::string TorchScriptModel::rng_state() const {
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  torch::Tensor state;
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    state = gen.get_state();
+  }
+  HSGD_ASSERT(state.scalar_type() == torch::kUInt8 && state.is_contiguous(),
+              "the CPU generator's state is a byte tensor");
+  return std::string(reinterpret_cast<const char*>(state.data_ptr<uint8_t>()),
+                     static_cast<size_t>(state.numel()));
+}
+
+void TorchScriptModel::set_rng_state(std::string_view state, const std::string& what) {
+  const std::string now = rng_state();
+  if (state.size() != now.size()) {
+    throw InputError(
+        fmt::format("{}: {} bytes of torch generator state, this build's CPU generator has {}",
+                    what, state.size(), now.size()));
+  }
+  torch::Tensor t = torch::empty({static_cast<int64_t>(state.size())}, torch::kUInt8);
+  std::memcpy(t.data_ptr<uint8_t>(), state.data(), state.size());
+  at::Generator gen = at::detail::getDefaultCPUGenerator();
+  try {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(t);
+  } catch (const c10::Error& e) {
+    throw InputError(what + ": not a torch CPU generator state (" + e.what_without_backtrace() +
+                     ")");
+  }
 }
 
 void TorchScriptModel::recompute_buffers() {

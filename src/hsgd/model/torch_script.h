@@ -66,6 +66,10 @@ class TorchScriptModel final : public Model {
   // eval() mode in chunks of 1000 samples, without autograd.
   EvalResult evaluate(const Dataset& data) override;
 
+  // torch's default CPU generator (dropout draws from it): its state bytes.
+  std::string rng_state() const override;
+  void set_rng_state(std::string_view state, const std::string& what) override;
+
   // Recomputes the buffers from the calibration set (a no-op without one,
   // or when no buffer is a running average).
   void recompute_buffers();

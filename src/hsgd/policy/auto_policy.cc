@@ -46,21 +46,34 @@ AutoController::AutoController(int workers, AutoParts parts, double lr)
     : parts_(parts),
       workers_(std::max(1, workers)),
       lr_(std::max(0.0, lr)),
+      rate_on_(lr_ > 0),
       free_since_(kTracked, -1.0),
       duration_(kTracked, 0.0) {
   set_live(workers);
-  set_spike_gate();
+  first_k();
+}
+
+// The first K, before any staleness is measured: n workers in step give
+// staleness + 1 = (n / K + 1) / 2 on average (K = 1: (n + 1) / 2), so the
+// budget asks for K >= n / (2 kBudget / lr - 1). 1 with the budget off.
+void AutoController::first_k() {
+  k_ = 1;
   if (budget_on()) {
-    // The first K, before any staleness is measured: n workers in step give
-    // staleness + 1 = (n / K + 1) / 2 on average (K = 1: (n + 1) / 2), so
-    // the budget asks for K >= n / (2 kBudget / lr - 1).
     const double r = 2 * kBudget / lr_ - 1;
     k_ = r <= 1 ? workers_
                 : std::clamp(static_cast<int>(std::ceil(workers_ / r - 1e-9)), 1, workers_);
-    base_k_ = probe_k_ = k_;
-    budget_set_ = k_ > 1;
-    set_spike_gate();
   }
+  base_k_ = probe_k_ = k_;
+  budget_set_ = k_ > 1;
+  set_spike_gate();
+}
+
+void AutoController::on_lr(double lr) {
+  if (!rate_on_ || lr == lr_) return;
+  lr_ = std::max(0.0, lr);
+  // Before the first push K is still the budget's prior: it follows the rate
+  // (the server's, given after construction: optim.scale_lr, a warm-up).
+  if (tau_count_ == 0) first_k();
 }
 
 int AutoController::threshold(const Progress&, int live) const {
@@ -515,10 +528,18 @@ std::vector<double> AutoController::save_state() const {
   return s;
 }
 
+// 38 scalars, then the tails; the third rule's state had 37 scalars (no
+// budget_set_, read as 0).
+constexpr size_t kAutoTail =
+    2 * (AutoController::kBlock + 1) + 3 * 4 + 2 * static_cast<size_t>(AutoController::kTracked);
+
+bool AutoController::reads_state(size_t size) const {
+  return size == 38 + kAutoTail || size == 37 + kAutoTail;
+}
+
 void AutoController::restore_state(std::span<const double> s) {
-  // 38 scalars; the third rule's state had 37 (no budget_set_, read as 0).
-  constexpr size_t kTail = 2 * (kBlock + 1) + 3 * 4 + 2 * static_cast<size_t>(kTracked);
-  HSGD_ASSERT(s.size() == 38 + kTail || s.size() == 37 + kTail, "auto policy state size");
+  constexpr size_t kTail = kAutoTail;
+  HSGD_ASSERT(reads_state(s.size()), "auto policy state size");
   const size_t scalars = s.size() - kTail;
   const size_t head = scalars + 2 * (kBlock + 1) + 3 * 4;
   auto i64 = [&](size_t i) { return static_cast<int64_t>(s[i]); };

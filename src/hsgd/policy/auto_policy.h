@@ -54,17 +54,26 @@ class AutoController final : public Policy {
   static constexpr double kFallSigmas = 2.0;   // ... that is a descent: its last fall beyond 2 s.e.
   static constexpr double kBudget = 0.5;       // the staleness budget: lr x (staleness + 1) <= 0.5
 
-  // `lr` is the server's learning rate (optim.lr) with mean aggregation,
-  // 0 with sum aggregation or when unknown (the staleness budget is then
-  // off: with sum a larger K does not shorten the steps).
+  // `lr` > 0 turns the staleness budget on (mean aggregation), with that
+  // rate until the server gives its own through on_lr; 0 with sum
+  // aggregation or when unknown (the budget is then off, and on_lr does not
+  // turn it on: with sum a larger K does not shorten the steps).
   AutoController(int workers, AutoParts parts, double lr = 0);
   std::string name() const override { return "auto"; }
   int threshold(const Progress& p, int live) const override;
   bool pusher_waits() const override { return true; }
   void observe_push(const PushSignal& s) override;
   double implicit_momentum() const override;
+  // The budget uses the rate the server steps with (issue 25, defect 10):
+  // optim.lr after optim.scale_lr and the lr schedule, updated after every
+  // update. Not saved: the server gives it again after a load.
+  void on_lr(double lr) override;
   std::vector<double> save_state() const override;
+  // This rule's state (572 numbers) and the third rule's (571: without the
+  // budget's flag, read as off).
+  bool reads_state(size_t size) const override;
   void restore_state(std::span<const double> s) override;
+  double lr() const { return lr_; }
 
   // For tests and the recorder.
   int k() const { return k_; }
@@ -84,6 +93,7 @@ class AutoController final : public Policy {
   struct Block {
     double mean = 0, se2 = 0, t = 0;
   };
+  void first_k();
   void end_window();
   void end_block();
   void rise(int factor = 2, bool spike = false);
@@ -101,6 +111,7 @@ class AutoController final : public Policy {
   AutoParts parts_;
   int workers_;
   double lr_ = 0;
+  bool rate_on_ = false;  // the budget may run (lr > 0 at construction)
   int live_ = 0;
   int k_ = 1;
   // The current window of pushed losses (and the sum of their times).

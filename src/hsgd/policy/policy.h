@@ -93,8 +93,17 @@ class Policy {
   // configured value (Optimizer::set_implicit_momentum). 0 for every policy
   // but auto.
   virtual double implicit_momentum() const { return 0; }
+  // The learning rate the server's next update steps with (optim.lr after
+  // optim.scale_lr and the lr schedule): given by the server at its
+  // construction, after every update and after a load. auto's staleness
+  // budget reads it; the others ignore it.
+  virtual void on_lr(double /*lr*/) {}
   // Per-run state for checkpoints (empty for the stateless policies).
   virtual std::vector<double> save_state() const { return {}; }
+  // Whether restore_state reads a saved state of `size` numbers (this
+  // format's size; a policy that also reads older formats says so).
+  // Server::load refuses any other size before restore_state.
+  virtual bool reads_state(size_t size) const { return size == save_state().size(); }
   virtual void restore_state(std::span<const double>) {}
 };
 

@@ -601,11 +601,16 @@ class SimRun final : public PushKernel {
     info.train_s = t;
     info.updates = static_cast<int64_t>(server_.version());
     info.rows = static_cast<int64_t>(recorder_->rows().size());
-    return Cut{info,
-               {{"server", server_bytes.take()},
-                {"sim", w.take()},
-                {"membership", mem.take()},
-                {kRunBlob, save_run_state(stops_, schedule_)}}};
+    Cut cut{info,
+            {{"server", server_bytes.take()},
+             {"sim", w.take()},
+             {"membership", mem.take()},
+             {kRunBlob, save_run_state(stops_, schedule_)}}};
+    // The models' random stream (TorchScript dropout: torch's generator),
+    // after settle_all's draws: the resumed run draws on from here.
+    if (std::string rng = model_->rng_state(); !rng.empty())
+      cut.blobs["model_rng"] = std::move(rng);
+    return cut;
   }
 
   void load(const Checkpoint& ck) {
@@ -689,6 +694,10 @@ class SimRun final : public PushKernel {
       load_run_state(ck, stops_, schedule_);
     } else {  // a checkpoint of an earlier version: its times are the sim blob's
       schedule_.resume_times(next_eval, next_checkpoint, ck.info.train_s);
+    }
+    // Older checkpoints have none: the stream then starts from the seed.
+    if (ck.blobs.count("model_rng")) {
+      model_->set_rng_state(ck.blob("model_rng"), ck.path + "/model_rng.bin");
     }
   }
 

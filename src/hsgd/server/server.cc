@@ -30,6 +30,7 @@ Server::Server(std::span<float> params, const ServerOptions& o, std::unique_ptr<
     step_ema_.assign(params.size(), 0.0f);
     before_.assign(params.size(), 0.0f);
   }
+  policy_->on_lr(lr_at(opt_.lr_schedule, opt_.lr, 0));  // the rate of the first update
 }
 
 void Server::grow(size_t workers) {
@@ -179,6 +180,7 @@ void Server::apply(Decision* d, std::span<const float> sum) {
   }
   if (buffered) std::fill(acc_.begin(), acc_.end(), 0.0f);
   ++version_;
+  policy_->on_lr(lr_at(opt_.lr_schedule, opt_.lr, static_cast<int64_t>(version_)));
   ++stats_.updates;
   for (const Pending& p : pending_) {
     const auto w = static_cast<size_t>(p.worker);
@@ -385,8 +387,9 @@ void Server::load(StateReader& r) {
   step_ema_ = std::move(ema);
   tracked_updates_ = r.get<int64_t>();
   const std::vector<double> ps = r.get_vec<double>();
-  if (ps.size() != policy_->save_state().size()) r.fail("policy state of another policy");
+  if (!policy_->reads_state(ps.size())) r.fail("policy state of another policy");
   policy_->restore_state(ps);
+  policy_->on_lr(lr_at(opt_.lr_schedule, opt_.lr, static_cast<int64_t>(version_)));
   const std::vector<float> os = r.get_vec<float>();
   if (os.size() != optimizer_->save_state().size()) r.fail("optimizer state of another optimizer");
   optimizer_->restore_state(os);
