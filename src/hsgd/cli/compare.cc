@@ -10,6 +10,7 @@
 #include <set>
 
 #include "hsgd/cli/commands.h"
+#include "hsgd/config/effective.h"
 #include "hsgd/core/error.h"
 #include "hsgd/metrics/recorder.h"
 
@@ -100,8 +101,12 @@ int compare(const CompareArgs& a) {
         "train.runtime = 'mpi': hsgd compare runs its rounds in one process (threads or sim); "
         "for mpi, run hsgd train under mpirun once per policy and round, then hsgd plot");
   }
+  std::set<std::string> warned;
   for (const std::string& p : a.policies) {
-    load_config(a.config_path, run_overrides(a, p, base.train.seed, 0));
+    const Config c = load_config(a.config_path, run_overrides(a, p, base.train.seed, 0));
+    for (const std::string& w : moot_settings(c)) {
+      if (warned.insert(w).second) std::fprintf(stderr, "hsgd: warning: %s\n", w.c_str());
+    }
   }
   std::error_code ec;
   for (const char* f : {"compare.md", "compare.json", "compare.png"}) {

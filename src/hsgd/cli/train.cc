@@ -166,6 +166,7 @@ void check_checkpoint_settings(const Config& c, bool resume) {
 
 void print_header(const Prepared& p) {
   const Config& c = p.c;
+  warn_moot_settings(c);
   std::fprintf(stderr,
                "hsgd: %s on %s (%lld train / %lld test samples, %d classes), %lld params, "
                "policy %s, %d workers x batch %d, lr %g, %s%s -> %s\n",

@@ -97,6 +97,7 @@ class Decl {
                std::function<void(const Config&, toml::table&)> put) {
     k_.set = std::move(set);
     k_.put = std::move(put);
+    k_.show = nullptr;  // as written
     return *this;
   }
   // Accepted when ok(value); else "key = value: expected <expected>".
@@ -119,6 +120,12 @@ class Decl {
       text += (i == 0 ? "" : i + 1 == v.size() ? " or " : ", ") + v[i];
     }
     return check([v](const T& s) { return std::find(v.begin(), v.end(), s) != v.end(); }, text);
+  }
+  // How messages and the reference show the value (default: as written).
+  Decl& shown_as(std::function<std::string(const T&)> f) {
+    R ref = ref_;
+    k_.show = [ref, f](const Config& c) { return f(ref(c)); };
+    return *this;
   }
   Decl& moot(Moot m) {
     k_.moot.push_back(std::move(m));
@@ -722,6 +729,8 @@ std::vector<Key> declare() {
               [](const Config& c, toml::table& t) {
                 t.insert_or_assign("tau_max", c.staleness.tau_max);
               })
+          .shown_as(
+              [](int64_t v) { return v < 0 ? std::string("absent (off)") : std::to_string(v); })
           .note(">= 0; absent = no filter")
           .written(Written::kNotDefault));
   add(bool_key(
@@ -919,7 +928,8 @@ std::vector<Key> declare() {
               [](const Config& c, toml::table& t) {
                 t.insert_or_assign("rejoin_after", c.faults.rejoin_after);
               })
-          .note("seconds >= 0 or off (the default)")
+          .shown_as([](double v) { return v < 0 ? std::string("'off'") : num(v); })
+          .note("seconds >= 0 or off")
           .moot({"faults.kill_rate and faults.exception_rate are 0",
                  [](const Config& c) {
                    return c.faults.kill_rate == 0 && c.faults.exception_rate == 0

@@ -1,0 +1,33 @@
+// hsgd config: the config reference (--reference), or the resolved config
+// of --config and --set as config.toml would hold it, with the moot-setting
+// warnings; nothing is trained or written.
+#include <cstdio>
+
+#include "hsgd/cli/commands.h"
+#include "hsgd/config/effective.h"
+#include "hsgd/core/error.h"
+
+namespace hsgd::cli {
+
+void warn_moot_settings(const Config& c) {
+  for (const std::string& line : moot_settings(c)) {
+    std::fprintf(stderr, "hsgd: warning: %s\n", line.c_str());
+  }
+}
+
+int config(const ConfigArgs& a) {
+  if (a.reference) {
+    if (!a.config_path.empty() || !a.overrides.empty()) {
+      throw InputError(
+          "--reference: prints the reference of every key; expected no --config or --set");
+    }
+    std::fputs(config_reference_markdown().c_str(), stdout);
+    return 0;
+  }
+  const Config c = load_config(a.config_path, a.overrides);
+  warn_moot_settings(c);
+  std::fputs(to_toml(c).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace hsgd::cli
