@@ -91,6 +91,12 @@ TEST(SweepCli, TableResumptionAndDeterminism) {
   EXPECT_NE(o.err.find("8 runs, 8 done, 0 to run"), std::string::npos) << o.err;
 }
 
+size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
 // "key value" of a cell's costs.txt.
 std::map<std::string, std::string> costs(const std::string& file) {
   std::map<std::string, std::string> m;
@@ -175,6 +181,31 @@ TEST(SweepCli, BadGridsOneLineExit2) {
   const Outcome o = run("sweep " + tmp("missing.toml"));
   EXPECT_EQ(o.code, 2);
   EXPECT_NE(o.err.find("cannot open"), std::string::npos) << o.err;
+}
+
+// Settings moot in every run are said once; a key some policy reads is not
+// moot (policy.step: hybrid reads it, async does not).
+TEST(SweepCli, SettingsMootInEveryRunAreSaidOnce) {
+  const std::string g = write("moot.toml",
+                              "policies = [\"async\", \"hybrid\"]\n"
+                              "[set]\n"
+                              "data.spec = \"synthetic\"\n"
+                              "model.name = \"linear-test\"\n"
+                              "train.workers = 2\n"
+                              "train.budget = 0.5\n"
+                              "train.eval_every = 0.25\n"
+                              "sim.compute_time = 0.01\n"
+                              "sim.server_ns_per_param = 1.0\n"
+                              "policy.step = 50\n"
+                              "stragglers.sigma = 0.25\n");
+  const Outcome o = run("sweep " + g + " --out " + tmp("sweep-moot"));
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(count_of(o.err, "hsgd: warning: "), 1u) << o.err;
+  EXPECT_EQ(count_of(o.err,
+                     "hsgd: warning: stragglers.sigma = 0.25 has no effect: "
+                     "stragglers.fraction = 0\n"),
+            1u)
+      << o.err;
 }
 
 // docs/config-reference.md is the command's output; moot settings are one

@@ -74,6 +74,9 @@ int config(const ConfigArgs& a);
 // One "hsgd: warning: <key> = <value> has no effect: <why>" line on stderr
 // per moot setting of `c` (config/effective.h).
 void warn_moot_settings(const Config& c);
+// The same for the runs of a compare or sweep, for the keys moot in every
+// one of `configs` (a key read by some of its policies is not moot).
+void warn_moot_in_every(const std::vector<Config>& configs);
 
 struct BenchArgs {
   std::string data = "fashion-mnist";

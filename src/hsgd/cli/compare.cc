@@ -10,7 +10,6 @@
 #include <set>
 
 #include "hsgd/cli/commands.h"
-#include "hsgd/config/effective.h"
 #include "hsgd/core/error.h"
 #include "hsgd/metrics/recorder.h"
 
@@ -101,13 +100,11 @@ int compare(const CompareArgs& a) {
         "train.runtime = 'mpi': hsgd compare runs its rounds in one process (threads or sim); "
         "for mpi, run hsgd train under mpirun once per policy and round, then hsgd plot");
   }
-  std::set<std::string> warned;
+  std::vector<Config> configs;
   for (const std::string& p : a.policies) {
-    const Config c = load_config(a.config_path, run_overrides(a, p, base.train.seed, 0));
-    for (const std::string& w : moot_settings(c)) {
-      if (warned.insert(w).second) std::fprintf(stderr, "hsgd: warning: %s\n", w.c_str());
-    }
+    configs.push_back(load_config(a.config_path, run_overrides(a, p, base.train.seed, 0)));
   }
+  warn_moot_in_every(configs);
   std::error_code ec;
   for (const char* f : {"compare.md", "compare.json", "compare.png"}) {
     fs::remove(fs::path(a.out) / f, ec);

@@ -2,6 +2,8 @@
 // of --config and --set as config.toml would hold it, with the moot-setting
 // warnings; nothing is trained or written.
 #include <cstdio>
+#include <map>
+#include <utility>
 
 #include "hsgd/cli/commands.h"
 #include "hsgd/config/effective.h"
@@ -12,6 +14,23 @@ namespace hsgd::cli {
 void warn_moot_settings(const Config& c) {
   for (const std::string& line : moot_settings(c)) {
     std::fprintf(stderr, "hsgd: warning: %s\n", line.c_str());
+  }
+}
+
+void warn_moot_in_every(const std::vector<Config>& configs) {
+  std::map<std::string, std::pair<size_t, std::string>> seen;  // key -> (configs, first line)
+  std::vector<std::string> order;
+  for (const Config& c : configs) {
+    for (const std::string& line : moot_settings(c)) {
+      const std::string key = line.substr(0, line.find(" = "));
+      auto [it, fresh] = seen.try_emplace(key, 0, line);
+      if (fresh) order.push_back(key);
+      ++it->second.first;
+    }
+  }
+  for (const std::string& key : order) {
+    const auto& [count, line] = seen.at(key);
+    if (count == configs.size()) std::fprintf(stderr, "hsgd: warning: %s\n", line.c_str());
   }
 }
 

@@ -388,14 +388,9 @@ int sweep(const SweepArgs& a) {
     }
   }
   refuse_idle_axes(g, cells, configs);
-  std::set<std::string> warned;
-  for (const auto& row : configs) {
-    for (const Config& c : row) {
-      for (const std::string& w : moot_settings(c)) {
-        if (warned.insert(w).second) std::fprintf(stderr, "hsgd: warning: %s\n", w.c_str());
-      }
-    }
-  }
+  std::vector<Config> all;
+  for (const auto& row : configs) all.insert(all.end(), row.begin(), row.end());
+  warn_moot_in_every(all);
 
   // 2. The simulator's costs: calibrated once per cell if the grid leaves
   // them open, kept in the cell's costs.txt so a resumed sweep reuses them.
