@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "hsgd/cli/commands.h"
+#include "hsgd/config/effective.h"
 #include "hsgd/core/error.h"
 #include "hsgd/model/model.h"
 
@@ -61,8 +62,9 @@ int main(int argc, char** argv) {
   train->add_option("--set", sets, "override any config key: section.key=value (repeatable)");
   train->add_flag("--quiet", ta.quiet, "no progress output");
   train->add_option("--resume", ta.resume_dir,
-                    "continue the run in DIR from its newest checkpoint (only --budget, "
-                    "--epochs, --checkpoint-every, --workers and checkpoint.keep may change)");
+                    "continue the run in DIR from its newest checkpoint (only the resumable keys "
+                    "may change: " +
+                        hsgd::resumable_keys() + ")");
 
   // ---- eval
   hsgd::cli::EvalArgs ea;

@@ -32,6 +32,10 @@ std::string config_digest(const Config& c);
 // costs.txt holds it and is recalibrated when it differs.
 std::string calibration_digest(const Config& c);
 
+// "train.workers, train.budget, ...": the keys `hsgd train --resume` accepts
+// (resumable_key), in declaration order.
+std::string resumable_keys();
+
 // The config reference in markdown (`hsgd config --reference`, committed as
 // docs/config-reference.md): every section and key with its type, default,
 // allowed values, doc line, flags and when it is moot, then the refused

@@ -84,6 +84,14 @@ bool resumable_key(const std::string& dotted) {
   return false;
 }
 
+std::string resumable_keys() {
+  std::string s;
+  for (const Key& k : config_internal::keys()) {
+    if (k.resumable) s += (s.empty() ? "" : ", ") + k.dotted();
+  }
+  return s;
+}
+
 std::string config_digest(const Config& c) {
   return crc_hex(toml_of(c, [](const Key&) { return true; }));
 }
