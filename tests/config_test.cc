@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "hsgd/config/effective.h"
+#include "hsgd/config/keys.h"
 #include "hsgd/core/error.h"
 #include "hsgd/core/state.h"
 
@@ -574,6 +575,31 @@ TEST(Config, TheCommittedReferenceIsCurrent) {
     }
   }
   EXPECT_GT(keys, 100);
+}
+
+// The declaration: each key once, with a type and a doc line, in a declared
+// section; a resumable key is never part of the identity.
+TEST(Config, EveryKeyIsDeclaredOnceWithItsDoc) {
+  std::set<std::string> sections, seen;
+  for (const config_internal::Section& s : config_internal::sections()) {
+    EXPECT_TRUE(sections.insert(s.name).second) << s.name;
+    EXPECT_FALSE(s.doc.empty()) << s.name;
+  }
+  const Config d = load_config("", {{"train.budget", "1"}});
+  for (const config_internal::Key& k : config_internal::keys()) {
+    EXPECT_TRUE(seen.insert(k.dotted()).second) << k.dotted() << " declared twice";
+    EXPECT_TRUE(sections.count(k.section)) << k.dotted();
+    EXPECT_FALSE(k.doc.empty()) << k.dotted();
+    EXPECT_FALSE(k.type.empty()) << k.dotted();
+    if (k.resumable) {
+      EXPECT_FALSE(k.hash_as.empty()) << k.dotted();
+    }
+    EXPECT_TRUE(resumable_key(k.dotted()) == k.resumable) << k.dotted();
+    EXPECT_TRUE(k.is_default(Config{})) << k.dotted();
+  }
+  EXPECT_GT(seen.size(), 100u);
+  EXPECT_EQ(error_of("", {{"train.budget", "1"}, {"model.hidden", "64,0"}}),
+            "model.hidden = [64, 0]: expected widths >= 1");
 }
 
 }  // namespace

@@ -65,6 +65,11 @@ class Decl {
         for (int64_t v : ref(c)) a.push_back(v);
         t.insert_or_assign(name, a);
       };
+      k_.show = [ref](const Config& c) {
+        std::string s;
+        for (int64_t v : ref(c)) s += (s.empty() ? "" : ", ") + std::to_string(v);
+        return "[" + s + "]";
+      };
     } else if constexpr (std::is_same_v<T, bool>) {
       k_.set = [ref](Config& c, const Where& w, const toml::node& n) { ref(c) = as_bool(w, n); };
       k_.put = [ref, name](const Config& c, toml::table& t) { t.insert_or_assign(name, ref(c)); };
