@@ -224,6 +224,18 @@ TEST(ConfigCli, ReferenceIsTheCommittedPageAndMootSettingsAreSaid) {
   o = run("config --set train.budget=1 --set stragglers.sigma=0.25 --set stragglers.fraction=0.5");
   ASSERT_EQ(o.code, 0) << o.err;
   EXPECT_EQ(o.err, "");
+  // hsgd train says them before it trains.
+  o =
+      run("train --data synthetic --model linear-test --runtime sim --budget 0.2 --eval-every 0.1 "
+          "--set sim.compute_time=0.01 --set sim.server_ns_per_param=1 --set stragglers.sigma=0.25 "
+          "--out " +
+          tmp("train-moot"));
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(
+      o.err.rfind("hsgd: warning: stragglers.sigma = 0.25 has no effect: stragglers.fraction = 0\n",
+                  0),
+      0u)
+      << o.err;
   o = run("config --reference --set train.budget=1");
   EXPECT_EQ(o.code, 2);
   EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
