@@ -1,4 +1,5 @@
-// The one declaration of every config key (keys.cc): name, type, default,
+// The one declaration of every config key (keys.cc, written with the
+// builder of decl.h): name, type, default,
 // allowed values, doc line, whether a resume may change it, whether it is
 // part of a run's identity, when config.toml writes it, which cross-section
 // settings make it moot. The parser (parse.cc), the single-key checks
