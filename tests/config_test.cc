@@ -2,10 +2,16 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 
+#include "hsgd/config/effective.h"
+#include "hsgd/config/keys.h"
 #include "hsgd/core/error.h"
+#include "hsgd/core/state.h"
 
 namespace hsgd {
 namespace {
@@ -316,8 +322,8 @@ TEST(Config, CompressKeys) {
   EXPECT_EQ(to_toml(back), text);
   EXPECT_NE(config_hash(on), config_hash(off));
   // error_feedback defaults to auto: on for the biased compressors only.
-  EXPECT_TRUE(load_config("", {{"train.budget", "1"}, {"compress.push", "sign"}})
-                  .compress.push_feedback());
+  EXPECT_TRUE(
+      load_config("", {{"train.budget", "1"}, {"compress.push", "sign"}}).compress.push_feedback());
   EXPECT_FALSE(load_config("", {{"train.budget", "1"}, {"compress.push", "qsgd:4"}})
                    .compress.push_feedback());
   // qsgd with few levels on the paths with memory: scaled (memory_scale), accepted.
@@ -352,6 +358,248 @@ TEST(Config, CompressKeys) {
   const std::string file = write_file("badc.toml", "[compress]\npush = \"topk:2\"\n");
   EXPECT_NE(error_of(file, {}).find(file + ": compress.push = 'topk:2'"), std::string::npos)
       << error_of(file, {});
+}
+
+// config.toml and config_hash of known configs, as written before the keys
+// were declared in one table (keys.cc): a hash names a run's checkpoints, so
+// a change here would make every committed run unresumable.
+TEST(Config, KnownConfigsKeepTheirTomlAndHashByteForByte) {
+  const std::string src = HSGD_SOURCE_DIR;
+  struct Case {
+    std::string file;
+    std::vector<Override> o;
+    std::string toml_crc, hash;
+  };
+  const std::vector<Case> cases = {
+      {"", {{"train.budget", "1"}}, "d612761b", "5c0e6d04"},
+      {src + "/examples/demo.toml", {}, "a009727a", "224b492c"},
+      {src + "/examples/churn.toml", {}, "f5348e31", "cb4764be"},
+      {src + "/examples/paper/fashion-mnist-lenet5.toml", {}, "67246b6c", "a1fea097"},
+      {src + "/examples/paper/synthetic-step500.toml", {}, "76b264be", "f20d15aa"},
+      {src + "/examples/paper/synthetic.toml", {}, "a4ff3526", "92bca159"},
+      {src + "/tests/fuzz/corpus/config/full_keys", {}, "bd6ea193", "4e0dc5a2"},
+      {"",
+       {{"train.budget", "3"},
+        {"compress.push", "topk:0.01"},
+        {"compress.pull", "qsgd:16"},
+        {"compress.error_feedback", "auto"},
+        {"compress.min_bytes", "64"},
+        {"compress.warmup", "5"},
+        {"staleness.tau_max", "4"},
+        {"staleness.dc_asgd", "true"},
+        {"faults.kill", "worker:1@2s"},
+        {"faults.rejoin", "worker:1@3s"},
+        {"faults.kill_rate", "0.5"},
+        {"faults.rejoin_after", "1.5"},
+        {"faults.exception_rate", "0.01"},
+        {"train.min_workers", "2"},
+        {"train.diverge_factor", "100"},
+        {"train.runtime", "sim"}},
+       "3decac7f",
+       "6f258b60"},
+      {"",
+       {{"train.epochs", "2"},
+        {"policy.name", "local:4"},
+        {"local.lr", "0.1"},
+        {"local.outer", "nesterov"},
+        {"local.async", "true"},
+        {"optim.kind", "adam"},
+        {"optim.lr_schedule", "cosine"},
+        {"optim.lr_horizon", "100"},
+        {"data.spec", "synthetic-ctr"},
+        {"model.name", "dlrm"},
+        {"model.top_hidden", "32,16"},
+        {"model.table_rows", "1000"},
+        {"faults.rejoin_after", "off"},
+        {"compress.error_feedback", "true"}},
+       "2dae49d5",
+       "2fb0562e"},
+      {"",
+       {{"train.budget", "1"},
+        {"model.name", "dlrm"},
+        {"data.spec", "synthetic-ctr"},
+        {"model.sparse", "true"},
+        {"policy.name", "ssp:3"},
+        {"sampling.kind", "uniform"},
+        {"policy.clock", "epochs"},
+        {"policy.aggregation", "sum"},
+        {"train.seed", "12345678901"},
+        {"train.out", "x y"}},
+       "7c6e518f",
+       "ee06ed94"},
+  };
+  for (const Case& k : cases) {
+    const Config c = load_config(k.file, k.o);
+    char crc[16];
+    std::snprintf(crc, sizeof crc, "%08x", crc32c(to_toml(c)));
+    EXPECT_EQ(crc, k.toml_crc) << k.file << "\n" << to_toml(c);
+    EXPECT_EQ(config_hash(c), k.hash) << k.file;
+  }
+}
+
+// Settings that the rest of the config makes moot are said, one line each,
+// and the effective config resets them.
+TEST(Config, MootSettingsAreSaidAndTheEffectiveConfigResetsThem) {
+  auto moot = [](std::vector<Override> o) {
+    o.insert(o.begin(), {"train.budget", "1"});
+    return moot_settings(load_config("", o));
+  };
+  using Lines = std::vector<std::string>;
+  EXPECT_EQ(moot({}), Lines{});
+  EXPECT_EQ(moot({{"stragglers.sigma", "0.25"}}),
+            Lines{"stragglers.sigma = 0.25 has no effect: stragglers.fraction = 0"});
+  EXPECT_EQ(moot({{"stragglers.sigma", "0.25"}, {"stragglers.fraction", "0.5"}}), Lines{});
+  EXPECT_EQ(moot({{"stragglers.delay", "exponential"}, {"stragglers.scale", "0.1"}}),
+            (Lines{"stragglers.delay = 'exponential' has no effect: stragglers.fraction = 0",
+                   "stragglers.scale = 0.1 has no effect: stragglers.fraction = 0"}));
+  EXPECT_EQ(moot({{"stragglers.fraction", "0.1"}, {"stragglers.sigma", "0.25"}}),
+            Lines{"stragglers.sigma = 0.25 has no effect: stragglers.fraction = 0.1 makes no "
+                  "straggler of train.workers = 4"});
+  EXPECT_EQ(moot({{"stragglers.fraction", "0.5"},
+                  {"stragglers.delay", "exponential"},
+                  {"stragglers.scale", "0.1"},
+                  {"stragglers.sigma", "0.3"}}),
+            Lines{"stragglers.sigma = 0.3 has no effect: stragglers.delay = 'exponential'"});
+  EXPECT_EQ(moot({{"compress.error_feedback", "false"},
+                  {"compress.min_bytes", "64"},
+                  {"compress.warmup", "3"}}),
+            (Lines{"compress.error_feedback = false has no effect: compress.push and "
+                   "compress.pull = 'none'",
+                   "compress.min_bytes = 64 has no effect: compress.push and compress.pull = "
+                   "'none'",
+                   "compress.warmup = 3 has no effect: compress.push and compress.pull = 'none'"}));
+  EXPECT_EQ(moot({{"compress.push", "topk:0.1"}, {"compress.min_bytes", "64"}}), Lines{});
+  EXPECT_EQ(moot({{"local.momentum", "0.5"}, {"local.outer", "nesterov"}}),
+            (Lines{"local.momentum = 0.5 has no effect: policy.name = 'hybrid'",
+                   "local.outer = 'nesterov' has no effect: policy.name = 'hybrid'"}));
+  EXPECT_EQ(moot({{"policy.name", "local:2"}, {"local.momentum", "0.5"}}), Lines{});
+  EXPECT_EQ(moot({{"policy.name", "async"}, {"policy.step", "500"}, {"policy.k0", "2"}}),
+            (Lines{"policy.k0 = 2 has no effect: policy.name = 'async'",
+                   "policy.step = 500 has no effect: policy.name = 'async'"}));
+  EXPECT_EQ(moot({{"policy.schedule", "adaptive"}, {"policy.step", "500"}}),
+            Lines{"policy.step = 500 has no effect: policy.schedule = 'adaptive'"});
+  EXPECT_EQ(moot({{"policy.step", "500"}, {"policy.ramp", "100"}}),
+            Lines{"policy.ramp = 100 has no effect: policy.schedule = 'step'"});
+  EXPECT_EQ(moot({{"policy.name", "kasync:3"}}), Lines{});  // policy.k = 3 is read
+  EXPECT_EQ(moot({{"policy.name", "async"}, {"policy.aggregation", "sum"}}),
+            Lines{"policy.aggregation = 'sum' has no effect: policy.name = 'async'"});
+  EXPECT_EQ(moot({{"optim.beta1", "0.8"}, {"optim.lr_gamma", "0.5"}}),
+            (Lines{"optim.lr_gamma = 0.5 has no effect: optim.lr_schedule = 'constant'",
+                   "optim.beta1 = 0.8 has no effect: optim.kind = 'sgd'"}));
+  EXPECT_EQ(moot({{"sim.latency", "0.001"}}),
+            Lines{"sim.latency = 0.001 has no effect: train.runtime = 'threads'"});
+  EXPECT_EQ(moot({{"sim.latency", "0.001"}, {"train.runtime", "sim"}}), Lines{});
+  EXPECT_EQ(moot({{"sampling.uniform_mix", "0.5"}}),
+            Lines{"sampling.uniform_mix = 0.5 has no effect: sampling.kind = 'uniform'"});
+  EXPECT_EQ(moot({{"data.synthetic_samples", "500"}}),
+            Lines{"data.synthetic_samples = 500 has no effect: data.spec = 'fashion-mnist'"});
+  EXPECT_EQ(moot({{"checkpoint.keep", "5"}}),
+            Lines{"checkpoint.keep = 5 has no effect: train.checkpoint_every = 0"});
+  EXPECT_EQ(moot({{"faults.rejoin_after", "2"}}),
+            Lines{"faults.rejoin_after = 2 has no effect: faults.kill_rate = 0 and "
+                  "faults.exception_rate = 0"});
+
+  // The effective config: the moot keys at their defaults, the rest kept.
+  const Config a = load_config("", {{"train.budget", "1"},
+                                    {"stragglers.sigma", "0.25"},
+                                    {"policy.name", "async"},
+                                    {"policy.step", "500"},
+                                    {"optim.lr", "0.05"}});
+  const Config e = effective_config(a);
+  EXPECT_EQ(e.stragglers.sigma, 0);
+  EXPECT_EQ(e.policy.schedule.step, 0);
+  EXPECT_EQ(e.optim.lr, 0.05);
+  EXPECT_EQ(moot_settings(e), Lines{});
+  const Config b =
+      load_config("", {{"train.budget", "1"}, {"policy.name", "async"}, {"optim.lr", "0.05"}});
+  EXPECT_EQ(config_digest(e), config_digest(b));
+  EXPECT_NE(config_digest(a), config_digest(b));
+}
+
+// The sweep's digest covers every key, config_hash only the run's identity.
+TEST(Config, TheDigestCoversEveryKeyTheHashOnlyTheIdentity) {
+  const Config c = load_config("", {{"train.budget", "2"}});
+  for (const Override& o : std::vector<Override>{{"train.budget", "3"},
+                                                 {"train.epochs", "1"},
+                                                 {"train.workers", "2"},
+                                                 {"train.checkpoint_every", "1"},
+                                                 {"train.out", "elsewhere"}}) {
+    const Config d = load_config("", {{"train.budget", "2"}, o});
+    EXPECT_EQ(config_hash(c), config_hash(d)) << o.first;
+    EXPECT_NE(config_digest(c), config_digest(d)) << o.first;
+  }
+  // Calibration depends on the model, batch and data, not on the budget.
+  EXPECT_EQ(calibration_digest(c), calibration_digest(load_config("", {{"train.budget", "9"}})));
+  for (const Override& o : std::vector<Override>{{"train.batch", "32"},
+                                                 {"model.name", "mlp"},
+                                                 {"data.spec", "synthetic"},
+                                                 {"optim.kind", "adam"}}) {
+    EXPECT_NE(calibration_digest(c),
+              calibration_digest(load_config("", {{"train.budget", "2"}, o})))
+        << o.first;
+  }
+}
+
+// docs/config-reference.md is `hsgd config --reference` (config_cmd.cc
+// prints config_reference_markdown()): regenerate it with
+//   build/release/hsgd config --reference > docs/config-reference.md
+TEST(Config, TheCommittedReferenceIsCurrent) {
+  std::ifstream f(std::string(HSGD_SOURCE_DIR) + "/docs/config-reference.md");
+  std::stringstream committed;
+  committed << f.rdbuf();
+  EXPECT_EQ(committed.str(), config_reference_markdown())
+      << "docs/config-reference.md is stale: build/release/hsgd config --reference > "
+         "docs/config-reference.md";
+  // Every key a config accepts is in it.
+  const std::string text = to_toml(load_config("", {{"train.budget", "1"},
+                                                    {"compress.push", "sign"},
+                                                    {"faults.kill_rate", "1"},
+                                                    {"faults.kill", "worker:0@1s"},
+                                                    {"faults.rejoin", "worker:0@2s"},
+                                                    {"faults.rejoin_after", "1"},
+                                                    {"faults.exception_rate", "0.1"},
+                                                    {"staleness.tau_max", "3"},
+                                                    {"train.min_workers", "2"},
+                                                    {"train.diverge_factor", "10"}}));
+  std::istringstream lines(text);
+  std::string line, section;
+  int keys = 0;
+  while (std::getline(lines, line)) {
+    if (line.size() > 2 && line[0] == '[') {
+      section = line.substr(1, line.size() - 2);
+      EXPECT_NE(committed.str().find("## [" + section + "]"), std::string::npos) << section;
+    } else if (const size_t eq = line.find(" = "); eq != std::string::npos) {
+      ++keys;
+      EXPECT_NE(committed.str().find("| `" + line.substr(0, eq) + "` |"), std::string::npos)
+          << section << "." << line.substr(0, eq);
+    }
+  }
+  EXPECT_GT(keys, 100);
+}
+
+// The declaration: each key once, with a type and a doc line, in a declared
+// section; a resumable key is never part of the identity.
+TEST(Config, EveryKeyIsDeclaredOnceWithItsDoc) {
+  std::set<std::string> sections, seen;
+  for (const config_internal::Section& s : config_internal::sections()) {
+    EXPECT_TRUE(sections.insert(s.name).second) << s.name;
+    EXPECT_FALSE(s.doc.empty()) << s.name;
+  }
+  const Config d = load_config("", {{"train.budget", "1"}});
+  for (const config_internal::Key& k : config_internal::keys()) {
+    EXPECT_TRUE(seen.insert(k.dotted()).second) << k.dotted() << " declared twice";
+    EXPECT_TRUE(sections.count(k.section)) << k.dotted();
+    EXPECT_FALSE(k.doc.empty()) << k.dotted();
+    EXPECT_FALSE(k.type.empty()) << k.dotted();
+    if (k.resumable) {
+      EXPECT_FALSE(k.hash_as.empty()) << k.dotted();
+    }
+    EXPECT_TRUE(resumable_key(k.dotted()) == k.resumable) << k.dotted();
+    EXPECT_TRUE(k.is_default(Config{})) << k.dotted();
+  }
+  EXPECT_GT(seen.size(), 100u);
+  EXPECT_EQ(error_of("", {{"train.budget", "1"}, {"model.hidden", "64,0"}}),
+            "model.hidden = [64, 0]: expected widths >= 1");
 }
 
 }  // namespace

@@ -1,6 +1,10 @@
 // hsgd sweep end to end: a 2x2 grid, two policies, the linear-test model on
-// the simulator (fixed costs): the table, resumption, determinism, and bad
-// grid files (one line, exit 2).
+// the simulator (fixed costs): the table, resumption, determinism, a changed
+// setting rerunning, calibrated costs kept or measured again, and bad grid
+// files (one line, exit 2). Also hsgd config: the reference and the warnings.
+#include <map>
+#include <sstream>
+
 #include "cli_helpers.h"
 #include "test_helpers.h"
 
@@ -9,7 +13,7 @@ namespace {
 
 using testing_helpers::slurp;
 
-std::string grid(const std::string& extra = "") {
+std::string grid(const std::string& extra = "", const std::string& budget = "2") {
   return "policies = [\"async\", \"sync\"]\n"
          "candidate = \"sync\"\n"
          "seeds = [1]\n" +
@@ -18,7 +22,9 @@ std::string grid(const std::string& extra = "") {
          "data.spec = \"synthetic\"\n"
          "model.name = \"linear-test\"\n"
          "train.workers = 3\n"
-         "train.budget = 2\n"
+         "train.budget = " +
+         budget +
+         "\n"
          "train.eval_every = 1\n"
          "sim.compute_time = 0.1\n"
          "sim.server_ns_per_param = 1.0\n"
@@ -63,14 +69,78 @@ TEST(SweepCli, TableResumptionAndDeterminism) {
   EXPECT_NE(o.err.find("optim.lr-0.1_train.batch-8 | sync"), std::string::npos) << o.err;
   EXPECT_EQ(slurp(out + "/sweep.md"), md);
 
-  // A changed setting reruns what it changes (the runs' config hash).
-  const std::string g2 = write("grid2.toml", grid());
   // Determinism: a second sweep into another directory, byte for byte.
+  const std::string g2 = write("grid2.toml", grid());
   const std::string out_b = tmp("sweep-b");
   o = run("sweep " + g2 + " --out " + out_b);
   ASSERT_EQ(o.code, 0) << o.err;
   EXPECT_EQ(slurp(out_b + "/sweep.json"), slurp(out + "/sweep.json"));
   EXPECT_EQ(slurp(out_b + "/sweep.md"), md);
+
+  // A changed setting reruns what it changes: train.budget, which the
+  // resume identity (config_hash) leaves out, reruns every run.
+  const std::string g3 = write("grid3.toml", grid("", "3"));
+  o = run("sweep " + g3 + " --out " + out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.err.find("8 runs, 0 done, 8 to run"), std::string::npos) << o.err;
+  const std::string run_dir = out + "/cells/optim.lr-0.1_train.batch-8/sync/seed-1";
+  EXPECT_NE(slurp(run_dir + "/config.toml").find("budget = 3.0"), std::string::npos);
+  EXPECT_NE(slurp(out + "/sweep.md"), md);
+  o = run("sweep " + g3 + " --out " + out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.err.find("8 runs, 8 done, 0 to run"), std::string::npos) << o.err;
+}
+
+size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// "key value" of a cell's costs.txt.
+std::map<std::string, std::string> costs(const std::string& file) {
+  std::map<std::string, std::string> m;
+  std::istringstream in(slurp(file));
+  std::string k, v;
+  while (in >> k >> v) m[k] = v;
+  return m;
+}
+
+// The calibrated costs are measured again when what they measure changes
+// (the batch), and reused when it does not (the budget).
+TEST(SweepCli, CalibratedCostsFollowWhatTheyMeasure) {
+  auto grid_with = [](const std::string& set) {
+    return "policies = [\"async\"]\n"
+           "[set]\n"
+           "data.spec = \"synthetic\"\n"
+           "model.name = \"linear-test\"\n"
+           "train.workers = 2\n"
+           "train.eval_every = 0.5\n" +
+           set;
+  };
+  const std::string out = tmp("sweep-costs");
+  const std::string file = out + "/cells/all/costs.txt";
+  Outcome o = run("sweep " + write("c1.toml", grid_with("train.budget = 1\ntrain.batch = 8\n")) +
+                  " --out " + out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  const auto first = costs(file);
+  ASSERT_EQ(first.count("sim.compute_time"), 1u) << slurp(file);
+  // Another budget: the runs again, the same costs.
+  o = run("sweep " + write("c2.toml", grid_with("train.budget = 2\ntrain.batch = 8\n")) +
+          " --out " + out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.err.find("1 runs, 0 done, 1 to run"), std::string::npos) << o.err;
+  EXPECT_EQ(costs(file), first);
+  // Another batch: measured again.
+  o = run("sweep " + write("c3.toml", grid_with("train.budget = 2\ntrain.batch = 512\n")) +
+          " --out " + out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.err.find("1 runs, 0 done, 1 to run"), std::string::npos) << o.err;
+  const auto third = costs(file);
+  EXPECT_NE(third.at("sim.compute_time"), first.at("sim.compute_time")) << slurp(file);
+  EXPECT_NE(slurp(out + "/cells/all/async/seed-1/config.toml")
+                .find("compute_time = " + third.at("sim.compute_time")),
+            std::string::npos);
 }
 
 TEST(SweepCli, BadGridsOneLineExit2) {
@@ -82,14 +152,22 @@ TEST(SweepCli, BadGridsOneLineExit2) {
       {"", "empty file"},
       {"seeds = [1]\n", "policies: expected a non-empty array"},
       {grid("colour = 1\n"), "unknown key 'colour'"},
-      {"policies = [\"async\"]\ncandidate = \"auto\"\n", "candidate = 'auto': expected one of policies"},
+      {"policies = [\"async\"]\ncandidate = \"auto\"\n",
+       "candidate = 'auto': expected one of policies"},
       {"policies = [\"async\", \"async\"]\n", "'async' is listed twice"},
-      {"policies = [\"async\"]\n[axes]\noptim.lr = 0.1\n", "[axes] optim.lr: expected a non-empty array"},
-      {"policies = [\"async\"]\n[axes]\ntrain.seed = [1, 2]\n", "[axes] 'train.seed': the sweep sets it"},
-      {"policies = [\"async\"]\n[axes]\noptim.lr = [0.1]\n[plot]\nx = \"optim.lr\"\ny = \"train.batch\"\n",
+      {"policies = [\"async\"]\n[axes]\noptim.lr = 0.1\n",
+       "[axes] optim.lr: expected a non-empty array"},
+      {"policies = [\"async\"]\n[axes]\ntrain.seed = [1, 2]\n",
+       "[axes] 'train.seed': the sweep sets it"},
+      {"policies = [\"async\"]\n[axes]\noptim.lr = [0.1]\n[plot]\nx = \"optim.lr\"\ny = "
+       "\"train.batch\"\n",
        "[plot] 'train.batch': expected one of the [axes] keys"},
       {"policies = [\"nosuch\"]\n[set]\ntrain.budget = 1\n", "expected sync, async"},
       {"policies = [\"async\"]\n[set]\ntrain.budget = 1\noptim.lr = -1\n", "optim.lr"},
+      // An axis whose values change nothing (no straggler for sigma to delay).
+      {"policies = [\"async\"]\n[set]\ntrain.budget = 1\n[axes]\nstragglers.sigma = [0.0, 0.25]\n",
+       "[axes] stragglers.sigma: the values 0.0 and 0.25 give the same runs (stragglers.sigma = "
+       "0.25 has no effect: stragglers.fraction = 0)"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::string g = write("bad" + std::to_string(i) + ".toml", cases[i].text);
@@ -103,6 +181,64 @@ TEST(SweepCli, BadGridsOneLineExit2) {
   const Outcome o = run("sweep " + tmp("missing.toml"));
   EXPECT_EQ(o.code, 2);
   EXPECT_NE(o.err.find("cannot open"), std::string::npos) << o.err;
+}
+
+// Settings moot in every run are said once; a key some policy reads is not
+// moot (policy.step: hybrid reads it, async does not).
+TEST(SweepCli, SettingsMootInEveryRunAreSaidOnce) {
+  const std::string g = write("moot.toml",
+                              "policies = [\"async\", \"hybrid\"]\n"
+                              "[set]\n"
+                              "data.spec = \"synthetic\"\n"
+                              "model.name = \"linear-test\"\n"
+                              "train.workers = 2\n"
+                              "train.budget = 0.5\n"
+                              "train.eval_every = 0.25\n"
+                              "sim.compute_time = 0.01\n"
+                              "sim.server_ns_per_param = 1.0\n"
+                              "policy.step = 50\n"
+                              "stragglers.sigma = 0.25\n");
+  const Outcome o = run("sweep " + g + " --out " + tmp("sweep-moot"));
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(count_of(o.err, "hsgd: warning: "), 1u) << o.err;
+  EXPECT_EQ(count_of(o.err,
+                     "hsgd: warning: stragglers.sigma = 0.25 has no effect: "
+                     "stragglers.fraction = 0\n"),
+            1u)
+      << o.err;
+}
+
+// docs/config-reference.md is the command's output; moot settings are one
+// warning line each.
+TEST(ConfigCli, ReferenceIsTheCommittedPageAndMootSettingsAreSaid) {
+  Outcome o = run("config --reference");
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.out, slurp(std::string(HSGD_SOURCE_DIR) + "/docs/config-reference.md"))
+      << "regenerate: build/release/hsgd config --reference > docs/config-reference.md";
+  EXPECT_EQ(o.err, "");
+  o = run("config --set train.budget=1 --set stragglers.sigma=0.25");
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.err,
+            "hsgd: warning: stragglers.sigma = 0.25 has no effect: stragglers.fraction = 0\n");
+  EXPECT_NE(o.out.find("sigma = 0.25"), std::string::npos) << o.out;
+  o = run("config --set train.budget=1 --set stragglers.sigma=0.25 --set stragglers.fraction=0.5");
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.err, "");
+  // hsgd train says them before it trains.
+  o =
+      run("train --data synthetic --model linear-test --runtime sim --budget 0.2 --eval-every 0.1 "
+          "--set sim.compute_time=0.01 --set sim.server_ns_per_param=1 --set stragglers.sigma=0.25 "
+          "--out " +
+          tmp("train-moot"));
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(
+      o.err.rfind("hsgd: warning: stragglers.sigma = 0.25 has no effect: stragglers.fraction = 0\n",
+                  0),
+      0u)
+      << o.err;
+  o = run("config --reference --set train.budget=1");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
 }
 
 }  // namespace

@@ -141,10 +141,16 @@ def dictionaries():
                '"1e39"', '"nan"', '"inf"', '"0x1p3"', '"2147483646"', '"2147483647"', '"3.0"']
     csv = ['","', '"\\x0a"', '"\\x0d\\x0a"', '" "', '"\\x09"'] + numbers
     libsvm = ['":"', '" "', '"\\x09"', '"#"', '"\\x0a"', '"1:"', '"1073741824"'] + numbers
-    with open(os.path.join(ROOT, "src/hsgd/config/config.cc")) as f:
-        src = f.read()
-    keys = set(re.findall(r'HSGD_(?:INT|DBL|BOOL|STR)\("(\w+)", "(\w+)"', src))
-    keys |= set(re.findall(r'r\["(\w+)"\]\["(\w+)"\]', src))
+    # Every section and key, from the generated reference (hsgd config --reference).
+    keys = set()
+    section = None
+    with open(os.path.join(ROOT, "docs/config-reference.md")) as f:
+        for line in f:
+            m = re.match(r"## \[(\w+)\]", line)
+            section = m.group(1) if m else section
+            m = re.match(r"\| `(\w+)` \|", line)
+            if m and section:
+                keys.add((section, m.group(1)))
     toml = ['"["', '"]"', '"[["', '"]]"', '"="', '"\\""', '"\'"', '"\\"\\"\\""', '"{"', '"}"',
             '","', '"#"', '"\\x0a"', '"true"', '"false"', '"inf"', '"nan"', '"1979-05-27"',
             '"0x"', '"0o"', '"0b"', '"_"', '"\\\\u"']

@@ -60,6 +60,24 @@ struct SweepArgs {
 };
 int sweep(const SweepArgs& a);
 
+// hsgd config: with `reference`, prints the config reference (markdown, every
+// key from its declaration; docs/config-reference.md is this output);
+// otherwise loads --config and --set like train, prints the moot-setting
+// warnings on stderr and the resolved config.toml on stdout.
+struct ConfigArgs {
+  std::string config_path;
+  std::vector<Override> overrides;
+  bool reference = false;
+};
+int config(const ConfigArgs& a);
+
+// One "hsgd: warning: <key> = <value> has no effect: <why>" line on stderr
+// per moot setting of `c` (config/effective.h).
+void warn_moot_settings(const Config& c);
+// The same for the runs of a compare or sweep, for the keys moot in every
+// one of `configs` (a key read by some of its policies is not moot).
+void warn_moot_in_every(const std::vector<Config>& configs);
+
 struct BenchArgs {
   std::string data = "fashion-mnist";
   double seconds = 3;  // per throughput measurement

@@ -100,9 +100,11 @@ int compare(const CompareArgs& a) {
         "train.runtime = 'mpi': hsgd compare runs its rounds in one process (threads or sim); "
         "for mpi, run hsgd train under mpirun once per policy and round, then hsgd plot");
   }
+  std::vector<Config> configs;
   for (const std::string& p : a.policies) {
-    load_config(a.config_path, run_overrides(a, p, base.train.seed, 0));
+    configs.push_back(load_config(a.config_path, run_overrides(a, p, base.train.seed, 0)));
   }
+  warn_moot_in_every(configs);
   std::error_code ec;
   for (const char* f : {"compare.md", "compare.json", "compare.png"}) {
     fs::remove(fs::path(a.out) / f, ec);

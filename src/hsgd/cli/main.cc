@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "hsgd/cli/commands.h"
+#include "hsgd/config/effective.h"
 #include "hsgd/core/error.h"
 #include "hsgd/model/model.h"
 
@@ -61,8 +62,9 @@ int main(int argc, char** argv) {
   train->add_option("--set", sets, "override any config key: section.key=value (repeatable)");
   train->add_flag("--quiet", ta.quiet, "no progress output");
   train->add_option("--resume", ta.resume_dir,
-                    "continue the run in DIR from its newest checkpoint (only --budget, "
-                    "--epochs, --checkpoint-every, --workers and checkpoint.keep may change)");
+                    "continue the run in DIR from its newest checkpoint (only the resumable keys "
+                    "may change: " +
+                        hsgd::resumable_keys() + ")");
 
   // ---- eval
   hsgd::cli::EvalArgs ea;
@@ -101,6 +103,17 @@ int main(int argc, char** argv) {
   sweep->add_option("grid", sa.grid_path, "sweep grid (TOML; README, \"Sweep a grid\")")->required();
   sweep->add_option("--out", sa.out, "output directory (runs/sweep); a rerun resumes it");
   sweep->add_option("--jobs", sa.jobs, "runs at a time (default: the grid's jobs, 2)");
+
+  // ---- config
+  hsgd::cli::ConfigArgs cfa;
+  std::vector<std::string> config_sets;
+  CLI::App* config = app.add_subcommand(
+      "config", "Print the resolved config (and its moot settings), or the config reference");
+  config->add_option("--config", cfa.config_path, "TOML config file");
+  config->add_option("--set", config_sets,
+                     "override any config key: section.key=value (repeatable)");
+  config->add_flag("--reference", cfa.reference,
+                   "print the reference of every config key (markdown; docs/config-reference.md)");
 
   // ---- bench
   hsgd::cli::BenchArgs ba;
@@ -149,6 +162,16 @@ int main(int argc, char** argv) {
     if (*eval) return hsgd::cli::eval(ea);
     if (*plot) return hsgd::cli::plot(plot_dirs, plot_out);
     if (*sweep) return hsgd::cli::sweep(sa);
+    if (*config) {
+      for (const std::string& s : config_sets) {
+        const size_t eq = s.find('=');
+        if (eq == std::string::npos) {
+          throw hsgd::InputError("--set '" + s + "': expected section.key=value");
+        }
+        cfa.overrides.push_back({s.substr(0, eq), s.substr(eq + 1)});
+      }
+      return hsgd::cli::config(cfa);
+    }
     if (*bench) {
       if (ba.compress) return hsgd::cli::bench_compress(ba);
       if (ba.auto_policy) return hsgd::cli::bench_auto(ba);

@@ -8,15 +8,14 @@
 #include <fmt/format.h>
 #include <spawn.h>
 #include <sys/wait.h>
-#include <unistd.h>
-
 #include <toml++/toml.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -24,6 +23,7 @@
 #include <sstream>
 
 #include "hsgd/cli/commands.h"
+#include "hsgd/config/effective.h"
 #include "hsgd/core/error.h"
 #include "hsgd/metrics/recorder.h"
 
@@ -243,7 +243,7 @@ struct Run {
   size_t cell, policy, seed;
   std::string dir;
   std::vector<Override> overrides;  // complete, costs included
-  std::string hash;
+  std::string hash;                 // config_digest: every key of the run's config
 };
 
 std::string marker(const std::string& dir) { return dir + "/sweep-done"; }
@@ -290,6 +290,47 @@ pid_t spawn(const std::string& self, const Grid& g, const Run& r) {
   return pid;
 }
 
+// Refuses (one line naming the axis) an axis two of whose values give the
+// same effective config (config/effective.h) for every policy in every
+// combination of the other axes: those runs would be repeats of each other
+// (a grid over stragglers.sigma without stragglers.fraction, say).
+void refuse_idle_axes(const Grid& g, const std::vector<std::vector<size_t>>& cells,
+                      const std::vector<std::vector<Config>>& configs) {
+  std::vector<std::vector<std::string>> digest(cells.size());
+  for (size_t c = 0; c < cells.size(); ++c) {
+    for (const Config& cfg : configs[c]) digest[c].push_back(config_digest(effective_config(cfg)));
+  }
+  std::map<std::vector<size_t>, size_t> cell_of;
+  for (size_t c = 0; c < cells.size(); ++c) cell_of[cells[c]] = c;
+  for (size_t ax = 0; ax < g.axes.size(); ++ax) {
+    const SweepAxis& axis = g.axes[ax];
+    for (size_t i = 0; i < axis.values.size(); ++i) {
+      for (size_t j = i + 1; j < axis.values.size(); ++j) {
+        bool same = true;
+        size_t witness = 0;
+        for (size_t c = 0; c < cells.size() && same; ++c) {
+          if (cells[c][ax] != i) continue;
+          std::vector<size_t> other = cells[c];
+          other[ax] = j;
+          const size_t d = cell_of.at(other);
+          same = digest[c] == digest[d];
+          witness = d;
+        }
+        if (!same) continue;
+        std::string why;
+        for (const Config& cfg : configs[witness]) {
+          for (const std::string& m : moot_settings(cfg)) {
+            if (why.empty() && m.rfind(axis.key + " = ", 0) == 0) why = " (" + m + ")";
+          }
+        }
+        throw InputError(g.path + ": [axes] " + axis.key + ": the values " + axis.values[i] +
+                         " and " + axis.values[j] + " give the same runs" + why +
+                         "; expected values that change the effective config");
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int sweep(const SweepArgs& a) {
@@ -334,35 +375,48 @@ int sweep(const SweepArgs& a) {
     o.push_back({"train.seed", std::to_string(g.seeds[s])});
     return o;
   };
+  // configs[c][p]: cell c, policy p, the first seed (without costs and out).
+  std::vector<std::vector<Config>> configs(cells.size());
   for (size_t c = 0; c < cells.size(); ++c) {
     for (size_t p = 0; p < g.policies.size(); ++p) {
       try {
-        load_config(g.config, run_overrides(c, p, 0, {}));
+        configs[c].push_back(load_config(g.config, run_overrides(c, p, 0, {})));
       } catch (const InputError& e) {
         throw InputError(g.path + ": policy '" + g.policies[p] + "' in cell " + fs::path(cell_dirs[c]).filename().string() + ": " +
                          e.what());
       }
     }
   }
+  refuse_idle_axes(g, cells, configs);
+  std::vector<Config> all;
+  for (const auto& row : configs) all.insert(all.end(), row.begin(), row.end());
+  warn_moot_in_every(all);
 
   // 2. The simulator's costs: calibrated once per cell if the grid leaves
   // them open, kept in the cell's costs.txt so a resumed sweep reuses them.
   std::vector<Run> runs;
   for (size_t c = 0; c < cells.size(); ++c) {
-    const Config base = load_config(g.config, run_overrides(c, 0, 0, {}));
+    const Config& base = configs[c][0];
     std::vector<Override> costs;
-    if (base.sim.compute_time == 0 || base.sim.server_ns_per_param < 0) {
+    if (base.sim.compute_time == 0 || base.sim.server_ns_per_param < 0 ||
+        (base.compress.on() && base.compress.sim_ns_per_param < 0)) {
+      // costs.txt: "inputs <calibration digest>", then "key value" lines;
+      // measured again when what the costs depend on has changed.
       const std::string file = cell_dirs[c] + "/costs.txt";
+      const std::string inputs = "inputs " + calibration_digest(base);
       std::ifstream f(file);
-      std::string k, v;
-      while (f >> k >> v) costs.push_back({k, v});
+      std::string line;
+      if (std::getline(f, line) && line == inputs) {
+        std::string k, v;
+        while (f >> k >> v) costs.push_back({k, v});
+      }
       if (costs.empty()) {
         TrainArgs ta;
         ta.config_path = g.config;
         ta.overrides = run_overrides(c, 0, 0, {});
         ta.overrides.push_back({"train.out", toml_string((fs::path(cell_dirs[c]) / "calibrate").string())});
         costs = resolve_costs(ta);
-        std::string text;
+        std::string text = inputs + "\n";
         for (const Override& o : costs) text += o.first + " " + o.second + "\n";
         fs::create_directories(cell_dirs[c]);
         write_file_atomic(file, text);
@@ -373,7 +427,7 @@ int sweep(const SweepArgs& a) {
         Run r{c, p, s, (fs::path(cell_dirs[c]) / sanitize(g.policies[p]) / ("seed-" + std::to_string(g.seeds[s]))).string(), {}, {}};
         r.overrides = run_overrides(c, p, s, costs);
         r.overrides.push_back({"train.out", toml_string(r.dir)});
-        r.hash = config_hash(load_config(g.config, r.overrides));
+        r.hash = config_digest(load_config(g.config, r.overrides));
         runs.push_back(std::move(r));
       }
     }

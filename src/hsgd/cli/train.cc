@@ -14,6 +14,7 @@
 #include "hsgd/cli/commands.h"
 #include "hsgd/cli/progress.h"
 #include "hsgd/cli/sparse_summary.h"
+#include "hsgd/config/effective.h"
 #include "hsgd/core/error.h"
 #include "hsgd/data/spec.h"
 #include "hsgd/metrics/plot.h"
@@ -66,11 +67,10 @@ TrainArgs effective_args(const TrainArgs& a) {
   }
   for (const Override& o : a.overrides) {
     if (!resumable_key(o.first)) {
-      throw InputError(
-          "--resume: " + o.first +
-          " would change the run's meaning; with --resume only train.budget (--budget), "
-          "train.epochs (--epochs), train.checkpoint_every (--checkpoint-every), "
-          "train.workers (--workers) and checkpoint.keep may be given");
+      throw InputError("--resume: " + o.first +
+                       " would change the run's meaning; with --resume only these keys may be "
+                       "given (as --set or their flags): " +
+                       resumable_keys());
     }
   }
   const std::string cfg = a.resume_dir + "/config.toml";
@@ -166,6 +166,7 @@ void check_checkpoint_settings(const Config& c, bool resume) {
 
 void print_header(const Prepared& p) {
   const Config& c = p.c;
+  warn_moot_settings(c);
   std::fprintf(stderr,
                "hsgd: %s on %s (%lld train / %lld test samples, %d classes), %lld params, "
                "policy %s, %d workers x batch %d, lr %g, %s%s -> %s\n",

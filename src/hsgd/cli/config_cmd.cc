@@ -1,0 +1,52 @@
+// hsgd config: the config reference (--reference), or the resolved config
+// of --config and --set as config.toml would hold it, with the moot-setting
+// warnings; nothing is trained or written.
+#include <cstdio>
+#include <map>
+#include <utility>
+
+#include "hsgd/cli/commands.h"
+#include "hsgd/config/effective.h"
+#include "hsgd/core/error.h"
+
+namespace hsgd::cli {
+
+void warn_moot_settings(const Config& c) {
+  for (const std::string& line : moot_settings(c)) {
+    std::fprintf(stderr, "hsgd: warning: %s\n", line.c_str());
+  }
+}
+
+void warn_moot_in_every(const std::vector<Config>& configs) {
+  std::map<std::string, std::pair<size_t, std::string>> seen;  // key -> (configs, first line)
+  std::vector<std::string> order;
+  for (const Config& c : configs) {
+    for (const std::string& line : moot_settings(c)) {
+      const std::string key = line.substr(0, line.find(" = "));
+      auto [it, fresh] = seen.try_emplace(key, 0, line);
+      if (fresh) order.push_back(key);
+      ++it->second.first;
+    }
+  }
+  for (const std::string& key : order) {
+    const auto& [count, line] = seen.at(key);
+    if (count == configs.size()) std::fprintf(stderr, "hsgd: warning: %s\n", line.c_str());
+  }
+}
+
+int config(const ConfigArgs& a) {
+  if (a.reference) {
+    if (!a.config_path.empty() || !a.overrides.empty()) {
+      throw InputError(
+          "--reference: prints the reference of every key; expected no --config or --set");
+    }
+    std::fputs(config_reference_markdown().c_str(), stdout);
+    return 0;
+  }
+  const Config c = load_config(a.config_path, a.overrides);
+  warn_moot_settings(c);
+  std::fputs(to_toml(c).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace hsgd::cli

@@ -1,0 +1,157 @@
+// Validation: every key's own range (from its declaration, keys.cc), then the
+// table of refusals: the rules across keys, each with its message. A rule
+// that reads one key only belongs in that key's declaration, not here.
+#include <cmath>
+#include <string>
+
+#include "hsgd/config/config.h"
+#include "hsgd/config/keys.h"
+#include "hsgd/core/error.h"
+#include "hsgd/server/sparse.h"
+
+namespace hsgd {
+namespace config_internal {
+namespace {
+
+// The message of `check`, or "" when it throws nothing: for the rules that
+// another module states (the policy's constructor, the sparse server).
+std::string thrown_by(const std::function<void()>& check) {
+  try {
+    check();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::vector<Refusal> table() {
+  auto quoted = [](const std::string& s) { return "'" + s + "'"; };
+  return {
+      {"train.budget and train.epochs both 0 (the run would never end)",
+       [](const Config& c) -> std::string {
+         if (c.train.budget != 0 || c.train.epochs != 0) return "";
+         return "train.budget and train.epochs are both 0: give a time budget (--budget) or a "
+                "number of epochs (--epochs)";
+       }},
+      {"train.servers other than 1 off the mpi runtime",
+       [quoted](const Config& c) -> std::string {
+         if (c.train.servers == 1 || c.train.runtime == "mpi") return "";
+         return "train.servers = " + std::to_string(c.train.servers) +
+                ": only the mpi runtime has server ranks; train.runtime = " +
+                quoted(c.train.runtime) + " runs one server";
+       }},
+      {"model.sparse with policy local or hogwild",
+       [](const Config& c) -> std::string {
+         if (!c.model.sparse || (c.policy.kind != "local" && c.policy.kind != "hogwild")) return "";
+         return "model.sparse = true: not supported with policy " + c.policy.kind +
+                " (workers push model deltas or write shared memory)";
+       }},
+      {"model.sparse with sampling.kind other than uniform",
+       [](const Config& c) -> std::string {
+         if (!c.model.sparse || c.sampling.kind == "uniform") return "";
+         return "model.sparse = true: needs sampling.kind = uniform";
+       }},
+      {"model.sparse with a compressor",
+       [](const Config& c) -> std::string {
+         if (!c.model.sparse || !c.compress.on()) return "";
+         return "model.sparse = true: row-sparse pushes are not compressed; expected "
+                "compress.push and compress.pull = 'none'";
+       }},
+      {"model.sparse with DC-ASGD or Gap-Aware (dense only; server/sparse.h)",
+       [](const Config& c) -> std::string {
+         if (!c.model.sparse) return "";
+         return thrown_by([&] { check_sparse_supported(c.optim, c.staleness); });
+       }},
+      {"train.min_workers above train.workers; faults naming a worker >= train.workers",
+       [](const Config& c) {
+         return thrown_by([&] { validate(c.faults, c.train.workers, c.train.min_workers); });
+       }},
+      {"[faults] on the mpi runtime or with policy hogwild",
+       [](const Config& c) -> std::string {
+         if (!c.faults.any() || (c.train.runtime != "mpi" && c.policy.kind != "hogwild")) {
+           return "";
+         }
+         return std::string("[faults]: fault injection runs on the sim and threads runtimes, ") +
+                (c.train.runtime == "mpi" ? "not on mpi (README: Workers that leave and rejoin)"
+                                          : "not with policy hogwild (it has no server)");
+       }},
+      {"a policy its constructor refuses: an unknown name, K or K0 outside [1, train.workers], "
+       "an unknown policy.auto_ablate part (policy/policy.cc)",
+       [](const Config& c) {
+         return thrown_by([&] { make_policy(c.policy, c.train.workers, c.optim.lr); });
+       }},
+      {"hybrid with policy.clock seconds or epochs and the default step (3/lr is in updates)",
+       [](const Config& c) -> std::string {
+         const ScheduleOptions& s = c.policy.schedule;
+         if (c.policy.kind != "hybrid" || s.kind == "adaptive" ||
+             s.clock == ScheduleClock::kUpdates || s.step != 0 ||
+             (s.kind != "step" && s.ramp != 0)) {
+           return "";
+         }
+         // The default step is 3/lr updates; in seconds or epochs it would
+         // keep K near K0 for the whole run.
+         return std::string("policy.clock = '") + to_string(s.clock) + "': the hybrid " + s.kind +
+                " schedule needs an explicit " +
+                (s.kind == "step" ? "policy.step" : "policy.step or policy.ramp") +
+                " in that unit (the default 3/lr is in updates)";
+       }},
+      {"policy hogwild off the threads runtime",
+       [quoted](const Config& c) -> std::string {
+         if (c.policy.kind != "hogwild" || c.train.runtime == "threads") return "";
+         return "policy.name = 'hogwild': runs on the threads runtime only (workers write into "
+                "shared memory); train.runtime = " +
+                quoted(c.train.runtime) + " cannot run it";
+       }},
+      {"policy hogwild with an optimizer other than sgd",
+       [quoted](const Config& c) -> std::string {
+         if (c.policy.kind != "hogwild" || c.optim.kind == "sgd") return "";
+         return "optim.kind = " + quoted(c.optim.kind) +
+                ": hogwild workers apply plain SGD; expected sgd";
+       }},
+      {"stragglers with an exponential or lognormal delay and stragglers.scale = 0",
+       [](const Config& c) -> std::string {
+         const StragglerConfig& g = c.stragglers;
+         if ((g.delay != "exponential" && g.delay != "lognormal") || g.fraction == 0 ||
+             g.scale != 0) {
+           return "";
+         }
+         return "stragglers.scale = 0: the " + g.delay + " delay needs a scale in seconds > 0";
+       }},
+      {"a compressor with policy hogwild (no server)",
+       [quoted](const Config& c) -> std::string {
+         const CompressOptions& z = c.compress;
+         if (!z.on() || c.policy.kind != "hogwild") return "";
+         const char* key = z.push.none() ? "compress.pull" : "compress.push";
+         return std::string(key) + " = " + quoted(z.push.none() ? z.pull.name() : z.push.name()) +
+                ": policy hogwild has no server to compress for; expected none";
+       }},
+  };
+}
+
+}  // namespace
+
+const std::vector<Refusal>& refusals() {
+  static const std::vector<Refusal> t = table();
+  return t;
+}
+
+std::string check_message(const Key& k, const Check& check, const Config& c) {
+  return k.dotted() + " = " + k.show(c) + ": " +
+         (check.message.empty() ? "expected " + check.expected : check.message);
+}
+
+}  // namespace config_internal
+
+void validate(const Config& c) {
+  for (const config_internal::Key& k : config_internal::keys()) {
+    for (const config_internal::Check& check : k.checks) {
+      if (check.applies && !check.applies(c)) continue;
+      if (!check.ok(c)) throw InputError(config_internal::check_message(k, check, c));
+    }
+  }
+  for (const config_internal::Refusal& r : config_internal::refusals()) {
+    if (std::string m = r.refuse(c); !m.empty()) throw InputError(m);
+  }
+}
+
+}  // namespace hsgd
