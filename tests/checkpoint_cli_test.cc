@@ -34,10 +34,11 @@ const std::string kSim =
     "--set stragglers.fraction=0.5 --set stragglers.sigma=0.01 ";
 
 TEST(CheckpointCli, SimResumeIsByteExactAndSummaryDescribesTheWholeRun) {
-  for (const char* policy : {"hybrid", "ssp:1", "local:2"}) {
+  // auto's controller state is part of the cut too (issue 25, defect 14).
+  for (const char* policy : {"hybrid", "ssp:1", "local:2", "auto"}) {
     SCOPED_TRACE(policy);
-    const std::string whole = tmp(std::string("sim_whole_") + policy[0]);
-    const std::string part = tmp(std::string("sim_part_") + policy[0]);
+    const std::string whole = tmp(std::string("sim_whole_") + policy);
+    const std::string part = tmp(std::string("sim_part_") + policy);
     const std::string p = std::string("--policy ") + policy + " ";
     ASSERT_EQ(run(job(whole, kSim + p + "--budget 3")).code, 0);
     ASSERT_EQ(run(job(part, kSim + p + "--budget 1.3 --checkpoint-every 0.5")).code, 0);
