@@ -34,6 +34,10 @@
 // worker's next request (or its pending wait) with stop, discarding pushes
 // that arrive after the budget, then tells the other server ranks to stop.
 //
+// Files, by role: primary.cc (rank 0), replica.cc (server ranks 1 .. S-1),
+// shard_server.h (a server rank's shard), worker.cc (worker ranks),
+// mpi_runtime.cc (the launch); roles.h joins them.
+//
 // Every wait for a message has the deadline mpi.timeout; past it the rank
 // throws MpiError naming the operation and the peer.
 #pragma once

@@ -1,0 +1,60 @@
+// The mpi runtime's roles (mpi_runtime.h has the protocol): internal to
+// src/hsgd/mpi/. MpiRuntime::run (mpi_runtime.cc) sets up the Layout and
+// runs one role per rank:
+//   rank 0                  run_primary (primary.cc): server shard 0, the
+//                           order of events, the schedule and the stops,
+//                           evaluation, checkpoints, membership;
+//   ranks 1 .. S-1          run_replica (replica.cc): replays rank 0's
+//                           events on their shard;
+//   ranks S .. N-1          run_worker (worker.cc): the worker loop.
+// Each server rank's shard is a ShardServer (shard_server.h).
+#pragma once
+#include <mpi.h>
+
+#include <climits>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "hsgd/mpi/sparse.h"
+#include "hsgd/mpi/transport.h"
+#include "hsgd/runtime/runtime.h"
+
+namespace hsgd::mpi {
+
+// An element count as MPI's int.
+inline int as_count(size_t n) { return static_cast<int>(n); }
+
+// Where this rank stands.
+struct Layout {
+  MPI_Comm comm = MPI_COMM_WORLD;
+  int rank = 0;
+  int ranks = 1;
+  int servers = 1;
+  int workers = 1;
+  double timeout = 120;
+  size_t num_params = 0;
+  std::vector<Shard> shards;
+  RowLayout rows;  // model.sparse: the rows (rows = 0 otherwise); shards cover the dense part
+
+  int worker_rank(int w) const { return servers + w; }
+  RowLink row_link(int64_t batch) const { return RowLink{comm, servers, workers, timeout, batch}; }
+};
+
+// Rank 0. `recorder` and `observer` are not null. Returns the run's result.
+RunResult run_primary(const Job& job, const Layout& l, const std::vector<float>& initial,
+                      Recorder* recorder, Observer* observer);
+
+// A server rank other than 0: replays rank 0's events on its shard until
+// the stop event.
+void run_replica(const Job& job, const Layout& l, const std::vector<float>& initial, bool resuming);
+
+// Makes SIGTERM / SIGINT on a worker rank a graceful leave at its next
+// request (issue 10).
+void catch_leave_signals();
+
+// A worker rank: the threads runtime's worker loop over messages. Returns
+// true when it left the run on SIGTERM / SIGINT.
+bool run_worker(const Job& job, const Layout& l, bool resuming, const std::vector<float>& initial);
+
+}  // namespace hsgd::mpi
