@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "hsgd/checkpoint/checkpoint.h"
 #include "hsgd/core/error.h"
 #include "hsgd/mpi/fair.h"
 #include "hsgd/mpi/param_buffers.h"
@@ -67,10 +68,17 @@ struct Fixture : testing::LinearJob {
     }
   }
 
-  RunResult run() {
+  // checkpoints: write checkpoints (train.checkpoint_every) under dir.
+  RunResult run(bool checkpoints = false) {
     std::optional<Recorder> rec;
-    if (world_rank() == 0) rec.emplace(dir);
-    RunResult r = MpiRuntime().run(job(), rec ? &*rec : nullptr, nullptr);
+    std::optional<CheckpointStore> store;
+    if (world_rank() == 0) {
+      rec.emplace(dir);
+      if (checkpoints) store.emplace(dir, 2);
+    }
+    Job j = job();
+    j.checkpoints = store ? &*store : nullptr;
+    RunResult r = MpiRuntime().run(j, rec ? &*rec : nullptr, nullptr);
     if (rec) rec->finish();
     return r;
   }
@@ -192,6 +200,71 @@ TEST(MpiRuntime, TimeBudgetStopsAndEvaluatesPeriodically) {
   EXPECT_GE(rows.size(), 3u);  // t=0, ~0.2, (~0.4 unless the machine is busy), end
   EXPECT_NEAR(r.train_s, 0.6, 0.3);
   for (size_t i = 1; i < rows.size(); ++i) EXPECT_GE(rows[i].time_s, rows[i - 1].time_s);
+}
+
+// The run layer's schedule (run_control.h) on mpi: the closing row's
+// training time is the budget exactly, with checkpoints on or off (the
+// final cut used to overshoot it by the time the workers took to reach the
+// gate), and no row lies past it.
+TEST(MpiRuntime, TrainingTimeIsTheBudgetExactlyWithAndWithoutCheckpoints) {
+  for (const bool checkpoints : {false, true}) {
+    Fixture f(checkpoints ? "budget_exact_ckpt" : "budget_exact",
+              {{"train.epochs", "0"},
+               {"train.budget", "0.5"},
+               {"train.eval_every", "0.2"},
+               {"train.checkpoint_every", "0.2"},
+               {"policy.name", "async"}});
+    RunResult r = f.run(checkpoints);
+    if (world_rank() != 0) continue;
+    EXPECT_TRUE(r.stopped.empty()) << r.stopped;
+    EXPECT_EQ(r.train_s, 0.5) << "checkpoints " << checkpoints;
+    EXPECT_EQ(r.last.time_s, 0.5);
+    const auto rows = read_metrics_csv(f.dir + "/metrics.csv");
+    ASSERT_FALSE(rows.empty());
+    EXPECT_EQ(rows.back().time_s, 0.5);
+    for (const MetricsRow& row : rows) EXPECT_LE(row.time_s, 0.5);
+  }
+}
+
+// Issue 25, defect 1: a diverging run stops at an evaluation with the run
+// layer's line, on every rank (each rank's result carries it: exit 3).
+TEST(MpiRuntime, ADivergingRunStopsOnEveryRank) {
+  Fixture f("diverge", {{"train.epochs", "0"},
+                        {"train.budget", "2"},
+                        {"train.eval_every", "0.2"},
+                        {"train.max_nonfinite", "1000000000"},  // the evaluation stops it
+                        {"policy.name", "async"},
+                        {"optim.kind", "momentum"},
+                        {"optim.lr", "1e38"}});
+  RunResult r = f.run();
+  EXPECT_NE(r.stopped.find("training diverged at update"), std::string::npos)
+      << "rank " << world_rank() << ": '" << r.stopped << "'";
+  if (world_rank() != 0) return;
+  EXPECT_NE(r.stopped.find("not finite"), std::string::npos) << r.stopped;
+  EXPECT_LT(r.train_s, 2.0);
+  EXPECT_EQ(r.last.time_s, r.train_s);
+  const auto rows = read_metrics_csv(f.dir + "/metrics.csv");
+  ASSERT_GE(rows.size(), 2u);
+  EXPECT_NEAR(rows.back().time_s, r.train_s, 1e-3) << "the diverged row is the closing row";
+}
+
+// train.max_nonfinite on mpi: pushes holding NaN stop the run between
+// evaluations (the only evaluation after t = 0 is the closing row), with
+// the run layer's line, on every rank.
+TEST(MpiRuntime, NonFinitePushesStopTheRunOnEveryRank) {
+  Fixture f("nonfinite", {{"train.epochs", "0"},
+                          {"train.budget", "5"},
+                          {"train.eval_every", "100"},
+                          {"train.max_nonfinite", "1"},
+                          {"train.diverge_factor", "0"},
+                          {"policy.name", "async"},
+                          {"optim.kind", "momentum"},
+                          {"optim.lr", "1e38"}});
+  RunResult r = f.run();
+  EXPECT_NE(r.stopped.find("consecutive pushes held a NaN or Inf"), std::string::npos)
+      << "rank " << world_rank() << ": '" << r.stopped << "'";
+  if (world_rank() != 0) return;
+  EXPECT_LT(r.train_s, 5.0);
 }
 
 // DC-ASGD and Gap-Aware keep per-worker copies of the pulled parameters:

@@ -459,6 +459,9 @@ int run_under_mpirun(const TrainArgs& args) {
               "worker ranks may differ)",
               ck->path, ck->info.servers, ck->info.servers));
         }
+        // Every blob decoded now, so that a refusal stops every rank here,
+        // before the output directory is touched (issue 25, defect 5).
+        if (p->c.train.runtime == "mpi") MpiRuntime::check_resume(p->job, *ck, session.size());
       } else {
         prepare_out_dir(p->c.train.out);
       }
@@ -502,7 +505,7 @@ int run_under_mpirun(const TrainArgs& args) {
   } catch (const std::exception& e) {
     session.abort(e.what(), 3);
   }
-  if (!r.primary) return 0;
+  if (!r.primary) return r.stopped.empty() ? 0 : 3;  // rank 0 prints the line
   progress.finish();
   write_outputs(a, *p, r, *recorder, store ? &*store : nullptr, ck ? &*ck : nullptr);
   return r.stopped.empty() ? 0 : 3;

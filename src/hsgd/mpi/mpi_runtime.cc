@@ -30,6 +30,44 @@ void check_same_job(const Layout& l, const Job& job) {
   }
 }
 
+// The layout of a launch of l->ranks ranks (all but comm and rank). Throws
+// InputError (alike on every rank) for a launch that cannot work.
+void fill_layout(const Job& job, Layout* l) {
+  const Config& c = *job.config;
+  l->servers = c.train.servers;
+  l->workers = l->ranks - l->servers;
+  l->timeout = c.mpi.timeout;
+  l->num_params = static_cast<size_t>(job_params(job));
+  l->rows = sparse_layout(job);  // model.sparse: dense slices + rows by id (mpi/sparse.h)
+  const size_t sliced = l->rows.rows > 0 ? static_cast<size_t>(l->rows.dense) : l->num_params;
+  MpiRuntime::check_launch(l->ranks, l->servers, static_cast<int64_t>(sliced));
+  if (c.train.workers != l->workers) {
+    throw InputError(fmt::format(
+        "train.workers = {}: under the mpi runtime the workers are the {} ranks after the {} "
+        "server ranks",
+        c.train.workers, l->workers, l->servers));
+  }
+  if (job.train->size() < l->workers) {
+    throw InputError(fmt::format("train.workers = {}: the training set has only {} samples",
+                                 l->workers, job.train->size()));
+  }
+  l->shards = split(sliced, l->servers);
+}
+
+// Collective: rank 0's `*stopped` on every rank.
+void share_stop(const Layout& l, double timeout, std::string* stopped) {
+  int64_t n = static_cast<int64_t>(stopped->size());
+  MPI_Request r = MPI_REQUEST_NULL;
+  check(MPI_Ibcast(&n, 1, MPI_INT64_T, 0, l.comm, &r), "MPI_Ibcast");
+  const auto what = [&] { return fmt::format("on rank {} at the final barrier", l.rank); };
+  wait_one(&r, timeout, what);
+  if (n == 0) return;
+  stopped->resize(static_cast<size_t>(n));
+  check(MPI_Ibcast(stopped->data(), as_count(stopped->size()), MPI_CHAR, 0, l.comm, &r),
+        "MPI_Ibcast");
+  wait_one(&r, timeout, what);
+}
+
 }  // namespace
 
 void MpiRuntime::check_launch(int ranks, int servers, int64_t num_params) {
@@ -47,8 +85,23 @@ void MpiRuntime::check_launch(int ranks, int servers, int64_t num_params) {
   }
 }
 
+void MpiRuntime::check_resume(const Job& job, const Checkpoint& ck, int ranks) {
+  Layout l;
+  l.ranks = ranks;
+  fill_layout(job, &l);
+  check_primary_state(job, l, ck);
+  for (int s = 0; s < l.servers; ++s) {
+    const std::string name = "server-" + std::to_string(s);
+    check_shard_state(job, l, s, ck.blob(name), ck.path + "/" + name + ".bin");
+  }
+  if (checkpoint_workers(job, l, ck) != l.workers) return;  // the workers start afresh
+  for (int w = 0; w < l.workers; ++w) {
+    const std::string name = "worker-" + std::to_string(w);
+    check_worker_state(job, l, w, ck.blob(name), ck.path + "/" + name + ".bin");
+  }
+}
+
 RunResult MpiRuntime::run(const Job& job, Recorder* recorder, Observer* observer) {
-  const Config& c = *job.config;
   HSGD_ASSERT(job.train && job.test && job.make_model, "incomplete job");
   Layout l;
   // A communicator of its own: no message of an earlier (perhaps failed)
@@ -56,26 +109,10 @@ RunResult MpiRuntime::run(const Job& job, Recorder* recorder, Observer* observer
   check(MPI_Comm_dup(comm_, &l.comm), "MPI_Comm_dup");
   check(MPI_Comm_rank(l.comm, &l.rank), "MPI_Comm_rank");
   check(MPI_Comm_size(l.comm, &l.ranks), "MPI_Comm_size");
-  l.servers = c.train.servers;
-  l.workers = l.ranks - l.servers;
+  fill_layout(job, &l);
   if (l.rank >= l.servers) catch_leave_signals();  // a graceful leave (issue 10)
-  l.timeout = c.mpi.timeout;
-  l.num_params = static_cast<size_t>(job_params(job));
-  l.rows = sparse_layout(job);  // model.sparse: dense slices + rows by id (mpi/sparse.h)
-  const size_t sliced = l.rows.rows > 0 ? static_cast<size_t>(l.rows.dense) : l.num_params;
-  check_launch(l.ranks, l.servers, static_cast<int64_t>(sliced));
-  if (c.train.workers != l.workers) {
-    throw InputError(fmt::format(
-        "train.workers = {}: under the mpi runtime the workers are the {} ranks after the {} "
-        "server ranks",
-        c.train.workers, l.workers, l.servers));
-  }
-  if (job.train->size() < l.workers) {
-    throw InputError(fmt::format("train.workers = {}: the training set has only {} samples",
-                                 l.workers, job.train->size()));
-  }
-  l.shards = split(sliced, l.servers);
   check_same_job(l, job);
+  const size_t sliced = l.rows.rows > 0 ? static_cast<size_t>(l.rows.dense) : l.num_params;
 
   // Rank 0's initial parameters for every server (the same seed may not give
   // the same floats on another machine's build). model.sparse: the dense
@@ -104,12 +141,11 @@ RunResult MpiRuntime::run(const Job& job, Recorder* recorder, Observer* observer
     left = run_worker(job, l, resuming != 0, initial);
     result.primary = false;
   }
-  // Every rank is through its last message: end together. A worker that
-  // left waits here for the others without a deadline (the run goes on).
-  MPI_Request barrier = MPI_REQUEST_NULL;
-  check(MPI_Ibarrier(l.comm, &barrier), "MPI_Ibarrier");
-  wait_one(&barrier, left ? 1e9 : l.timeout,
-           [&] { return fmt::format("on rank {} at the final barrier", l.rank); });
+  // Every rank is through its last message: end together, each with rank
+  // 0's stop line (RunResult::stopped), so every rank exits alike. A worker
+  // that left waits here for the others without a deadline (the run goes
+  // on).
+  share_stop(l, left ? 1e9 : l.timeout, &result.stopped);
   MPI_Comm_free(&l.comm);
   return result;
 }

@@ -11,13 +11,48 @@
 #include "hsgd/mpi/roles.h"
 #include "hsgd/mpi/shard_server.h"
 #include "hsgd/runtime/clock.h"
+#include "hsgd/runtime/membership.h"
 #include "hsgd/runtime/row.h"
+#include "hsgd/runtime/run_control.h"
 #include "hsgd/runtime/sparse_rows.h"
 
 namespace hsgd::mpi {
 namespace {
 
 constexpr uint32_t kMpiTag = 0x4D504931;  // "MPI1"
+
+// Blob "mpi": rank 0's own part of a checkpoint.
+struct PrimaryState {
+  int workers = 0;  // worker ranks that wrote it
+  double t = 0;     // the cut's training time
+  double last_time = 0, last_idle = 0;
+  IdleMeter idle;
+  CompressCounters tally;
+};
+
+// Decodes blob "mpi" for the launch `l`. Throws InputError naming the file.
+PrimaryState decode_primary_state(const Checkpoint& ck, const Layout& l, bool compress) {
+  const std::string file = ck.path + "/mpi.bin";
+  StateReader m(ck.blob("mpi"), file);
+  m.expect_tag(kMpiTag, "mpi runtime");
+  const int servers = m.get<int32_t>();
+  PrimaryState st;
+  st.workers = m.get<int32_t>();
+  if (servers != l.servers) {
+    throw InputError(fmt::format("{}: written by {} server ranks, this launch has {}", file,
+                                 servers, l.servers));
+  }
+  if (st.workers < 1) m.fail("corrupt (worker count)");
+  st.t = m.get<double>();
+  st.last_time = m.get<double>();
+  st.last_idle = m.get<double>();
+  if (!std::isfinite(st.t) || st.t < 0) m.fail("corrupt (the cut's time)");
+  st.idle.resize(static_cast<size_t>(l.workers));
+  st.idle.load(m);
+  if (compress) st.tally = m.get<CompressCounters>();
+  m.expect_end();
+  return st;
+}
 
 // Rank 0: server shard 0, the order of events, evaluation and the metrics.
 class Primary {
@@ -62,10 +97,6 @@ class Primary {
     }
     model_ = job.make_model();
     model_->bind(eval_params_, eval_grads_);
-    if (c_.train.epochs > 0) {
-      epoch_target_ =
-          static_cast<int64_t>(std::ceil(c_.train.epochs * static_cast<double>(job.train->size())));
-    }
   }
   ~Primary() {
     for (MPI_Request& r : req_recv_) cancel_and_free(&r);
@@ -85,51 +116,41 @@ class Primary {
       if (!recorder_->rows().empty()) last_acc = recorder_->rows().back().test_acc;
     } else {
       clock_.start(0, /*paused=*/true);
-      MetricsRow first = evaluate();
-      emit_row(first);
-      last_acc = first.test_acc;
+      last_acc = evaluate(0).test_acc;
     }
     clock_.start(start_s);  // training time starts after the first evaluation
     check(MPI_Startall(as_count(req_recv_.size()), req_recv_.data()), "MPI_Startall");
 
-    const double budget = c_.train.budget > 0 ? c_.train.budget : 1e300;
-    const auto next_after = [](double t, double every) {
-      return (std::floor(t / every) + 1) * every;
-    };
-    double next_eval = next_after(start_s, c_.train.eval_every), next_tick = start_s + 0.5;
-    const double ckpt_every = job_.checkpoints ? c_.train.checkpoint_every : 0;
-    double next_ckpt = ckpt_every > 0 ? next_after(start_s, ckpt_every) : 1e300;
+    double next_tick = start_s + 0.5;
     double tick_time = start_s;
     int64_t tick_samples = server().samples();
-    if (epoch_target_ > 0 && server().samples() >= epoch_target_) request_end();
+    if (stops_.stopped()) {
+      // Stopped at the first row, or a resumed checkpoint whose stop is set
+      // (run_control.h): training ends at once; its closing row is the last
+      // one written.
+      closed_ = true;
+      begin_stop(start_s);
+    } else if (schedule_.epochs_done(server().samples())) {
+      request_end();
+    }
     std::vector<int> done_idx(req_recv_.size());
     auto last_progress = SteadyClock::now();
     Backoff backoff;
     while (!all_done()) {
       pump_events();
       const double now = clock_.seconds();
-      if (!stopping_ && !ending_ && now >= budget) request_end();
-      // Evaluation and checkpoints pause the workers as the threads
-      // runtime's gate does: a worker's next request is held until every
-      // worker is at the gate (holding a request or waiting on its policy);
-      // the clock runs until then, stands still while evaluating and writing,
-      // and the held requests are served in the order they came.
-      if (!stopping_ && (now >= next_eval || now >= next_ckpt)) pausing_ = true;
+      if (!ending_ && schedule_.past_budget(now)) request_end();
+      // Evaluation, checkpoints and the end of training pause the workers
+      // as the threads runtime's gate does: a worker's next request is held
+      // until every worker is at the gate (holding a request or waiting on
+      // its policy); the clock runs until then, stands still while
+      // evaluating and writing, and the held requests are served in the
+      // order they came (after the end: answered stop).
+      if (!ending_ && (schedule_.eval_due(now) || schedule_.checkpoint_due(now))) pausing_ = true;
       if (pausing_ && (stopping_ || all_at_gate())) {
         if (!stopping_) {
           clock_.pause();
-          const double t = clock_.seconds();
-          if (!ending_ && t >= next_eval) {
-            MetricsRow r = evaluate();
-            emit_row(r);
-            last_acc = r.test_acc;
-            while (next_eval <= r.time_s) next_eval += c_.train.eval_every;
-          }
-          if (ending_ || t >= next_ckpt) {
-            write_checkpoint(t);
-            while (next_ckpt <= t) next_ckpt += ckpt_every;
-          }
-          if (ending_) begin_stop();  // the cut is the end of training
+          at_gate(&last_acc);
           clock_.resume();
         }
         pausing_ = false;
@@ -200,17 +221,21 @@ class Primary {
       }
       backoff.idle();
     }
-    const double train_s = stop_time_;
     clock_.pause();
-    MetricsRow last = evaluate();
-    last.time_s = train_s;
+    if (!closed_) {  // every worker left before a cut could end training
+      evaluate(schedule_.clamp(clock_.seconds()));
+      closed_ = true;
+    }
+    if (!gathered_) gather();  // resumed at a stop: the parameters for model.bin
+    // The closing row: written at the final cut, or the stopped run's last.
+    const MetricsRow last = recorder_->rows().empty() ? MetricsRow{} : recorder_->rows().back();
+    const double train_s = last.time_s;
     std::string rows_file;
     if (shard_.sparse()) {  // the final rows, chunk by chunk, for model.bin
       emit(Event{.type = kEventModel});
       rows_file = c_.train.out + "/model-rows.partial";
       shard_.sparse()->write_chunks(rows_file);
     }
-    emit_row(last);
     emit(Event{.type = Event::kStop});
     drain_events();
     shard_.settle();
@@ -232,8 +257,8 @@ class Primary {
     result.gradients = server().pushes();
     result.staleness_histogram = server().staleness_histogram();
     for (int w = 0; w < l_.workers; ++w) result.worker_pushes.push_back(server().clock(w));
-    result.membership = membership_;
-    result.stopped = stopped_;
+    result.membership = membership_.log();
+    result.stopped = stops_.reason();
     if (shard_.sparse()) result.sparse = shard_.sparse()->gathered();
     result.compress_on = c_.compress.on();
     result.compress = tally_.counters;
@@ -316,13 +341,18 @@ class Primary {
       return;
     }
     if (r.type == Request::kPush) {
-      if (stopping_) {
+      const double now = clock_.seconds();
+      if (!ending_ && schedule_.past_budget(now)) request_end();
+      if (pausing_ && !stopping_) {  // it comes after the budget: held for the final cut
+        hold(w);
+        return;
+      }
+      if (stopping_) {  // after the end of training: received and dropped
         shard_.discard(w);
         emit(Event{.type = Event::kDiscard, .worker = w});
         stop_worker(w);
         return;
       }
-      const double now = clock_.seconds();
       Decision d = shard_.push(w, r.version, r.batch, r.loss, now);
       emit(Event{.type = Event::kPush,
                  .worker = w,
@@ -338,7 +368,9 @@ class Primary {
         pull(w);
       }
       release(d.released);
-      if (epoch_target_ > 0 && server().samples() >= epoch_target_ && !stopping_) request_end();
+      if (stops_.check_pushes(server(), now) || schedule_.epochs_done(server().samples())) {
+        request_end();
+      }
     } else if (r.type == Request::kPull) {
       if (stopping_) {
         stop_worker(w);
@@ -397,26 +429,59 @@ class Primary {
     const Decision d = shard_.leave(w, now);
     emit(Event{.type = Event::kLeave, .worker = w, .seconds = now, .version = d.version});
     left_[static_cast<size_t>(w)] = 1;
-    membership_.push_back(MembershipEvent{now, w, false, MembershipCause::kSignal, ""});
+    const std::string why =
+        membership_.record(MembershipEvent{now, w, false, MembershipCause::kSignal, ""}, server());
     stop_worker(w);
     release(d.released);
-    if (server().live_workers() < c_.train.min_workers && stopped_.empty()) {
-      stopped_ = fmt::format(
-          "{} of {} workers live, fewer than train.min_workers = {}: worker {} left at {:.3f} s "
-          "(signal)",
-          server().live_workers(), l_.workers, c_.train.min_workers, w, now);
-      if (!stopping_) request_end();
-    }
+    if (stops_.check_membership(why)) request_end();
   }
 
-  // The end of training: at once, or, with checkpoints on, at a gate cut
-  // that writes the final checkpoint first.
+  // The end of training (the budget, the epoch target or a stop): at the
+  // next gate cut (at_gate), which writes the closing row and the final
+  // checkpoint. Pushes that come after it are dropped.
   void request_end() {
-    if (job_.checkpoints) {
-      ending_ = true;
-      pausing_ = true;
-    } else {
-      begin_stop();
+    if (ending_) return;
+    ending_ = true;
+    pausing_ = true;
+  }
+
+  // Holds worker w's request until the gate opens.
+  void hold(int w) {
+    held_.push_back(w);
+    at_gate_[static_cast<size_t>(w)] = 1;
+  }
+
+  // At a gate cut (clock paused, every worker blocked on rank 0): the
+  // evaluation and checkpoint due (an evaluation first, so a checkpoint
+  // holds its row), or the end of training: the closing row at the
+  // training time clamped to the budget, the final checkpoint when the
+  // stops allow one (run_control.h), then stop.
+  void at_gate(double* last_acc) {
+    const double now = clock_.seconds();
+    const double t = schedule_.clamp(now);
+    if (!ending_ && schedule_.past_budget(now)) request_end();
+    if (!ending_ && schedule_.eval_due(t)) {
+      const MetricsRow r = evaluate(t);
+      schedule_.eval_done(t);
+      *last_acc = r.test_acc;
+      if (stops_.stopped()) {  // diverged: its row is the closing row
+        closed_ = true;
+        begin_stop(t);
+        return;
+      }
+    }
+    if (ending_) {
+      evaluate(t);
+      closed_ = true;
+      schedule_.eval_done(t);
+      schedule_.checkpoint_done(t);
+      if (stops_.final_checkpoint_allowed()) write_checkpoint(t);
+      begin_stop(t);
+      return;
+    }
+    if (schedule_.checkpoint_due(t)) {
+      schedule_.checkpoint_done(t);
+      write_checkpoint(t);
     }
   }
 
@@ -456,6 +521,7 @@ class Primary {
     idle_.save(m);
     if (c_.compress.on()) m.put(tally_.counters);
     blobs["mpi"] = m.take();
+    blobs[kRunBlob] = save_run_state(stops_, schedule_);
     CheckpointInfo info;
     info.id = job_.identity;
     info.runtime = "mpi";
@@ -470,20 +536,14 @@ class Primary {
   // Restores rank 0's state, sends every other rank its part, and marks the
   // workers that were waiting at the cut. Returns the cut's training time.
   double restore(const Checkpoint& ck) {
-    StateReader m(ck.blob("mpi"), ck.path + "/mpi.bin");
-    m.expect_tag(kMpiTag, "mpi runtime");
-    const int servers = m.get<int32_t>();
-    const int workers = m.get<int32_t>();
-    if (servers != l_.servers) {
-      throw MpiError(fmt::format("{}: written by {} server ranks, this launch has {}", ck.path,
-                                 servers, l_.servers));
-    }
-    const double t = m.get<double>();
-    last_time_ = m.get<double>();
-    last_idle_ = m.get<double>();
-    idle_.load(m);
-    if (c_.compress.on()) tally_.counters = m.get<CompressCounters>();
-    m.expect_end();
+    PrimaryState st = decode_primary_state(ck, l_, c_.compress.on());
+    const int workers = st.workers;
+    const double t = st.t;
+    last_time_ = st.last_time;
+    last_idle_ = st.last_idle;
+    idle_ = std::move(st.idle);
+    tally_.counters = st.tally;
+    load_run_state(ck, stops_, schedule_);
     shard_.load(ck.blob("server-0"), ck.path + "/server-0.bin", t);
     for (int s = 1; s < l_.servers; ++s) {
       StateWriter msg;
@@ -515,23 +575,46 @@ class Primary {
     return t;
   }
 
-  void begin_stop() {
+  // Training ends at training time t: the waiting workers are answered
+  // stop now, the others at their next request.
+  void begin_stop(double t) {
+    ending_ = true;
     stopping_ = true;
-    stop_time_ = clock_.seconds();
     for (int w = 0; w < l_.workers; ++w) {
       if (state_[static_cast<size_t>(w)] == kWaiting) {
-        idle_.end(static_cast<size_t>(w), stop_time_);
+        idle_.end(static_cast<size_t>(w), t);
         stop_worker(w);
       }
     }
   }
 
-  // Gathers the shards at this point of the event order and evaluates them;
-  // the caller pauses the clock (evaluation is not training time).
-  // model.sparse: rank 0 gathers only the rows the evaluation reads, into
-  // calloc'd memory.
-  MetricsRow evaluate() {
-    const double time_s = std::max(0.0, clock_.seconds());
+  // Gathers the shards at this point of the event order, evaluates them as
+  // the row at training time `time_s`, checks the stops on it
+  // (RunStops::check_row) and writes it; the caller pauses the clock
+  // (evaluation is not training time). model.sparse: rank 0 gathers only
+  // the rows the evaluation reads, into calloc'd memory.
+  MetricsRow evaluate(double time_s) {
+    gather();
+    const ServerStats st = server().take_stats();
+    const EvalResult e = model_->evaluate(test_);
+    const double idle_total = idle_.total(time_s);
+    const double idle = idle_fraction(idle_total - last_idle_, time_s - last_time_, l_.workers);
+    last_time_ = time_s;
+    last_idle_ = idle_total;
+    MetricsRow row = build_row(server(), st, e, time_s, idle, job_);
+    if (c_.compress.on()) {
+      tally_.fill(&row);
+      row.compress_s += server_compress_s_;
+    }
+    stops_.check_row(row, eval_params_, recorder_->rows());
+    emit_row(row);
+    return row;
+  }
+
+  // Gathers the shards' parameters into eval_params_ at this point of the
+  // event order (model.sparse: the rows evaluation reads), and the server
+  // ranks' compression seconds.
+  void gather() {
     emit(Event{.type = Event::kEval});
     if (l_.servers > 1) {
       check(MPI_Startall(as_count(l_.servers - 1), gather_recv_.data() + 1), "MPI_Startall");
@@ -542,19 +625,8 @@ class Primary {
       return std::string("on server shard 0 gathering the other shards' parameters for evaluation");
     });
     if (shard_.sparse()) shard_.sparse()->gather(eval_params_);  // and the rows it reads
-    const ServerStats st = server().take_stats();
-    const EvalResult e = model_->evaluate(test_);
-    const double idle_total = idle_.total(time_s);
-    const double idle = idle_fraction(idle_total - last_idle_, time_s - last_time_, l_.workers);
-    last_time_ = time_s;
-    last_idle_ = idle_total;
-    MetricsRow row = build_row(server(), st, e, time_s, idle, job_);
-    if (c_.compress.on()) {
-      tally_.fill(&row);
-      server_compress_s_ = shard_.gather_compress_seconds();
-      row.compress_s += server_compress_s_;
-    }
-    return row;
+    if (c_.compress.on()) server_compress_s_ = shard_.gather_compress_seconds();
+    gathered_ = true;
   }
 
   void emit_row(const MetricsRow& r) {
@@ -586,19 +658,32 @@ class Primary {
   std::vector<char> skip_request_;  // resumed waiting: its first request is dropped
   std::deque<Outgoing> outgoing_;
   TrainClock clock_;
-  bool stopping_ = false;
-  double stop_time_ = 0;
-  int64_t epoch_target_ = 0;
+  // The run layer (run_control.h): the schedule and the stops.
+  TrainSchedule schedule_{c_, job_.train->size(), job_.checkpoints != nullptr};
+  RunStops stops_{c_};
+  bool stopping_ = false;  // training has ended: every request is answered stop
+  bool closed_ = false;    // the closing row is written
+  bool gathered_ = false;  // eval_params_ holds the shards' parameters
   double last_idle_ = 0, last_time_ = 0;
   // Membership (issue 10): workers that left on a signal, and the log.
   std::vector<char> left_ = std::vector<char>(static_cast<size_t>(l_.workers), 0);
-  std::vector<MembershipEvent> membership_;
-  std::string stopped_;           // below train.min_workers
+  Membership membership_{job_, l_.workers};
   CompressTally tally_;           // [compress]: the workers' reported bytes and seconds
   double server_compress_s_ = 0;  // [compress]: the server ranks' seconds, at the last evaluation
 };
 
 }  // namespace
+
+void check_primary_state(const Job& job, const Layout& l, const Checkpoint& ck) {
+  decode_primary_state(ck, l, job.config->compress.on());
+  RunStops stops(*job.config);
+  TrainSchedule schedule(*job.config, job.train->size(), job.config->train.checkpoint_every > 0);
+  load_run_state(ck, stops, schedule);
+}
+
+int checkpoint_workers(const Job& job, const Layout& l, const Checkpoint& ck) {
+  return decode_primary_state(ck, l, job.config->compress.on()).workers;
+}
 
 RunResult run_primary(const Job& job, const Layout& l, const std::vector<float>& initial,
                       Recorder* recorder, Observer* observer) {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "hsgd/checkpoint/checkpoint.h"
 #include "hsgd/mpi/sparse.h"
 #include "hsgd/mpi/transport.h"
 #include "hsgd/runtime/runtime.h"
@@ -56,5 +57,20 @@ void catch_leave_signals();
 // A worker rank: the threads runtime's worker loop over messages. Returns
 // true when it left the run on SIGTERM / SIGINT.
 bool run_worker(const Job& job, const Layout& l, bool resuming, const std::vector<float>& initial);
+
+// Resuming (MpiRuntime::check_resume): each decodes its role's part of a
+// checkpoint as its restore would, into objects it then drops, and throws
+// InputError naming the blob where that restore would refuse.
+// Blob "mpi" and the run layer's blob "run" (primary.cc):
+void check_primary_state(const Job& job, const Layout& l, const Checkpoint& ck);
+// The worker count blob "mpi" was written with (the worker blobs are
+// restored only when it is this launch's).
+int checkpoint_workers(const Job& job, const Layout& l, const Checkpoint& ck);
+// Blob server-<shard> (shard_server.cc):
+void check_shard_state(const Job& job, const Layout& l, int shard, const std::string& bytes,
+                       const std::string& what);
+// Blob worker-<w> (worker.cc); empty bytes: the worker starts afresh.
+void check_worker_state(const Job& job, const Layout& l, int w, const std::string& bytes,
+                        const std::string& what);
 
 }  // namespace hsgd::mpi

@@ -13,6 +13,22 @@ std::vector<int> worker_ranks(const Layout& l) {
   return r;
 }
 
+// Shard `range`'s replica of the server state machine over `params`.
+void make_server(const Job& job, const Layout& l, Shard range, std::span<float> params,
+                 std::optional<Server>* server) {
+  const Config& c = *job.config;
+  server->emplace(params, server_options(job), make_policy(c.policy, l.workers, c.optim.lr),
+                  make_optimizer(server_optimizer(c), range.size));
+}
+
+// A shard's state as save() wrote it: the server's (with its rows, when a
+// RowTable is attached), then the compression's.
+void decode(StateReader& r, Server& server, ShardCompression* z) {
+  server.load(r);
+  if (z) z->load(r);
+  r.expect_end();
+}
+
 }  // namespace
 
 ShardServer::ShardServer(const Job& job, const Layout& l, int shard,
@@ -26,8 +42,7 @@ ShardServer::ShardServer(const Job& job, const Layout& l, int shard,
           l.comm, worker_ranks(l), shard != 0 ? 0 : -1, l.timeout,
           fmt::format("server shard {}", shard)) {
   const Config& c = *job.config;
-  server_.emplace(params_.live(), server_options(job), make_policy(c.policy, l.workers, c.optim.lr),
-                  make_optimizer(server_optimizer(c), range_.size));
+  make_server(job, l, range_, params_.live(), &server_);
   const auto nw = static_cast<size_t>(l.workers);
   grads_.assign(nw, std::vector<float>(range_.size));
   grad_recv_.assign(nw, MPI_REQUEST_NULL);
@@ -120,9 +135,7 @@ std::string ShardServer::save() {
 
 void ShardServer::load(const std::string& bytes, const std::string& what, double seconds) {
   StateReader r(bytes, what);
-  server_->load(r);
-  if (z_) z_->load(r);
-  r.expect_end();
+  decode(r, *server_, z_.get());
   for (int w = l_.workers; w < server_->known_workers(); ++w) server_->on_leave(w, seconds);
   for (int w = 0; w < l_.workers; ++w) {
     if (server_->is_live(w)) continue;
@@ -150,6 +163,33 @@ void ShardServer::take_gradient(int w) {
     return fmt::format("waiting for the gradient of {} on server shard {}",
                        worker_name(w, l_.servers), shard_);
   });
+}
+
+void check_shard_state(const Job& job, const Layout& l, int shard, const std::string& bytes,
+                       const std::string& what) {
+  const Config& c = *job.config;
+  const Shard range = l.shards[static_cast<size_t>(shard)];
+  std::vector<float> params(range.size);
+  std::optional<Server> server;
+  make_server(job, l, range, params, &server);
+  std::unique_ptr<ShardCompression> z;
+  if (c.compress.on()) {  // its constructor sends nothing
+    z = std::make_unique<ShardCompression>(c.compress, job.make_model()->param_shapes(), range,
+                                           shard, l.servers, l.workers, c.train.seed, params,
+                                           l.comm, l.timeout);
+  }
+  // model.sparse: this shard's rows, as SparseShard attaches them.
+  std::vector<float> rows;
+  std::unique_ptr<RowTable> table;
+  if (l.rows.rows > 0) {
+    const RowPartition part{l.servers, l.rows.rows};
+    rows.resize(static_cast<size_t>(part.rows_of(shard)) * static_cast<size_t>(l.rows.dim));
+    table = std::make_unique<RowTable>(rows, l.rows.dim, server_optimizer(c), c.policy.aggregation,
+                                       c.staleness);
+    server->set_hook(table.get());
+  }
+  StateReader r(bytes, what);
+  decode(r, *server, z.get());
 }
 
 }  // namespace hsgd::mpi

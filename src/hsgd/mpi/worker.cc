@@ -21,7 +21,41 @@ namespace {
 volatile std::sig_atomic_t g_leave_requested = 0;
 extern "C" void on_leave_signal(int) { g_leave_requested = 1; }
 
+// A worker's checkpoint state as its save_state wrote it: sampler, delay
+// streams, local momentum, compression.
+void decode(StateReader& r, ShardSampler& sampler, DelayModel& delays,
+            std::optional<LocalWorker>& local, WorkerCompression* z, std::span<float> params) {
+  load_sampler(sampler, r);
+  delays.load(r);
+  if (r.get<uint8_t>() != 0) {
+    if (!local) r.fail("corrupt (local-SGD state for a policy without it)");
+    local->load(r);
+  }
+  if (z) z->load(r, params);
+  r.expect_end();
+}
+
 }  // namespace
+
+void check_worker_state(const Job& job, const Layout& l, int w, const std::string& bytes,
+                        const std::string& what) {
+  if (bytes.empty()) return;
+  const Config& c = *job.config;
+  ShardSampler sampler = make_sampler(job, w);
+  DelayModel delays(c.stragglers, l.workers, c.train.seed);
+  std::optional<LocalWorker> local;
+  if (make_policy(c.policy, l.workers, c.optim.lr)->local_steps() > 0) {
+    local.emplace(make_local_worker(c, l.num_params));
+  }
+  std::unique_ptr<WorkerCompression> z;  // its constructor sends nothing
+  if (c.compress.on()) {
+    z = std::make_unique<WorkerCompression>(c.compress, job.make_model()->param_shapes(), l.shards,
+                                            w, c.train.seed, l.comm, l.timeout);
+  }
+  const ZeroedFloats copy(z && z->pull_on() ? l.num_params : 0);
+  StateReader r(bytes, what);
+  decode(r, sampler, delays, local, z.get(), copy.span());
+}
 
 void catch_leave_signals() {
   struct sigaction sa {};
@@ -80,14 +114,7 @@ bool run_worker(const Job& job, const Layout& l, bool resuming, const std::vecto
     });
     if (!bytes.empty()) {
       StateReader r(bytes, "checkpoint worker-" + std::to_string(id));
-      load_sampler(sampler, r);
-      delays.load(r);
-      if (r.get<uint8_t>() != 0) {
-        if (!local) r.fail("corrupt (local-SGD state for a policy without it)");
-        local->load(r);
-      }
-      if (z) z->load(r, params);
-      r.expect_end();
+      decode(r, sampler, delays, local, z.get(), params);
     }
   }
 
