@@ -189,7 +189,6 @@ class Primary {
                              l_.workers, first_);
         for (int i = 0; i < count; ++i) {
           const int w = done_idx[static_cast<size_t>(i)];
-          if (c_.compress.on()) tally_.add(requests_[static_cast<size_t>(w)]);  // [compress]
           if (pausing_) {
             held_.push_back(w);
             at_gate_[static_cast<size_t>(w)] = 1;
@@ -327,14 +326,30 @@ class Primary {
     check(MPI_Start(&reply_send_[i]), "MPI_Start");
   }
 
+  // Serves worker w's request (once: a held request is served when the gate
+  // opens). [compress]: the bytes and seconds it reports count here, its
+  // push's bytes only when the server takes the push (Server::on_push), so
+  // bytes_pushed counts what was applied (or screened), never a push
+  // dropped after the end of training, and a checkpoint's counters are
+  // those of the pushes in it.
   void handle(int w) {
     const auto i = static_cast<size_t>(w);
     const Request r = requests_[i];
+    if (r.type == Request::kPush && !stopping_) {
+      const double now = clock_.seconds();
+      if (!ending_ && schedule_.past_budget(now)) request_end();
+      if (pausing_) {  // it comes after the budget: held for the final cut, then dropped
+        hold(w);
+        return;
+      }
+    }
     if (shard_.sparse() && (r.type == Request::kPush || r.type == Request::kPull)) {
       // model.sparse: every rank takes the row message that came with it.
       shard_.sparse()->take(w);
       emit(Event{.type = kEventRows, .worker = w});
     }
+    const bool takes_push = r.type == Request::kPush && !stopping_ && !skip_request_[i];
+    if (c_.compress.on()) tally_.add(r, takes_push);
     if (skip_request_[i]) {
       skip_request_[i] = 0;
       if (state_[i] != kDone) check(MPI_Start(&req_recv_[i]), "MPI_Start");
@@ -342,11 +357,6 @@ class Primary {
     }
     if (r.type == Request::kPush) {
       const double now = clock_.seconds();
-      if (!ending_ && schedule_.past_budget(now)) request_end();
-      if (pausing_ && !stopping_) {  // it comes after the budget: held for the final cut
-        hold(w);
-        return;
-      }
       if (stopping_) {  // after the end of training: received and dropped
         shard_.discard(w);
         emit(Event{.type = Event::kDiscard, .worker = w});
@@ -564,10 +574,12 @@ class Primary {
       const auto i = static_cast<size_t>(w);
       if (server().is_waiting(w)) {
         // Its push (or SSP pull) waits: its first request, a pull, is
-        // dropped; the release answers it.
+        // dropped; the release answers it. Its wait goes on from where the
+        // checkpoint's idle meter has it start, before the cut (restarting
+        // it at the cut would drop the part before the cut from the idle
+        // seconds, which the row at the cut counted).
         state_[i] = kWaiting;
         skip_request_[i] = 1;
-        idle_.begin(i, t);
       } else {
         idle_.end(i, t);
       }
