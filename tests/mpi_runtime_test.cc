@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
@@ -19,6 +20,7 @@
 #include "hsgd/mpi/fair.h"
 #include "hsgd/mpi/param_buffers.h"
 #include "hsgd/mpi/session.h"
+#include "hsgd/mpi/sparse.h"
 #include "hsgd/mpi/transport.h"
 #include "hsgd/runtime/threads_runtime.h"
 #include "linear_job.h"
@@ -380,6 +382,75 @@ TEST(MpiRuntime, ATimeoutNamesTheOperationOnEveryRank) {
     ADD_FAILURE() << "no timeout on rank " << world_rank();
   } catch (const mpi::MpiError& e) {
     EXPECT_NE(std::string(e.what()).find("timed out after 0.5 s"), std::string::npos) << e.what();
+  }
+}
+
+// Issue 25, defect 13: a shard larger than one MPI message (INT_MAX
+// floats) is one InputError on every rank before any message, not a count
+// cast to int.
+TEST(MpiRuntime, AShardLargerThanOneMessageIsAnInputErrorOnEveryRank) {
+  Fixture f("big_shard");
+  Job j = f.job();
+  j.num_params = 5'000'000'000;  // 2.5e9 or more per shard in either layout
+  try {
+    MpiRuntime().run(j, nullptr, nullptr);
+    ADD_FAILURE() << "no error on rank " << world_rank();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("larger than one MPI message"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(MpiRuntime::check_shards(5'000'000'000, 2), InputError);
+  EXPECT_NO_THROW(MpiRuntime::check_shards(5'000'000'000, 3));
+  EXPECT_NO_THROW(MpiRuntime::check_shards(INT_MAX, 1));
+  EXPECT_THROW(MpiRuntime::check_shards(uint64_t{INT_MAX} + 1, 1), InputError);
+}
+
+// Issue 25, defect 13: a row message is checked against the bytes received
+// (counts, ids in range, push ids sorted and unique); a malformed one is an
+// MpiError with one line, never a read past the buffer or a bad index.
+TEST(MpiSparse, RowMessagesAreCheckedAgainstTheBytesReceived) {
+  const int64_t dim = 2, rows = 10;
+  const auto message = [&](int64_t n_push, int64_t n_pull, std::vector<int64_t> push_ids,
+                           std::vector<int64_t> pull_ids) {
+    std::string m(16, '\0');
+    std::memcpy(m.data(), &n_push, 8);
+    std::memcpy(m.data() + 8, &n_pull, 8);
+    for (int64_t id : push_ids) m.append(reinterpret_cast<const char*>(&id), 8);
+    for (size_t k = 0; k < push_ids.size() * dim; ++k) {
+      const float v = 0.5f * static_cast<float>(k);
+      m.append(reinterpret_cast<const char*>(&v), 4);
+    }
+    for (int64_t id : pull_ids) m.append(reinterpret_cast<const char*>(&id), 8);
+    return m;
+  };
+  RowPush push;
+  std::vector<int64_t> pull;
+  const std::string good = message(2, 1, {1, 3}, {9});
+  mpi::parse_row_message(good, dim, rows, &push, &pull, "test");
+  EXPECT_EQ(push.ids, (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(push.values, (std::vector<float>{0, 0.5f, 1, 1.5f}));
+  EXPECT_EQ(pull, (std::vector<int64_t>{9}));
+  const std::vector<std::pair<const char*, std::string>> bad = {
+      {"shorter than its counts", good.substr(0, 12)},
+      {"one byte short", good.substr(0, good.size() - 1)},
+      {"one byte more", good + "x"},
+      {"a negative count", message(-1, 1, {}, {9})},
+      {"a count whose size overflows", message(int64_t{1} << 61, 0, {1, 3}, {9})},
+      {"a pull count too large", message(2, 2, {1, 3}, {9})},
+      {"a pushed row out of range", message(2, 1, {1, 10}, {9})},
+      {"a negative pushed row", message(2, 1, {-1, 3}, {9})},
+      {"pushed rows not sorted", message(2, 1, {3, 1}, {9})},
+      {"pushed rows repeated", message(2, 1, {3, 3}, {9})},
+      {"a pulled row out of range", message(2, 1, {1, 3}, {10})},
+  };
+  for (const auto& [what, m] : bad) {
+    try {
+      mpi::parse_row_message(m, dim, rows, &push, &pull, "test");
+      ADD_FAILURE() << what << ": accepted";
+    } catch (const mpi::MpiError& e) {
+      EXPECT_NE(std::string(e.what()).find("test: a malformed row message"), std::string::npos)
+          << what << ": " << e.what();
+    }
   }
 }
 

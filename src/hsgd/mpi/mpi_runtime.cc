@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <algorithm>
+#include <climits>
+
 #include "hsgd/core/error.h"
 #include "hsgd/mpi/roles.h"
 #include "hsgd/mpi/transport.h"
@@ -51,6 +54,7 @@ void fill_layout(const Job& job, Layout* l) {
     throw InputError(fmt::format("train.workers = {}: the training set has only {} samples",
                                  l->workers, job.train->size()));
   }
+  MpiRuntime::check_shards(sliced, l->servers);
   l->shards = split(sliced, l->servers);
 }
 
@@ -69,6 +73,18 @@ void share_stop(const Layout& l, double timeout, std::string* stopped) {
 }
 
 }  // namespace
+
+void MpiRuntime::check_shards(uint64_t sliced, int servers) {
+  constexpr auto kMax = static_cast<uint64_t>(INT_MAX);
+  const uint64_t largest = (sliced + static_cast<uint64_t>(servers) - 1) /
+                           static_cast<uint64_t>(std::max(1, servers));
+  if (largest > kMax) {
+    throw InputError(fmt::format(
+        "train.servers = {}: a shard of {} parameters is larger than one MPI message ({} "
+        "floats); use at least {} server ranks",
+        servers, largest, kMax, (sliced + kMax - 1) / kMax));
+  }
+}
 
 void MpiRuntime::check_launch(int ranks, int servers, int64_t num_params) {
   if (ranks < servers + 1) {
@@ -122,7 +138,10 @@ RunResult MpiRuntime::run(const Job& job, Recorder* recorder, Observer* observer
               "job.initial_params shorter than the dense part");
   std::vector<float> initial(job.initial_params.begin(),
                              job.initial_params.begin() + static_cast<ptrdiff_t>(sliced));
-  check(MPI_Bcast(initial.data(), as_count(initial.size()), MPI_FLOAT, 0, l.comm), "MPI_Bcast");
+  for (size_t at = 0; at < initial.size(); at += INT_MAX) {  // in messages of <= INT_MAX floats
+    const size_t n = std::min(initial.size() - at, static_cast<size_t>(INT_MAX));
+    check(MPI_Bcast(initial.data() + at, as_count(n), MPI_FLOAT, 0, l.comm), "MPI_Bcast");
+  }
 
   // Whether this launch resumes a checkpoint: rank 0 read it.
   int resuming = job.resume != nullptr ? 1 : 0;

@@ -75,6 +75,11 @@ class MpiRuntime final : public Runtime {
   // rank failing while the others wait. Throws InputError naming the blob.
   static void check_resume(const Job& job, const Checkpoint& ck, int ranks);
 
+  // Throws InputError when a shard of `sliced` parameters (those split
+  // over the server ranks: model.sparse, the dense part) over `servers`
+  // server ranks is larger than one MPI message (INT_MAX floats).
+  static void check_shards(uint64_t sliced, int servers);
+
   // Throws InputError unless `ranks` can hold `servers` server ranks and at
   // least one worker, and the model has at least one parameter per server.
   static void check_launch(int ranks, int servers, int64_t num_params);

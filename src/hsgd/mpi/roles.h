@@ -17,14 +17,19 @@
 #include <vector>
 
 #include "hsgd/checkpoint/checkpoint.h"
+#include "hsgd/core/error.h"
 #include "hsgd/mpi/sparse.h"
 #include "hsgd/mpi/transport.h"
 #include "hsgd/runtime/runtime.h"
 
 namespace hsgd::mpi {
 
-// An element count as MPI's int.
-inline int as_count(size_t n) { return static_cast<int>(n); }
+// An element count as MPI's int. The launch checks every count it passes
+// (MpiRuntime::check_shards): past INT_MAX is a broken invariant here.
+inline int as_count(size_t n) {
+  HSGD_ASSERT(n <= static_cast<size_t>(INT_MAX), "an MPI message of more than INT_MAX elements");
+  return static_cast<int>(n);
+}
 
 // Where this rank stands.
 struct Layout {
