@@ -76,8 +76,8 @@ void share_stop(const Layout& l, double timeout, std::string* stopped) {
 
 void MpiRuntime::check_shards(uint64_t sliced, int servers) {
   constexpr auto kMax = static_cast<uint64_t>(INT_MAX);
-  const uint64_t largest = (sliced + static_cast<uint64_t>(servers) - 1) /
-                           static_cast<uint64_t>(std::max(1, servers));
+  const uint64_t largest =
+      (sliced + static_cast<uint64_t>(servers) - 1) / static_cast<uint64_t>(std::max(1, servers));
   if (largest > kMax) {
     throw InputError(fmt::format(
         "train.servers = {}: a shard of {} parameters is larger than one MPI message ({} "

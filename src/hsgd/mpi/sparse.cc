@@ -44,7 +44,8 @@ int as_int(size_t n) {
 void parse_row_message(std::span<const char> msg, int64_t dim, int64_t rows, RowPush* push,
                        std::vector<int64_t>* pull, const std::string& from) {
   const auto bad = [&](const std::string& why) {
-    return MpiError(fmt::format("{}: a malformed row message ({} bytes): {}", from, msg.size(), why));
+    return MpiError(
+        fmt::format("{}: a malformed row message ({} bytes): {}", from, msg.size(), why));
   };
   if (msg.size() < 16) throw bad("shorter than its two counts");
   int64_t n_push = 0, n_pull = 0;
