@@ -514,7 +514,12 @@ class Primary {
         blobs["worker-" + std::to_string(w)] = "";
         continue;
       }
-      reply(w, Reply::kSave, 0);
+      // A push held at the gate is not in the cut (taken after it, or
+      // dropped after the final one): the worker saves its state from
+      // before computing it (issue 25, defect 8).
+      const bool held_push = at_gate_[static_cast<size_t>(w)] &&
+                             requests_[static_cast<size_t>(w)].type == Request::kPush;
+      reply(w, Reply::kSave, held_push ? Reply::kSaveBeforePush : 0);
       blobs["worker-" + std::to_string(w)] =
           recv_bytes(l_.comm, l_.worker_rank(w), l_.timeout, [&] {
             return fmt::format("on rank 0 waiting for the checkpoint state of {}",

@@ -154,6 +154,10 @@ bool run_worker(const Job& job, const Layout& l, bool resuming, const std::vecto
     }
   }
   const std::string me = worker_name(id, l.servers);
+  // Checkpoints on (train.checkpoint_every > 0): the state before the push
+  // in flight (issue 25, defect 8).
+  const bool keep_before = c.train.checkpoint_every > 0;
+  std::string before_push;
 
   // Sends the request (after the gradient slices, for a push) with the
   // parameter receives already posted, and waits for the reply. Returns the
@@ -180,7 +184,10 @@ bool run_worker(const Job& job, const Layout& l, bool resuming, const std::vecto
     };
     await_reply();
     while (reply.type == Reply::kSave) {  // a checkpoint while this worker is at the gate
-      send_bytes(l.comm, 0, save_state(), l.timeout,
+      // Its push not in the cut: the state from before computing it.
+      const bool before = reply.version == Reply::kSaveBeforePush;
+      HSGD_ASSERT(!before || (push && keep_before), "a cut without this worker's push");
+      send_bytes(l.comm, 0, before ? before_push : save_state(), l.timeout,
                  [&] { return fmt::format("on {} sending its checkpoint state", me); });
       check(MPI_Start(&control[1]), "MPI_Start");
       await_reply();
@@ -214,6 +221,11 @@ bool run_worker(const Job& job, const Layout& l, bool resuming, const std::vecto
   std::optional<uint64_t> version = exchange(false);
   Batch batch;
   while (version) {
+    // A cut that does not take the push about to be computed (it is held at
+    // rank 0's gate and dropped, or taken after the cut) saves this state,
+    // so that the checkpoint's samplers, local momentum and residuals are
+    // those of the pushes in it: a resume recomputes that push.
+    if (keep_before) before_push = save_state();
     int64_t pushed = 0;
     const auto t0 = SteadyClock::now();
     const double loss = sparse ? sparse->compute(&pushed)
