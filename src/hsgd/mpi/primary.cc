@@ -404,7 +404,7 @@ class Primary {
         .type = Event::kPull, .worker = w, .version = d.version, .waits = d.caller_waits ? 1 : 0});
     if (d.caller_waits) {
       state_[i] = kWaiting;
-      idle_.begin(i, clock_.seconds());
+      idle_.begin(i, schedule_.clamp(clock_.seconds()));
     } else {
       state_[i] = kComputing;
       reply(w, Reply::kGo, d.version);
@@ -417,7 +417,7 @@ class Primary {
     for (int r : released) {
       const auto i = static_cast<size_t>(r);
       if (state_[i] != kWaiting) continue;
-      idle_.end(i, clock_.seconds());
+      idle_.end(i, schedule_.clamp(clock_.seconds()));
       if (stopping_) {
         stop_worker(r);
       } else {
@@ -667,7 +667,7 @@ class Primary {
   std::vector<Reply> replies_;
   std::vector<MPI_Request> req_recv_, reply_send_, gather_recv_;
   std::vector<State> state_;
-  IdleMeter idle_;             // on clock_'s seconds
+  IdleMeter idle_;  // on clock_'s seconds, clamped to the budget (no wait counts past it)
   std::vector<char> at_gate_;  // its request is held by a pause
   std::vector<int> held_;      // held requests, in arrival order
   bool pausing_ = false;
