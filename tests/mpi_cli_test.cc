@@ -749,5 +749,31 @@ TEST(MpiCli, AResumeRefusedWhileRestoringIsOneLineAndExitTwoAtOnce) {
   EXPECT_EQ(o.code, 0) << o.err;
 }
 
+// Issue 25, defect 5 on mpi: a resumed run whose metrics.csv holds fewer
+// rows than its checkpoint is refused by rank 0 while opening its outputs:
+// one line, exit 2 on every rank, and config.toml not rewritten.
+TEST(MpiCli, AResumeWithTooFewMetricsRowsIsRefusedBeforeWriting) {
+  const std::string out = tmp("mpi_few_rows");
+  const Outcome first = run(kMpirun + "-np 3 ",
+                            "train --quiet --runtime mpi --servers 1 --data synthetic --model "
+                            "linear-test --batch 16 --lr 0.1 --policy async --eval-every 0.25 "
+                            "--budget 1 --checkpoint-every 0.25 --set mpi.timeout=40 --out " +
+                                out);
+  ASSERT_EQ(first.code, 0) << first.err;
+  const std::string config = slurp(out + "/config.toml");
+  const std::string csv = slurp(out + "/metrics.csv");
+  const std::string header = csv.substr(0, csv.find('\n') + 1);
+  std::ofstream(out + "/metrics.csv", std::ios::trunc) << header;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Outcome o = run(kMpirun + "-np 3 ", "train --quiet --resume " + out + " --budget 2");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(25));
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_EQ(count(o.err, "hsgd: error: "), 1) << o.err;
+  EXPECT_EQ(count(o.err, "hsgd:"), 1) << o.err;
+  EXPECT_NE(o.err.find("metrics.csv"), std::string::npos) << o.err;
+  EXPECT_EQ(slurp(out + "/config.toml"), config);
+  EXPECT_EQ(slurp(out + "/metrics.csv"), header);
+}
+
 }  // namespace
 }  // namespace hsgd
