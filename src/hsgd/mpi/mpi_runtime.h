@@ -64,6 +64,9 @@ class MpiRuntime final : public Runtime {
   // ranks - train.servers. On ranks other than 0 the result has
   // primary = false and rank 0's `stopped` line (nothing else), and
   // `recorder` (which may be null) is not used.
+  // Checkpoints (job.checkpoints, on rank 0 only) need
+  // train.checkpoint_every > 0, which tells the workers to keep the state
+  // a cut without their push in flight saves (worker.cc).
   // Throws InputError (the same on every rank) for a launch that cannot
   // work, MpiError for a timed-out or failed MPI operation.
   RunResult run(const Job& job, Recorder* recorder, Observer* observer) override;

@@ -704,6 +704,8 @@ int checkpoint_workers(const Job& job, const Layout& l, const Checkpoint& ck) {
 
 RunResult run_primary(const Job& job, const Layout& l, const std::vector<float>& initial,
                       Recorder* recorder, Observer* observer) {
+  HSGD_ASSERT(!job.checkpoints || job.config->train.checkpoint_every > 0,
+              "mpi checkpoints need train.checkpoint_every > 0 (the workers keep their state)");
   Primary primary(job, l, initial, recorder, observer);
   return primary.run();
 }
