@@ -2,6 +2,7 @@
 // of a 4-rank launch on real data against the threads runtime, bad launches,
 // the timeout. Each test starts mpirun itself (--oversubscribe: more ranks
 // than cores; --allow-run-as-root: containers).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "cli_helpers.h"
+#include "hsgd/core/state.h"
 #include "hsgd/metrics/recorder.h"
 #include "test_helpers.h"
 
@@ -657,5 +659,145 @@ TEST(MpiCli, ACompressedRunResumesFromItsCheckpoint) {
     EXPECT_GT(summary(out)["test_acc"].get<double>(), 0.5) << np;
   }
 }
+
+// Issue 25, defect 1: a diverging mpi run ends with exit 3 and the same one
+// line as threads and sim, from rank 0 only, with summary.json "stopped".
+TEST(MpiCli, ADivergingRunExitsThreeWithOneLine) {
+  const std::string out = tmp("mpi_diverge");
+  const Outcome o = run(kMpirun + "-np 3 ",
+                        "train --runtime mpi --servers 1 --data synthetic --model linear-test "
+                        "--policy async --set optim.lr=1e38 --set optim.kind=momentum --budget 2 "
+                        "--eval-every 0.2 --out " +
+                            out);
+  EXPECT_EQ(o.code, 3) << o.err;
+  EXPECT_EQ(count(o.err, "hsgd: stopped: training diverged at update"), 1) << o.err;
+  EXPECT_EQ(count(o.err, "hsgd: stopped:"), 1) << o.err;
+  const nlohmann::json s = summary(out);
+  ASSERT_TRUE(s["stopped"].is_string()) << s.dump();
+  EXPECT_NE(s["stopped"].get<std::string>().find("training diverged"), std::string::npos);
+}
+
+// Issue 25, defect 7 on mpi: a run that falls below train.min_workers stops
+// (exit 3) and its final checkpoint keeps the stop: resuming it ends at
+// once with the same line, not training on.
+TEST(MpiCli, ResumingAStopBelowMinWorkersEndsAtOnce) {
+  const std::string out = tmp("mpi_below_min");
+  const std::string args =
+      "train --runtime mpi --servers 1 --data synthetic --model linear-test --batch 16 "
+      "--lr 0.1 --policy async --eval-every 0.5 --budget 30 --checkpoint-every 0.25 "
+      "--set train.min_workers=3 --set mpi.timeout=10 --out " +
+      out;
+  const pid_t launcher = launch_until_training("4", args, out);
+  ASSERT_FALSE(CheckpointDirs(out).empty()) << slurp(out + ".log");
+  const pid_t victim = rank_pid(out, 3);  // the last worker
+  ASSERT_GT(victim, 0);
+  const int status = kill_and_wait(victim, SIGTERM, launcher);
+  ASSERT_TRUE(WIFEXITED(status)) << slurp(out + ".log");
+  EXPECT_EQ(WEXITSTATUS(status), 3) << slurp(out + ".log");
+  const std::string log = slurp(out + ".log");
+  const std::string head =
+      "hsgd: stopped: 2 of 3 workers live, fewer than train.min_workers = 3: worker 2 left at ";
+  ASSERT_EQ(count(log, head), 1) << log;
+  const size_t at = log.find(head);
+  const std::string line = log.substr(at, log.find('\n', at) - at);
+  const std::vector<MetricsRow> before = read_metrics_csv(out + "/metrics.csv");
+  ASSERT_FALSE(before.empty());
+  EXPECT_LT(before.back().time_s, 30);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const Outcome o = run(kMpirun + "-np 4 ", "train --resume " + out);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  EXPECT_EQ(o.code, 3) << o.err;
+  EXPECT_EQ(count(o.err, line + "\n"), 1) << o.err;
+  EXPECT_EQ(count(o.err, "hsgd: stopped:"), 1) << o.err;
+  const std::vector<MetricsRow> after = read_metrics_csv(out + "/metrics.csv");
+  ASSERT_EQ(after.size(), before.size()) << "no training after the resume";
+  EXPECT_EQ(after.back().time_s, before.back().time_s);
+  EXPECT_EQ(after.back().updates, before.back().updates);
+  EXPECT_TRUE(summary(out)["stopped"].is_string());
+}
+
+// Replaces blob `name` of checkpoint `ckpt` with `bytes` and fixes its
+// size and checksum in the manifest: a checkpoint that passes verification
+// but whose blob does not decode.
+void replace_blob(const std::string& ckpt, const std::string& name, const std::string& bytes) {
+  {
+    std::ofstream f(ckpt + "/" + name + ".bin", std::ios::binary | std::ios::trunc);
+    f << bytes;
+  }
+  nlohmann::json m = nlohmann::json::parse(slurp(ckpt + "/manifest.json"));
+  for (auto& b : m["blobs"]) {
+    if (b["name"] != name) continue;
+    b["bytes"] = bytes.size();
+    b["crc32c"] = fmt::format("{:08x}", crc32c(std::span<const char>(bytes.data(), bytes.size())));
+  }
+  std::ofstream f(ckpt + "/manifest.json", std::ios::trunc);
+  f << m.dump(2);
+}
+
+// Issue 25, defect 5 on mpi: a resume refused while restoring (a blob that
+// passes its checksum but does not decode: rank 0's shard, a worker's, the
+// run layer's) is one line and exit 2 on every rank within seconds, not a
+// wait for mpi.timeout ending in exit 3, and the output directory is left
+// as it was.
+TEST(MpiCli, AResumeRefusedWhileRestoringIsOneLineAndExitTwoAtOnce) {
+  const std::string out = tmp("mpi_refused");
+  const Outcome first = run(kMpirun + "-np 3 ",
+                            "train --quiet --runtime mpi --servers 1 --data synthetic --model "
+                            "linear-test --batch 16 --lr 0.1 --policy async --eval-every 0.25 "
+                            "--budget 1 --checkpoint-every 0.25 --set mpi.timeout=40 --out " +
+                                out);
+  ASSERT_EQ(first.code, 0) << first.err;
+  const std::string ckpt = CheckpointDirs(out).front();
+  const std::string metrics = slurp(out + "/metrics.csv"), config = slurp(out + "/config.toml");
+  for (const char* blob : {"server-0", "worker-1", "run"}) {
+    const std::string file = ckpt + "/" + blob + ".bin";
+    const std::string original = slurp(file);
+    const std::string manifest = slurp(ckpt + "/manifest.json");
+    replace_blob(ckpt, blob, "not a state of anything");
+    const auto t0 = std::chrono::steady_clock::now();
+    const Outcome o = run(kMpirun + "-np 3 ", "train --quiet --resume " + out + " --budget 2");
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(25)) << blob;
+    EXPECT_EQ(o.code, 2) << blob << ": " << o.err;
+    EXPECT_EQ(count(o.err, "hsgd: error: "), 1) << blob << ": " << o.err;
+    EXPECT_EQ(count(o.err, "hsgd:"), 1) << blob << ": " << o.err;  // (and mpirun's banner)
+    EXPECT_NE(o.err.find(std::string(blob) + ".bin"), std::string::npos) << o.err;
+    EXPECT_EQ(slurp(out + "/metrics.csv"), metrics) << blob;
+    EXPECT_EQ(slurp(out + "/config.toml"), config) << blob;
+    EXPECT_FALSE(fs::exists(out + "/metrics.csv.partial")) << blob;
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << original;
+    std::ofstream(ckpt + "/manifest.json", std::ios::trunc) << manifest;
+  }
+  // Put back, the checkpoint resumes.
+  const Outcome o = run(kMpirun + "-np 3 ", "train --quiet --resume " + out + " --budget 1.5");
+  EXPECT_EQ(o.code, 0) << o.err;
+}
+
+// Issue 25, defect 5 on mpi: a resumed run whose metrics.csv holds fewer
+// rows than its checkpoint is refused by rank 0 while opening its outputs:
+// one line, exit 2 on every rank, and config.toml not rewritten.
+TEST(MpiCli, AResumeWithTooFewMetricsRowsIsRefusedBeforeWriting) {
+  const std::string out = tmp("mpi_few_rows");
+  const Outcome first = run(kMpirun + "-np 3 ",
+                            "train --quiet --runtime mpi --servers 1 --data synthetic --model "
+                            "linear-test --batch 16 --lr 0.1 --policy async --eval-every 0.25 "
+                            "--budget 1 --checkpoint-every 0.25 --set mpi.timeout=40 --out " +
+                                out);
+  ASSERT_EQ(first.code, 0) << first.err;
+  const std::string config = slurp(out + "/config.toml");
+  const std::string csv = slurp(out + "/metrics.csv");
+  const std::string header = csv.substr(0, csv.find('\n') + 1);
+  std::ofstream(out + "/metrics.csv", std::ios::trunc) << header;
+  const auto t0 = std::chrono::steady_clock::now();
+  const Outcome o = run(kMpirun + "-np 3 ", "train --quiet --resume " + out + " --budget 2");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(25));
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_EQ(count(o.err, "hsgd: error: "), 1) << o.err;
+  EXPECT_EQ(count(o.err, "hsgd:"), 1) << o.err;
+  EXPECT_NE(o.err.find("metrics.csv"), std::string::npos) << o.err;
+  EXPECT_EQ(slurp(out + "/config.toml"), config);
+  EXPECT_EQ(slurp(out + "/metrics.csv"), header);
+}
+
 }  // namespace
 }  // namespace hsgd

@@ -10,14 +10,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <numeric>
 
+#include "hsgd/checkpoint/checkpoint.h"
 #include "hsgd/core/error.h"
 #include "hsgd/mpi/fair.h"
 #include "hsgd/mpi/param_buffers.h"
 #include "hsgd/mpi/session.h"
+#include "hsgd/mpi/sparse.h"
 #include "hsgd/mpi/transport.h"
 #include "hsgd/runtime/threads_runtime.h"
 #include "linear_job.h"
@@ -67,10 +70,33 @@ struct Fixture : testing::LinearJob {
     }
   }
 
-  RunResult run() {
+  // checkpoints: write checkpoints (train.checkpoint_every) under dir.
+  RunResult run(bool checkpoints = false) {
     std::optional<Recorder> rec;
-    if (world_rank() == 0) rec.emplace(dir);
-    RunResult r = MpiRuntime().run(job(), rec ? &*rec : nullptr, nullptr);
+    std::optional<CheckpointStore> store;
+    if (world_rank() == 0) {
+      rec.emplace(dir);
+      if (checkpoints) store.emplace(dir, 2);
+    }
+    Job j = job();
+    j.checkpoints = store ? &*store : nullptr;
+    RunResult r = MpiRuntime().run(j, rec ? &*rec : nullptr, nullptr);
+    if (rec) rec->finish();
+    return r;
+  }
+
+  // Resumes the newest checkpoint of run directory `from` (rank 0 reads it)
+  // with this fixture's config, writing on in `from`.
+  RunResult resume(const std::string& from) {
+    Job j = job();
+    std::optional<Checkpoint> ck;
+    std::optional<Recorder> rec;
+    if (world_rank() == 0) {
+      ck.emplace(CheckpointStore::load_latest(from, j.identity));
+      rec.emplace(from, ck->info.rows);
+    }
+    j.resume = ck ? &*ck : nullptr;
+    RunResult r = MpiRuntime().run(j, rec ? &*rec : nullptr, nullptr);
     if (rec) rec->finish();
     return r;
   }
@@ -151,6 +177,28 @@ TEST(MpiRuntime, ShardedSyncWithOneWorkerIsSequentialSgdExactly) {
   for (size_t i = 0; i < w.size(); ++i) ASSERT_FLOAT_EQ(r.params[i], w[i]) << i;
 }
 
+// Issue 25, defect 8 on mpi: a checkpoint cut is consistent. The run ends
+// at its epoch target while the worker's next push is in flight (held at
+// the final cut and dropped); the worker's saved state is from before that
+// push, so the resumed run computes it again and the whole is sequential
+// SGD exactly. (Saving the state after it skipped that batch on resume.)
+TEST(MpiRuntime, AResumeAcrossACutWithAPushInFlightIsSequentialSgdExactly) {
+  const int servers = world_size() - 1;
+  Fixture f("cut",
+            {{"policy.name", "sync"}, {"train.epochs", "0.5"}, {"train.checkpoint_every", "100"}},
+            servers);
+  f.run(/*checkpoints=*/true);
+  Fixture g("cut_resumed",
+            {{"policy.name", "sync"}, {"train.epochs", "1"}, {"train.checkpoint_every", "100"}},
+            servers);
+  RunResult r = g.resume(f.dir);
+  if (world_rank() != 0) return;
+  EXPECT_EQ(r.last.samples, g.train.size());
+  const std::vector<float> w = f.sequential_sgd_epoch(0.1f, 16);
+  ASSERT_EQ(r.params.size(), w.size());
+  for (size_t i = 0; i < w.size(); ++i) ASSERT_FLOAT_EQ(r.params[i], w[i]) << i;
+}
+
 // The same model, data and seed: sync over MPI and sync over threads reach
 // the same test accuracy (the runs differ only in the order gradients are
 // summed).
@@ -192,6 +240,123 @@ TEST(MpiRuntime, TimeBudgetStopsAndEvaluatesPeriodically) {
   EXPECT_GE(rows.size(), 3u);  // t=0, ~0.2, (~0.4 unless the machine is busy), end
   EXPECT_NEAR(r.train_s, 0.6, 0.3);
   for (size_t i = 1; i < rows.size(); ++i) EXPECT_GE(rows[i].time_s, rows[i - 1].time_s);
+}
+
+// The run layer's schedule (run_control.h) on mpi: the closing row's
+// training time is the budget exactly, with checkpoints on or off (the
+// final cut used to overshoot it by the time the workers took to reach the
+// gate), and no row lies past it.
+TEST(MpiRuntime, TrainingTimeIsTheBudgetExactlyWithAndWithoutCheckpoints) {
+  for (const bool checkpoints : {false, true}) {
+    Fixture f(checkpoints ? "budget_exact_ckpt" : "budget_exact",
+              {{"train.epochs", "0"},
+               {"train.budget", "0.5"},
+               {"train.eval_every", "0.2"},
+               {"train.checkpoint_every", "0.2"},
+               {"policy.name", "async"}});
+    RunResult r = f.run(checkpoints);
+    if (world_rank() != 0) continue;
+    EXPECT_TRUE(r.stopped.empty()) << r.stopped;
+    EXPECT_EQ(r.train_s, 0.5) << "checkpoints " << checkpoints;
+    EXPECT_EQ(r.last.time_s, 0.5);
+    const auto rows = read_metrics_csv(f.dir + "/metrics.csv");
+    ASSERT_FALSE(rows.empty());
+    EXPECT_EQ(rows.back().time_s, 0.5);
+    for (const MetricsRow& row : rows) EXPECT_LE(row.time_s, 0.5);
+  }
+}
+
+// Issue 25, defect 1: a diverging run stops at an evaluation with the run
+// layer's line, on every rank (each rank's result carries it: exit 3).
+TEST(MpiRuntime, ADivergingRunStopsOnEveryRank) {
+  Fixture f("diverge", {{"train.epochs", "0"},
+                        {"train.budget", "2"},
+                        {"train.eval_every", "0.2"},
+                        {"train.max_nonfinite", "1000000000"},  // the evaluation stops it
+                        {"policy.name", "async"},
+                        {"optim.kind", "momentum"},
+                        {"optim.lr", "1e38"}});
+  RunResult r = f.run();
+  EXPECT_NE(r.stopped.find("training diverged at update"), std::string::npos)
+      << "rank " << world_rank() << ": '" << r.stopped << "'";
+  if (world_rank() != 0) return;
+  EXPECT_NE(r.stopped.find("not finite"), std::string::npos) << r.stopped;
+  EXPECT_LT(r.train_s, 2.0);
+  EXPECT_EQ(r.last.time_s, r.train_s);
+  const auto rows = read_metrics_csv(f.dir + "/metrics.csv");
+  ASSERT_GE(rows.size(), 2u);
+  EXPECT_NEAR(rows.back().time_s, r.train_s, 1e-3) << "the diverged row is the closing row";
+}
+
+// train.max_nonfinite on mpi: pushes holding NaN stop the run between
+// evaluations (the only evaluation after t = 0 is the closing row), with
+// the run layer's line, on every rank.
+TEST(MpiRuntime, NonFinitePushesStopTheRunOnEveryRank) {
+  Fixture f("nonfinite", {{"train.epochs", "0"},
+                          {"train.budget", "5"},
+                          {"train.eval_every", "100"},
+                          {"train.max_nonfinite", "1"},
+                          {"train.diverge_factor", "0"},
+                          {"policy.name", "async"},
+                          {"optim.kind", "momentum"},
+                          {"optim.lr", "1e38"}});
+  RunResult r = f.run();
+  EXPECT_NE(r.stopped.find("consecutive pushes held a NaN or Inf"), std::string::npos)
+      << "rank " << world_rank() << ": '" << r.stopped << "'";
+  if (world_rank() != 0) return;
+  EXPECT_LT(r.train_s, 5.0);
+}
+
+// Issue 25, defect 11 on mpi: bytes_pushed counts a push when the server
+// takes it, not when a worker sends it: the pushes that come after the end
+// of training (one per async worker, computing when the budget passes) are
+// dropped and not counted. push = none counts 4 bytes per parameter.
+TEST(MpiRuntime, BytesPushedCountsThePushesTheServerTook) {
+  Fixture f("bytes", {{"train.epochs", "0"},
+                      {"train.budget", "0.3"},
+                      {"train.eval_every", "0.1"},
+                      {"compress.pull", "fp16"},
+                      {"policy.name", "async"}});
+  RunResult r = f.run();
+  if (world_rank() != 0) return;
+  const auto params = static_cast<int64_t>(f.job().initial_params.size());
+  ASSERT_TRUE(r.compress_on);
+  EXPECT_GT(r.gradients, 0);
+  EXPECT_EQ(r.compress.bytes_pushed, 4 * params * r.gradients);
+  EXPECT_EQ(r.last.bytes_pushed, 4 * params * r.gradients);
+}
+
+// Issue 25, defect 11 on mpi: a resume keeps the part of a wait in
+// progress before the cut. Sync with worker 0 a straggler (0.3 s per
+// gradient): at the cut at 0.2 s the other workers have waited since about
+// 0 and wait on until about 0.3 s, so the first row after the resume (at
+// 0.4 s) has them idle all along; restarting their waits at the cut took
+// the 0.2 s before it out of the idle seconds the row at the cut had
+// counted, and that row showed about no idle time.
+TEST(MpiRuntime, AResumeKeepsTheWaitInProgressAtTheCut) {
+  const std::vector<Override> o = {{"train.epochs", "0"},
+                                   {"train.eval_every", "0.2"},
+                                   {"train.checkpoint_every", "0.2"},
+                                   {"policy.name", "sync"},
+                                   {"stragglers.fraction", "0.34"},  // worker 0 only (of 2 or 3)
+                                   {"stragglers.delay", "lognormal"},
+                                   {"stragglers.scale", "0.3"},
+                                   {"stragglers.sigma", "0"}};
+  std::vector<Override> first = o, second = o;
+  first.push_back({"train.budget", "0.2"});
+  second.push_back({"train.budget", "0.4"});
+  Fixture f("idle_cut", first);
+  f.run(/*checkpoints=*/true);
+  Fixture g("idle_cut_resumed", second);
+  RunResult r = g.resume(f.dir);
+  if (world_rank() != 0) return;
+  const auto rows = read_metrics_csv(f.dir + "/metrics.csv");
+  ASSERT_GE(rows.size(), 3u);
+  EXPECT_NEAR(rows[rows.size() - 2].time_s, 0.2, 1e-9);
+  EXPECT_NEAR(rows.back().time_s, 0.4, 1e-9);
+  const double all_but_one = static_cast<double>(g.workers - 1) / g.workers;
+  EXPECT_GT(rows.back().idle_frac, 0.8 * all_but_one) << "the waits before the cut were dropped";
+  EXPECT_LE(rows.back().idle_frac, 1.0);
 }
 
 // DC-ASGD and Gap-Aware keep per-worker copies of the pulled parameters:
@@ -239,6 +404,75 @@ TEST(MpiRuntime, ATimeoutNamesTheOperationOnEveryRank) {
     ADD_FAILURE() << "no timeout on rank " << world_rank();
   } catch (const mpi::MpiError& e) {
     EXPECT_NE(std::string(e.what()).find("timed out after 0.5 s"), std::string::npos) << e.what();
+  }
+}
+
+// Issue 25, defect 13: a shard larger than one MPI message (INT_MAX
+// floats) is one InputError on every rank before any message, not a count
+// cast to int.
+TEST(MpiRuntime, AShardLargerThanOneMessageIsAnInputErrorOnEveryRank) {
+  Fixture f("big_shard");
+  Job j = f.job();
+  j.num_params = 5'000'000'000;  // 2.5e9 or more per shard in either layout
+  try {
+    MpiRuntime().run(j, nullptr, nullptr);
+    ADD_FAILURE() << "no error on rank " << world_rank();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("larger than one MPI message"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(MpiRuntime::check_shards(5'000'000'000, 2), InputError);
+  EXPECT_NO_THROW(MpiRuntime::check_shards(5'000'000'000, 3));
+  EXPECT_NO_THROW(MpiRuntime::check_shards(INT_MAX, 1));
+  EXPECT_THROW(MpiRuntime::check_shards(uint64_t{INT_MAX} + 1, 1), InputError);
+}
+
+// Issue 25, defect 13: a row message is checked against the bytes received
+// (counts, ids in range, push ids sorted and unique); a malformed one is an
+// MpiError with one line, never a read past the buffer or a bad index.
+TEST(MpiSparse, RowMessagesAreCheckedAgainstTheBytesReceived) {
+  const int64_t dim = 2, rows = 10;
+  const auto message = [&](int64_t n_push, int64_t n_pull, std::vector<int64_t> push_ids,
+                           std::vector<int64_t> pull_ids) {
+    std::string m(16, '\0');
+    std::memcpy(m.data(), &n_push, 8);
+    std::memcpy(m.data() + 8, &n_pull, 8);
+    for (int64_t id : push_ids) m.append(reinterpret_cast<const char*>(&id), 8);
+    for (size_t k = 0; k < push_ids.size() * dim; ++k) {
+      const float v = 0.5f * static_cast<float>(k);
+      m.append(reinterpret_cast<const char*>(&v), 4);
+    }
+    for (int64_t id : pull_ids) m.append(reinterpret_cast<const char*>(&id), 8);
+    return m;
+  };
+  RowPush push;
+  std::vector<int64_t> pull;
+  const std::string good = message(2, 1, {1, 3}, {9});
+  mpi::parse_row_message(good, dim, rows, &push, &pull, "test");
+  EXPECT_EQ(push.ids, (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(push.values, (std::vector<float>{0, 0.5f, 1, 1.5f}));
+  EXPECT_EQ(pull, (std::vector<int64_t>{9}));
+  const std::vector<std::pair<const char*, std::string>> bad = {
+      {"shorter than its counts", good.substr(0, 12)},
+      {"one byte short", good.substr(0, good.size() - 1)},
+      {"one byte more", good + "x"},
+      {"a negative count", message(-1, 1, {}, {9})},
+      {"a count whose size overflows", message(int64_t{1} << 61, 0, {1, 3}, {9})},
+      {"a pull count too large", message(2, 2, {1, 3}, {9})},
+      {"a pushed row out of range", message(2, 1, {1, 10}, {9})},
+      {"a negative pushed row", message(2, 1, {-1, 3}, {9})},
+      {"pushed rows not sorted", message(2, 1, {3, 1}, {9})},
+      {"pushed rows repeated", message(2, 1, {3, 3}, {9})},
+      {"a pulled row out of range", message(2, 1, {1, 3}, {10})},
+  };
+  for (const auto& [what, m] : bad) {
+    try {
+      mpi::parse_row_message(m, dim, rows, &push, &pull, "test");
+      ADD_FAILURE() << what << ": accepted";
+    } catch (const mpi::MpiError& e) {
+      EXPECT_NE(std::string(e.what()).find("test: a malformed row message"), std::string::npos)
+          << what << ": " << e.what();
+    }
   }
 }
 

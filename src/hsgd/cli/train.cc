@@ -464,6 +464,9 @@ int run_under_mpirun(const TrainArgs& args) {
               "worker ranks may differ)",
               ck->path, ck->info.servers, ck->info.servers));
         }
+        // Every blob decoded now, so that a refusal stops every rank here,
+        // before the output directory is touched (issue 25, defect 5).
+        if (p->c.train.runtime == "mpi") MpiRuntime::check_resume(p->job, *ck, session.size());
       } else {
         prepare_out_dir(p->c.train.out);
       }
@@ -476,21 +479,34 @@ int run_under_mpirun(const TrainArgs& args) {
   if (p->c.train.runtime != "mpi") return run_in_process(a, *p);  // mpirun -np 1
 
   const bool root = session.rank() == 0;
-  if (root && !a.quiet) print_header(*p);
   std::optional<Recorder> recorder;
   std::optional<CheckpointStore> store;
+  // Rank 0 opens the outputs; a refusal there (a resumed run's metrics with
+  // fewer rows than its checkpoint) is agreed by every rank like a setup
+  // error. The recorder first: it checks the rows before anything is
+  // written (issue 25, defect 5).
+  std::string opening;
   if (root) {
-    write_file_atomic(p->c.train.out + "/config.toml", to_toml(p->c));
-    if (ck) {
-      recorder.emplace(p->c.train.out, ck->info.rows, p->c.compress.on());
-      if (!a.quiet) {
-        std::fprintf(stderr, "hsgd: resuming from %s (%.3f s of training, update %lld)\n",
-                     ck->path.c_str(), ck->info.train_s, static_cast<long long>(ck->info.updates));
+    try {
+      if (ck) {
+        recorder.emplace(p->c.train.out, ck->info.rows, p->c.compress.on());
+      } else {
+        recorder.emplace(p->c.train.out, p->c.compress.on());
       }
-    } else {
-      recorder.emplace(p->c.train.out, p->c.compress.on());
+      write_file_atomic(p->c.train.out + "/config.toml", to_toml(p->c));
+      if (p->c.train.checkpoint_every > 0) store.emplace(p->c.train.out, p->c.checkpoint.keep);
+    } catch (const std::exception& e) {
+      opening = e.what();
+      if (opening.empty()) opening = "cannot open the outputs";
     }
-    if (p->c.train.checkpoint_every > 0) store.emplace(p->c.train.out, p->c.checkpoint.keep);
+  }
+  if (!session.agree(opening)) return 2;
+  if (root && !a.quiet) {
+    print_header(*p);
+    if (ck) {
+      std::fprintf(stderr, "hsgd: resuming from %s (%.3f s of training, update %lld)\n",
+                   ck->path.c_str(), ck->info.train_s, static_cast<long long>(ck->info.updates));
+    }
   }
   p->job.checkpoints = store ? &*store : nullptr;
   p->job.resume = ck ? &*ck : nullptr;
@@ -507,7 +523,7 @@ int run_under_mpirun(const TrainArgs& args) {
   } catch (const std::exception& e) {
     session.abort(e.what(), 3);
   }
-  if (!r.primary) return 0;
+  if (!r.primary) return r.stopped.empty() ? 0 : 3;  // rank 0 prints the line
   progress.finish();
   write_outputs(a, *p, r, *recorder, store ? &*store : nullptr, ck ? &*ck : nullptr);
   return r.stopped.empty() ? 0 : 3;

@@ -14,7 +14,8 @@
 // Bytes: the worker reports in its next request (Request::push_bytes,
 // pull_bytes, compress_s) what its push sent and what its previous pull
 // received, as counted on the wire; rank 0 sums them (CompressTally) into
-// the bytes_pushed / bytes_pulled / compress_s columns. An uncompressed
+// the bytes_pushed / bytes_pulled / compress_s columns, a push's bytes when
+// the server takes the push (not for a push dropped after the end). An uncompressed
 // direction counts 4 bytes per parameter, as on threads and sim. Each
 // server rank times its own decoding of pushes and encoding of pulls
 // (ShardCompression::seconds, kept in its checkpoint state) and sends the
@@ -152,8 +153,11 @@ class WorkerCompression {
 // Rank 0's totals of what the workers report.
 struct CompressTally {
   CompressCounters counters;
-  void add(const Request& r) {
-    counters.bytes_pushed += r.push_bytes;
+  // A request rank 0 serves: the bytes of the worker's previous pull and
+  // its seconds, and the bytes of its push when `push_taken` (the server
+  // takes it: Server::on_push).
+  void add(const Request& r, bool push_taken) {
+    if (push_taken) counters.bytes_pushed += r.push_bytes;
     counters.bytes_pulled += r.pull_bytes;
     counters.compress_s += r.compress_s;
   }

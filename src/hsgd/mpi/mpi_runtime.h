@@ -30,9 +30,19 @@
 //
 // Evaluation: rank 0 replays an evaluate event, gathers the shards and
 // evaluates on its own model; the time it takes is not training time.
-// Rank 0 writes the metrics. Stop: at the budget rank 0 answers each
-// worker's next request (or its pending wait) with stop, discarding pushes
-// that arrive after the budget, then tells the other server ranks to stop.
+// Rank 0 writes the metrics. Schedule and stops: the run layer's
+// (runtime/run_control.h), kept by rank 0. Evaluations, checkpoints and the
+// end of training happen at a gate cut (every worker blocked on rank 0).
+// The end (the budget, the epoch target, or a stop: divergence at an
+// evaluation, train.max_nonfinite, train.min_workers) writes the closing
+// row at the training time clamped to the budget, then the final checkpoint
+// if the stops allow one; rank 0 then answers every request (and pending
+// wait) with stop, dropping pushes that come after the end, and tells the
+// other server ranks to stop. Every rank gets the stop line (exit 3).
+//
+// Files, by role: primary.cc (rank 0), replica.cc (server ranks 1 .. S-1),
+// shard_server.h (a server rank's shard), worker.cc (worker ranks),
+// mpi_runtime.cc (the launch); roles.h joins them.
 //
 // Every wait for a message has the deadline mpi.timeout; past it the rank
 // throws MpiError naming the operation and the peer.
@@ -52,10 +62,26 @@ class MpiRuntime final : public Runtime {
   // MPI must be initialised (mpi::Session), and every rank of the
   // communicator must call run() with the same job. train.workers must be
   // ranks - train.servers. On ranks other than 0 the result has
-  // primary = false and `recorder` (which may be null) is not used.
+  // primary = false and rank 0's `stopped` line (nothing else), and
+  // `recorder` (which may be null) is not used.
+  // Checkpoints (job.checkpoints, on rank 0 only) need
+  // train.checkpoint_every > 0, which tells the workers to keep the state
+  // a cut without their push in flight saves (worker.cc).
   // Throws InputError (the same on every rank) for a launch that cannot
   // work, MpiError for a timed-out or failed MPI operation.
   RunResult run(const Job& job, Recorder* recorder, Observer* observer) override;
+
+  // Rank 0 of a resumed launch of `ranks` ranks, before anything in the
+  // output directory is touched: decodes every blob of `ck` as the ranks'
+  // restore in run() will, into objects it then drops, so that a refusal
+  // is a setup error all ranks agree on (exit 2, one line) rather than one
+  // rank failing while the others wait. Throws InputError naming the blob.
+  static void check_resume(const Job& job, const Checkpoint& ck, int ranks);
+
+  // Throws InputError when a shard of `sliced` parameters (those split
+  // over the server ranks: model.sparse, the dense part) over `servers`
+  // server ranks is larger than one MPI message (INT_MAX floats).
+  static void check_shards(uint64_t sliced, int servers);
 
   // Throws InputError unless `ranks` can hold `servers` server ranks and at
   // least one worker, and the model has at least one parameter per server.

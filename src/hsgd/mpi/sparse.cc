@@ -41,6 +41,47 @@ int as_int(size_t n) {
 
 }  // namespace
 
+void parse_row_message(std::span<const char> msg, int64_t dim, int64_t rows, RowPush* push,
+                       std::vector<int64_t>* pull, const std::string& from) {
+  const auto bad = [&](const std::string& why) {
+    return MpiError(
+        fmt::format("{}: a malformed row message ({} bytes): {}", from, msg.size(), why));
+  };
+  if (msg.size() < 16) throw bad("shorter than its two counts");
+  int64_t n_push = 0, n_pull = 0;
+  std::memcpy(&n_push, msg.data(), 8);
+  std::memcpy(&n_pull, msg.data() + 8, 8);
+  const size_t body = msg.size() - 16;
+  const auto row_bytes = 8 + 4 * static_cast<size_t>(dim);
+  // Bounded first, so that the size below cannot overflow.
+  if (n_push < 0 || n_pull < 0 || static_cast<uint64_t>(n_push) > body / row_bytes ||
+      static_cast<uint64_t>(n_pull) > body / 8) {
+    throw bad(fmt::format("{} pushed and {} pulled rows do not fit", n_push, n_pull));
+  }
+  const size_t np = static_cast<size_t>(n_push), nq = static_cast<size_t>(n_pull);
+  if (np * row_bytes + nq * 8 != body) {
+    throw bad(fmt::format("{} pushed and {} pulled rows of width {} need {} bytes", n_push, n_pull,
+                          dim, 16 + np * row_bytes + nq * 8));
+  }
+  const char* p = msg.data() + 16;
+  push->ids.resize(np);
+  push->values.resize(np * static_cast<size_t>(dim));
+  std::memcpy(push->ids.data(), p, np * 8);
+  p += np * 8;
+  std::memcpy(push->values.data(), p, push->values.size() * 4);
+  p += push->values.size() * 4;
+  pull->resize(nq);
+  std::memcpy(pull->data(), p, nq * 8);
+  for (size_t k = 0; k < np; ++k) {
+    const int64_t id = push->ids[k];
+    if (id < 0 || id >= rows) throw bad(fmt::format("pushed row {} not in [0, {})", id, rows));
+    if (k > 0 && id <= push->ids[k - 1]) throw bad("pushed rows not sorted and unique");
+  }
+  for (const int64_t id : *pull) {
+    if (id < 0 || id >= rows) throw bad(fmt::format("pulled row {} not in [0, {})", id, rows));
+  }
+}
+
 SparseShard::SparseShard(const Job& job, const RowLayout& layout, const RowLink& link, int shard,
                          Server& server)
     : layout_(layout),
@@ -110,28 +151,10 @@ void SparseShard::take(int w) {
     return fmt::format("waiting for the row message of {} on server shard {}",
                        worker_name(w, link_.servers), shard_);
   };
-  wait_one(&recv_[i], link_.timeout, deadline_what);
-  const char* p = recv_buf_[i].data();
-  int64_t n_push = 0, n_pull = 0;
-  std::memcpy(&n_push, p, 8);
-  std::memcpy(&n_pull, p + 8, 8);
-  const auto d = static_cast<size_t>(layout_.dim);
-  const size_t need =
-      16 + static_cast<size_t>(n_push) * (8 + 4 * d) + static_cast<size_t>(n_pull) * 8;
-  if (n_push < 0 || n_pull < 0 || need > capacity_) {
-    throw MpiError(fmt::format("server shard {}: a malformed row message from {}", shard_,
-                               worker_name(w, link_.servers)));
-  }
-  p += 16;
-  RowPush& push = push_[i];
-  push.ids.resize(static_cast<size_t>(n_push));
-  push.values.resize(static_cast<size_t>(n_push) * d);
-  std::memcpy(push.ids.data(), p, push.ids.size() * 8);
-  p += push.ids.size() * 8;
-  std::memcpy(push.values.data(), p, push.values.size() * 4);
-  p += push.values.size() * 4;
-  pull_[i].resize(static_cast<size_t>(n_pull));
-  std::memcpy(pull_[i].data(), p, pull_[i].size() * 8);
+  const size_t n = wait_count(&recv_[i], link_.timeout, deadline_what);
+  parse_row_message(std::span<const char>(recv_buf_[i].data(), n), layout_.dim,
+                    part_.rows_of(shard_), &push_[i], &pull_[i],
+                    fmt::format("server shard {}, from {}", shard_, worker_name(w, link_.servers)));
   check(MPI_Start(&recv_[i]), "MPI_Start");
 }
 

@@ -82,6 +82,16 @@ struct RowLink {
   int worker_rank(int w) const { return servers + w; }
 };
 
+// Decodes a row message (SparseWorkerLink::start's layout: int64 n_push,
+// int64 n_pull, n_push int64 local ids, n_push x dim floats, n_pull int64
+// local ids) of exactly msg.size() bytes into `push` and `pull`, checking
+// it against the bytes received: the counts match the size, every id is
+// in [0, rows) (this rank's local rows) and the push ids are sorted and
+// unique. Throws MpiError("<from>: a malformed row message: <why>")
+// otherwise; `from` names the sender and the receiver.
+void parse_row_message(std::span<const char> msg, int64_t dim, int64_t rows, RowPush* push,
+                       std::vector<int64_t>* pull, const std::string& from);
+
 // A server rank's rows: the table (attached to `server` as its hook), the
 // workers' row messages, the pulled rows it sends.
 class SparseShard {

@@ -68,8 +68,11 @@ struct Request {
 
 // rank 0 -> worker.
 struct Reply {
-  // save: send your state (kTagState) to rank 0, then wait for the next reply.
+  // save: send your state (kTagState) to rank 0, then wait for the next
+  // reply; with version = kSaveBeforePush the state from before computing
+  // the push this request carries (the cut does not take that push).
   enum Type : int32_t { kGo = 1, kStop = 2, kSave = 3 };
+  static constexpr uint64_t kSaveBeforePush = 1;
   int32_t type = kGo;
   int32_t pad = 0;
   uint64_t version = 0;  // go: the version of the parameters that follow

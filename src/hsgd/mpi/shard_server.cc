@@ -1,0 +1,195 @@
+#include "hsgd/mpi/shard_server.h"
+
+#include <fmt/format.h>
+
+#include "hsgd/runtime/row.h"
+
+namespace hsgd::mpi {
+namespace {
+
+std::vector<int> worker_ranks(const Layout& l) {
+  std::vector<int> r;
+  for (int w = 0; w < l.workers; ++w) r.push_back(l.worker_rank(w));
+  return r;
+}
+
+// Shard `range`'s replica of the server state machine over `params`.
+void make_server(const Job& job, const Layout& l, Shard range, std::span<float> params,
+                 std::optional<Server>* server) {
+  const Config& c = *job.config;
+  server->emplace(params, server_options(job), make_policy(c.policy, l.workers, c.optim.lr),
+                  make_optimizer(server_optimizer(c), range.size));
+}
+
+// A shard's state as save() wrote it: the server's (with its rows, when a
+// RowTable is attached), then the compression's.
+void decode(StateReader& r, Server& server, ShardCompression* z) {
+  server.load(r);
+  if (z) z->load(r);
+  r.expect_end();
+}
+
+}  // namespace
+
+ShardServer::ShardServer(const Job& job, const Layout& l, int shard,
+                         const std::vector<float>& initial)
+    : l_(l),
+      shard_(shard),
+      range_(l.shards[static_cast<size_t>(shard)]),
+      params_(
+          std::vector<float>(initial.begin() + static_cast<ptrdiff_t>(range_.begin),
+                             initial.begin() + static_cast<ptrdiff_t>(range_.begin + range_.size)),
+          l.comm, worker_ranks(l), shard != 0 ? 0 : -1, l.timeout,
+          fmt::format("server shard {}", shard)) {
+  const Config& c = *job.config;
+  make_server(job, l, range_, params_.live(), &server_);
+  const auto nw = static_cast<size_t>(l.workers);
+  grads_.assign(nw, std::vector<float>(range_.size));
+  grad_recv_.assign(nw, MPI_REQUEST_NULL);
+  if (c.compress.on()) {  // [compress] (issue 14): mpi/compressed.h
+    z_ = std::make_unique<ShardCompression>(c.compress, job.make_model()->param_shapes(), range_,
+                                            shard, l.servers, l.workers, c.train.seed,
+                                            params_.live(), l.comm, l.timeout);
+  }
+  for (int w = 0; w < l.workers; ++w) {
+    const auto i = static_cast<size_t>(w);
+    if (z_ && z_->push_on()) {
+      z_->init_push_recv(w, &grad_recv_[i]);
+    } else {
+      check(MPI_Recv_init(grads_[i].data(), as_count(range_.size), MPI_FLOAT, l.worker_rank(w),
+                          kTagGradient, l_.comm, &grad_recv_[i]),
+            "MPI_Recv_init");
+    }
+    check(MPI_Start(&grad_recv_[i]), "MPI_Start");
+  }
+  if (l.rows.rows > 0) {  // model.sparse: this rank's rows (mpi/sparse.h)
+    sparse_ =
+        std::make_unique<SparseShard>(job, l.rows, l.row_link(c.train.batch), shard, *server_);
+  }
+}
+
+ShardServer::~ShardServer() {
+  for (MPI_Request& r : grad_recv_) cancel_and_free(&r);
+}
+
+Decision ShardServer::push(int w, uint64_t version, int64_t batch, double loss, double seconds) {
+  take_gradient(w);
+  writable(w);
+  if (sparse_) loss = sparse_->stage(w, loss);  // its rows join with its dense part
+  Decision d = server_->on_push(w, version, grads_[static_cast<size_t>(w)], batch, loss, seconds);
+  check(MPI_Start(&grad_recv_[static_cast<size_t>(w)]), "MPI_Start");
+  return d;
+}
+
+void ShardServer::discard(int w) { take_gradient(w); }
+
+Decision ShardServer::leave(int w, double seconds) {
+  writable();
+  return server_->on_leave(w, seconds);
+}
+
+void ShardServer::send_params(int w) {
+  if (z_ && z_->pull_on()) {  // [compress]: the compressed difference, from its own buffer
+    z_->send_pull(w, params_.live(), server_->version());
+    return;
+  }
+  params_.send(w);
+  if (sparse_) sparse_->send_rows(w);
+}
+
+void ShardServer::send_gather() {
+  params_.send_gather();
+  if (sparse_) sparse_->send_gather();
+  if (z_) {  // [compress]: this shard's seconds, for the compress_s column
+    const double s = z_->seconds();
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(MPI_Isend(&s, 1, MPI_DOUBLE, 0, kTagCompressTime, l_.comm, &r), "MPI_Isend");
+    wait_one(&r, l_.timeout, [&] {
+      return fmt::format("sending server shard {}'s compression seconds to rank 0", shard_);
+    });
+  }
+}
+
+double ShardServer::gather_compress_seconds() {
+  if (!z_) return 0;
+  double total = z_->seconds();
+  for (int s = 1; s < l_.servers; ++s) {
+    double v = 0;
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(MPI_Irecv(&v, 1, MPI_DOUBLE, s, kTagCompressTime, l_.comm, &r), "MPI_Irecv");
+    wait_one(&r, l_.timeout, [&] {
+      return fmt::format("on server shard 0 waiting for shard {}'s compression seconds", s);
+    });
+    total += v;
+  }
+  return total;
+}
+
+std::string ShardServer::save() {
+  settle();
+  StateWriter w;
+  server_->save(w);
+  if (z_) z_->save(w);
+  return w.take();
+}
+
+void ShardServer::load(const std::string& bytes, const std::string& what, double seconds) {
+  StateReader r(bytes, what);
+  decode(r, *server_, z_.get());
+  for (int w = l_.workers; w < server_->known_workers(); ++w) server_->on_leave(w, seconds);
+  for (int w = 0; w < l_.workers; ++w) {
+    if (server_->is_live(w)) continue;
+    server_->on_join(w, seconds);
+    if (z_) z_->forget(w);  // [compress]: it starts afresh at the initial parameters
+  }
+  if (server_->known_workers() > l_.workers) grads_.resize(grads_.size());
+}
+
+void ShardServer::settle() {
+  params_.settle();
+  if (z_) z_->settle();
+}
+
+void ShardServer::writable(int pusher) {
+  if (params_.prepare_write(pusher)) server_->set_params(params_.live());
+}
+
+void ShardServer::take_gradient(int w) {
+  if (z_ && z_->push_on()) {  // [compress]: decodes into grads_[w]
+    z_->take_push(w, &grad_recv_[static_cast<size_t>(w)], grads_[static_cast<size_t>(w)]);
+    return;
+  }
+  wait_one(&grad_recv_[static_cast<size_t>(w)], l_.timeout, [&] {
+    return fmt::format("waiting for the gradient of {} on server shard {}",
+                       worker_name(w, l_.servers), shard_);
+  });
+}
+
+void check_shard_state(const Job& job, const Layout& l, int shard, const std::string& bytes,
+                       const std::string& what) {
+  const Config& c = *job.config;
+  const Shard range = l.shards[static_cast<size_t>(shard)];
+  std::vector<float> params(range.size);
+  std::optional<Server> server;
+  make_server(job, l, range, params, &server);
+  std::unique_ptr<ShardCompression> z;
+  if (c.compress.on()) {  // its constructor sends nothing
+    z = std::make_unique<ShardCompression>(c.compress, job.make_model()->param_shapes(), range,
+                                           shard, l.servers, l.workers, c.train.seed, params,
+                                           l.comm, l.timeout);
+  }
+  // model.sparse: this shard's rows, as SparseShard attaches them.
+  std::vector<float> rows;
+  std::unique_ptr<RowTable> table;
+  if (l.rows.rows > 0) {
+    const RowPartition part{l.servers, l.rows.rows};
+    rows.resize(static_cast<size_t>(part.rows_of(shard)) * static_cast<size_t>(l.rows.dim));
+    table = std::make_unique<RowTable>(rows, l.rows.dim, server_optimizer(c), c.policy.aggregation,
+                                       c.staleness);
+    server->set_hook(table.get());
+  }
+  StateReader r(bytes, what);
+  decode(r, *server, z.get());
+}
+
+}  // namespace hsgd::mpi

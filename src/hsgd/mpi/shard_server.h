@@ -1,0 +1,84 @@
+// One server shard of the mpi runtime (roles.h): its slice of the
+// parameters (double-buffered for the sends: mpi/param_buffers.h), its
+// replica of the server state machine, its gradient buffers (one per
+// worker) and its parameter sends. Used by rank 0 (primary.cc) and by every
+// other server rank (replica.cc), which call the same methods in the same
+// event order. Thread-safety: none; owned by its rank's MPI thread.
+#pragma once
+#include <mpi.h>
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hsgd/mpi/compressed.h"
+#include "hsgd/mpi/param_buffers.h"
+#include "hsgd/mpi/roles.h"
+#include "hsgd/mpi/sparse.h"
+#include "hsgd/server/server.h"
+
+namespace hsgd::mpi {
+
+class ShardServer {
+ public:
+  // Shard `shard` of `l`, starting from its slice of `initial`; posts the
+  // receive of every worker's first gradient slice.
+  ShardServer(const Job& job, const Layout& l, int shard, const std::vector<float>& initial);
+  ~ShardServer();
+  ShardServer(const ShardServer&) = delete;
+  ShardServer& operator=(const ShardServer&) = delete;
+
+  Server& server() { return *server_; }
+  const Server& server() const { return *server_; }
+  std::span<const float> params() const { return params_.live(); }
+  SparseShard* sparse() { return sparse_.get(); }  // model.sparse, else null
+
+  // Worker w's push, once its gradient slice is in; restarts the receive for
+  // its next one.
+  Decision push(int w, uint64_t version, int64_t batch, double loss, double seconds);
+  // Worker w's push after the budget: received and dropped. Worker w sends
+  // no more.
+  void discard(int w);
+  // Worker w leaves (may apply an update).
+  Decision leave(int w, double seconds);
+
+  // Sends this shard's parameters to worker w (its previous send is long
+  // done: w received it before computing the push that led here).
+  void send_params(int w);
+  // Sends this shard's parameters to rank 0 for evaluation (model.sparse:
+  // and the rows evaluation reads).
+  void send_gather();
+  // [compress]: rank 0, after send_gather's event: every shard's seconds
+  // decoding pushes and encoding pulls, its own included (0 when off).
+  double gather_compress_seconds();
+
+  // This shard's server state (its parameters slice and all), for a
+  // checkpoint; waits for the sends in flight first.
+  std::string save();
+  // Restores a state save() wrote, then fits the membership to this launch's
+  // workers (as the threads runtime does): ids beyond them leave, missing
+  // ones join. Every shard does the same, so they stay in step.
+  void load(const std::string& bytes, const std::string& what, double seconds);
+  // Waits for every parameter send in flight.
+  void settle();
+
+ private:
+  // Before an event that may write the parameters: sends in flight keep
+  // reading their version (the server moves to the other buffer).
+  void writable(int pusher = -1);
+  void take_gradient(int w);
+
+  const Layout& l_;
+  int shard_;
+  Shard range_;
+  ParamBuffers params_;
+  std::optional<Server> server_;
+  std::vector<std::vector<float>> grads_;
+  std::vector<MPI_Request> grad_recv_;
+  std::unique_ptr<SparseShard> sparse_;  // model.sparse: attached to server_
+  std::unique_ptr<ShardCompression> z_;  // [compress]; null when off
+};
+
+}  // namespace hsgd::mpi
