@@ -45,7 +45,7 @@ std::vector<Runtime> server_runtimes() {
   };
   if (have_mpirun()) {
     r.push_back(
-        {"mpi", "mpirun --oversubscribe --allow-run-as-root -np 3 ", "--runtime mpi --servers 1 "});
+        {"mpi", "mpirun --quiet --oversubscribe --allow-run-as-root -np 3 ", "--runtime mpi --servers 1 "});
   }
   return r;
 }
@@ -86,7 +86,7 @@ TEST(Conformance, ASingleWorkerJobEndsWithTheSameParametersOnEveryRuntime) {
   };
   std::vector<Runtime> rts = server_runtimes();
   for (Runtime& rt : rts) {
-    if (rt.name == "mpi") rt.prefix = "mpirun --oversubscribe --allow-run-as-root -np 2 ";
+    if (rt.name == "mpi") rt.prefix = "mpirun --quiet --oversubscribe --allow-run-as-root -np 2 ";
   }
   for (size_t j = 0; j < jobs.size(); ++j) {
     std::string reference;

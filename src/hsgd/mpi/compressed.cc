@@ -14,7 +14,7 @@ namespace {
 
 constexpr uint32_t kShardTagV1 = 0x4D435331;  // "MCS1": before the seconds were kept
 constexpr uint32_t kShardTag = 0x4D435332;    // "MCS2"
-constexpr uint32_t kWorkerTag = 0x4D435731;  // "MCW1"
+constexpr uint32_t kWorkerTag = 0x4D435731;   // "MCW1"
 
 int as_count(size_t n) {
   if (n > static_cast<size_t>(INT_MAX)) {
@@ -182,9 +182,10 @@ void WorkerCompression::take_pull(std::span<MPI_Request> reqs, std::span<float> 
     });
     const auto t0 = SteadyClock::now();
     const Shard& sh = shards_[s];
-    apply_pull(pull_[s], std::span<const char>(pull_buf_[s].data(), n),
-               params.subspan(sh.begin, sh.size), &scratch_,
+    const std::span<float> held = std::span<float>(held_).subspan(sh.begin, sh.size);
+    apply_pull(pull_[s], std::span<const char>(pull_buf_[s].data(), n), held, &scratch_,
                fmt::format("{}: the pull from shard {}", me, s));
+    std::copy(held.begin(), held.end(), params.begin() + static_cast<ptrdiff_t>(sh.begin));
     compress_s_ += since(t0);
     pull_bytes_total_ += static_cast<int64_t>(n);
   }
@@ -202,12 +203,16 @@ void WorkerCompression::report(Request* r) {
   compress_s_ = 0;
 }
 
-void WorkerCompression::save(StateWriter& w, std::span<const float> params) const {
+void WorkerCompression::start_held(std::span<const float> initial) {
+  if (pull_on()) held_.assign(initial.begin(), initial.end());
+}
+
+void WorkerCompression::save(StateWriter& w) const {
   w.tag(kWorkerTag);
   w.put<uint64_t>(push_.size());
   for (const PushStage& p : push_) p.save(w);
   w.put<uint8_t>(pull_on() ? 1 : 0);
-  if (pull_on()) w.put_span(params);
+  if (pull_on()) w.put_vec(held_);
 }
 
 void WorkerCompression::load(StateReader& r, std::span<float> params) {
@@ -215,7 +220,11 @@ void WorkerCompression::load(StateReader& r, std::span<float> params) {
   if (r.get<uint64_t>() != push_.size()) r.fail("corrupt (push compressor shard count)");
   for (PushStage& p : push_) p.load(r);
   if ((r.get<uint8_t>() != 0) != pull_on()) r.fail("corrupt (pull compressor)");
-  if (pull_on()) r.get_into(params, "the worker's pulled copy");
+  if (pull_on()) {
+    held_.resize(num_params_);
+    r.get_into(std::span<float>(held_), "the worker's pulled copy");
+    std::copy(held_.begin(), held_.end(), params.begin());
+  }
 }
 
 }  // namespace hsgd::mpi

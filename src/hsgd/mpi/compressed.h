@@ -120,8 +120,13 @@ class WorkerCompression {
   void count_plain_push();
   // A persistent receive of shard s's pull into its buffer.
   void init_pull_recv(size_t s, MPI_Request* r);
-  // Waits for every shard's pull (reqs[s]) and applies them to `params`
-  // (all parameters). Counts their bytes.
+  // With pull compression: the worker's held copy (what the shards record
+  // it holds) starts at the initial parameters.
+  void start_held(std::span<const float> initial);
+  // Waits for every shard's pull (reqs[s]), applies them to the held copy
+  // and sets `params` (all parameters) to it: local steps (local:H) move
+  // only the worker's parameters, never the held copy (issue 25, defect 2).
+  // Counts their bytes.
   void take_pull(std::span<MPI_Request> reqs, std::span<float> params, const std::string& me);
   // Counts an uncompressed pull (pull = none): 4 bytes per parameter.
   void count_plain_pull();
@@ -129,9 +134,10 @@ class WorkerCompression {
   // last report.
   void report(Request* r);
 
-  // The residuals, warm starts and, with pull compression, `params` (the
-  // worker's copy, which the server shards' held copies mirror).
-  void save(StateWriter& w, std::span<const float> params) const;
+  // The residuals, warm starts and, with pull compression, the held copy
+  // (which the server shards' held copies mirror); load() also sets
+  // `params` to it.
+  void save(StateWriter& w) const;
   void load(StateReader& r, std::span<float> params);
 
  private:
@@ -144,6 +150,7 @@ class WorkerCompression {
   std::vector<float> sent_;
   std::vector<Codec> pull_;  // per shard: the decoders; empty when pull = none
   std::vector<size_t> pull_max_;
+  std::vector<float> held_;  // with pull compression: see start_held
   std::vector<std::vector<char>> pull_buf_;
   std::vector<float> scratch_;
   int64_t push_bytes_total_ = 0, pull_bytes_total_ = 0;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <deque>
 #include <map>
+#include <optional>
 
 #include "hsgd/mpi/compressed.h"
 #include "hsgd/mpi/fair.h"
@@ -125,9 +126,11 @@ class Primary {
     double tick_time = start_s;
     int64_t tick_samples = server().samples();
     if (stops_.stopped()) {
-      // Stopped at the first row, or a resumed checkpoint whose stop is set
-      // (run_control.h): training ends at once; its closing row is the last
-      // one written.
+      // Stopped at the first row (its row is the closing row), or a resumed
+      // checkpoint whose stop is set (run_control.h): training ends at
+      // once, with the closing row at the cut (the final cut is taken
+      // before the closing row, as on threads and sim).
+      if (job_.resume) evaluate(start_s);
       closed_ = true;
       begin_stop(start_s);
     } else if (schedule_.epochs_done(server().samples())) {
@@ -481,11 +484,16 @@ class Primary {
       }
     }
     if (ending_) {
+      // The final cut is the state at the end of training, before the
+      // closing row (as on threads and sim: a longer run resumed from it has
+      // no row here), written only if that row finds no divergence.
+      std::optional<Cut> cut;
+      if (job_.checkpoints && stops_.final_checkpoint_allowed()) cut = gather_checkpoint(t);
       evaluate(t);
       closed_ = true;
       schedule_.eval_done(t);
       schedule_.checkpoint_done(t);
-      if (stops_.final_checkpoint_allowed()) write_checkpoint(t);
+      if (cut && stops_.final_checkpoint_allowed()) job_.checkpoints->write(cut->info, cut->blobs);
       begin_stop(t);
       return;
     }
@@ -499,8 +507,17 @@ class Primary {
   // every shard's server state, every worker's state, and rank 0's own.
   // Rank 0 gathers them all and writes the checkpoint, so no shared
   // filesystem is needed.
+  struct Cut {
+    CheckpointInfo info;
+    std::map<std::string, std::string> blobs;
+  };
   void write_checkpoint(double t) {
     if (!job_.checkpoints) return;
+    const Cut cut = gather_checkpoint(t);
+    job_.checkpoints->write(cut.info, cut.blobs);
+  }
+  // The same, gathered but not written.
+  Cut gather_checkpoint(double t) {
     std::map<std::string, std::string> blobs;
     emit(Event{.type = Event::kCheckpoint});
     blobs["server-0"] = shard_.save();
@@ -545,7 +562,7 @@ class Primary {
     info.train_s = t;
     info.updates = static_cast<int64_t>(server().version());
     info.rows = static_cast<int64_t>(recorder_->rows().size());
-    job_.checkpoints->write(info, blobs);
+    return Cut{info, std::move(blobs)};
   }
 
   // Restores rank 0's state, sends every other rank its part, and marks the

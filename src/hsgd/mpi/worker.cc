@@ -87,7 +87,10 @@ bool run_worker(const Job& job, const Layout& l, bool resuming, const std::vecto
   if (c.compress.on()) {
     z = std::make_unique<WorkerCompression>(c.compress, model->param_shapes(), l.shards, id,
                                             c.train.seed, l.comm, l.timeout);
-    if (z->pull_on()) std::copy(initial.begin(), initial.end(), params.begin());
+    if (z->pull_on()) {
+      std::copy(initial.begin(), initial.end(), params.begin());
+      z->start_held(initial);
+    }
   }
   // A worker's checkpoint state: sampler, delay streams, local momentum.
   const auto save_state = [&] {
@@ -102,7 +105,7 @@ bool run_worker(const Job& job, const Layout& l, bool resuming, const std::vecto
     delays.save(w);
     w.put<uint8_t>(local.has_value());
     if (local) local->save(w);
-    if (z) z->save(w, params);
+    if (z) z->save(w);
     return w.take();
   };
   if (resuming) {
