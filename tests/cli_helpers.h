@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -53,6 +54,19 @@ inline Outcome run(const std::string& args) {
   size_t n;
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) o.out.append(buf, n);
   const int status = pclose(p);
+  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(err_file);
+  o.err.assign(std::istreambuf_iterator<char>(e), {});
+  return o;
+}
+
+// Runs `prefix hsgd args` (prefix: e.g. "mpirun -np 3 "), stdout
+// discarded, stderr kept.
+inline Outcome run(const std::string& prefix, const std::string& args) {
+  const std::string err_file = tmp("stderr_prefixed.txt");
+  const std::string cmd = prefix + kHsgd + " " + args + " > /dev/null 2> " + err_file;
+  const int status = std::system(cmd.c_str());
+  Outcome o;
   o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   std::ifstream e(err_file);
   o.err.assign(std::istreambuf_iterator<char>(e), {});

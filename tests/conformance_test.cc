@@ -44,22 +44,13 @@ std::vector<Runtime> server_runtimes() {
       {"sim", "", "--runtime sim --set sim.compute_time=0.002 --set sim.server_ns_per_param=20 "},
   };
   if (have_mpirun()) {
-    r.push_back(
-        {"mpi", "mpirun --quiet --oversubscribe --allow-run-as-root -np 3 ", "--runtime mpi --servers 1 "});
+    r.push_back({"mpi", "mpirun --quiet --oversubscribe --allow-run-as-root -np 3 ",
+                 "--runtime mpi --servers 1 "});
   }
   return r;
 }
 
-Outcome run_on(const Runtime& rt, const std::string& args) {
-  const std::string err_file = tmp("stderr_" + rt.name + ".txt");
-  const std::string cmd = rt.prefix + kHsgd + " " + args + " > /dev/null 2> " + err_file;
-  const int status = std::system(cmd.c_str());
-  Outcome o;
-  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err_file);
-  o.err.assign(std::istreambuf_iterator<char>(e), {});
-  return o;
-}
+Outcome run_on(const Runtime& rt, const std::string& args) { return run(rt.prefix, args); }
 
 // A small job on the plain-C++ linear model: fast to start on every runtime.
 std::string job(const Runtime& rt, const std::string& out, const std::string& more) {

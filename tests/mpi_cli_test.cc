@@ -29,18 +29,6 @@ using testing_helpers::slurp;
 
 const std::string kMpirun = "mpirun --oversubscribe --allow-run-as-root ";
 
-// Runs `prefix hsgd args`, stdout discarded, stderr kept.
-Outcome run(const std::string& prefix, const std::string& args) {
-  const std::string err_file = tmp("stderr.txt");
-  const std::string cmd = prefix + kHsgd + " " + args + " > /dev/null 2> " + err_file;
-  const int status = std::system(cmd.c_str());
-  Outcome o;
-  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err_file);
-  o.err.assign(std::istreambuf_iterator<char>(e), {});
-  return o;
-}
-
 int count(const std::string& text, const std::string& needle) {
   int n = 0;
   for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
@@ -95,8 +83,10 @@ const std::string kTiny =
 // take the same K decisions (a divergence would stop the run with an error).
 TEST(MpiCli, AutoRunsOnShardedServers) {
   const std::string out = tmp("auto");
-  Outcome o = run(kMpirun + "-np 4 ", kTiny + "--runtime mpi --servers 2 --policy auto --batch 8 "
-                                              "--lr 0.1 --set optim.kind=momentum --out " + out);
+  Outcome o = run(kMpirun + "-np 4 ", kTiny +
+                                          "--runtime mpi --servers 2 --policy auto --batch 8 "
+                                          "--lr 0.1 --set optim.kind=momentum --out " +
+                                          out);
   ASSERT_EQ(o.code, 0) << o.err;
   const auto s = summary(out);
   EXPECT_EQ(s["policy"], "auto");
