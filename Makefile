@@ -4,7 +4,7 @@ PRESET ?= release
 BUILD := build/$(PRESET)
 JOBS ?= 2
 
-.PHONY: deps build demo test test-asan test-tsan fuzz bench bench-mpi bench-sim bench-peers format clean
+.PHONY: deps build demo test test-asan test-tsan fuzz bench bench-mpi bench-sim bench-peers cluster format clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -45,6 +45,21 @@ bench: build
 bench-mpi: build
 	mpirun --allow-run-as-root --oversubscribe -np 3 $(BUILD)/hsgd bench --mpi --seconds 3 --repeats 5
 	mpirun --allow-run-as-root --oversubscribe -np 3 --mca btl tcp,self $(BUILD)/hsgd bench --mpi --seconds 3 --repeats 5
+
+# An emulated cluster on this machine (scripts/mpi-netns.sh, needs root):
+# CLUSTER_HOSTS network namespaces behind a bridge, one rank per host, every
+# link rate-limited to CLUSTER_RATE both ways (the server's to
+# CLUSTER_SERVER_RATE), running CLUSTER_CONFIG on the mpi runtime with one
+# server and CLUSTER_HOSTS - 1 workers.
+CLUSTER_HOSTS ?= 4
+CLUSTER_RATE ?= 100mbit
+CLUSTER_SERVER_RATE ?= $(CLUSTER_RATE)
+CLUSTER_CONFIG ?= examples/demo.toml
+CLUSTER_OUT ?= runs/cluster
+cluster: build
+	bash scripts/mpi-netns.sh -n $(CLUSTER_HOSTS) -r $(CLUSTER_RATE) -R $(CLUSTER_SERVER_RATE) -- \
+	  -np $(CLUSTER_HOSTS) $(BUILD)/hsgd train --config $(CLUSTER_CONFIG) --runtime mpi --servers 1 \
+	  --out $(CLUSTER_OUT)
 
 # The parallel simulator's figures (BENCHMARKS.md: issue #12).
 bench-sim: build

@@ -8,6 +8,9 @@
 #              both workers on another, joined by a veth pair; first checks
 #              that the ranks land on the two hosts. Exit 77 (skip) when
 #              the namespaces cannot be made here.
+#   four-hosts: scripts/mpi-netns.sh -n 4 -r 100mbit: 1 server + 3 workers, one
+#              rank per host, each host's link rate-limited both ways (tc
+#              tbf); checks that each rank lands on its own host.
 set -euo pipefail
 hsgd=$1 scripts=$2 mode=$3
 out=$(mktemp -d)
@@ -26,6 +29,15 @@ case $mode in
       echo "FAIL: ranks placed on '$sorted', expected rank 0 on hosta, 2 ranks on hostb"; exit 1
     fi
     "$scripts/mpi-netns.sh" -- -np 3 "$hsgd" "${job[@]}" ;;
+  four-hosts)
+    rc=0
+    hosts=$("$scripts/mpi-netns.sh" -n 4 -r 100mbit -- -np 4 hostname) || rc=$?
+    [[ $rc == 0 ]] || exit $rc
+    sorted=$(echo "$hosts" | sort | tr '\n' ' ')
+    if [[ "$sorted" != "hosta hostb hostc hostd " ]]; then
+      echo "FAIL: ranks placed on '$sorted', expected one rank on each of hosta..hostd"; exit 1
+    fi
+    "$scripts/mpi-netns.sh" -n 4 -r 100mbit -- -np 4 "$hsgd" "${job[@]}" ;;
   *) echo "unknown mode $mode"; exit 2 ;;
 esac
 # The last row: samples (column 3) >= 2 epochs of the training set, test
