@@ -6,6 +6,10 @@
 
 #include "hsgd/config/config.h"
 
+namespace CLI {
+class App;
+}
+
 namespace hsgd::cli {
 
 struct TrainArgs {
@@ -57,6 +61,7 @@ struct SweepArgs {
   std::string grid_path;
   std::string out = "runs/sweep";
   int jobs = 0;  // 0: the grid's `jobs` (default 2)
+  bool check = false;  // --check: validate the grid and every run's config, run nothing
 };
 int sweep(const SweepArgs& a);
 
@@ -100,5 +105,9 @@ int bench_sim(const BenchArgs& a);
 int bench_threads(const BenchArgs& a);
 // bench_stream.cc: the server's update at 10M parameters against a triad.
 void print_server_vs_triad(int repeats);
+
+// hsgd help-markdown: the CLI reference (markdown) from `app`'s own
+// subcommands, options and help strings; docs/cli-reference.md is this output.
+std::string help_markdown(const CLI::App& app);
 
 }  // namespace hsgd::cli

@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
   using hsgd::Override;
   CLI::App app{"hsgd: data-parallel SGD through a parameter server (sync, async, hybrid, ...)"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "hsgd 0.1");
+  app.set_version_flag("--version", std::string("hsgd ") + HSGD_VERSION);  // CMake project(VERSION)
 
   // ---- train
   hsgd::cli::TrainArgs ta;
@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
   std::vector<Flag> flags = {
       {"--data",
        "data.spec",
-       "fashion-mnist | synthetic | idx:DIR | cifar10:DIR | csv:FILE | libsvm:FILE",
+       "fashion-mnist | synthetic | synthetic-ctr | idx:DIR | cifar10:DIR | csv:FILE | libsvm:FILE | "
+       "npy:X.npy,Y.npy | npz:FILE[:XKEY,YKEY] | criteo:FILE",
        {}},
       {"--test-data",
        "data.test",
@@ -41,8 +42,8 @@ int main(int argc, char** argv) {
        "data.test_fraction",
        "held-out fraction when the data has no test split (0.2)",
        {}},
-      {"--model", "model.name", "softmax | mlp | lenet5 | cifar-cnn | linear-test", {}},
-      {"--policy", "policy.name", "sync | async | hybrid | auto | kasync:K | kbatch:K | ssp:S", {}},
+      {"--model", "model.name", "softmax | mlp | lenet5 | cifar-cnn | dlrm | linear-test | torchscript:FILE", {}},
+      {"--policy", "policy.name", "sync | async | hybrid | auto | kasync:K | kbatch:K | ssp:S | local:H | hogwild", {}},
       {"--workers", "train.workers", "number of workers (4)", {}},
       {"--batch", "train.batch", "batch size per worker (64)", {}},
       {"--lr", "optim.lr", "learning rate (0.01)", {}},
@@ -100,9 +101,11 @@ int main(int argc, char** argv) {
   hsgd::cli::SweepArgs sa;
   CLI::App* sweep = app.add_subcommand(
       "sweep", "Run a grid of configs x policies x seeds on the simulator and tabulate it");
-  sweep->add_option("grid", sa.grid_path, "sweep grid (TOML; README, \"Sweep a grid\")")->required();
+  sweep->add_option("grid", sa.grid_path, "sweep grid (TOML; docs/compare-and-sweep.md)")->required();
   sweep->add_option("--out", sa.out, "output directory (runs/sweep); a rerun resumes it");
   sweep->add_option("--jobs", sa.jobs, "runs at a time (default: the grid's jobs, 2)");
+  sweep->add_flag("--check", sa.check,
+                  "validate the grid and every run's config, print the run count, run nothing");
 
   // ---- config
   hsgd::cli::ConfigArgs cfa;
@@ -117,7 +120,7 @@ int main(int argc, char** argv) {
 
   // ---- bench
   hsgd::cli::BenchArgs ba;
-  CLI::App* bench = app.add_subcommand("bench", "Print throughput figures (see BENCHMARKS.md)");
+  CLI::App* bench = app.add_subcommand("bench", "Print throughput figures (see docs/benchmarks.md)");
   bench->add_option("--data", ba.data, "data spec for the model benchmarks");
   bench->add_option("--seconds", ba.seconds, "seconds per runtime throughput measurement");
   bench->add_option("--repeats", ba.repeats, "rounds per compute-only figure (median)");
@@ -135,6 +138,10 @@ int main(int argc, char** argv) {
                   "only the threads runtime's 2-worker efficiency, async and sync, side by side");
   bench->add_flag("--stream", ba.stream,
                   "only the server's update at 10M parameters against a STREAM-like triad");
+
+  // ---- help-markdown
+  CLI::App* help_md = app.add_subcommand(
+      "help-markdown", "Print this CLI reference as markdown (docs/cli-reference.md)");
 
   try {
     app.parse(argc, argv);
@@ -158,6 +165,10 @@ int main(int argc, char** argv) {
         ta.overrides.push_back({s.substr(0, eq), s.substr(eq + 1)});
       }
       return hsgd::cli::train(ta);
+    }
+    if (*help_md) {
+      std::fputs(hsgd::cli::help_markdown(app).c_str(), stdout);
+      return 0;
     }
     if (*eval) return hsgd::cli::eval(ea);
     if (*plot) return hsgd::cli::plot(plot_dirs, plot_out);
