@@ -1,10 +1,10 @@
-# The two front-door commands (README): `make demo` and `make test`.
+# The two front-door commands (README): `make demo` and `make test`; `make docs`.
 # Both install the Debian packages first (scripts/install-deps.sh, idempotent).
 PRESET ?= release
 BUILD := build/$(PRESET)
 JOBS ?= 2
 
-.PHONY: deps build demo test test-asan test-tsan fuzz bench bench-mpi bench-sim bench-peers cluster format clean
+.PHONY: deps build demo docs figures test test-asan test-tsan fuzz bench bench-mpi bench-sim bench-peers cluster format clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -13,8 +13,25 @@ build: deps
 	cmake --preset $(PRESET)
 	cmake --build --preset $(PRESET) -j $(JOBS)
 
-demo: build
+# The demo builds only the hsgd binary (not the tests and fuzz harnesses,
+# which `make test` builds), so training starts as soon as the packages are in.
+demo: deps
+	cmake --preset $(PRESET)
+	cmake --build --preset $(PRESET) -j $(JOBS) --target hsgd
 	$(BUILD)/hsgd train --config examples/demo.toml
+	@echo
+	@echo "Next: compare policies on the simulator: $(BUILD)/hsgd compare --config examples/paper/synthetic.toml --policies sync,async,hybrid --out runs/compare"
+	@echo "      open the plot of this run: runs/demo/plot.png (and runs/compare/compare.png after the comparison)"
+	@echo "      Python: examples/python/ and docs/python.md; your own model: docs/your-model-and-data.md"
+
+# The documentation site (mkdocs.yml) into build/site/, --strict: a broken
+# link or a missing page fails. `make test` builds it too (CTest docs_mkdocs_strict).
+docs: deps
+	mkdocs build --strict --site-dir build/site
+
+# The results pages' figures (docs/img/results-*.png) from committed data.
+figures:
+	bash scripts/docs-figures.sh
 
 test: build
 	ctest --preset $(PRESET) -j $(JOBS)
@@ -61,7 +78,7 @@ cluster: build
 	  -np $(CLUSTER_HOSTS) $(BUILD)/hsgd train --config $(CLUSTER_CONFIG) --runtime mpi --servers 1 \
 	  --out $(CLUSTER_OUT)
 
-# The parallel simulator's figures (BENCHMARKS.md: issue #12).
+# The parallel simulator's figures (docs/benchmarks.md).
 bench-sim: build
 	$(BUILD)/hsgd bench --sim --seconds 3 --repeats 3
 

@@ -2,12 +2,17 @@
 # The documentation site builds with `mkdocs build --strict` (a broken link,
 # a page missing from nav or a missing page fails). Exit 77 (CTest: skipped)
 # without mkdocs (Debian's mkdocs, mkdocs-material; scripts/install-deps.sh).
+# First: docs/index.md is README.md as scripts/docs-index.sh writes it.
 set -euo pipefail
 src=$1 out=$2
+cd "$src"
+if ! diff -u docs/index.md <(bash scripts/docs-index.sh); then
+  echo "docs/index.md is stale: scripts/docs-index.sh > docs/index.md" >&2
+  exit 1
+fi
 if ! command -v mkdocs >/dev/null; then
   echo "SKIPPED: mkdocs is not installed (apt-get install mkdocs mkdocs-material, or bash scripts/install-deps.sh)"
   exit 77
 fi
-cd "$src"
 mkdocs build --strict --quiet --site-dir "$out"
 echo "site built (--strict) in $out"
