@@ -21,7 +21,7 @@ each run tiny: every `hsgd train` and `hsgd compare` invocation (but not
 virtual on the simulator); every `mpirun` gets `--allow-run-as-root
 --oversubscribe`. The blocks of one page run in order in one scratch
 directory holding `build/release/hsgd` (and `hsgd` on PATH), `examples/`,
-`scripts/` and `bench/` of the source tree, so a page's later blocks may use
+`scripts/`, `bench/`, `tests/` and `docs/` of the source tree, so a page's later blocks may use
 an earlier block's output. A block that exits 77 (what scripts/mpi-netns.sh
 does where network namespaces cannot be made) counts as skipped.
 
@@ -91,7 +91,7 @@ def scratch(hsgd, src):
     d = pathlib.Path(tempfile.mkdtemp(prefix="hsgd-docs-"))
     (d / "build" / "release").mkdir(parents=True)
     os.symlink(os.path.abspath(hsgd), d / "build" / "release" / "hsgd")
-    for name in ("examples", "scripts", "bench", "tests"):
+    for name in ("examples", "scripts", "bench", "tests", "docs"):
         os.symlink(src / name, d / name)
     return d
 
