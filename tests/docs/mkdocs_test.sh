@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The documentation site builds with `mkdocs build --strict` (a broken link,
-# a page missing from nav or a missing page fails). Exit 77 (CTest: skipped)
+# a page missing from nav or a missing page fails), and every #anchor of its
+# links exists (check_anchors.py). Exit 77 (CTest: skipped)
 # without mkdocs (Debian's mkdocs, mkdocs-material; scripts/install-deps.sh).
 # First: docs/index.md is README.md as scripts/docs-index.sh writes it.
 set -euo pipefail
@@ -16,3 +17,4 @@ if ! command -v mkdocs >/dev/null; then
 fi
 mkdocs build --strict --quiet --site-dir "$out"
 echo "site built (--strict) in $out"
+python3 "$(dirname "$0")/check_anchors.py" "$out"
