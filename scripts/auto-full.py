@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The issue-17 grids at full size (scripts/sweep.sh full): auto (fourth rule)
 and the third rule (auto without its staleness budget) against the best fixed
-policy, per cell, with the targets at a glance (docs/results.md).
+policy, per cell, with the targets at a glance (docs/results-auto.md).
 Usage: scripts/auto-full.py [OUT] (OUT = runs/sweep-full: the directories
 sweep-mlp, sweep-mlp-third, sweep-lenet5, sweep-lenet5-third).  Reads
 sweep.json files only; runs nothing.  A grid not (fully) run is skipped."""

@@ -5,7 +5,7 @@
 #
 # Defaults are the full grid (LeNet-5 on Fashion-MNIST, 16 simulated
 # workers, async and hybrid, 10 Gbit/s and 100 Mbit/s): costly. The reduced
-# grids of docs/results.md (section Compression) give their commands, e.g.
+# grids of docs/results-compression.md (section Compression) give their commands, e.g.
 #   MODEL=lenet5 COMPUTE_TIME=0.013 LR=0.02 POLICIES=async BANDWIDTHS=1.25e7 \
 #     PULL=same BUDGET=12 scripts/compress-grid.sh runs/c14/async-100M
 # The push is compressed with each compressor; the pull with PULL (none by

@@ -10,7 +10,7 @@
 # Every sim cost is set (nothing calibrated), so both binaries simulate the
 # same cluster.
 # Usage: scripts/compress-off-bench.sh BEFORE_BIN AFTER_BIN [ROUNDS] [SECONDS]
-# BENCHMARKS.md ("Compression off costs nothing") builds the two binaries:
+# docs/benchmarks-history.md ("Compression off costs nothing") builds the two binaries:
 #   git worktree add --detach /tmp/wt-before 4ff7a18
 #   (cd /tmp/wt-before && cmake --preset release -DHSGD_BUILD_TESTS=OFF &&
 #    cmake --build --preset release --target hsgd)

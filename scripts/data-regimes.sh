@@ -2,7 +2,7 @@
 # Issue 15's experiments in the simulator: policies under label skew
 # (dirichlet alpha sweep), the hybrid data regime (global pool), importance
 # vs uniform sampling. Writes the tables and plots into
-# docs/results/data-regimes/ (docs/results.md, "Data as it really lies").
+# docs/results/data-regimes/ (docs/results-data-regimes.md, "Data as it really lies").
 # Deterministic (fixed simulator costs). On 2 shared cores: the synthetic
 # sweeps take ~15 min, the LeNet-5 ones ~1 min per run.
 #   scripts/data-regimes.sh [SECTION...]   sections: skew-synthetic skew-lenet5

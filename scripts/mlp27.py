@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Combine the committed MLP sweeps into the 27-cell table of docs/results.md
+"""Combine the committed MLP sweeps into the 27-cell table of docs/results-auto.md
 ("All 27 cells", issue 17): auto (third rule) - best fixed and auto - async,
 interval mean and final, per cell.  Usage: scripts/mlp27.py [DIR]
 (DIR = docs/results/sweep).  Reads sweep.json files only; runs nothing."""

@@ -5,7 +5,7 @@
 # commit gives the same tables on any machine. About 15-20 minutes on 2 cores.
 #   scripts/paper-experiments.sh [NAME...]   (default: all)
 # SIM_THREADS=T sets sim.threads for every run (default: the simulator's,
-# every core); the outputs are the same for any T (BENCHMARKS.md times 1 and 2).
+# every core); the outputs are the same for any T (docs/benchmarks-history.md times 1 and 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 HSGD=${HSGD:-build/release/hsgd}

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The threads-runtime efficiency figure of BENCHMARKS.md (issue 16), in one
+# The threads-runtime efficiency figure of docs/benchmarks-history.md (issue 16), in one
 # run so that every number sees the same machine load: compute-only on 1 and
 # on 2 concurrent threads (tests/sparse_bench), then the threads runtime
 # with 2 workers, row-sparse, async, at the issue's size (8 tables x 100k

@@ -1,12 +1,12 @@
 #!/bin/sh
-# Runs the sweeps of issue 17 (docs/results.md, "auto against the best fixed
+# Runs the sweeps of issue 17 (docs/results-auto.md, "auto against the best fixed
 # policy"). Usage: scripts/sweep.sh [reduced|rerun|heldout|design|full] [OUT]
-#   reduced (default): the grids docs/results.md reports (~35 CPU-minutes):
+#   reduced (default): the grids docs/results-auto.md reports (~35 CPU-minutes):
 #     sweep-momentum, sweep-mlp-reduced, sweep-ablation, sweep-mlp-batch,
 #     sweep-lenet5-reduced.
 #   rerun: auto alone (and its ablations) on the reduced grids' cells, the
 #     fixed policies' figures taken from the committed sweep.json files
-#     (docs/results.md, "The third rule"; ~15 CPU-minutes).
+#     (docs/results-auto.md, "The third rule"; ~15 CPU-minutes).
 #   heldout: the 15 MLP cells outside the reduced grid and the batch slice,
 #     7 policies, 1 seed, 30 s (sweep-mlp-rest, sweep-mlp-rest-s025;
 #     105 runs, ~7 CPU-minutes); scripts/mlp27.py then tabulates all 27 cells.
@@ -18,7 +18,7 @@
 #     sweep-lenet5 (144 runs, ~3 CPU-hours), the third rule alone on both
 #     (sweep-mlp-third, sweep-lenet5-third: 81 and 12 runs) and
 #     sweep-momentum (15 runs); resumable (rerun to continue).
-#     scripts/auto-full.py [OUT] then tabulates them (docs/results.md).
+#     scripts/auto-full.py [OUT] then tabulates them (docs/results-auto.md).
 # HSGD names the binary (default build/release/hsgd); JOBS, if set, the runs
 # at a time (--jobs; default: the grid's, 2). Every sweep resumes:
 # runs already done are skipped.

@@ -3,10 +3,16 @@
 # a page missing from nav or a missing page fails), and every #anchor of its
 # links exists (check_anchors.py). Exit 77 (CTest: skipped)
 # without mkdocs (Debian's mkdocs, mkdocs-material; scripts/install-deps.sh).
-# First: docs/index.md is README.md as scripts/docs-index.sh writes it.
+# First: README.md has at most 300 lines, and docs/index.md is README.md as
+# scripts/docs-index.sh writes it.
 set -euo pipefail
 src=$1 out=$2
 cd "$src"
+lines=$(wc -l < README.md)
+if ((lines > 300)); then
+  echo "README.md has $lines lines; at most 300 (the rest belongs in docs/)" >&2
+  exit 1
+fi
 if ! diff -u docs/index.md <(bash scripts/docs-index.sh); then
   echo "docs/index.md is stale: scripts/docs-index.sh > docs/index.md" >&2
   exit 1
