@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # mpi-netns.sh [-n HOSTS] [-r RATE] [-R SERVER_RATE] [-b BURST] [-s SERVER_SLOTS]
-#              [-w WORKER_SLOTS] -- MPIRUN-ARGS...
+#              [-w WORKER_SLOTS] [-S STATS_FILE] -- MPIRUN-ARGS...
 #
 # Runs `mpirun MPIRUN-ARGS...` across HOSTS emulated hosts on this machine
 # (default 2): each host is a network namespace of its own (hostname hosta,
@@ -18,19 +18,21 @@
 # end. -R SERVER_RATE sets hosta's link apart (default RATE). -b BURST is the
 # token bucket's depth (default 64kb: a deeper bucket lets a host that was
 # computing send its next message at veth speed, which is not what a rate-
-# limited link does). Nothing outside the namespaces changes: they live as
+# limited link does). -S STATS_FILE: after mpirun, one line per host,
+# `HOST TX_BYTES RX_BYTES`, the bytes its link carried (tc's counts, headers
+# included). Nothing outside the namespaces changes: they live as
 # long as this script.
 #
 # Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN), unshare, nsenter and ip (and tc
 # for -r/-R) from util-linux and iproute2. Exits 77 (a CTest skip) when the
 # namespaces cannot be made, with one line saying why; 2 on bad arguments.
 set -euo pipefail
-hosts=2 rate="" srate="" burst=64kb aslots=1 bslots=""
+hosts=2 rate="" srate="" burst=64kb aslots=1 bslots="" stats=""
 usage() {
-  echo "usage: $0 [-n HOSTS] [-r RATE] [-R SERVER_RATE] [-b BURST] [-s N] [-w N] -- MPIRUN-ARGS..." >&2
+  echo "usage: $0 [-n HOSTS] [-r RATE] [-R SERVER_RATE] [-b BURST] [-s N] [-w N] [-S FILE] -- MPIRUN-ARGS..." >&2
   exit 2
 }
-while getopts "n:r:R:b:s:w:" o; do
+while getopts "n:r:R:b:s:w:S:" o; do
   case $o in
     n) hosts=$OPTARG ;;
     r) rate=$OPTARG ;;
@@ -38,6 +40,7 @@ while getopts "n:r:R:b:s:w:" o; do
     b) burst=$OPTARG ;;
     s) aslots=$OPTARG ;;
     w) bslots=$OPTARG ;;
+    S) stats=$OPTARG ;;
     *) usage ;;
   esac
 done
@@ -60,6 +63,7 @@ if [[ "${HSGD_NETNS_INNER:-}" != 1 ]]; then
   args=(-n "$hosts" -s "$aslots" -w "$bslots" -b "$burst")
   [[ -z "$rate" ]] || args+=(-r "$rate")
   [[ -z "$srate" ]] || args+=(-R "$srate")
+  [[ -z "$stats" ]] || args+=(-S "$(realpath -m "$stats")")
   exec env HSGD_NETNS_INNER=1 unshare --net --uts "$0" "${args[@]}" -- "$@"
 fi
 
@@ -110,6 +114,16 @@ done
   echo 'esac'
 } >"$tmp/agent"
 chmod +x "$tmp/agent"
+rc=0
 nsenter -t "${pids[0]}" -n -u -- mpirun --allow-run-as-root --host "$hostlist" \
   --mca plm_rsh_agent "$tmp/agent" --mca btl tcp,self \
-  --mca oob_tcp_if_include 10.77.0.0/24 --mca btl_tcp_if_include 10.77.0.0/24 "$@"
+  --mca oob_tcp_if_include 10.77.0.0/24 --mca btl_tcp_if_include 10.77.0.0/24 "$@" || rc=$?
+if [[ -n "$stats" ]]; then
+  # The switch's end of host h's veth: its tx is the host's rx and back.
+  # (/proc/net/dev: this namespace's counters; /sys is the parent's mount.)
+  for ((h = 1; h <= hosts; ++h)); do
+    awk -v dev="s$h:" -v name="host${letters[h - 1]}" \
+      '$1 == dev { print name, $2, $10 }' /proc/net/dev
+  done >"$stats"
+fi
+exit $rc

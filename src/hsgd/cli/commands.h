@@ -83,18 +83,44 @@ void warn_moot_settings(const Config& c);
 // one of `configs` (a key read by some of its policies is not moot).
 void warn_moot_in_every(const std::vector<Config>& configs);
 
+// hsgd fidelity: the job of `config_path` + `overrides` run for `rounds`
+// rounds per policy on a real runtime and on the simulator with the same
+// network and calibrated costs, into out/<policy>/round-<r>/{real,sim}; then
+// out/fidelity.{md,json} (metrics/fidelity.h). real = "mpi": 1 server + hosts
+// - 1 workers, one rank per emulated host (scripts/mpi-netns.sh, root),
+// links at `rate` (empty: unlimited), the server's at `server_rate`;
+// real = "threads": `workers` threads, no network.
+struct FidelityArgs {
+  std::string config_path;
+  std::vector<Override> overrides;
+  std::vector<std::string> policies;  // empty: the config's
+  std::string real = "mpi";
+  int hosts = 4;
+  int workers = 4;                // --real threads
+  std::string rate, server_rate;  // tc rates, e.g. 100mbit
+  int rounds = 3;
+  int cores = 0;  // sim.cores; 0: this machine's
+  double target = 0.85;
+  // Payload bytes per byte on a rate-limited Ethernet link: TCP segments of
+  // 1448 bytes (MSS with timestamps) in 1514-byte frames.
+  double wire_efficiency = 1448.0 / 1514.0;
+  std::string netns_script;  // default: scripts/mpi-netns.sh beside the build
+  std::string out = "runs/fidelity";
+};
+int fidelity(const FidelityArgs& a);
+
 struct BenchArgs {
   std::string data = "fashion-mnist";
-  double seconds = 3;  // per throughput measurement
-  int repeats = 5;     // compute-only rounds (median reported)
-  bool mpi = false;    // the mpi runtime's figures (under mpirun -np 3)
-  bool checkpoint = false;  // only the checkpoint write/resume figures
-  bool compress = false;    // only the compressors' costs (issue 14)
+  double seconds = 3;            // per throughput measurement
+  int repeats = 5;               // compute-only rounds (median reported)
+  bool mpi = false;              // the mpi runtime's figures (under mpirun -np 3)
+  bool checkpoint = false;       // only the checkpoint write/resume figures
+  bool compress = false;         // only the compressors' costs (issue 14)
   std::string model = "lenet5";  // the model of --compress
   bool model_given = false;      // --model was given (--sim: only its rate, no memory runs)
-  bool auto_policy = false;  // only the auto policy's decision cost (#17)
-  bool sim = false;         // only the parallel simulator's figures (bench_sim.cc)
-  bool stream = false;      // only the server update against the triad (bench_stream.cc)
+  bool auto_policy = false;      // only the auto policy's decision cost (#17)
+  bool sim = false;              // only the parallel simulator's figures (bench_sim.cc)
+  bool stream = false;           // only the server update against the triad (bench_stream.cc)
   bool threads = false;  // only the threads runtime's efficiency, sync and async (bench_threads.cc)
 };
 int bench(const BenchArgs& a);

@@ -101,7 +101,8 @@ int main(int argc, char** argv) {
   hsgd::cli::SweepArgs sa;
   CLI::App* sweep = app.add_subcommand(
       "sweep", "Run a grid of configs x policies x seeds on the simulator and tabulate it");
-  sweep->add_option("grid", sa.grid_path, "sweep grid (TOML; docs/compare-and-sweep.md)")->required();
+  sweep->add_option("grid", sa.grid_path, "sweep grid (TOML; docs/compare-and-sweep.md)")
+      ->required();
   sweep->add_option("--out", sa.out, "output directory (runs/sweep); a rerun resumes it");
   sweep->add_option("--jobs", sa.jobs, "runs at a time (default: the grid's jobs, 2)");
   sweep->add_flag("--check", sa.check,
@@ -118,6 +119,33 @@ int main(int argc, char** argv) {
   config->add_flag("--reference", cfa.reference,
                    "print the reference of every config key (markdown; docs/config-reference.md)");
 
+  // ---- fidelity
+  hsgd::cli::FidelityArgs fa;
+  std::vector<std::string> fidelity_sets;
+  CLI::App* fidelity = app.add_subcommand(
+      "fidelity", "Run a job on a real runtime and on the simulator and compare their figures");
+  fidelity->add_option("--config", fa.config_path, "TOML config file");
+  fidelity->add_option("--policies", fa.policies, "comma-separated (default: the config's)")
+      ->delimiter(',');
+  fidelity->add_option("--real", fa.real, "mpi (emulated hosts, needs root) | threads");
+  fidelity->add_option("--hosts", fa.hosts,
+                       "mpi: emulated hosts, 1 server + HOSTS - 1 workers (4)");
+  fidelity->add_option("--workers", fa.workers, "threads: worker threads (4)");
+  fidelity->add_option("--rate", fa.rate,
+                       "mpi: every link's rate, e.g. 100mbit (default unlimited)");
+  fidelity->add_option("--server-rate", fa.server_rate, "mpi: the server's link (default --rate)");
+  fidelity->add_option("--rounds", fa.rounds,
+                       "rounds per policy; round r uses seed train.seed + r");
+  fidelity->add_option("--cores", fa.cores,
+                       "sim.cores of the simulated runs (default: this machine's)");
+  fidelity->add_option("--target", fa.target, "test accuracy of the time-to-target figure (0.85)");
+  fidelity->add_option("--wire-efficiency", fa.wire_efficiency,
+                       "payload bytes per byte on a limited link (1448/1514: TCP over Ethernet)");
+  fidelity->add_option("--netns-script", fa.netns_script, "scripts/mpi-netns.sh");
+  fidelity->add_option("--out", fa.out, "output directory (runs/fidelity)");
+  fidelity->add_option("--set", fidelity_sets,
+                       "override any config key for every run (repeatable)");
+
   // ---- bench
   hsgd::cli::BenchArgs ba;
   CLI::App* bench = app.add_subcommand("bench", "Print throughput figures (see docs/benchmarks.md)");
@@ -131,7 +159,8 @@ int main(int argc, char** argv) {
                   "only the compressors' cost per gradient and bytes per push ([compress])");
   CLI::Option* bench_model = bench->add_option(
       "--model", ba.model, "the model of --compress (lenet5); with --sim: only that model's rate");
-  bench->add_flag("--auto", ba.auto_policy, "only the auto policy's decision cost against the server's");
+  bench->add_flag("--auto", ba.auto_policy,
+                  "only the auto policy's decision cost against the server's");
   bench->add_flag("--sim", ba.sim,
                   "only the parallel simulator's gradient rate (256 workers, 1 and 2 threads)");
   bench->add_flag("--threads", ba.threads,
@@ -151,19 +180,23 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
 
+  // --set section.key=value, in order, after the flags.
+  const auto add_sets = [](const std::vector<std::string>& in, std::vector<Override>* out) {
+    for (const std::string& s : in) {
+      const size_t eq = s.find('=');
+      if (eq == std::string::npos) {
+        throw hsgd::InputError("--set '" + s + "': expected section.key=value");
+      }
+      out->push_back({s.substr(0, eq), s.substr(eq + 1)});
+    }
+  };
   try {
     hsgd::configure_math_threads();
     if (*train) {
       for (const Flag& f : flags) {
         if (!f.value.empty()) ta.overrides.push_back({f.key, f.value});
       }
-      for (const std::string& s : sets) {
-        const size_t eq = s.find('=');
-        if (eq == std::string::npos) {
-          throw hsgd::InputError("--set '" + s + "': expected section.key=value");
-        }
-        ta.overrides.push_back({s.substr(0, eq), s.substr(eq + 1)});
-      }
+      add_sets(sets, &ta.overrides);
       return hsgd::cli::train(ta);
     }
     if (*help_md) {
@@ -174,13 +207,7 @@ int main(int argc, char** argv) {
     if (*plot) return hsgd::cli::plot(plot_dirs, plot_out);
     if (*sweep) return hsgd::cli::sweep(sa);
     if (*config) {
-      for (const std::string& s : config_sets) {
-        const size_t eq = s.find('=');
-        if (eq == std::string::npos) {
-          throw hsgd::InputError("--set '" + s + "': expected section.key=value");
-        }
-        cfa.overrides.push_back({s.substr(0, eq), s.substr(eq + 1)});
-      }
+      add_sets(config_sets, &cfa.overrides);
       return hsgd::cli::config(cfa);
     }
     if (*bench) {
@@ -194,15 +221,13 @@ int main(int argc, char** argv) {
       }
       return ba.mpi ? hsgd::cli::bench_mpi(ba) : hsgd::cli::bench(ba);
     }
+    if (*fidelity) {
+      add_sets(fidelity_sets, &fa.overrides);
+      return hsgd::cli::fidelity(fa);
+    }
     if (*compare) {
       if (!compare_runtime.empty()) ca.overrides.push_back({"train.runtime", compare_runtime});
-      for (const std::string& s : compare_sets) {
-        const size_t eq = s.find('=');
-        if (eq == std::string::npos) {
-          throw hsgd::InputError("--set '" + s + "': expected section.key=value");
-        }
-        ca.overrides.push_back({s.substr(0, eq), s.substr(eq + 1)});
-      }
+      add_sets(compare_sets, &ca.overrides);
       return hsgd::cli::compare(ca);
     }
   } catch (const hsgd::InputError& e) {

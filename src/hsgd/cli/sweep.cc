@@ -4,9 +4,7 @@
 // a grid".
 #include "hsgd/metrics/sweep.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <toml++/toml.h>
 #include <unistd.h>
@@ -23,11 +21,10 @@
 #include <sstream>
 
 #include "hsgd/cli/commands.h"
+#include "hsgd/cli/spawn.h"
 #include "hsgd/config/effective.h"
 #include "hsgd/core/error.h"
 #include "hsgd/metrics/recorder.h"
-
-extern char** environ;
 
 namespace hsgd::cli {
 namespace {
@@ -79,7 +76,8 @@ std::string shown(const std::string& text) {
 void flatten(const toml::table& t, const std::string& prefix,
              std::vector<std::pair<std::string, const toml::node*>>* out) {
   for (const auto& [k, v] : t) {
-    const std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    const std::string key =
+        prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
     if (const toml::table* sub = v.as_table()) {
       flatten(*sub, key, out);
     } else {
@@ -104,7 +102,8 @@ Grid parse_grid(const std::string& path) {
   Grid g;
   g.path = path;
   std::error_code ec;
-  if (fs::is_directory(path, ec)) throw InputError(path + ": expected a sweep grid (TOML), got a directory");
+  if (fs::is_directory(path, ec))
+    throw InputError(path + ": expected a sweep grid (TOML), got a directory");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw InputError(path + ": cannot open the sweep grid");
   std::stringstream ss;
@@ -120,7 +119,8 @@ Grid parse_grid(const std::string& path) {
       if (c == '\n' || c == '\r') c = ' ';
     }
     throw InputError(path + ":" + std::to_string(e.source().begin.line) + ":" +
-                     std::to_string(e.source().begin.column) + ": expected a sweep grid (TOML): " + d);
+                     std::to_string(e.source().begin.column) +
+                     ": expected a sweep grid (TOML): " + d);
   }
   const fs::path dir = fs::path(path).parent_path();
   for (const auto& [k, v] : t) {
@@ -132,7 +132,8 @@ Grid parse_grid(const std::string& path) {
       g.config = c.is_absolute() ? c.string() : (dir / c).string();
     } else if (key == "seeds") {
       auto a = v.as_array();
-      if (!a || a->empty()) throw InputError(path + ": seeds: expected a non-empty array of integers");
+      if (!a || a->empty())
+        throw InputError(path + ": seeds: expected a non-empty array of integers");
       g.seeds.clear();
       std::set<int64_t> seen;
       for (const auto& e : *a) {
@@ -144,10 +145,12 @@ Grid parse_grid(const std::string& path) {
       }
     } else if (key == "policies") {
       auto a = v.as_array();
-      if (!a || a->empty()) throw InputError(path + ": policies: expected a non-empty array of policy names");
+      if (!a || a->empty())
+        throw InputError(path + ": policies: expected a non-empty array of policy names");
       for (const auto& e : *a) {
         auto s = e.as_string();
-        if (!s || s->get().empty()) throw InputError(path + ": policies: expected non-empty strings");
+        if (!s || s->get().empty())
+          throw InputError(path + ": policies: expected non-empty strings");
         g.policies.push_back(s->get());
       }
     } else if (key == "candidate") {
@@ -156,7 +159,8 @@ Grid parse_grid(const std::string& path) {
       g.candidate = s->get();
     } else if (key == "jobs") {
       auto i = v.as_integer();
-      if (!i || i->get() < 1 || i->get() > 64) throw InputError(path + ": jobs: expected an integer in [1, 64]");
+      if (!i || i->get() < 1 || i->get() > 64)
+        throw InputError(path + ": jobs: expected an integer in [1, 64]");
       g.jobs = static_cast<int>(i->get());
     } else if (key == "set" || key == "axes") {
       const toml::table* st = v.as_table();
@@ -177,7 +181,8 @@ Grid parse_grid(const std::string& path) {
         for (const auto& e : *a) {
           axis.values.push_back(value_text(g, "[axes] " + lk, e));
           if (!seen.insert(axis.values.back()).second)
-            throw InputError(path + ": [axes] " + lk + ": " + axis.values.back() + " is listed twice");
+            throw InputError(path + ": [axes] " + lk + ": " + axis.values.back() +
+                             " is listed twice");
         }
         g.axes.push_back(std::move(axis));
       }
@@ -188,15 +193,18 @@ Grid parse_grid(const std::string& path) {
         const std::string name(pk.str());
         auto s = pv.as_string();
         if ((name != "x" && name != "y") || !s)
-          throw InputError(path + ": [plot] " + name + ": expected x = \"axis key\" and y = \"axis key\"");
+          throw InputError(path + ": [plot] " + name +
+                           ": expected x = \"axis key\" and y = \"axis key\"");
         (name == "x" ? g.plot_x : g.plot_y) = s->get();
       }
     } else {
-      throw InputError(path + ": unknown key '" + key +
-                       "' (expected config, seeds, policies, candidate, jobs, [set], [axes], [plot])");
+      throw InputError(
+          path + ": unknown key '" + key +
+          "' (expected config, seeds, policies, candidate, jobs, [set], [axes], [plot])");
     }
   }
-  if (g.policies.empty()) throw InputError(path + ": policies: expected a non-empty array of policy names");
+  if (g.policies.empty())
+    throw InputError(path + ": policies: expected a non-empty array of policy names");
   std::set<std::string> seen;
   for (const std::string& p : g.policies) {
     if (!seen.insert(p).second) throw InputError(path + ": policies: '" + p + "' is listed twice");
@@ -229,7 +237,8 @@ std::vector<Override> entry_overrides(const Grid& g, const std::string& entry) {
   o.push_back({"policy.name", toml_string(entry.substr(0, plus))});
   while (plus != std::string::npos) {
     const size_t next = entry.find('+', plus + 1);
-    const std::string kv = entry.substr(plus + 1, next == std::string::npos ? next : next - plus - 1);
+    const std::string kv =
+        entry.substr(plus + 1, next == std::string::npos ? next : next - plus - 1);
     const size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0)
       throw InputError(g.path + ": policies: '" + entry + "': expected NAME+section.key=value");
@@ -275,18 +284,7 @@ pid_t spawn(const std::string& self, const Grid& g, const Run& r) {
     args.push_back("--set");
     args.push_back(o.first + "=" + o.second);
   }
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  const std::string log = r.dir + "/train.log";
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, self.c_str(), &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) throw std::runtime_error("cannot start " + self + ": " + std::strerror(rc));
+  const pid_t pid = spawn_logged(args, r.dir + "/train.log");
   return pid;
 }
 
@@ -335,7 +333,8 @@ void refuse_idle_axes(const Grid& g, const std::vector<std::vector<size_t>>& cel
 
 int sweep(const SweepArgs& a) {
   // 1. The grid and every run's config, validated before anything runs.
-  if (a.jobs < 0 || a.jobs > 64) throw InputError("--jobs = " + std::to_string(a.jobs) + ": expected 1 to 64");
+  if (a.jobs < 0 || a.jobs > 64)
+    throw InputError("--jobs = " + std::to_string(a.jobs) + ": expected 1 to 64");
   const Grid g = parse_grid(a.grid_path);
   const int jobs = a.jobs > 0 ? a.jobs : g.jobs;
   if (a.out.empty()) throw InputError("--out: expected a directory");
@@ -360,7 +359,8 @@ int sweep(const SweepArgs& a) {
       o.push_back({g.axes[ax].key, g.axes[ax].values[c[ax]]});
       name += (ax ? "_" : "") + g.axes[ax].key + "-" + shown(g.axes[ax].values[c[ax]]);
     }
-    cell_dirs.push_back((fs::path(a.out) / "cells" / sanitize(name.empty() ? "all" : name)).string());
+    cell_dirs.push_back(
+        (fs::path(a.out) / "cells" / sanitize(name.empty() ? "all" : name)).string());
     cell_overrides.push_back(std::move(o));
   }
   std::set<std::string> pdirs;
@@ -382,8 +382,8 @@ int sweep(const SweepArgs& a) {
       try {
         configs[c].push_back(load_config(g.config, run_overrides(c, p, 0, {})));
       } catch (const InputError& e) {
-        throw InputError(g.path + ": policy '" + g.policies[p] + "' in cell " + fs::path(cell_dirs[c]).filename().string() + ": " +
-                         e.what());
+        throw InputError(g.path + ": policy '" + g.policies[p] + "' in cell " +
+                         fs::path(cell_dirs[c]).filename().string() + ": " + e.what());
       }
     }
   }
@@ -419,7 +419,8 @@ int sweep(const SweepArgs& a) {
         TrainArgs ta;
         ta.config_path = g.config;
         ta.overrides = run_overrides(c, 0, 0, {});
-        ta.overrides.push_back({"train.out", toml_string((fs::path(cell_dirs[c]) / "calibrate").string())});
+        ta.overrides.push_back(
+            {"train.out", toml_string((fs::path(cell_dirs[c]) / "calibrate").string())});
         costs = resolve_costs(ta);
         std::string text = inputs + "\n";
         for (const Override& o : costs) text += o.first + " " + o.second + "\n";
@@ -429,7 +430,14 @@ int sweep(const SweepArgs& a) {
     }
     for (size_t p = 0; p < g.policies.size(); ++p) {
       for (size_t s = 0; s < g.seeds.size(); ++s) {
-        Run r{c, p, s, (fs::path(cell_dirs[c]) / sanitize(g.policies[p]) / ("seed-" + std::to_string(g.seeds[s]))).string(), {}, {}};
+        Run r{c,
+              p,
+              s,
+              (fs::path(cell_dirs[c]) / sanitize(g.policies[p]) /
+               ("seed-" + std::to_string(g.seeds[s])))
+                  .string(),
+              {},
+              {}};
         r.overrides = run_overrides(c, p, s, costs);
         r.overrides.push_back({"train.out", toml_string(r.dir)});
         r.hash = config_digest(load_config(g.config, r.overrides));
@@ -443,13 +451,12 @@ int sweep(const SweepArgs& a) {
   for (size_t i = 0; i < runs.size(); ++i) {
     if (!finished(runs[i])) todo.push_back(i);
   }
-  std::fprintf(stderr, "hsgd sweep: %zu cells x %zu policies x %zu seeds = %zu runs, %zu done, %zu to run (%d at a time)\n",
-               cells.size(), g.policies.size(), g.seeds.size(), runs.size(), runs.size() - todo.size(),
-               todo.size(), jobs);
-  char self_buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", self_buf, sizeof self_buf - 1);
-  if (n <= 0) throw std::runtime_error("cannot find the hsgd executable (/proc/self/exe)");
-  const std::string self(self_buf, static_cast<size_t>(n));
+  std::fprintf(stderr,
+               "hsgd sweep: %zu cells x %zu policies x %zu seeds = %zu runs, %zu done, %zu to run "
+               "(%d at a time)\n",
+               cells.size(), g.policies.size(), g.seeds.size(), runs.size(),
+               runs.size() - todo.size(), todo.size(), jobs);
+  const std::string self = self_exe();
   const auto start = std::chrono::steady_clock::now();
   std::map<pid_t, size_t> running;
   size_t next = 0, done = 0;
@@ -482,14 +489,17 @@ int sweep(const SweepArgs& a) {
     ++done;
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double eta = elapsed / static_cast<double>(done) * static_cast<double>(todo.size() - done);
+    const double eta =
+        elapsed / static_cast<double>(done) * static_cast<double>(todo.size() - done);
     double acc = NAN;
     try {
       const auto rows = read_metrics_csv(r.dir + "/metrics.csv");
       if (!rows.empty()) acc = rows.back().test_acc;
     } catch (const std::exception&) {
     }
-    std::fprintf(stderr, "hsgd sweep: [%zu/%zu] %s | %s | seed %llu: final test_acc %.2f%%%s; %s elapsed, ~%s left\n",
+    std::fprintf(stderr,
+                 "hsgd sweep: [%zu/%zu] %s | %s | seed %llu: final test_acc %.2f%%%s; %s elapsed, "
+                 "~%s left\n",
                  done, todo.size(), fs::path(cell_dirs[r.cell]).filename().c_str(),
                  g.policies[r.policy].c_str(), static_cast<unsigned long long>(g.seeds[r.seed]),
                  100 * acc, code == 3 ? " (stopped early)" : "", fmt_duration(elapsed).c_str(),
@@ -507,8 +517,9 @@ int sweep(const SweepArgs& a) {
   in.seeds = g.seeds;
   in.candidate = g.candidate;
   in.cells = cells;
-  in.runs.assign(cells.size(), std::vector<std::vector<std::vector<MetricsRow>>>(
-                                   g.policies.size(), std::vector<std::vector<MetricsRow>>(g.seeds.size())));
+  in.runs.assign(cells.size(),
+                 std::vector<std::vector<std::vector<MetricsRow>>>(
+                     g.policies.size(), std::vector<std::vector<MetricsRow>>(g.seeds.size())));
   for (const Run& r : runs) {
     in.runs[r.cell][r.policy][r.seed] = read_metrics_csv(r.dir + "/metrics.csv");
   }
