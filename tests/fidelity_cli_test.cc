@@ -77,7 +77,8 @@ TEST(FidelityCli, MpiOverFourRateLimitedHosts) {
   if (getuid() != 0) GTEST_SKIP() << "mpi-netns.sh needs root";
   const std::string out = tmp("fid-mpi");
   const Outcome o = run("fidelity --config " + job_config() +
-                        " --real mpi --hosts 4 --rate 100mbit --rounds 1 --set mpi.timeout=60"
+                        " --real mpi --hosts 4 --rate 100mbit --rounds 1 --policies async"
+                        " --set mpi.timeout=60"
                         " --netns-script " HSGD_SOURCE_DIR "/scripts/mpi-netns.sh --out " +
                         out);
   if (o.code != 0 && o.err.find("exit 77") != std::string::npos)
