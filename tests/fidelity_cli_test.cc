@@ -3,6 +3,8 @@
 // over emulated hosts (mpi-netns.sh) where namespaces can be made.
 #include <unistd.h>
 
+#include <thread>
+
 #include "cli_helpers.h"
 
 namespace hsgd {
@@ -35,7 +37,8 @@ TEST(FidelityCli, ThreadsAgainstTheSimulatorWritesTheTableAndBothRuns) {
     // The simulated run has the calibrated costs and this machine's cores.
     std::ifstream cfg(out + "/" + p + "/round-0/sim/config.toml");
     const std::string text(std::istreambuf_iterator<char>(cfg), {});
-    EXPECT_NE(text.find("cores = "), std::string::npos) << text;
+    const std::string cores = "cores = " + std::to_string(std::thread::hardware_concurrency());
+    EXPECT_NE(text.find(cores + "\n"), std::string::npos) << text;
   }
   const nlohmann::json j = nlohmann::json::parse(std::ifstream(out + "/fidelity.json"));
   ASSERT_EQ(j["runs"].size(), 2u);
