@@ -51,7 +51,18 @@ TEST(Fidelity, RunFiguresReadTheSummaryAndTheRows) {
   EXPECT_DOUBLE_EQ(f.mean_test_acc, 0.5);
   EXPECT_DOUBLE_EQ(f.final_test_acc, 0.9);
   EXPECT_TRUE(std::isnan(f.link_util));
+  EXPECT_TRUE(std::isnan(f.cycle_s));  // no gradients in the summary
   EXPECT_TRUE(std::isnan(run_figures({}, nlohmann::json::object(), 0.5).samples_per_s));
+  // 100 pushes of 2 workers in 10 s: a 0.2 s cycle each, a quarter waiting.
+  const nlohmann::json s2 = {{"train_s", 10.0}, {"workers", 2}, {"gradients", 100}};
+  const RunFigures g = run_figures({row(0, 0.1, 0.9), row(10, 0.9, 0.25)}, s2, 0.5);
+  EXPECT_DOUBLE_EQ(g.cycle_s, 0.2);
+  EXPECT_DOUBLE_EQ(g.wait_s, 0.05);
+  const std::vector<FigureComparison> c = compare_figures({g}, {g});
+  EXPECT_NE(fidelity_markdown({"sync"}, {c})
+                .find("| sync | busy part (ms) | 150 ± 0 | 150 ± 0 | +0.0 % | yes (5 %) |"),
+            std::string::npos)
+      << fidelity_markdown({"sync"}, {c});
 }
 
 TEST(Fidelity, ComparesRatesRelativelyAndAccuraciesInPoints) {

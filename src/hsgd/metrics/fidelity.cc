@@ -56,6 +56,11 @@ RunFigures run_figures(const std::vector<MetricsRow>& rows, const nlohmann::json
   f.mean_test_acc = interval_mean_test_acc(rows);
   f.final_test_acc = rows.empty() ? std::nan("") : rows.back().test_acc;
   f.idle_frac = interval_mean_idle(rows);
+  const double train_s = num("train_s"), workers = num("workers"), gradients = num("gradients");
+  if (gradients > 0) {
+    f.cycle_s = train_s * workers / gradients;
+    f.wait_s = f.cycle_s * f.idle_frac;
+  }
   return f;
 }
 
@@ -77,7 +82,10 @@ std::vector<FigureComparison> compare_figures(const std::vector<RunFigures>& rea
                       {"mean test acc", &RunFigures::mean_test_acc, false, 0.01},
                       {"final test acc", &RunFigures::final_test_acc, false, 0.01},
                       {"idle fraction", &RunFigures::idle_frac, false, 0.05},
-                      {"server link util", &RunFigures::link_util, false, 0.05}};
+                      {"server link util", &RunFigures::link_util, false, 0.05},
+                      {"push cycle (ms)", &RunFigures::cycle_s, true, 0.05},
+                      {"busy part (ms)", nullptr, true, 0.05},
+                      {"waiting part (ms)", &RunFigures::wait_s, true, 0.05}};
   std::vector<FigureComparison> out;
   for (const Def& d : defs) {
     FigureComparison c;
@@ -85,8 +93,12 @@ std::vector<FigureComparison> compare_figures(const std::vector<RunFigures>& rea
     c.relative = d.relative;
     c.tolerance = d.tolerance;
     std::vector<double> r, s;
-    for (const RunFigures& f : real) r.push_back(f.*d.field);
-    for (const RunFigures& f : sim) s.push_back(f.*d.field);
+    // The busy part: the cycle less its waiting.
+    const auto get = [&](const RunFigures& f) {
+      return d.field ? f.*d.field : f.cycle_s - f.wait_s;
+    };
+    for (const RunFigures& f : real) r.push_back(get(f));
+    for (const RunFigures& f : sim) s.push_back(get(f));
     c.real = mean_std(r);
     c.sim = mean_std(s);
     c.diff = c.relative ? c.sim.mean / c.real.mean - 1.0 : c.sim.mean - c.real.mean;
@@ -97,8 +109,9 @@ std::vector<FigureComparison> compare_figures(const std::vector<RunFigures>& rea
 
 namespace {
 
-std::string cell(const Stat& s, bool relative) {
+std::string cell(const Stat& s, bool relative, double scale) {
   if (!std::isfinite(s.mean)) return "-";
+  if (scale != 1) return fmt::format("{:.4g} ± {:.2g}", scale * s.mean, scale * s.std);
   if (relative) return fmt::format("{:.4g} ± {:.2g}", s.mean, s.std);
   return fmt::format("{:.2f} ± {:.2f}", 100 * s.mean, 100 * s.std);
 }
@@ -117,11 +130,12 @@ std::string fidelity_markdown(const std::vector<std::string>& labels,
       "| run | figure | real | sim | sim - real | within |\n|---|---|---|---|---|---|\n";
   for (size_t i = 0; i < labels.size() && i < cells.size(); ++i)
     for (const FigureComparison& c : cells[i]) {
+      const double scale = c.name.find("(ms)") != std::string::npos ? 1000 : 1;
       const std::string tol = c.relative ? fmt::format("{:.0f} %", 100 * c.tolerance)
                                          : fmt::format("{:.0f} pp", 100 * c.tolerance);
       md += fmt::format("| {} | {}{} | {} | {} | {} | {} |\n", labels[i], c.name,
-                        c.relative ? "" : " (%)", cell(c.real, c.relative), cell(c.sim, c.relative),
-                        diff_text(c),
+                        c.relative ? "" : " (%)", cell(c.real, c.relative, scale),
+                        cell(c.sim, c.relative, scale), diff_text(c),
                         std::isfinite(c.diff) ? (c.within() ? "yes" : "no") + (" (" + tol + ")")
                                               : std::string("-"));
     }

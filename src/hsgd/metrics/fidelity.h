@@ -23,6 +23,11 @@ struct RunFigures {
   double final_test_acc = std::nan("");  // the last row's
   double idle_frac = std::nan("");       // interval_mean() of idle_frac (rows after the first)
   double link_util = std::nan("");       // the server's link: busy fraction (NaN: unknown)
+  // One worker's push cycle (pull, compute, push, wait), seconds: train_s x
+  // workers / gradients; and the part of it spent waiting on the policy
+  // (cycle x idle fraction). The rest is compute, wire and server time.
+  double cycle_s = std::nan("");
+  double wait_s = std::nan("");
 };
 
 // Training time at which test_acc first reaches `target`, interpolated
@@ -58,7 +63,8 @@ struct FigureComparison {
 // real[r], sim[r]: round r's figures (the same number of rounds, >= 1).
 // Tolerances: samples/s and updates 5 %; time to target 10 %; mean test
 // accuracy 1 pp; final accuracy, idle fraction and link utilisation are
-// reported with 1 pp, 5 pp and 5 pp.
+// reported with 1 pp, 5 pp and 5 pp; the push cycle and its busy and
+// waiting parts with 5 %.
 std::vector<FigureComparison> compare_figures(const std::vector<RunFigures>& real,
                                               const std::vector<RunFigures>& sim);
 

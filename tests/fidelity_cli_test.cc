@@ -1,0 +1,104 @@
+// hsgd fidelity end to end: the linear-test model on the synthetic set, on
+// threads and on the simulator, one round, a short budget; and the launches
+// over emulated hosts (mpi-netns.sh) where namespaces can be made.
+#include <unistd.h>
+
+#include <thread>
+
+#include "cli_helpers.h"
+
+namespace hsgd {
+namespace {
+
+std::string job_config() {
+  const std::string path = tmp("job.toml");
+  std::ofstream(path) << "[data]\nspec = \"synthetic\"\n[model]\nname = \"linear-test\"\n"
+                         "[train]\nbatch = 16\nbudget = 1.5\neval_every = 0.5\nseed = 3\n"
+                         "[optim]\nlr = 0.1\n";
+  return path;
+}
+
+TEST(FidelityCli, ThreadsAgainstTheSimulatorWritesTheTableAndBothRuns) {
+  const std::string out = tmp("fid-threads");
+  const Outcome o = run("fidelity --config " + job_config() +
+                        " --real threads --workers 2 --rounds 1 --policies async,sync --target 0.6"
+                        " --out " +
+                        out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  for (const char* p : {"async", "sync"}) {
+    for (const char* side : {"real", "sim"}) {
+      const std::string dir = out + "/" + p + "/round-0/" + side;
+      ASSERT_TRUE(fs::exists(dir + "/metrics.csv")) << dir;
+      const nlohmann::json s = nlohmann::json::parse(std::ifstream(dir + "/summary.json"));
+      EXPECT_EQ(s["runtime"], std::string(side) == "real" ? "threads" : "sim");
+      EXPECT_EQ(s["workers"], 2);
+      EXPECT_EQ(s["seed"], 3);
+    }
+    // The simulated run has the calibrated costs and this machine's cores.
+    std::ifstream cfg(out + "/" + p + "/round-0/sim/config.toml");
+    const std::string text(std::istreambuf_iterator<char>(cfg), {});
+    const std::string cores = "cores = " + std::to_string(std::thread::hardware_concurrency());
+    EXPECT_NE(text.find(cores + "\n"), std::string::npos) << text;
+  }
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(out + "/fidelity.json"));
+  ASSERT_EQ(j["runs"].size(), 2u);
+  EXPECT_EQ(j["runs"][0]["run"], "async");
+  EXPECT_EQ(j["runs"][0]["figures"][0]["figure"], "samples/s");
+  EXPECT_TRUE(j["runs"][0]["figures"][0]["real_mean"].get<double>() > 0);
+  EXPECT_TRUE(j["runs"][0]["figures"][0]["sim_mean"].get<double>() > 0);
+  EXPECT_NE(o.out.find("| sync | samples/s |"), std::string::npos) << o.out;
+  std::ifstream costs(out + "/costs.txt");
+  const std::string c(std::istreambuf_iterator<char>(costs), {});
+  EXPECT_NE(c.find("sim.compute_time = "), std::string::npos) << c;
+}
+
+TEST(FidelityCli, RefusesBadArgumentsInOneLineBeforeRunning) {
+  const std::string cfg = job_config();
+  const std::string out = tmp("fid-bad");
+  struct Case {
+    std::string args, message;
+  } cases[] = {
+      {"--real threads --rate 100mbit", "--rate: the threads runtime has no network"},
+      {"--real mpi --rate 100mbps", "--rate: expected a rate like 100mbit"},
+      {"--real mpi --hosts 1", "--hosts = 1: expected 2 to 26"},
+      {"--real slurm", "--real 'slurm': expected mpi or threads"},
+      {"--real threads --rounds 0", "--rounds = 0: expected >= 1"},
+      {"--real threads --set optim.lr=-1", "optim.lr"},
+      {"--real threads --policies nope", "nope"},
+      {"--real mpi --netns-script /nonexistent.sh", "--netns-script /nonexistent.sh: not found"},
+  };
+  for (const Case& c : cases) {
+    const Outcome o = run("fidelity --config " + cfg + " " + c.args + " --out " + out);
+    EXPECT_EQ(o.code, 2) << c.args << "\n" << o.err;
+    EXPECT_NE(o.err.find(c.message), std::string::npos) << c.args << "\n" << o.err;
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+    EXPECT_FALSE(fs::exists(out)) << c.args;
+  }
+}
+
+TEST(FidelityCli, MpiOverFourRateLimitedHosts) {
+  if (getuid() != 0) GTEST_SKIP() << "mpi-netns.sh needs root";
+  const std::string out = tmp("fid-mpi");
+  const Outcome o = run("fidelity --config " + job_config() +
+                        " --real mpi --hosts 4 --rate 100mbit --rounds 1 --policies async"
+                        " --set mpi.timeout=60"
+                        " --netns-script " HSGD_SOURCE_DIR "/scripts/mpi-netns.sh --out " +
+                        out);
+  if (o.code != 0 && o.err.find("exit 77") != std::string::npos)
+    GTEST_SKIP() << "no network namespaces here: " << o.err;
+  ASSERT_EQ(o.code, 0) << o.err;
+  const nlohmann::json real =
+      nlohmann::json::parse(std::ifstream(out + "/async/round-0/real/summary.json"));
+  EXPECT_EQ(real["runtime"], "mpi");
+  EXPECT_EQ(real["workers"], 3);
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(out + "/fidelity.json"));
+  // The server's link: measured on the emulated host, predicted by the
+  // simulator's shared network.
+  const nlohmann::json& util = j["runs"][0]["figures"][6];
+  EXPECT_EQ(util["figure"], "server link util");
+  EXPECT_TRUE(util["real_mean"].is_number()) << util;
+  EXPECT_TRUE(util["sim_mean"].is_number()) << util;
+}
+
+}  // namespace
+}  // namespace hsgd
