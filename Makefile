@@ -4,7 +4,7 @@ PRESET ?= release
 BUILD := build/$(PRESET)
 JOBS ?= 2
 
-.PHONY: deps build demo test test-asan test-tsan fuzz bench bench-mpi bench-sim bench-peers format clean
+.PHONY: deps build python demo test test-asan test-tsan fuzz bench bench-mpi bench-sim bench-peers format clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -12,6 +12,14 @@ deps:
 build: deps
 	cmake --preset $(PRESET)
 	cmake --build --preset $(PRESET) -j $(JOBS)
+
+# The Python module (import hsgd) installed into a venv at $(VENV), made with
+# Debian's /usr/bin/python3 and --system-site-packages (docs/python.md).
+VENV ?= build/venv
+python: deps
+	cmake --preset $(PRESET)
+	cmake --build --preset $(PRESET) -j $(JOBS) --target _hsgd hsgd
+	bash scripts/install-python.sh $(BUILD) $(VENV)
 
 demo: build
 	$(BUILD)/hsgd train --config examples/demo.toml

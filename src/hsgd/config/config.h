@@ -11,6 +11,7 @@
 
 #include "hsgd/compress/stage.h"
 #include "hsgd/core/faults.h"
+#include "hsgd/core/stop.h"
 #include "hsgd/data/importance.h"
 #include "hsgd/data/partition.h"
 #include "hsgd/data/readers.h"
@@ -139,6 +140,10 @@ struct Config {
   // section is written by to_toml only when a compressor is on.
   CompressOptions compress;
   FaultOptions faults;  // [faults]: core/faults.h
+  // Not a key (never parsed, written or hashed): a front end's request to
+  // end the run early (core/stop.h; the Python module's callback and
+  // Ctrl-C), checked by the run layer's stops. Borrowed; null = none.
+  const StopRequest* stop = nullptr;
 };
 
 // One override: "section.key" and its value as text (parsed as a TOML value;
