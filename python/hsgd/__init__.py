@@ -292,4 +292,4 @@ def eval(model, data):  # noqa: A001 - the CLI's name
             path = os.path.join(path, "model.bin")
     if isinstance(data, str):
         return json.loads(_hsgd.eval(path, data, None))
-    return json.loads(_hsgd.eval(path, "test (NumPy arrays)", _make_data(data, "test")))
+    return json.loads(_hsgd.eval(path, "test=(X, y)", _make_data(data, "test")))

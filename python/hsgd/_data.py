@@ -55,4 +55,4 @@ def make(data, role):
                          f"got {type(data).__name__}")
     x = _features(data[0], f"{role} X")
     y = _labels(data[1], f"{role} y")
-    return _hsgd.make_data(x, y, f"{role} X", f"{role} y", f"{role} (NumPy arrays)")
+    return _hsgd.make_data(x, y, f"{role} X", f"{role} y", f"{role}=(X, y)")

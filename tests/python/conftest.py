@@ -19,9 +19,11 @@ def cli():
 
 
 def blobs(n, features=20, classes=5, seed=0):
-    """A Gaussian mixture: float32 features, int64 labels."""
+    """A Gaussian mixture (the same centres for every seed): float32 features,
+    int64 labels."""
+    centres = np.random.default_rng(1234).normal(0, 1.5, size=(classes, features))
+    centres = centres.astype(np.float32)
     rng = np.random.default_rng(seed)
-    centres = rng.normal(0, 1.5, size=(classes, features)).astype(np.float32)
     y = rng.integers(0, classes, size=n)
     x = centres[y] + rng.normal(0, 1, size=(n, features)).astype(np.float32)
     return np.ascontiguousarray(x, dtype=np.float32), y.astype(np.int64)

@@ -48,11 +48,12 @@ def test_labels_float_or_out_of_range(tmp_path, data, test_data):
     tx, ty = test_data
     ty = ty.copy()
     ty[0] = 9
-    refused(tmp_path, ValueError, r"label 9", data=(x, y), test=(tx, ty), set=SIM)
+    refused(tmp_path, ValueError, r"^test=\(X, y\): sample 0: expected a label in 0..4 .*got 9$",
+            data=(x, y), test=(tx, ty), set=SIM)
 
 
 def test_config_errors(tmp_path, data):
-    refused(tmp_path, ValueError, r"^unknown key 'train.nope'", data=data, set={"train.nope": 1})
+    refused(tmp_path, ValueError, r"^--set: unknown key 'train.nope'", data=data, set={"train.nope": 1})
     refused(tmp_path, ValueError, r"^policy.name = 'nope': expected sync, async",
             data=data, policy="nope", set=SIM)
     refused(tmp_path, ValueError, r"^--data 'nope'", data="nope", set=SIM)
