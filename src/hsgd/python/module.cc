@@ -187,6 +187,14 @@ std::string fmt_stop(const MetricsRow& r) {
   return buf;
 }
 
+// The stop line of a callback that raised.
+std::string fmt_raised(const MetricsRow& r) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "the callback raised an exception at the evaluation at %.3f s",
+                r.time_s);
+  return buf;
+}
+
 // Runs `body` (a run_train or compare) on a thread of its own while the
 // calling thread, GIL released, serves the channel: rows to `on_row`
 // (a Python callable taking the header and the metrics.csv line, returning
@@ -228,10 +236,16 @@ void serve(Body body, const py::object& on_row, const py::object& on_status, Sto
               stop.request(fmt_stop(r), /*at_evaluation=*/true);
             }
           } catch (py::error_already_set& e) {
+            // Ctrl-C while the callback ran is Ctrl-C (the run ends after
+            // its next push, with a final checkpoint); any other exception
+            // ends it at this evaluation.
+            const bool interrupt = e.matches(PyExc_KeyboardInterrupt);
             py_error.emplace(std::move(e));
-            stop.request("the callback raised an exception at the evaluation at " +
-                             std::to_string(r.time_s) + " s",
-                         /*at_evaluation=*/true);
+            if (interrupt) {
+              stop.request("interrupted (KeyboardInterrupt)");
+            } else {
+              stop.request(fmt_raised(r), /*at_evaluation=*/true);
+            }
           }
         }
         if (status && !on_status.is_none() && !py_error) {
