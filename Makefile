@@ -4,7 +4,7 @@ PRESET ?= release
 BUILD := build/$(PRESET)
 JOBS ?= 2
 
-.PHONY: deps build python demo test test-asan test-tsan fuzz bench bench-mpi bench-sim bench-peers format clean
+.PHONY: deps build python bench-python demo test test-asan test-tsan fuzz bench bench-mpi bench-sim bench-peers format clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -20,6 +20,11 @@ python: deps
 	cmake --preset $(PRESET)
 	cmake --build --preset $(PRESET) -j $(JOBS) --target _hsgd hsgd
 	bash scripts/install-python.sh $(BUILD) $(VENV)
+
+# The Python module's figures (BENCHMARKS.md, "Python"): overhead against the
+# CLI, and peak RSS on a 1 GB array against the same data from files.
+bench-python: python
+	PYTHONPATH=$(BUILD)/python /usr/bin/python3 bench/python/figures.py --hsgd $(BUILD)/hsgd
 
 demo: build
 	$(BUILD)/hsgd train --config examples/demo.toml
