@@ -49,16 +49,16 @@ struct TrainHooks {
 
 // How a run ended (its outputs are in `out`).
 struct TrainOutcome {
-  int code = 0;          // the exit code: 0 done, 2 refused (mpi: agreed by every rank), 3 stopped
-  std::string out;       // train.out
-  std::string stopped;   // RunResult::stopped: why it ended early, or ""
+  int code = 0;         // the exit code: 0 done, 2 refused (mpi: agreed by every rank), 3 stopped
+  std::string out;      // train.out
+  std::string stopped;  // RunResult::stopped: why it ended early, or ""
   // "" (ran to its end), "requested" (hooks.stop), "too_few_workers"
   // (train.min_workers), "diverged" (any other stop: divergence, non-finite
   // pushes).
   std::string stop_kind;
-  std::string error;     // code 2 under mpirun: the agreed setup error
-  bool primary = true;   // false on mpi ranks other than 0 (they write nothing)
-  std::string role;      // mpi: "primary" (rank 0), "server" or "worker"; else ""
+  std::string error;    // code 2 under mpirun: the agreed setup error
+  bool primary = true;  // false on mpi ranks other than 0 (they write nothing)
+  std::string role;     // mpi: "primary" (rank 0), "server" or "worker"; else ""
   int rank = 0;
 };
 

@@ -144,7 +144,7 @@ int compare(const CompareArgs& a, const TrainInputs& inputs, const TrainHooks& h
       const auto start = std::chrono::steady_clock::now();
       const TrainOutcome o = run_train(ta, inputs, hooks);
       if (o.stop_kind == "requested") return 3;  // hooks.stop: no table
-      const bool stopped = o.code == 3;  // diverged: its metrics are the result
+      const bool stopped = o.code == 3;          // diverged: its metrics are the result
       const double wall =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       const std::string dir = run_dir(a, policy, r);

@@ -540,7 +540,7 @@ TrainOutcome run_under_mpirun(const TrainArgs& args, const TrainInputs& in,
   if (p->c.train.runtime != "mpi") return run_in_process(a, *p, hooks);  // mpirun -np 1
   const auto role = [&](TrainOutcome o) {
     o.rank = session.rank();
-    o.role = session.rank() == 0                 ? "primary"
+    o.role = session.rank() == 0                   ? "primary"
              : session.rank() < p->c.train.servers ? "server"
                                                    : "worker";
     return o;

@@ -57,8 +57,8 @@ struct Dataset {
 
 // A mini-batch gathered into contiguous buffers (owned by the caller, reused).
 struct Batch {
-  std::vector<float> features;  // n * sample_size
-  std::vector<int32_t> labels;  // n
+  std::vector<float> features;       // n * sample_size
+  std::vector<int32_t> labels;       // n
   std::vector<int32_t> categorical;  // n * num_categorical (empty for dense-only data)
   // Per-example loss weights (importance sampling's 1 / (N p)); empty means
   // every weight is 1. The model's loss is mean_i(weights[i] * loss_i).

@@ -21,8 +21,8 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <exception>
 #include <memory>
@@ -343,8 +343,7 @@ int compare(const std::string& config, const std::vector<std::string>& policies,
   return code;
 }
 
-std::string eval(const std::string& model_path, const std::string& data_name,
-                 const Data* data) {
+std::string eval(const std::string& model_path, const std::string& data_name, const Data* data) {
   cli::EvalArgs a;
   a.model_path = model_path;
   a.data = data_name;
@@ -366,8 +365,7 @@ PYBIND11_MODULE(_hsgd, m) {
   py::class_<Data>(m, "Data")
       .def_property_readonly("size", [](const Data& d) { return d.dataset->size(); })
       .def_property_readonly("num_classes", [](const Data& d) { return d.dataset->num_classes; })
-      .def_property_readonly("sample_shape",
-                             [](const Data& d) { return d.dataset->sample_shape; })
+      .def_property_readonly("sample_shape", [](const Data& d) { return d.dataset->sample_shape; })
       .def_property_readonly("borrowed",
                              [](const Data& d) { return !d.dataset->borrowed.empty(); });
   m.def(
