@@ -31,3 +31,23 @@ def test_compare_is_hsgd_compare(tmp_path, data, test_data):
     assert len(c.runs["sync"]) == 2
     assert c.runs["sync"][1].summary["seed"] == 2  # round r: seed + r
     assert len(c.to_pandas()) == 2
+
+
+def test_sweep_is_hsgd_sweep(tmp_path):
+    grid = tmp_path / "grid.toml"
+    grid.write_text("""
+policies = ["async", "sync"]
+jobs = 2
+[set]
+data.spec = "synthetic"
+model.name = "softmax"
+train.budget = 1.0
+train.workers = 2
+sim.compute_time = 0.01
+sim.server_ns_per_param = 1.0
+[axes]
+optim.lr = [0.01, 0.1]
+""")
+    tables = hsgd.sweep(grid, out=tmp_path / "sweep")
+    assert tables == json.loads((tmp_path / "sweep" / "sweep.json").read_text())
+    assert tables["policies"] == ["async", "sync"] and len(tables["cells"]) == 2
