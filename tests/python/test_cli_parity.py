@@ -68,3 +68,28 @@ def test_predictions_agree_with_hsgd_eval_and_state_dict(tmp_path, data, test_da
     with torch.no_grad():
         assert np.array_equal(fresh(torch.from_numpy(std.astype(np.float32))).argmax(1).numpy(),
                               pred)
+
+
+class Unscriptable(torch.nn.Module):
+    """torch.jit.script refuses *args; tracing takes it."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(20, 5)
+
+    def forward(self, x, *rest):
+        return self.fc(x)
+
+
+def test_a_module_that_does_not_script_is_traced_with_one_warning(tmp_path, data, test_data):
+    import warnings
+    torch.manual_seed(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run = hsgd.train(Unscriptable(), data=data, test=test_data, out=tmp_path / "t",
+                         set=SIM, progress=False, **SETTINGS)
+    mine = [w for w in caught if "hsgd:" in str(w.message)]
+    assert len(mine) == 1 and "traced" in str(mine[0].message)
+    assert "freezes" in str(mine[0].message)
+    assert run.summary["model"] == "torchscript:Unscriptable.pt"
+    assert run.metrics["test_acc"][-1] > 0.5
