@@ -32,7 +32,8 @@ def test_callback_false_stops_at_that_evaluation(tmp_path, data, test_data, runt
     assert len(run.metrics["time_s"]) == 3  # that row is the last
     assert list(run.metrics["time_s"]) == [r["time_s"] for r in rows]
     assert rows[2]["policy"] == run.summary["policy"]
-    assert "stopped by the callback" in run.summary["stopped"]
+    assert run.summary["stopped"].startswith(
+        "stopped by request: the callback returned False at the evaluation at")
     assert run.summary["train_s"] < 100
     if runtime == "sim":
         assert rows[2]["time_s"] == 1.0
@@ -98,5 +99,5 @@ def test_sigint_stops_a_long_run_within_a_second(tmp_path):
     assert float(line[1]) - sent < 1.0
     # Stopped like a finished run: outputs, and a final checkpoint.
     assert os.path.exists(os.path.join(out, "metrics.csv"))
-    assert "interrupted" in open(os.path.join(out, "summary.json")).read()
+    assert "stopped by request: KeyboardInterrupt" in open(os.path.join(out, "summary.json")).read()
     assert os.listdir(os.path.join(out, "checkpoints"))

@@ -404,7 +404,8 @@ class Tee final : public Observer {
 // How a run that ended early ended (TrainOutcome::stop_kind).
 std::string stop_kind(const std::string& stopped, const TrainHooks& hooks) {
   if (stopped.empty()) return "";
-  if (hooks.stop && hooks.stop->requested() && stopped == hooks.stop->reason()) return "requested";
+  (void)hooks;
+  if (StopRequest::is_request(stopped)) return "requested";
   // Membership::record's line (runtime/membership.cc).
   if (stopped.find("fewer than train.min_workers") != std::string::npos) return "too_few_workers";
   return "diverged";

@@ -15,13 +15,18 @@ namespace hsgd {
 
 class StopRequest {
  public:
-  // `why`: the one line the run reports (RunResult::stopped).
+  // Every request's line starts with this (so every MPI rank, which sees
+  // only rank 0's line, can tell a request from a divergence).
+  static constexpr const char* kPrefix = "stopped by request: ";
+  static bool is_request(const std::string& line) { return line.rfind(kPrefix, 0) == 0; }
+
+  // `why`: what the run reports (RunResult::stopped), after kPrefix.
   // `at_evaluation`: made while the run is paused at an evaluation, for it
   // (the run ends with that row); otherwise the run ends after its next push.
   void request(const std::string& why, bool at_evaluation = false) {
     std::lock_guard<std::mutex> lk(mu_);
     if (requested_.load(std::memory_order_relaxed)) return;
-    reason_ = why;
+    reason_ = kPrefix + why;
     at_evaluation_ = at_evaluation;
     requested_.store(true, std::memory_order_release);
   }

@@ -183,7 +183,7 @@ py::dict status_dict(const Status& s) {
 // The stop line of a callback that returned False.
 std::string fmt_stop(const MetricsRow& r) {
   char buf[128];
-  std::snprintf(buf, sizeof buf, "stopped by the callback at the evaluation at %.3f s", r.time_s);
+  std::snprintf(buf, sizeof buf, "the callback returned False at the evaluation at %.3f s", r.time_s);
   return buf;
 }
 
@@ -225,7 +225,7 @@ void serve(Body body, const py::object& on_row, const py::object& on_status, Sto
         py::gil_scoped_acquire gil;
         if (!py_error && PyErr_CheckSignals() != 0) {
           py_error.emplace();  // fetches KeyboardInterrupt (or the handler's exception)
-          stop.request("interrupted (KeyboardInterrupt)");
+          stop.request("KeyboardInterrupt (Ctrl-C)");
         }
         for (const MetricsRow& r : rows) {
           if (py_error || on_row.is_none()) break;
@@ -242,7 +242,7 @@ void serve(Body body, const py::object& on_row, const py::object& on_status, Sto
             const bool interrupt = e.matches(PyExc_KeyboardInterrupt);
             py_error.emplace(std::move(e));
             if (interrupt) {
-              stop.request("interrupted (KeyboardInterrupt)");
+              stop.request("KeyboardInterrupt (Ctrl-C)");
             } else {
               stop.request(fmt_raised(r), /*at_evaluation=*/true);
             }
