@@ -3,9 +3,10 @@
 
 1. Overhead against the CLI: the same LeNet-5 job on the threads runtime
    (Fashion-MNIST, 2 workers, hybrid, batch 64, lr 0.01, --seconds of
-   training) from `hsgd train` and from hsgd.train, alternated for --rounds
-   rounds each; samples/s from each run's summary.json; the median of the
-   per-round ratios Python / CLI.
+   training) from `hsgd train` and from hsgd.train (in this process),
+   alternated for --rounds rounds each (the one that goes first alternates
+   too); samples/s from each run's summary.json; the median of the per-round
+   ratios Python / CLI.
 2. Zero copy: the peak RSS (ru_maxrss) of a process that trains on a
    --gb GB float32 NumPy array held in memory (softmax, 1x28x28 samples,
    threads, 2 workers) against `hsgd train` on the same data from .npy files;
@@ -51,13 +52,21 @@ def overhead(args, tmp):
     for r in range(args.rounds):
         common = dict(workers=2, batch=64, lr=0.01, budget=args.seconds, seed=1 + r)
         cli_out = os.path.join(tmp, f"cli-{r}")
-        subprocess.run([args.hsgd, "train", "--model", "lenet5", "--data", "fashion-mnist",
-                        "--runtime", "threads", "--policy", "hybrid", "--workers", "2",
-                        "--batch", "64", "--lr", "0.01", "--budget", str(args.seconds),
-                        "--seed", str(1 + r), "--out", cli_out, "--quiet"], check=True)
         py_out = os.path.join(tmp, f"py-{r}")
-        hsgd.train("lenet5", data="fashion-mnist", runtime="threads", policy="hybrid",
-                   out=py_out, progress=False, **common)
+
+        def cli_run():
+            subprocess.run([args.hsgd, "train", "--model", "lenet5", "--data", "fashion-mnist",
+                            "--runtime", "threads", "--policy", "hybrid", "--workers", "2",
+                            "--batch", "64", "--lr", "0.01", "--budget", str(args.seconds),
+                            "--seed", str(1 + r), "--out", cli_out, "--quiet"], check=True)
+
+        def py_run():
+            hsgd.train("lenet5", data="fashion-mnist", runtime="threads", policy="hybrid",
+                       out=py_out, progress=False, **common)
+
+        # Alternated, and which goes first alternates too (round 0: the CLI).
+        for run in ((cli_run, py_run) if r % 2 == 0 else (py_run, cli_run)):
+            run()
         c, p = sps(cli_out), sps(py_out)
         cli_rates.append(c)
         py_rates.append(p)
