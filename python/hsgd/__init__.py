@@ -48,25 +48,34 @@ def _overrides(named, set_):
 
 
 class _Progress:
-    """A tqdm bar over the training budget (or epochs), fed by the run's status."""
+    """A tqdm bar over the training budget (or epochs), fed by the run's status
+    lines and rows (on the calling thread)."""
 
     def __init__(self, budget, epochs):
         from tqdm.auto import tqdm
-        self.by_time = bool(budget)
-        total = float(budget) if budget else float(epochs or 0) or None
+        self.by_time = bool(budget) or not epochs
+        total = float(budget) if budget else float(epochs) if epochs else None
         self.bar = tqdm(total=total, unit="s" if self.by_time else "epoch",
-                        bar_format="{l_bar}{bar}| {n:.1f}/{total_fmt} [{elapsed}<{remaining}] "
+                        bar_format="{l_bar}{bar}| {n:.1f}/{total_fmt} [{elapsed}<{remaining}]"
                                    "{postfix}")
         self.acc = float("nan")
+        self.last = None  # (time_s, samples) of the previous update
+
+    def _show(self, time_s, epochs, samples, k):
+        done = time_s if self.by_time else epochs
+        self.bar.n = min(done, self.bar.total) if self.bar.total else done
+        rate = ""
+        if self.last is not None and time_s > self.last[0]:
+            rate = f", {(samples - self.last[1]) / (time_s - self.last[0]):.0f} samples/s"
+        self.last = (time_s, samples)
+        self.bar.set_postfix_str(f"K {k}{rate}, test_acc {100 * self.acc:.2f}%", refresh=True)
 
     def status(self, s):
-        done = s["time_s"] if self.by_time else s["epochs"]
-        self.bar.n = min(done, self.bar.total or done)
-        self.bar.set_postfix_str(f"K {s['k']}, {s['samples_per_s']:.0f} samples/s, "
-                                 f"test_acc {100 * self.acc:.2f}%", refresh=True)
+        self._show(s["time_s"], s["epochs"], s["samples"], s["k"])
 
     def row(self, r):
         self.acc = r["test_acc"]
+        self._show(r["time_s"], r["epoch"], r["samples"], r["k"])
 
     def close(self):
         self.bar.close()
