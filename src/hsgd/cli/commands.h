@@ -52,7 +52,8 @@ struct TrainOutcome {
   int code = 0;         // the exit code: 0 done, 2 refused (mpi: agreed by every rank), 3 stopped
   std::string out;      // train.out
   std::string stopped;  // RunResult::stopped: why it ended early, or ""
-  // "" (ran to its end), "requested" (hooks.stop), "too_few_workers"
+  // "" (ran to its end), "requested" (a StopRequest's line, core/stop.h:
+  // told apart by its prefix, so on every mpi rank), "too_few_workers"
   // (train.min_workers), "diverged" (any other stop: divergence, non-finite
   // pushes).
   std::string stop_kind;

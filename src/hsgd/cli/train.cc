@@ -402,21 +402,20 @@ class Tee final : public Observer {
 };
 
 // How a run that ended early ended (TrainOutcome::stop_kind).
-std::string stop_kind(const std::string& stopped, const TrainHooks& hooks) {
+std::string stop_kind(const std::string& stopped) {
   if (stopped.empty()) return "";
-  (void)hooks;
   if (StopRequest::is_request(stopped)) return "requested";
   // Membership::record's line (runtime/membership.cc).
   if (stopped.find("fewer than train.min_workers") != std::string::npos) return "too_few_workers";
   return "diverged";
 }
 
-TrainOutcome outcome_of(const Prepared& p, const RunResult& r, const TrainHooks& hooks) {
+TrainOutcome outcome_of(const Prepared& p, const RunResult& r) {
   TrainOutcome o;
   o.code = r.stopped.empty() ? 0 : 3;
   o.out = p.c.train.out;
   o.stopped = r.stopped;
-  o.stop_kind = stop_kind(r.stopped, hooks);
+  o.stop_kind = stop_kind(r.stopped);
   o.primary = r.primary;
   return o;
 }
@@ -476,7 +475,7 @@ TrainOutcome run_in_process(const TrainArgs& args, Prepared& p, const TrainHooks
   RunResult r = runtime->run(p.job, &*recorder, &observer);
   progress.finish();
   write_outputs(a, p, r, *recorder, store ? &*store : nullptr, ck ? &*ck : nullptr);
-  return outcome_of(p, r, hooks);
+  return outcome_of(p, r);
 }
 
 // Under mpirun: every rank loads the job; the ranks agree that nobody failed
@@ -596,10 +595,10 @@ TrainOutcome run_under_mpirun(const TrainArgs& args, const TrainInputs& in,
   } catch (const std::exception& e) {
     session.abort(e.what(), 3);
   }
-  if (!r.primary) return role(outcome_of(*p, r, hooks));  // rank 0 prints the line
+  if (!r.primary) return role(outcome_of(*p, r));  // rank 0 prints the line
   progress.finish();
   write_outputs(a, *p, r, *recorder, store ? &*store : nullptr, ck ? &*ck : nullptr);
-  return role(outcome_of(*p, r, hooks));
+  return role(outcome_of(*p, r));
 }
 
 }  // namespace
