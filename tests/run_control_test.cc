@@ -7,6 +7,8 @@
 #include <cmath>
 #include <vector>
 
+#include "hsgd/core/stop.h"
+
 namespace hsgd {
 namespace {
 

@@ -11,7 +11,6 @@
 
 #include "hsgd/compress/stage.h"
 #include "hsgd/core/faults.h"
-#include "hsgd/core/stop.h"
 #include "hsgd/data/importance.h"
 #include "hsgd/data/partition.h"
 #include "hsgd/data/readers.h"
@@ -20,6 +19,8 @@
 #include "hsgd/policy/policy.h"
 
 namespace hsgd {
+
+class StopRequest;  // core/stop.h
 
 struct DataConfig {
   std::string spec = "fashion-mnist";  // see data/spec.h

@@ -4,11 +4,11 @@
 // every push, on every runtime, and ends the run as it ends one at its
 // budget: a closing row, and a final checkpoint when checkpoints are on.
 //
-// Thread-safety: request() from any thread (first request wins); the reads
-// from any thread. The owner keeps it alive for the whole run.
+// Thread-safety: request() and requested() from any thread (the first
+// request wins); reason() and at_evaluation() once requested() returned
+// true. The owner keeps it alive for the whole run.
 #pragma once
 #include <atomic>
-#include <mutex>
 #include <string>
 
 namespace hsgd {
@@ -23,26 +23,23 @@ class StopRequest {
   // `why`: what the run reports (RunResult::stopped), after kPrefix.
   // `at_evaluation`: made while the run is paused at an evaluation, for it
   // (the run ends with that row); otherwise the run ends after its next push.
+  // The first request wins (lock-free: the line is written once, before the
+  // flag that publishes it).
   void request(const std::string& why, bool at_evaluation = false) {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (requested_.load(std::memory_order_relaxed)) return;
+    int none = kNone;
+    if (!state_.compare_exchange_strong(none, kWriting, std::memory_order_acq_rel)) return;
     reason_ = kPrefix + why;
     at_evaluation_ = at_evaluation;
-    requested_.store(true, std::memory_order_release);
+    state_.store(kRequested, std::memory_order_release);
   }
-  bool requested() const { return requested_.load(std::memory_order_acquire); }
-  bool at_evaluation() const {
-    std::lock_guard<std::mutex> lk(mu_);
-    return at_evaluation_;
-  }
-  std::string reason() const {
-    std::lock_guard<std::mutex> lk(mu_);
-    return reason_;
-  }
+  bool requested() const { return state_.load(std::memory_order_acquire) == kRequested; }
+  // Only once requested() is true.
+  const std::string& reason() const { return reason_; }
+  bool at_evaluation() const { return at_evaluation_; }
 
  private:
-  mutable std::mutex mu_;
-  std::atomic<bool> requested_{false};
+  enum : int { kNone, kWriting, kRequested };
+  std::atomic<int> state_{kNone};
   std::string reason_;
   bool at_evaluation_ = false;
 };

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "hsgd/core/simd.h"
+#include "hsgd/core/stop.h"
 #include "hsgd/server/server.h"
 
 namespace hsgd {
