@@ -4,7 +4,7 @@ PRESET ?= release
 BUILD := build/$(PRESET)
 JOBS ?= 2
 
-.PHONY: deps build demo docs figures test test-asan test-tsan fuzz bench bench-mpi bench-sim bench-peers cluster format clean
+.PHONY: deps build python bench-python demo docs figures test test-asan test-tsan fuzz bench bench-mpi bench-sim bench-peers cluster format clean
 
 deps:
 	bash scripts/install-deps.sh
@@ -12,6 +12,19 @@ deps:
 build: deps
 	cmake --preset $(PRESET)
 	cmake --build --preset $(PRESET) -j $(JOBS)
+
+# The Python module (import hsgd) installed into a venv at $(VENV), made with
+# Debian's /usr/bin/python3 and --system-site-packages (docs/python.md).
+VENV ?= build/venv
+python: deps
+	cmake --preset $(PRESET)
+	cmake --build --preset $(PRESET) -j $(JOBS) --target _hsgd hsgd
+	bash scripts/install-python.sh $(BUILD) $(VENV)
+
+# The Python module's figures (BENCHMARKS.md, "Python"): overhead against the
+# CLI, and peak RSS on a 1 GB array against the same data from files.
+bench-python: python
+	PYTHONPATH=$(BUILD)/python /usr/bin/python3 bench/python/figures.py --hsgd $(BUILD)/hsgd
 
 # The demo builds only the hsgd binary (not the tests and fuzz harnesses,
 # which `make test` builds), so training starts as soon as the packages are in.

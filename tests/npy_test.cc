@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 
 #include "alloc_probe.h"
 #include "hsgd/core/error.h"
+#include "hsgd/data/dataset.h"
 #include "hsgd/data/readers.h"
 #include "hsgd/data/spec.h"
 #include "npz_writer.h"
@@ -260,6 +262,44 @@ TEST_F(NpyTest, ALyingInflatedSizeAllocatesWhatTheStreamHolds) {
   Dataset d;
   EXPECT_LT(test::largest_allocation([&] { d = read_npz(h, "", "", nullptr); }), size_t{1} << 20);
   EXPECT_EQ(d.features, big);
+}
+
+// In-memory arrays (the Python module): float32 features are borrowed, not
+// copied, and a borrowed set gathers the same bits, standardized, as the
+// owned copy standardized in place; the caller's values stay as they were.
+TEST(DatasetFromArrays, BorrowedFloat32GathersTheSameBitsAsTheOwnedCopy) {
+  std::vector<float> x(6 * 3);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.37f * static_cast<float>(i) - 1.1f;
+  const std::vector<int64_t> y = {0, 1, 2, 1, 0, 2};
+  const std::vector<float> before = x;
+  const ArrayView xv{
+      "x", 'f', 4, {6, 3}, std::string_view(reinterpret_cast<const char*>(x.data()), x.size() * 4)};
+  const ArrayView yv{
+      "y", 'i', 8, {6}, std::string_view(reinterpret_cast<const char*>(y.data()), y.size() * 8)};
+  Dataset b = dataset_from_arrays(xv, yv, /*borrow=*/true);
+  Dataset o = dataset_from_arrays(xv, yv, /*borrow=*/false);
+  EXPECT_EQ(b.borrowed.data(), x.data());  // no copy
+  EXPECT_TRUE(b.features.empty());
+  EXPECT_TRUE(o.borrowed.empty());
+  EXPECT_EQ(b.num_classes, 3);
+  double mb, sb, mo, so;
+  feature_moments(b, &mb, &sb);
+  feature_moments(o, &mo, &so);
+  EXPECT_EQ(mb, mo);
+  EXPECT_EQ(sb, so);
+  standardize(&b, mb, sb);
+  standardize(&o, mo, so);
+  const std::vector<int64_t> idx = {5, 0, 3};
+  Batch gb, go;
+  gather(b, idx, &gb);
+  gather(o, idx, &go);
+  EXPECT_EQ(gb.features, go.features);  // bit for bit
+  EXPECT_EQ(gb.labels, go.labels);
+  EXPECT_EQ(x, before);  // never written
+  // A NaN is refused with the reader's line, borrowed or not.
+  x[4] = std::nanf("");
+  expect_input_error([&] { dataset_from_arrays(xv, yv, true); },
+                     {"x: feature 1 of sample 1 is nan, expected a finite number"});
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <vector>
 
+#include "hsgd/core/stop.h"
+
 namespace hsgd {
 namespace {
 
@@ -175,6 +177,50 @@ TEST(RunStops, ASavedStopComesBackAndABelowMinimumOneIsLiftedByAFreshMembership)
   d.stop("diverged");
   d.membership_restarted();  // only a membership stop is lifted
   EXPECT_TRUE(d.stopped());
+}
+
+TEST(RunStops, AFrontEndsRequestStopsAtItsEvaluationOrAfterAPushAndIsNotSaved) {
+  Config c;
+  StopRequest callback, interrupt;
+  c.stop = &callback;
+  MetricsRow row;
+  row.test_loss = 1.0;
+  const std::vector<float> params = {0.5f};
+  RunStops a(c);
+  EXPECT_FALSE(a.check_row(row, params, {}));  // no request yet
+  callback.request("the callback returned False", /*at_evaluation=*/true);
+  EXPECT_TRUE(a.check_row(row, params, {}));  // that evaluation is the last
+  EXPECT_EQ(a.reason(), "stopped by request: the callback returned False");
+  EXPECT_TRUE(StopRequest::is_request(a.reason()));
+  EXPECT_TRUE(a.requested());
+  EXPECT_TRUE(a.final_checkpoint_allowed());  // a sound state
+
+  c.stop = &interrupt;
+  RunStops b(c);
+  interrupt.request("KeyboardInterrupt");
+  interrupt.request("a second request");       // the first wins
+  EXPECT_FALSE(b.check_row(row, params, {}));  // Ctrl-C waits for the next push...
+  EXPECT_TRUE(b.check_pushes(0, 7, 1.5));      // ...after which a final checkpoint is allowed
+  EXPECT_EQ(b.reason(), "stopped by request: KeyboardInterrupt");
+  EXPECT_TRUE(b.final_checkpoint_allowed());
+  // A checkpoint does not keep it: the resumed run trains on.
+  StateWriter w;
+  b.save(w);
+  const std::string bytes = w.take();
+  c.stop = nullptr;
+  RunStops back(c);
+  StateReader r(bytes, "stops");
+  back.load(r);
+  EXPECT_FALSE(back.stopped());
+
+  // A divergence found at the same row wins over the request.
+  c.stop = &callback;
+  RunStops d(c);
+  MetricsRow bad = row;
+  bad.test_loss = std::nan("");
+  EXPECT_TRUE(d.check_row(bad, params, {}));
+  EXPECT_FALSE(StopRequest::is_request(d.reason()));
+  EXPECT_FALSE(d.requested());
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <memory>
@@ -15,6 +16,7 @@
 #include "hsgd/checkpoint/checkpoint.h"
 #include "hsgd/core/error.h"
 #include "hsgd/core/state.h"
+#include "hsgd/core/stop.h"
 #include "hsgd/model/linear_model.h"
 #include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/local_steps.h"
@@ -372,6 +374,59 @@ TEST(ThreadsRuntime, TheFinalCutKeepsThePushesInFlight) {
     EXPECT_EQ(handed_out, r.last.samples + pending) << "round " << round;
   }
   EXPECT_GT(pending_seen, 0);  // the case the test is about happened
+}
+
+// A front end's stop (Config::stop, core/stop.h): one made by the observer
+// at an evaluation ends the run with that row; one made from another thread
+// while training (Ctrl-C) ends it after the next push, with a closing row
+// and a final checkpoint.
+TEST(ThreadsRuntime, AFrontEndsStopEndsTheRunAtItsRowOrAfterThePush) {
+  struct StopAtRow final : Observer {
+    StopRequest* stop;
+    int rows = 0;
+    explicit StopAtRow(StopRequest* s) : stop(s) {}
+    void on_row(const MetricsRow&) override {
+      if (++rows == 3) stop->request("the callback returned False", /*at_evaluation=*/true);
+    }
+  };
+  Fixture f("stop_at_row", {{"train.epochs", "0"},
+                            {"train.budget", "100"},
+                            {"train.eval_every", "0.1"},
+                            {"policy.name", "async"}});
+  StopRequest at_row;
+  f.config.stop = &at_row;
+  StopAtRow observer(&at_row);
+  {
+    Recorder rec(f.dir);
+    const RunResult r = ThreadsRuntime().run(f.job(), &rec, &observer);
+    rec.finish();
+    EXPECT_EQ(r.stopped, "stopped by request: the callback returned False");
+    EXPECT_EQ(read_metrics_csv(f.dir + "/metrics.csv").size(), 3u);  // that row is the last
+    EXPECT_LT(r.train_s, 5.0);
+  }
+
+  Fixture g("stop_between", {{"train.epochs", "0"},
+                             {"train.budget", "100"},
+                             {"train.eval_every", "100"},
+                             {"train.checkpoint_every", "100"},
+                             {"policy.name", "async"}});
+  StopRequest interrupt;
+  g.config.stop = &interrupt;
+  std::thread ctrl_c([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    interrupt.request("KeyboardInterrupt");
+  });
+  CheckpointStore store(g.dir, 2);
+  Job j = g.job();
+  j.checkpoints = &store;
+  Recorder rec(g.dir);
+  const RunResult r = ThreadsRuntime().run(j, &rec, nullptr);
+  rec.finish();
+  ctrl_c.join();
+  EXPECT_EQ(r.stopped, "stopped by request: KeyboardInterrupt");
+  EXPECT_LT(r.train_s, 5.0);
+  EXPECT_EQ(read_metrics_csv(g.dir + "/metrics.csv").size(), 2u);  // t = 0 and the closing row
+  EXPECT_EQ(store.written(), 1);                                   // the final checkpoint
 }
 
 TEST(ThreadsRuntime, DivergenceStopsTheRunWithAReason) {

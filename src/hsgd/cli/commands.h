@@ -1,10 +1,15 @@
 // The hsgd subcommands. Each returns the process exit code; InputError
-// propagates to main(), which prints it and exits with 2.
+// propagates to main(), which prints it and exits with 2. The library
+// hsgd_cli (every file of cli/ but main.cc) is also what the Python module
+// (src/hsgd/python/) calls: both front ends train through run_train().
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "hsgd/config/config.h"
+#include "hsgd/core/stop.h"
+#include "hsgd/runtime/runtime.h"
 
 namespace CLI {
 class App;
@@ -20,13 +25,62 @@ struct TrainArgs {
   // DIR/config.toml as the config; only resumable_key() overrides allowed.
   std::string resume_dir;
 };
-// Exit codes: 0 done; 2 bad input (nothing written); 3 stopped early
-// (divergence), metrics and checkpoints kept.
+
+// What a front end hands in besides the config: data and a model held in
+// memory instead of files (the Python module). Borrowed; outlive the call.
+struct TrainInputs {
+  // The training set, replacing data.spec (which then only names it), and
+  // its test set, replacing data.test and the held-out fraction; null: as
+  // the config says. A borrowed training set (Dataset::borrowed) is used
+  // without a copy; the test set is copied (it is standardized in place).
+  std::shared_ptr<const Dataset> train, test;
+  // For model.name = torchscript:NAME: the TorchScript archive's bytes (NAME
+  // is then only its name, recorded in config.toml and model.bin). Empty:
+  // NAME is read as a file.
+  std::string model_archive;
+};
+
+// Hooks into a run. `observer` sees every row (at each evaluation, before
+// the stops are checked on it) and status, on the runtime's driving thread,
+// besides the progress line; on mpi only rank 0's is called. `stop` ends
+// the run early (core/stop.h). `progress_line`: draw the CLI's progress line
+// (unless quiet); a front end with its own (tqdm) turns it off.
+struct TrainHooks {
+  Observer* observer = nullptr;
+  const StopRequest* stop = nullptr;
+  bool progress_line = true;
+};
+
+// How a run ended (its outputs are in `out`).
+struct TrainOutcome {
+  int code = 0;         // the exit code: 0 done, 2 refused (mpi: agreed by every rank), 3 stopped
+  std::string out;      // train.out
+  std::string stopped;  // RunResult::stopped: why it ended early, or ""
+  // "" (ran to its end), "requested" (a StopRequest's line, core/stop.h:
+  // told apart by its prefix, so on every mpi rank), "too_few_workers"
+  // (train.min_workers), "diverged" (any other stop: divergence, non-finite
+  // pushes).
+  std::string stop_kind;
+  std::string error;    // code 2 under mpirun: the agreed setup error
+  bool primary = true;  // false on mpi ranks other than 0 (they write nothing)
+  std::string role;     // mpi: "primary" (rank 0), "server" or "worker"; else ""
+  int rank = 0;
+};
+
+// The one train path of both front ends: config (file, then overrides) ->
+// data (files, or `in`) -> model -> runtime -> the outputs in train.out.
+// Under mpirun, every rank calls it. Throws InputError for bad input before
+// anything is written (outside mpirun; under it, code 2 and `error`).
+TrainOutcome run_train(const TrainArgs& a, const TrainInputs& in, const TrainHooks& hooks);
+
+// hsgd train: run_train(a, {}, {}).code. Exit codes: 0 done; 2 bad input
+// (nothing written); 3 stopped early (divergence), metrics and checkpoints
+// kept.
 int train(const TrainArgs& a);
 
 // The values the run's runtime would calibrate (the simulator's costs), as
 // overrides; empty for the other runtimes. Loads the job to measure.
-std::vector<Override> resolve_costs(const TrainArgs& a);
+std::vector<Override> resolve_costs(const TrainArgs& a, const TrainInputs& in = {});
 
 struct EvalArgs {
   std::string model_path;
@@ -34,6 +88,9 @@ struct EvalArgs {
   bool json = false;
 };
 int eval(const EvalArgs& a);
+// What `hsgd eval --json` prints (one JSON object, no newline); with `data`
+// (in memory; a.data then only names it), on that data set.
+std::string eval_json(const EvalArgs& a, const Dataset* data = nullptr);
 
 int plot(const std::vector<std::string>& dirs, std::string out);
 
@@ -51,7 +108,9 @@ struct CompareArgs {
   std::string baseline = "async";   // one of `policies`
   std::vector<Override> overrides;  // applied to every run, before the per-run keys
 };
-int compare(const CompareArgs& a);
+// `in` and `hooks`: every run's, as run_train's (the Python module); a run
+// ended by hooks.stop ends the comparison with 3, before the table.
+int compare(const CompareArgs& a, const TrainInputs& in = {}, const TrainHooks& hooks = {});
 
 // hsgd sweep GRID.toml: every cell of the grid x every policy x every seed
 // on the simulator, `jobs` child `hsgd train` processes at a time, into

@@ -91,7 +91,7 @@ void check_args(const CompareArgs& a) {
 
 }  // namespace
 
-int compare(const CompareArgs& a) {
+int compare(const CompareArgs& a, const TrainInputs& inputs, const TrainHooks& hooks) {
   // 1. Validate everything, every policy's config included, before any run.
   check_args(a);
   const Config base = load_config(a.config_path, a.overrides);
@@ -117,7 +117,7 @@ int compare(const CompareArgs& a) {
     TrainArgs first;
     first.config_path = a.config_path;
     first.overrides = run_overrides(a, a.policies.front(), base.train.seed, 0);
-    costs = resolve_costs(first);
+    costs = resolve_costs(first, inputs);
   }
 
   // 2. Run, round by round, so an interrupted compare leaves whole rounds.
@@ -142,7 +142,9 @@ int compare(const CompareArgs& a) {
       for (Override& o : run_overrides(a, policy, seed, r)) ta.overrides.push_back(std::move(o));
       ta.quiet = true;
       const auto start = std::chrono::steady_clock::now();
-      const bool stopped = train(ta) == 3;  // diverged: its metrics are the result
+      const TrainOutcome o = run_train(ta, inputs, hooks);
+      if (o.stop_kind == "requested") return 3;  // hooks.stop: no table
+      const bool stopped = o.code == 3;          // diverged: its metrics are the result
       const double wall =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       const std::string dir = run_dir(a, policy, r);

@@ -12,13 +12,32 @@
 
 namespace hsgd::cli {
 
-int eval(const EvalArgs& a) {
+namespace {
+
+struct Evaluated {
   ModelSpec spec;
+  std::string data_name;
+  int64_t samples = 0;
+  EvalResult e;
+  nlohmann::json json(const std::string& model_path) const {
+    nlohmann::json j = {{"model", model_path},
+                        {"data", data_name},
+                        {"samples", samples},
+                        {"test_loss", e.loss},
+                        {"test_acc", e.accuracy}};
+    if (std::isfinite(e.auc)) j["test_auc"] = e.auc;
+    return j;
+  }
+};
+
+Evaluated evaluate_saved(const EvalArgs& a, const Dataset* in) {
+  Evaluated out;
+  ModelSpec& spec = out.spec;
   std::vector<float> params;
   load_model(a.model_path, &spec, &params);
   SyntheticOptions synthetic;
   if (!spec.table_rows.empty()) synthetic.ctr.rows = spec.table_rows[0];  // criteo's buckets
-  Dataset data = load_test_data(a.data, synthetic);
+  Dataset data = in ? *in : load_test_data(a.data, synthetic);
   if (data.sample_shape != spec.sample_shape) {
     throw InputError(fmt::format(
         "--data {}: samples have shape {{{}}}, the model {} expects {{{}}}", a.data,
@@ -31,6 +50,12 @@ int eval(const EvalArgs& a) {
     }
   }
   data.num_classes = spec.num_classes;
+  if (!data.borrowed.empty()) {  // evaluate() takes owned data
+    Dataset owned = data;
+    owned.borrowed = {};
+    owned.features.assign(data.borrowed.begin(), data.borrowed.end());
+    data = std::move(owned);
+  }
   standardize(&data, spec.input_mean, spec.input_std);
   std::unique_ptr<Model> m = make_model(spec);
   if (m->num_params() != static_cast<int64_t>(params.size())) {
@@ -39,18 +64,27 @@ int eval(const EvalArgs& a) {
   }
   std::vector<float> grads(params.size());
   m->bind(params, grads);
-  const EvalResult e = m->evaluate(data);
+  out.e = m->evaluate(data);
+  out.data_name = data.name;
+  out.samples = data.size();
+  return out;
+}
+
+}  // namespace
+
+std::string eval_json(const EvalArgs& a, const Dataset* data) {
+  return evaluate_saved(a, data).json(a.model_path).dump();
+}
+
+int eval(const EvalArgs& a) {
+  const Evaluated ev = evaluate_saved(a, nullptr);
+  const EvalResult& e = ev.e;
   if (a.json) {
-    nlohmann::json j = {{"model", a.model_path},
-                        {"data", data.name},
-                        {"samples", data.size()},
-                        {"test_loss", e.loss},
-                        {"test_acc", e.accuracy}};
-    if (std::isfinite(e.auc)) j["test_auc"] = e.auc;
-    std::printf("%s\n", j.dump().c_str());
+    std::printf("%s\n", ev.json(a.model_path).dump().c_str());
   } else {
-    std::printf("%s on %s (%lld samples): test_acc %.2f%%  test_loss %.4f%s\n", spec.name.c_str(),
-                data.name.c_str(), static_cast<long long>(data.size()), 100.0 * e.accuracy, e.loss,
+    std::printf("%s on %s (%lld samples): test_acc %.2f%%  test_loss %.4f%s\n",
+                ev.spec.name.c_str(), ev.data_name.c_str(), static_cast<long long>(ev.samples),
+                100.0 * e.accuracy, e.loss,
                 std::isfinite(e.auc) ? fmt::format("  test_auc {:.4f}", e.auc).c_str() : "");
   }
   return 0;

@@ -97,16 +97,31 @@ struct Prepared {
   Job job;
 };
 
+// The config of `a`, with the front end's stop request.
+Config load_train_config(const TrainArgs& a, const std::vector<Override>& overrides,
+                         const TrainHooks& hooks) {
+  Config c = load_config(a.config_path, overrides);
+  c.stop = hooks.stop;
+  return c;
+}
+
 // Everything that can be wrong with the input is checked here, before the
 // output directory is touched.
-std::unique_ptr<Prepared> prepare(const TrainArgs& a) {
+std::unique_ptr<Prepared> prepare(const TrainArgs& a, const TrainInputs& in,
+                                  const TrainHooks& hooks) {
   auto p = std::make_unique<Prepared>();
-  p->c = load_config(a.config_path, a.overrides);
+  p->c = load_train_config(a, a.overrides, hooks);
   const Config& c = p->c;
-  LoadedData loaded = load_data(c.data.spec, c.data.synthetic);
   Dataset& train_set = p->train_set;
   Dataset& test_set = p->test_set;
-  if (!c.data.test.empty()) {
+  LoadedData loaded;
+  if (in.train) {  // in memory (a borrowed training set is copied as a view)
+    loaded.train = *in.train;
+    if (in.test) loaded.test = *in.test;
+  } else {
+    loaded = load_data(c.data.spec, c.data.synthetic);
+  }
+  if (!in.test && !c.data.test.empty()) {
     train_set = std::move(loaded.train);
     test_set = load_test_data(c.data.test, c.data.synthetic);
   } else if (loaded.test) {
@@ -134,7 +149,8 @@ std::unique_ptr<Prepared> prepare(const TrainArgs& a) {
   spec.table_rows = train_set.categorical_rows;  // dlrm
   spec.embedding_dim = c.model.embedding_dim;
   spec.top_hidden = c.model.top_hidden;
-  read_model_archive(&spec);  // torchscript:FILE
+  if (is_torchscript(spec.name) && !in.model_archive.empty()) spec.archive = in.model_archive;
+  read_model_archive(&spec);  // torchscript:FILE (unless handed in)
   Job& job = p->job;
   job.config = &p->c;
   job.train = &train_set;
@@ -367,14 +383,51 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
   }
 }
 
-int run_in_process(const TrainArgs& args, Prepared& p) {
+// Rows and status to the progress line (if any) and the front end's observer.
+class Tee final : public Observer {
+ public:
+  Tee(Observer* a, Observer* b) : a_(a), b_(b) {}
+  void on_row(const MetricsRow& r) override {
+    if (a_) a_->on_row(r);
+    if (b_) b_->on_row(r);
+  }
+  void on_status(const Status& s) override {
+    if (a_) a_->on_status(s);
+    if (b_) b_->on_status(s);
+  }
+
+ private:
+  Observer* a_;
+  Observer* b_;
+};
+
+// How a run that ended early ended (TrainOutcome::stop_kind).
+std::string stop_kind(const std::string& stopped) {
+  if (stopped.empty()) return "";
+  if (StopRequest::is_request(stopped)) return "requested";
+  // Membership::record's line (runtime/membership.cc).
+  if (stopped.find("fewer than train.min_workers") != std::string::npos) return "too_few_workers";
+  return "diverged";
+}
+
+TrainOutcome outcome_of(const Prepared& p, const RunResult& r) {
+  TrainOutcome o;
+  o.code = r.stopped.empty() ? 0 : 3;
+  o.out = p.c.train.out;
+  o.stopped = r.stopped;
+  o.stop_kind = stop_kind(r.stopped);
+  o.primary = r.primary;
+  return o;
+}
+
+TrainOutcome run_in_process(const TrainArgs& args, Prepared& p, const TrainHooks& hooks) {
   TrainArgs a = args;
   std::unique_ptr<Runtime> runtime = make_runtime(p.c);
   // Calibrations first, so config.toml records them before training starts.
   const std::vector<Override> resolved = runtime->resolve(p.job);
   if (!resolved.empty()) {
     a.overrides.insert(a.overrides.end(), resolved.begin(), resolved.end());
-    p.c = load_config(a.config_path, a.overrides);
+    p.c = load_train_config(a, a.overrides, hooks);
   }
   const bool resume = !a.resume_dir.empty();
   check_checkpoint_settings(p.c, resume);
@@ -418,23 +471,28 @@ int run_in_process(const TrainArgs& args, Prepared& p) {
     recorder->open();
   };
   Progress progress(stderr, isatty(STDERR_FILENO) != 0, p.c.train.budget, p.c.train.epochs);
-  Observer quiet;
-  RunResult r = runtime->run(p.job, &*recorder, a.quiet ? &quiet : &progress);
+  Tee observer(a.quiet || !hooks.progress_line ? nullptr : &progress, hooks.observer);
+  RunResult r = runtime->run(p.job, &*recorder, &observer);
   progress.finish();
   write_outputs(a, p, r, *recorder, store ? &*store : nullptr, ck ? &*ck : nullptr);
-  return r.stopped.empty() ? 0 : 3;
+  return outcome_of(p, r);
 }
 
 // Under mpirun: every rank loads the job; the ranks agree that nobody failed
 // before any rank starts; rank 0 alone prints and writes.
-int run_under_mpirun(const TrainArgs& args) {
+TrainOutcome run_under_mpirun(const TrainArgs& args, const TrainInputs& in,
+                              const TrainHooks& hooks) {
   mpi::Session session(nullptr, nullptr);
+  TrainOutcome refused;  // a setup error every rank agreed on (printed by rank 0)
+  refused.code = 2;
+  refused.primary = session.rank() == 0;
+  refused.rank = session.rank();
   TrainArgs a = args;
   std::unique_ptr<Prepared> p;
   std::optional<Checkpoint> ck;  // rank 0, with --resume
   std::string error;
   try {
-    const Config c0 = load_config(a.config_path, a.overrides);
+    const Config c0 = load_train_config(a, a.overrides, hooks);
     if (c0.train.runtime == "mpi") {
       MpiRuntime::check_launch(session.size(), c0.train.servers, INT64_MAX);
       // The workers are the ranks after the servers.
@@ -445,7 +503,7 @@ int run_under_mpirun(const TrainArgs& args) {
           "without mpirun)",
           c0.train.runtime, session.size()));
     }
-    p = prepare(a);
+    p = prepare(a, in, hooks);
     check_checkpoint_settings(p->c, !a.resume_dir.empty());
     if (p->c.train.runtime == "mpi") {
       MpiRuntime::check_launch(session.size(), p->c.train.servers, job_params(p->job));
@@ -475,8 +533,18 @@ int run_under_mpirun(const TrainArgs& args) {
     error = e.what();
     if (error.empty()) error = "setup failed";
   }
-  if (!session.agree(error)) return 2;
-  if (p->c.train.runtime != "mpi") return run_in_process(a, *p);  // mpirun -np 1
+  if (!session.agree(error)) {
+    refused.error = error;
+    return refused;
+  }
+  if (p->c.train.runtime != "mpi") return run_in_process(a, *p, hooks);  // mpirun -np 1
+  const auto role = [&](TrainOutcome o) {
+    o.rank = session.rank();
+    o.role = session.rank() == 0                   ? "primary"
+             : session.rank() < p->c.train.servers ? "server"
+                                                   : "worker";
+    return o;
+  };
 
   const bool root = session.rank() == 0;
   std::optional<Recorder> recorder;
@@ -500,7 +568,10 @@ int run_under_mpirun(const TrainArgs& args) {
       if (opening.empty()) opening = "cannot open the outputs";
     }
   }
-  if (!session.agree(opening)) return 2;
+  if (!session.agree(opening)) {
+    refused.error = opening;
+    return refused;
+  }
   if (root && !a.quiet) {
     print_header(*p);
     if (ck) {
@@ -511,35 +582,38 @@ int run_under_mpirun(const TrainArgs& args) {
   p->job.checkpoints = store ? &*store : nullptr;
   p->job.resume = ck ? &*ck : nullptr;
   Progress progress(stderr, isatty(STDERR_FILENO) != 0, p->c.train.budget, p->c.train.epochs);
-  Observer quiet;
+  Tee observer(root && !a.quiet && hooks.progress_line ? &progress : nullptr,
+               root ? hooks.observer : nullptr);
   RunResult r;
   try {
-    r = MpiRuntime().run(p->job, recorder ? &*recorder : nullptr,
-                         root && !a.quiet ? static_cast<Observer*>(&progress) : &quiet);
+    r = MpiRuntime().run(p->job, recorder ? &*recorder : nullptr, &observer);
   } catch (const InputError& e) {
     // Raised alike on every rank before any message of the run.
     if (root) std::fprintf(stderr, "hsgd: error: %s\n", e.what());
-    return 2;
+    refused.error = e.what();
+    return role(refused);
   } catch (const std::exception& e) {
     session.abort(e.what(), 3);
   }
-  if (!r.primary) return r.stopped.empty() ? 0 : 3;  // rank 0 prints the line
+  if (!r.primary) return role(outcome_of(*p, r));  // rank 0 prints the line
   progress.finish();
   write_outputs(a, *p, r, *recorder, store ? &*store : nullptr, ck ? &*ck : nullptr);
-  return r.stopped.empty() ? 0 : 3;
+  return role(outcome_of(*p, r));
 }
 
 }  // namespace
 
-int train(const TrainArgs& args) {
+TrainOutcome run_train(const TrainArgs& args, const TrainInputs& in, const TrainHooks& hooks) {
   const TrainArgs a = effective_args(args);
-  if (mpi::launched_by_mpirun()) return run_under_mpirun(a);
-  std::unique_ptr<Prepared> p = prepare(a);
-  return run_in_process(a, *p);
+  if (mpi::launched_by_mpirun()) return run_under_mpirun(a, in, hooks);
+  std::unique_ptr<Prepared> p = prepare(a, in, hooks);
+  return run_in_process(a, *p, hooks);
 }
 
-std::vector<Override> resolve_costs(const TrainArgs& a) {
-  std::unique_ptr<Prepared> p = prepare(a);
+int train(const TrainArgs& args) { return run_train(args, {}, {}).code; }
+
+std::vector<Override> resolve_costs(const TrainArgs& a, const TrainInputs& in) {
+  std::unique_ptr<Prepared> p = prepare(a, in, {});
   return make_runtime(p->c)->resolve(p->job);
 }
 

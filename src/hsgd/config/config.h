@@ -20,6 +20,8 @@
 
 namespace hsgd {
 
+class StopRequest;  // core/stop.h
+
 struct DataConfig {
   std::string spec = "fashion-mnist";  // see data/spec.h
   std::string test;                    // a separate test-set spec, or "" for a held-out fraction
@@ -139,6 +141,10 @@ struct Config {
   // section is written by to_toml only when a compressor is on.
   CompressOptions compress;
   FaultOptions faults;  // [faults]: core/faults.h
+  // Not a key (never parsed, written or hashed): a front end's request to
+  // end the run early (core/stop.h; the Python module's callback and
+  // Ctrl-C), checked by the run layer's stops. Borrowed; null = none.
+  const StopRequest* stop = nullptr;
 };
 
 // One override: "section.key" and its value as text (parsed as a TOML value;

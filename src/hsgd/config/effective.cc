@@ -38,4 +38,13 @@ Config effective_config(const Config& c) {
   return e;
 }
 
+std::vector<KeyInfo> config_keys() {
+  const Config defaults;
+  std::vector<KeyInfo> out;
+  for (const config_internal::Key& k : config_internal::keys()) {
+    out.push_back({k.dotted(), k.type, k.doc, k.show(defaults)});
+  }
+  return out;
+}
+
 }  // namespace hsgd

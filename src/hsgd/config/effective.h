@@ -42,4 +42,14 @@ std::string resumable_keys();
 // combinations.
 std::string config_reference_markdown();
 
+// Every config key, from its declaration (keys.cc), in declaration order:
+// what `--set` and the Python module's set= take.
+struct KeyInfo {
+  std::string key;            // "train.workers"
+  std::string type;           // "integer", "number", ...
+  std::string doc;            // one line
+  std::string default_value;  // as messages show it: 4, 'halfnormal', [128]
+};
+std::vector<KeyInfo> config_keys();
+
 }  // namespace hsgd

@@ -63,11 +63,11 @@ void split_train_test(Dataset all, double test_fraction, uint64_t seed, Dataset*
 
 void feature_moments(const Dataset& d, double* mean, double* std) {
   double sum = 0, sq = 0;
-  for (float v : d.features) {
+  for (float v : d.values()) {
     sum += v;
     sq += static_cast<double>(v) * v;
   }
-  const double n = std::max<double>(1.0, static_cast<double>(d.features.size()));
+  const double n = std::max<double>(1.0, static_cast<double>(d.values().size()));
   *mean = sum / n;
   const double var = std::max(0.0, sq / n - *mean * *mean);
   *std = var > 1e-24 ? std::sqrt(var) : 1.0;
@@ -77,6 +77,13 @@ void standardize(Dataset* d, double mean, double std) {
   HSGD_ASSERT(std > 0, "standardize: std must be > 0");
   const float m = static_cast<float>(mean);
   const float inv = static_cast<float>(1.0 / std);
+  if (!d->borrowed.empty()) {
+    HSGD_ASSERT(!d->lazy_standardize, "standardize: a borrowed data set standardized twice");
+    d->lazy_standardize = true;
+    d->lazy_mean = m;
+    d->lazy_inv_std = inv;
+    return;
+  }
   for (float& v : d->features) v = (v - m) * inv;
 }
 
@@ -90,8 +97,14 @@ void gather(const Dataset& d, std::span<const int64_t> indices, Batch* out) {
   for (size_t k = 0; k < indices.size(); ++k) {
     const int64_t i = indices[k];
     HSGD_ASSERT(i >= 0 && i < d.size(), "gather: sample index out of range");
-    std::memcpy(out->features.data() + k * ss, d.features.data() + static_cast<size_t>(i) * ss,
-                ss * sizeof(float));
+    const float* from = d.values().data() + static_cast<size_t>(i) * ss;
+    float* to = out->features.data() + k * ss;
+    if (d.lazy_standardize) {
+      const float m = d.lazy_mean, inv = d.lazy_inv_std;
+      for (size_t j = 0; j < ss; ++j) to[j] = (from[j] - m) * inv;
+    } else {
+      std::memcpy(to, from, ss * sizeof(float));
+    }
     out->labels[k] = d.labels[static_cast<size_t>(i)];
     if (nc > 0) {
       std::memcpy(out->categorical.data() + k * nc,

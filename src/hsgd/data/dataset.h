@@ -21,6 +21,16 @@ struct Dataset {
   std::vector<int64_t> sample_shape;  // per-sample shape
   int num_classes = 0;
   std::vector<float> features;  // size() * sample_size(), row-major
+  // Instead of `features`: size() * sample_size() values borrowed from the
+  // caller, who keeps them alive and unchanged while the data set is used
+  // (the Python module's float32 NumPy arrays, used without a copy). Such a
+  // data set is never written: standardize() records its affine map below,
+  // which gather() applies to each value it copies. Read the raw values
+  // through values(), which serves both kinds; a model's evaluate() takes
+  // only owned data (the test set, which standardize() writes).
+  std::span<const float> borrowed;
+  bool lazy_standardize = false;  // set by standardize() on a borrowed set
+  float lazy_mean = 0, lazy_inv_std = 1;
   std::vector<int32_t> labels;  // size()
   // Categorical features (click-through data, data/ctr.h): every sample has
   // num_categorical() ids after its dense features, id j in
@@ -36,15 +46,19 @@ struct Dataset {
   int64_t size() const { return static_cast<int64_t>(labels.size()); }
   int64_t sample_size() const;
   int64_t num_categorical() const { return static_cast<int64_t>(categorical_rows.size()); }
+  // The values as stored (before a lazy standardization).
+  std::span<const float> values() const {
+    return borrowed.empty() ? std::span<const float>(features) : borrowed;
+  }
   std::span<const float> sample(int64_t i) const {
-    return {features.data() + i * sample_size(), static_cast<size_t>(sample_size())};
+    return {values().data() + i * sample_size(), static_cast<size_t>(sample_size())};
   }
 };
 
 // A mini-batch gathered into contiguous buffers (owned by the caller, reused).
 struct Batch {
-  std::vector<float> features;  // n * sample_size
-  std::vector<int32_t> labels;  // n
+  std::vector<float> features;       // n * sample_size
+  std::vector<int32_t> labels;       // n
   std::vector<int32_t> categorical;  // n * num_categorical (empty for dense-only data)
   // Per-example loss weights (importance sampling's 1 / (N p)); empty means
   // every weight is 1. The model's loss is mean_i(weights[i] * loss_i).
@@ -62,7 +76,9 @@ void split_train_test(Dataset all, double test_fraction, uint64_t seed, Dataset*
 // scalar each; std is 1 when all values are equal).
 void feature_moments(const Dataset& d, double* mean, double* std);
 
-// Replaces every feature x by (x - mean) / std (std > 0).
+// Replaces every feature x by (x - mean) / std (std > 0); on a borrowed data
+// set, records it for gather() instead (the same float operations, so the
+// batches hold the same bits).
 void standardize(Dataset* d, double mean, double std);
 
 // Copies the samples `indices` of `d` into `out` (weights cleared: all 1).

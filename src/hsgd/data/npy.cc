@@ -216,8 +216,9 @@ double float_at(const NpyArray& a, int64_t i) {
   return d;
 }
 
-// Builds the data set from features `x` and labels `y`.
-Dataset to_dataset(const NpyArray& x, const NpyArray& y) {
+// Builds the data set from features `x` and labels `y` (borrowing float32
+// features with `borrow`: data_from_arrays).
+Dataset to_dataset(const NpyArray& x, const NpyArray& y, bool borrow = false) {
   if (x.shape.size() < 2 || x.shape.size() > 4) {
     fail(x.name, fmt::format("features have shape {}; expected N x D, N x H x W or N x C x H x W",
                              shape_text(x.shape)));
@@ -270,6 +271,19 @@ Dataset to_dataset(const NpyArray& x, const NpyArray& y) {
   }
   d.num_classes = static_cast<int>(max_label + 1);
 
+  if (borrow && x.kind == 'f' && x.itemsize == 4) {
+    const auto* values = reinterpret_cast<const float*>(x.data.data());
+    HSGD_ASSERT(reinterpret_cast<uintptr_t>(values) % alignof(float) == 0,
+                "dataset_from_arrays: float32 features not aligned");
+    d.borrowed = std::span<const float>(values, static_cast<size_t>(x.count));
+    for (int64_t i = 0; i < x.count; ++i) {
+      if (!std::isfinite(values[i])) {
+        fail(x.name, fmt::format("feature {} of sample {} is {}, expected a finite number",
+                                 i % d.sample_size(), i / d.sample_size(), values[i]));
+      }
+    }
+    return d;
+  }
   data_internal::resize_for_bulk_write(&d.features, static_cast<size_t>(x.count));
   float* out = d.features.data();
   if (x.kind == 'u') {
@@ -499,6 +513,23 @@ Dataset npz_pair(const std::string& path, std::string_view bytes, const ZipMembe
 }
 
 }  // namespace
+
+Dataset dataset_from_arrays(const ArrayView& xv, const ArrayView& yv, bool borrow) {
+  const auto array = [](const ArrayView& v) {
+    NpyArray a;
+    a.name = v.name;
+    a.kind = v.kind;
+    a.itemsize = v.itemsize;
+    a.shape = v.shape;
+    a.count = 1;
+    for (int64_t dim : v.shape) a.count *= dim;
+    a.data = v.data;
+    HSGD_ASSERT(a.count * a.itemsize == static_cast<int64_t>(v.data.size()),
+                "dataset_from_arrays: the bytes do not match the shape");
+    return a;
+  };
+  return to_dataset(array(xv), array(yv), borrow);
+}
 
 Dataset parse_npy_pair(const std::string& x_name, std::string_view x_raw, const std::string& y_name,
                        std::string_view y_raw) {

@@ -81,6 +81,23 @@ Dataset read_npz(const std::string& path, const std::string& x_key, const std::s
                  std::optional<Dataset>* test);
 // In-memory forms of the two (same contract and errors; used by the fuzz
 // targets).
+// An array held in memory by the caller (the Python module's NumPy
+// arrays): dtype kind ('f' float, 'i' signed, 'u' unsigned integer) and item
+// size, shape, and the product-of-shape x itemsize bytes, C order, little-endian.
+// `name` names it in messages.
+struct ArrayView {
+  std::string name;
+  char kind = 0;
+  int itemsize = 0;
+  std::vector<int64_t> shape;
+  std::string_view data;
+};
+// The data set of features `x` and labels `y`, checked and converted as
+// npy:X,Y files are (the same one-line InputErrors). With `borrow` and
+// float32 features, the features are not copied: the data set's
+// `borrowed` points into x.data (aligned for float), which the caller keeps
+// alive; other dtypes are converted into `features` once.
+Dataset dataset_from_arrays(const ArrayView& x, const ArrayView& y, bool borrow);
 Dataset parse_npy_pair(const std::string& x_name, std::string_view x_raw, const std::string& y_name,
                        std::string_view y_raw);
 Dataset parse_npz(const std::string& path, std::string_view bytes, const std::string& x_key,

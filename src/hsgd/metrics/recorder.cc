@@ -127,22 +127,22 @@ Recorder::~Recorder() {
   if (jsonl_) std::fclose(jsonl_);
 }
 
-void Recorder::write(const MetricsRow& r) {
-  open();
-  rows_.push_back(r);
-  const std::string line = fmt::format(
-      "{:.3f},{},{},{:.4f},{},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.4f},{},{},{},{:.4f},{},{},{}\n",
+std::string csv_line(const MetricsRow& r, bool compress) {
+  std::string line = fmt::format(
+      "{:.3f},{},{},{:.4f},{},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.4f},{},{},{},{:.4f},{},{},{}",
       r.time_s, r.updates, r.samples, r.epoch, r.k, r.train_loss, r.test_loss, r.test_acc,
       r.test_auc, r.test_logloss, r.staleness_mean, r.staleness_max, r.dropped, r.nonfinite,
       r.idle_frac, r.live_workers, r.policy, r.seed);
-  if (compress_) {
-    std::string more = fmt::format(",{},{},{:.6f}\n", r.bytes_pushed, r.bytes_pulled, r.compress_s);
-    std::string l = line;
-    l.pop_back();
-    std::fputs((l + more).c_str(), csv_);
-  } else {
-    std::fputs(line.c_str(), csv_);
+  if (compress) {
+    line += fmt::format(",{},{},{:.6f}", r.bytes_pushed, r.bytes_pulled, r.compress_s);
   }
+  return line;
+}
+
+void Recorder::write(const MetricsRow& r) {
+  open();
+  rows_.push_back(r);
+  std::fputs((csv_line(r, compress_) + "\n").c_str(), csv_);
   nlohmann::json j = {{"time_s", r.time_s},
                       {"updates", r.updates},
                       {"samples", r.samples},

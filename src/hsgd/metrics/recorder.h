@@ -46,6 +46,10 @@ const std::string& csv_header();
 // The same with the compression columns appended.
 const std::string& csv_header_compress();
 
+// A row as metrics.csv holds it (no newline), with the compression columns
+// when `compress`: the values of the header's columns.
+std::string csv_line(const MetricsRow& r, bool compress);
+
 // Thread-safety: none (one writer).
 class Recorder {
  public:

@@ -623,8 +623,8 @@ class Primary {
   }
 
   // Gathers the shards at this point of the event order, evaluates them as
-  // the row at training time `time_s`, checks the stops on it
-  // (RunStops::check_row) and writes it; the caller pauses the clock
+  // the row at training time `time_s`, writes it and checks the stops on it
+  // (RunStops::check_row); the caller pauses the clock
   // (evaluation is not training time). model.sparse: rank 0 gathers only
   // the rows the evaluation reads, into calloc'd memory.
   MetricsRow evaluate(double time_s) {
@@ -640,8 +640,8 @@ class Primary {
       tally_.fill(&row);
       row.compress_s += server_compress_s_;
     }
+    emit_row(row);  // first: a front end's stop made at this row counts (Config::stop)
     stops_.check_row(row, eval_params_, recorder_->rows());
-    emit_row(row);
     return row;
   }
 

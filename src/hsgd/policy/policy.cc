@@ -202,9 +202,17 @@ std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double 
     validate_local(o.local);
     return std::make_unique<LocalPolicy>(o.k, o.local.async);
   }
-  throw InputError(
-      "policy.name = '" + o.kind +
-      "': expected sync, async, hybrid, auto, kasync:K, kbatch:K, local:H, ssp:S or hogwild");
+  std::string names;
+  for (const std::string& n : policy_names()) {
+    names += (names.empty() ? "" : n == policy_names().back() ? " or " : ", ") + n;
+  }
+  throw InputError("policy.name = '" + o.kind + "': expected " + names);
+}
+
+const std::vector<std::string>& policy_names() {
+  static const std::vector<std::string> names = {
+      "sync", "async", "hybrid", "auto", "kasync:K", "kbatch:K", "local:H", "ssp:S", "hogwild"};
+  return names;
 }
 
 }  // namespace hsgd

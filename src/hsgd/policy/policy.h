@@ -113,4 +113,8 @@ class Policy {
 // s < 0 (policy.s) and policy.loss_smoothing outside (0, 1).
 std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double lr);
 
+// The policy names policy.name takes, in the order the docs list them (a
+// ":K" form where the name takes a number).
+const std::vector<std::string>& policy_names();
+
 }  // namespace hsgd

@@ -228,6 +228,9 @@ RunResult HogwildRuntime::run(const Job& job, Recorder* recorder, Observer* obse
       s.cv.wait_for(lk, std::chrono::duration<double>(std::max(0.0, wake - now)),
                     [&] { return s.stop; });
       if (s.stop) break;
+      // A front end's stop (Config::stop): the workers' steps check no
+      // stops, so this loop does, at most 0.5 s after the request.
+      if (stops.check_request(/*at_evaluation=*/false)) break;
     }
     const double t = clock.seconds();
     if (schedule.past_budget(t)) break;

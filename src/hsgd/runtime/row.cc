@@ -36,13 +36,22 @@ double idle_fraction(double idle_delta, double interval, int workers) {
 }
 
 Dataset head(const Dataset& d, int64_t n) {
-  if (n <= 0 || n >= d.size()) return d;
+  if ((n <= 0 || n >= d.size()) && d.borrowed.empty()) return d;
+  if (n <= 0 || n > d.size()) n = d.size();
   Dataset h;
   h.name = d.name;
   h.sample_shape = d.sample_shape;
   h.num_classes = d.num_classes;
   h.labels.assign(d.labels.begin(), d.labels.begin() + n);
-  h.features.assign(d.features.begin(), d.features.begin() + n * d.sample_size());
+  if (d.borrowed.empty()) {
+    h.features.assign(d.features.begin(), d.features.begin() + n * d.sample_size());
+  } else {  // owned, standardized
+    std::vector<int64_t> first(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) first[static_cast<size_t>(i)] = i;
+    Batch b;
+    gather(d, first, &b);
+    h.features = std::move(b.features);
+  }
   h.categorical_rows = d.categorical_rows;
   h.categorical.assign(d.categorical.begin(), d.categorical.begin() + n * d.num_categorical());
   h.planted_auc = d.planted_auc;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "hsgd/core/simd.h"
+#include "hsgd/core/stop.h"
 #include "hsgd/server/server.h"
 
 namespace hsgd {
@@ -96,11 +97,21 @@ bool RunStops::check_row(const MetricsRow& row, std::span<const float> params,
   if (stopped()) return true;
   const double first = rows.empty() ? row.test_loss : rows.front().test_loss;
   stop(divergence_line(params, row, first, c_->train.diverge_factor));
-  return stopped();
+  return check_request(/*at_evaluation=*/true);
+}
+
+bool RunStops::check_request(bool at_evaluation) {
+  if (stopped()) return true;
+  const StopRequest* r = c_->stop;
+  if (r == nullptr || !r->requested() || (at_evaluation && !r->at_evaluation())) return false;
+  stop(r->reason());
+  requested_ = true;
+  return true;
 }
 
 bool RunStops::check_pushes(int64_t consecutive, int64_t updates, double t) {
   if (stopped()) return true;
+  if (check_request(/*at_evaluation=*/false)) return true;
   if (consecutive <= c_->train.max_nonfinite) return false;
   stop(fmt::format(
       "training diverged at update {} ({:.3f} s): {} consecutive pushes held a NaN or Inf "
@@ -126,7 +137,7 @@ void RunStops::stop(const std::string& why, bool below_min) {
 
 void RunStops::save(StateWriter& w) const {
   w.tag(kStopsTag);
-  w.put_str(reason_);
+  w.put_str(requested_ ? std::string() : reason_);  // a request is not kept
   w.put<uint8_t>(below_min_);
 }
 

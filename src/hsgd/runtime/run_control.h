@@ -22,6 +22,11 @@
 // - fewer than train.min_workers live workers (membership). A checkpoint
 //   taken at such a stop keeps it (save()/load()), so resuming it ends at
 //   once with the same line rather than training on with too few workers.
+// - a front end's request (Config::stop, core/stop.h: the Python module's
+//   callback returning False, checked at the evaluation whose row it saw,
+//   or Ctrl-C, checked after every push): the run ends as at its budget,
+//   with a final checkpoint when checkpoints are on. A checkpoint does not
+//   keep this stop: resuming it trains on.
 // The first stop wins; later ones do not overwrite its line.
 #pragma once
 #include <cstdint>
@@ -100,7 +105,10 @@ class RunStops {
   bool below_min() const { return below_min_; }
   // A final checkpoint is written when the run ended normally or below
   // train.min_workers (a diverged state is never worth resuming).
-  bool final_checkpoint_allowed() const { return !stopped() || below_min_; }
+  // (A front end's request, too: the state is sound.)
+  bool final_checkpoint_allowed() const { return !stopped() || below_min_ || requested_; }
+  // True when the stop is a front end's request (Config::stop).
+  bool requested() const { return requested_; }
 
   // At an evaluation: `row` (just built), the parameters it evaluated and
   // the rows before it (rows.front(), the row at t = 0, is the reference of
@@ -125,6 +133,12 @@ class RunStops {
   }
   // Any other stop (first wins).
   void stop(const std::string& why, bool below_min = false);
+  // Config::stop, if requested. At an evaluation (`at_evaluation`) only a
+  // request made for that evaluation (StopRequest::at_evaluation(): the
+  // callback's) counts, so Ctrl-C during an evaluation ends the run at the
+  // next push, after which a final checkpoint is allowed; after a push,
+  // every request counts. Returns stopped().
+  bool check_request(bool at_evaluation);
 
   void save(StateWriter& w) const;
   void load(StateReader& r);
@@ -133,6 +147,7 @@ class RunStops {
   const Config* c_;
   std::string reason_;
   bool below_min_ = false;
+  bool requested_ = false;
 };
 
 // The run layer's part of every runtime's checkpoint: blob "run" (the stops,

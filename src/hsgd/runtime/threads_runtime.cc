@@ -809,7 +809,11 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
         observer->on_row(r);
         last_acc = r.test_acc;
         schedule.eval_done(t);
-        // With the workers paused only the row's check can stop the run.
+        {  // a front end's stop made at this row (Config::stop)
+          std::lock_guard lk(s.mu);
+          if (stops.check_request(/*at_evaluation=*/true)) request_stop(s);
+        }
+        // With the workers paused only the row's checks can stop the run.
         stopped_at_row = stops.stopped();
       }
       if (!stops.stopped() && schedule.checkpoint_due(t)) {
