@@ -23,7 +23,7 @@ from ._model import resolve as _resolve_model
 from ._run import Run, parse_row as _parse_row
 from ._values import override_text as _text, toml_string as _quoted
 
-__version__ = "0.1.0"
+__version__ = _hsgd.__version__  # CMakeLists.txt project(VERSION), as hsgd --version
 __all__ = ["train", "compare", "sweep", "eval", "policies", "config_keys", "Run", "Compared",
            "Diverged", "TooFewWorkers", "HsgdError", "__version__"]
 

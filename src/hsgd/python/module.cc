@@ -361,6 +361,7 @@ std::string eval(const std::string& model_path, const std::string& data_name, co
 PYBIND11_MODULE(_hsgd, m) {
   using namespace hsgd::python;
   m.doc() = "hsgd's C++ core (use the hsgd package, not this module)";
+  m.attr("__version__") = HSGD_VERSION;  // CMakeLists.txt's project(VERSION)
   hsgd::configure_math_threads();
   py::class_<Data>(m, "Data")
       .def_property_readonly("size", [](const Data& d) { return d.dataset->size(); })
