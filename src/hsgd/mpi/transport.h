@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "hsgd/core/shards.h"
+
 namespace hsgd::mpi {
 
 // A failed or timed-out MPI operation; what() names the operation.
@@ -95,12 +97,11 @@ struct Event {
 };
 
 // Shard s of n parameters over `servers` shards: contiguous, sizes differing
-// by at most one.
-struct Shard {
-  size_t begin = 0;
-  size_t size = 0;
-};
-std::vector<Shard> split(size_t num_params, int servers);
+// by at most one (core/shards.h: the simulator splits the same way).
+using Shard = ParamShard;
+inline std::vector<Shard> split(size_t num_params, int servers) {
+  return split_shards(num_params, servers);
+}
 
 // Throws MpiError("<op> failed: <MPI's message>") when rc is not MPI_SUCCESS.
 void check(int rc, const char* op);
@@ -129,8 +130,7 @@ class Backoff {
 // completes. After `timeout_s` seconds throws MpiError("timed out after T s
 // " + what()). `statuses`: one per request, or MPI_STATUSES_IGNORE.
 void wait_all(std::span<MPI_Request> reqs, double timeout_s,
-              const std::function<std::string()>& what,
-              MPI_Status* statuses = MPI_STATUSES_IGNORE);
+              const std::function<std::string()>& what, MPI_Status* statuses = MPI_STATUSES_IGNORE);
 inline void wait_one(MPI_Request* r, double timeout_s, const std::function<std::string()>& what) {
   wait_all(std::span<MPI_Request>(r, 1), timeout_s, what);
 }
