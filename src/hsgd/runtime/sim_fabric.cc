@@ -78,6 +78,7 @@ void SimFabric::wake_network() {
 void SimFabric::on_event(double t, FabricEvent e, int id) {
   switch (e) {
     case FabricEvent::kNetwork: {
+      net_wake_ = -1;  // (wake_network() below schedules the next one)
       // A wake-up made stale by a later change finds nothing due.
       if (t < net_.next_time()) break;
       for (int64_t m : net_.advance(t)) deliver(t, m);
