@@ -303,7 +303,8 @@ Checkpoint CheckpointStore::load(const std::string& ckpt_dir, const CheckpointId
                      ": written for another configuration (config_hash differs: was config.toml "
                      "edited?)" +
                      (before_network ? "; a simulator checkpoint from before the network model "
-                                       "resumes with --set sim.network=independent"
+                                       "resumes with network = \"independent\" in its "
+                                       "config.toml's [sim] (the model it ran)"
                                      : ""));
   }
   for (const CheckpointManifest::Blob& b : m.blobs) {

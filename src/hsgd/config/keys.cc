@@ -625,9 +625,6 @@ std::vector<Key> declare() {
               "message priced alone, latency + bytes / bandwidth (the model before issue 27).")
           .one_of({"shared", "independent"})
           .moot(runtime("sim"))
-          // So a checkpoint from before the key resumes: --set sim.network=independent
-          // (a value other than the run's changes the hash, and is refused).
-          .resumable()
           // Configs from before the key ran "independent": they keep their hash.
           .written_when([](const Config& c) {
             return c.train.runtime == "sim" && c.sim.network != "independent";

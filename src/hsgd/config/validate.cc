@@ -43,6 +43,13 @@ std::vector<Refusal> table() {
                 "server shards; train.runtime = " +
                 quoted(c.train.runtime) + " runs one server";
        }},
+      {"model.sparse with train.servers > 1 on sim",
+       [](const Config& c) -> std::string {
+         if (!c.model.sparse || c.train.servers == 1 || c.train.runtime != "sim") return "";
+         return "model.sparse = true with train.servers = " + std::to_string(c.train.servers) +
+                ": the simulator runs row-sparse models with one server shard (the mpi runtime "
+                "partitions the rows over its server ranks)";
+       }},
       {"model.sparse with policy local or hogwild",
        [](const Config& c) -> std::string {
          if (!c.model.sparse || (c.policy.kind != "local" && c.policy.kind != "hogwild")) return "";
