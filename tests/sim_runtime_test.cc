@@ -537,8 +537,9 @@ namespace {
 
 TEST(SimRuntime, CompressionIsDeterministicAndChargesTheCompressedBytes) {
   // A slow network (10 kB/s): messages of 4 bytes per parameter dominate.
-  const std::vector<Override> slow = {
-      {"policy.name", "async"}, {"sim.bandwidth", "1e4"}, {"compress.sim_ns_per_param", "1"}};
+  const std::vector<Override> slow = {{"policy.name", "async"},
+                                      {"sim.bandwidth", "1e4"},
+                                      {"compress.sim_ns_per_param", "1"}};
   std::string plain_csv;
   const RunResult plain = Sim(slow).run("cmp_none", &plain_csv);
   EXPECT_FALSE(plain.compress_on);

@@ -147,12 +147,8 @@ void run_both(const PolicyOptions& po, const OptimizerOptions& oo, bool all_rows
 TEST(Sparse, EqualsDenseForEveryPolicyWithSgdAndAdagrad) {
   for (const char* opt : {"sgd", "adagrad"}) {
     for (Aggregation agg : {Aggregation::kMean, Aggregation::kSum}) {
-      for (const auto& [k, K] : std::vector<std::pair<std::string, int>>{{"sync", 0},
-                                                                         {"async", 0},
-                                                                         {"kasync", 2},
-                                                                         {"kbatch", 2},
-                                                                         {"hybrid", 0},
-                                                                         {"ssp", 0}}) {
+      for (const auto& [k, K] : std::vector<std::pair<std::string, int>>{
+               {"sync", 0}, {"async", 0}, {"kasync", 2}, {"kbatch", 2}, {"hybrid", 0}, {"ssp", 0}}) {
         for (bool scaled : {false, true}) {
           OptimizerOptions oo;
           oo.kind = opt;

@@ -197,8 +197,8 @@ int64_t int_field(const nlohmann::json& m, const char* key, int64_t lo, int64_t 
   const nlohmann::json& v = m.at(key);
   if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX) ||
       v.get<int64_t>() < lo || v.get<int64_t>() > hi) {
-    throw InputError(
-        fmt::format("{}: '{}' = {}: expected an integer in [{}, {}]", path, key, v.dump(), lo, hi));
+    throw InputError(fmt::format("{}: '{}' = {}: expected an integer in [{}, {}]", path, key,
+                                 v.dump(), lo, hi));
   }
   return v.get<int64_t>();
 }
@@ -313,8 +313,8 @@ Checkpoint CheckpointStore::load(const std::string& ckpt_dir, const CheckpointId
     const auto on_disk = std::filesystem::file_size(path, ec);
     if (ec) throw InputError(path + ": missing (" + ec.message() + ")");
     if (on_disk != b.bytes) {
-      throw InputError(
-          fmt::format("{}: truncated ({} bytes, the manifest says {})", path, on_disk, b.bytes));
+      throw InputError(fmt::format("{}: truncated ({} bytes, the manifest says {})", path,
+                                   on_disk, b.bytes));
     }
     std::string bytes = read_all(path);
     if (hex32(crc32c(bytes)) != b.crc32c) {

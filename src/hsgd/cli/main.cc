@@ -103,8 +103,7 @@ int main(int argc, char** argv) {
   hsgd::cli::SweepArgs sa;
   CLI::App* sweep = app.add_subcommand(
       "sweep", "Run a grid of configs x policies x seeds on the simulator and tabulate it");
-  sweep->add_option("grid", sa.grid_path, "sweep grid (TOML; README, \"Sweep a grid\")")
-      ->required();
+  sweep->add_option("grid", sa.grid_path, "sweep grid (TOML; README, \"Sweep a grid\")")->required();
   sweep->add_option("--out", sa.out, "output directory (runs/sweep); a rerun resumes it");
   sweep->add_option("--jobs", sa.jobs, "runs at a time (default: the grid's jobs, 2)");
 
@@ -132,8 +131,7 @@ int main(int argc, char** argv) {
                   "only the compressors' cost per gradient and bytes per push ([compress])");
   CLI::Option* bench_model = bench->add_option(
       "--model", ba.model, "the model of --compress (lenet5); with --sim: only that model's rate");
-  bench->add_flag("--auto", ba.auto_policy,
-                  "only the auto policy's decision cost against the server's");
+  bench->add_flag("--auto", ba.auto_policy, "only the auto policy's decision cost against the server's");
   bench->add_flag("--sim", ba.sim,
                   "only the parallel simulator's gradient rate (256 workers, 1 and 2 threads)");
   bench->add_flag("--threads", ba.threads,

@@ -130,7 +130,8 @@ class Backoff {
 // completes. After `timeout_s` seconds throws MpiError("timed out after T s
 // " + what()). `statuses`: one per request, or MPI_STATUSES_IGNORE.
 void wait_all(std::span<MPI_Request> reqs, double timeout_s,
-              const std::function<std::string()>& what, MPI_Status* statuses = MPI_STATUSES_IGNORE);
+              const std::function<std::string()>& what,
+              MPI_Status* statuses = MPI_STATUSES_IGNORE);
 inline void wait_one(MPI_Request* r, double timeout_s, const std::function<std::string()>& what) {
   wait_all(std::span<MPI_Request>(r, 1), timeout_s, what);
 }
