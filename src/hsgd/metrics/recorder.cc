@@ -210,8 +210,8 @@ std::vector<MetricsRow> parse_metrics_csv(std::istream& in, const std::string& p
     while (std::getline(ss, cell, ',')) f.push_back(cell);
     return f;
   };
-  // The columns by name: every base column, in any order, and the optional
-  // ones (compression, net_util) when present.
+  // The base columns first (as written), then the optional ones
+  // (compression, net_util); each is read by its name.
   if (!std::getline(in, line) || line.rfind(csv_header(), 0) != 0) {
     throw InputError(path + ":1: expected the hsgd metrics header '" + csv_header() + "'");
   }

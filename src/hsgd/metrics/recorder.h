@@ -89,8 +89,9 @@ class Recorder {
   std::string kept_csv_, kept_jsonl_;
 };
 
-// Reads a metrics.csv written by Recorder: the columns are found by their
-// header names (the compression and net_util columns when present).
+// Reads a metrics.csv written by Recorder: it starts with the base columns
+// (csv_header()); every column is found by its header name, the compression
+// and net_util ones when present.
 // Throws InputError naming the file and line on anything else.
 std::vector<MetricsRow> read_metrics_csv(const std::string& path);
 // The same from a stream; `path` names it in messages.

@@ -1,5 +1,7 @@
 #include "hsgd/runtime/sim_fabric.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -243,6 +245,40 @@ bool SimFabric::drop_worker(double t, int w) {
     for (int s = 1; s < servers(); ++s) try_serve(t, s);
   }
   return ordered;
+}
+
+NetworkResult SimFabric::report(double t, const std::string& model) const {
+  NetworkResult out;
+  out.on = true;
+  out.model = model;
+  const auto nodes = static_cast<size_t>(net_.nodes());
+  const Network::Carried zero{std::vector<double>(nodes, 0.0), std::vector<double>(nodes, 0.0)};
+  const Network::Carried all = net_.carried(t);
+  out.busiest_util = net_.busiest_util(zero, all, t);
+  const auto name = [&](size_t node) {
+    const int n = static_cast<int>(node);
+    return n >= o_.workers ? fmt::format("server {}", n - o_.workers) : fmt::format("worker {}", n);
+  };
+  double best = -1;
+  for (size_t node = 0; node < nodes; ++node) {  // which interface is the busiest
+    const double bw = static_cast<int>(node) >= o_.workers ? o_.server_bandwidth : o_.bandwidth;
+    if (all.sent[node] / bw > best) {
+      best = all.sent[node] / bw;
+      out.busiest = name(node) + " egress";
+    }
+    if (all.received[node] / bw > best) {
+      best = all.received[node] / bw;
+      out.busiest = name(node) + " ingress";
+    }
+  }
+  const auto add = [&](size_t node) {
+    out.nodes.push_back(name(node));
+    out.sent.push_back(all.sent[node]);
+    out.received.push_back(all.received[node]);
+  };
+  for (size_t node = static_cast<size_t>(o_.workers); node < nodes; ++node) add(node);
+  for (size_t node = 0; node < static_cast<size_t>(o_.workers); ++node) add(node);
+  return out;
 }
 
 namespace {

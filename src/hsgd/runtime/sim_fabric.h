@@ -23,11 +23,13 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <string>
 #include <vector>
 
 #include "hsgd/core/network.h"
 #include "hsgd/core/shards.h"
 #include "hsgd/core/state.h"
+#include "hsgd/runtime/runtime.h"
 
 namespace hsgd {
 
@@ -91,6 +93,9 @@ class SimFabric {
     return st.stage != kIdle && !st.taken;
   }
   const Network& network() const { return net_; }
+  // summary.json "network" at time t: the busiest interface over the run
+  // and the bytes per node (servers first).
+  NetworkResult report(double t, const std::string& model) const;
   int servers() const { return static_cast<int>(shards_.size()); }
   int node_of_shard(int s) const { return o_.workers + s; }
 

@@ -20,6 +20,7 @@
 #include "hsgd/runtime/row.h"
 #include "hsgd/runtime/run_control.h"
 #include "hsgd/runtime/sim_compute.h"
+#include "hsgd/runtime/sim_events.h"
 #include "hsgd/runtime/sim_fabric.h"
 #include "hsgd/runtime/sparse_rows.h"
 #include "hsgd/server/server.h"
@@ -27,96 +28,9 @@
 namespace hsgd {
 namespace {
 
-// kFault: a membership fault of the worker may be due (issue 10; stale ones
-// are ignored: the fault plan says what is due). kNetwork, kComputeDone,
-// kShardDone: the simulated cluster's (sim_fabric.h; `worker` holds the
-// worker, or the shard of kShardDone, or 0).
-enum class EventType : int32_t {
-  kPullArrive,
-  kPushArrive,
-  kServerDone,
-  kFault,
-  kNetwork,
-  kComputeDone,
-  kShardDone
-};
-
-struct Event {
-  double time;
-  uint64_t seq;  // ties at equal times: first scheduled, first taken
-  EventType type;
-  int32_t worker;
-  bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
-};
-
-// A binary min-heap on (time, seq) whose storage can be saved and restored.
-class EventQueue {
- public:
-  void push(double time, EventType type, int worker) {
-    heap_.push_back(Event{time, next_seq_++, type, worker});
-    std::push_heap(heap_.begin(), heap_.end(), std::greater<Event>());
-  }
-  bool empty() const { return heap_.empty(); }
-  const Event& top() const { return heap_.front(); }
-  Event pop() {
-    std::pop_heap(heap_.begin(), heap_.end(), std::greater<Event>());
-    Event e = heap_.back();
-    heap_.pop_back();
-    return e;
-  }
-  // Drops the worker's pull and push events (it left): the order of the
-  // others is unchanged, (time, seq) being a total order.
-  void drop_worker(int worker) {
-    std::erase_if(heap_, [&](const Event& e) {
-      return e.worker == worker &&
-             (e.type == EventType::kPullArrive || e.type == EventType::kPushArrive ||
-              e.type == EventType::kComputeDone);
-    });
-    std::make_heap(heap_.begin(), heap_.end(), std::greater<Event>());
-  }
-  void save(StateWriter& w) const {
-    w.put_vec(heap_);
-    w.put(next_seq_);
-  }
-  void load(StateReader& r, int workers, int servers) {
-    heap_ = r.get_vec<Event>();
-    next_seq_ = r.get<uint64_t>();
-    for (const Event& e : heap_) {
-      const int ids = e.type == EventType::kShardDone ? servers
-                      : e.type == EventType::kNetwork ? 1
-                                                      : workers;
-      if (e.worker < 0 || e.worker >= ids || e.seq >= next_seq_ || static_cast<int>(e.type) < 0 ||
-          static_cast<int>(e.type) > 6) {
-        r.fail("corrupt (an event of an unknown worker or type)");
-      }
-    }
-    if (!std::is_heap(heap_.begin(), heap_.end(), std::greater<Event>())) {
-      r.fail("corrupt (the event queue is not ordered)");
-    }
-  }
-
- private:
-  std::vector<Event> heap_;
-  uint64_t next_seq_ = 0;
-
- public:
-  // Whether worker w has an event of `type` queued.
-  std::vector<bool> workers_with(EventType type, int workers) const {
-    std::vector<bool> out(static_cast<size_t>(workers), false);
-    for (const Event& e : heap_) {
-      if (e.type == type) out[static_cast<size_t>(e.worker)] = true;
-    }
-    return out;
-  }
-  // The latest time of an event of `type` (-inf if none).
-  double last_of(EventType type) const {
-    double t = -std::numeric_limits<double>::infinity();
-    for (const Event& e : heap_) {
-      if (e.type == type) t = std::max(t, e.time);
-    }
-    return t;
-  }
-};
+using sim::Event;
+using sim::EventQueue;
+using sim::EventType;
 
 // One simulated worker's state between its pull and its push (its push
 // itself is computed by SimCompute).
@@ -296,49 +210,11 @@ class SimRun final : public PushKernel, public SimFabric::Host {
     result.compress = counters_;
     result.membership = membership_.log();
     if (rows_) result.sparse = sparse_result(layout_, *rows_, static_cast<int64_t>(params_.size()));
-    if (fabric_) result.network = network_result(end_time);
+    if (fabric_) result.network = fabric_->report(end_time, c_.sim.network);
     return result;
   }
 
  private:
-  NetworkResult network_result(double t) const {
-    const Network& net = fabric_->network();
-    NetworkResult out;
-    out.on = true;
-    out.model = c_.sim.network;
-    const Network::Carried zero{std::vector<double>(static_cast<size_t>(net.nodes()), 0.0),
-                                std::vector<double>(static_cast<size_t>(net.nodes()), 0.0)};
-    const Network::Carried all = net.carried(t);
-    out.busiest_util = net.busiest_util(zero, all, t);
-    const auto name = [&](int node) {
-      return node >= n_ ? fmt::format("server {}", node - n_) : fmt::format("worker {}", node);
-    };
-    double best = -1;
-    for (int node = 0; node < net.nodes(); ++node) {  // which interface is the busiest
-      const auto i = static_cast<size_t>(node);
-      const double bw =
-          node >= n_ && c_.sim.server_bandwidth > 0 ? c_.sim.server_bandwidth : c_.sim.bandwidth;
-      for (const auto& [bytes, dir] :
-           {std::pair{all.sent[i], "egress"}, {all.received[i], "ingress"}}) {
-        if (bytes / bw > best) {
-          best = bytes / bw;
-          out.busiest = name(node) + " " + dir;
-        }
-      }
-    }
-    for (int node = n_; node < net.nodes(); ++node) {  // servers first
-      out.nodes.push_back(name(node));
-      out.sent.push_back(all.sent[static_cast<size_t>(node)]);
-      out.received.push_back(all.received[static_cast<size_t>(node)]);
-    }
-    for (int node = 0; node < n_; ++node) {
-      out.nodes.push_back(name(node));
-      out.sent.push_back(all.sent[static_cast<size_t>(node)]);
-      out.received.push_back(all.received[static_cast<size_t>(node)]);
-    }
-    return out;
-  }
-
   // sim.threads, 0 = every core; one for TorchScript models, whose forward
   // may draw from torch's process-wide generator (dropout): the order of
   // draws must not depend on the threads.
