@@ -129,9 +129,9 @@ TEST(Checkpoint, EachPartHasAFormatVersionCheckedFromTheManifest) {
   EXPECT_EQ(checkpoint_part_version("server-3"), checkpoint_part_version("server"));
   EXPECT_EQ(checkpoint_part_version("worker-12"), checkpoint_part_version("worker"));
   // Parts whose format changed: threads 2 (pending pushes), sim 2 (in-flight
-  // push bytes).
+  // push bytes), sim 3 (the simulated cluster, issue 27).
   EXPECT_EQ(checkpoint_part_version("threads"), 2);
-  EXPECT_EQ(checkpoint_part_version("sim"), 2);
+  EXPECT_EQ(checkpoint_part_version("sim"), 3);
   const std::string run = fresh("ckpt_parts");
   CheckpointStore store(run, 1);
   store.write(info(1), {{"server-0", "s0"}, {"membership", "abc"}, {"worker-2", ""}});

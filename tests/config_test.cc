@@ -205,7 +205,9 @@ TEST(Config, BadInputNamesTheKeyAndWhatWasExpected) {
   expect_error({{"sampling.warmup", "-1"}}, "sampling.warmup = -1");
   expect_error({{"train.runtime", "mpi"}, {"train.servers", "0"}},
                "train.servers = 0: expected >= 1");
-  expect_error({{"train.servers", "2"}}, "only the mpi runtime has server ranks");
+  expect_error({{"train.servers", "2"}},
+               "only the mpi runtime (server ranks) and the simulator (server nodes) have server "
+               "shards");
   expect_error({{"mpi.timeout", "0"}}, "mpi.timeout = 0: expected seconds > 0");
   expect_error({{"mpi.tmeout", "1"}}, "mpi.tmeout");
   expect_error({{"sim.bandwidth", "0"}}, "sim.bandwidth = 0");
@@ -373,11 +375,19 @@ TEST(Config, KnownConfigsKeepTheirTomlAndHashByteForByte) {
   const std::vector<Case> cases = {
       {"", {{"train.budget", "1"}}, "d612761b", "5c0e6d04"},
       {src + "/examples/demo.toml", {}, "a009727a", "224b492c"},
-      {src + "/examples/churn.toml", {}, "f5348e31", "cb4764be"},
+      {src + "/examples/churn.toml", {}, "cb2c9023", "759003bd"},
+      // Issue 27: sim configs now write sim.network = "shared" (a run of
+      // the new default model is another run); with "independent", the
+      // model before, their config.toml and hash are those of before.
+      {src + "/examples/churn.toml", {{"sim.network", "independent"}}, "f5348e31", "cb4764be"},
+      {src + "/examples/paper/synthetic.toml",  // (it sets "independent")
+       {{"sim.network", "shared"}},
+       "901064a2",
+       "19f7ca9a"},
       {src + "/examples/paper/fashion-mnist-lenet5.toml", {}, "67246b6c", "a1fea097"},
       {src + "/examples/paper/synthetic-step500.toml", {}, "76b264be", "f20d15aa"},
       {src + "/examples/paper/synthetic.toml", {}, "a4ff3526", "92bca159"},
-      {src + "/tests/fuzz/corpus/config/full_keys", {}, "bd6ea193", "4e0dc5a2"},
+      {src + "/tests/fuzz/corpus/config/full_keys", {}, "3e58c575", "196213d4"},
       {"",
        {{"train.budget", "3"},
         {"compress.push", "topk:0.01"},
@@ -395,8 +405,8 @@ TEST(Config, KnownConfigsKeepTheirTomlAndHashByteForByte) {
         {"train.min_workers", "2"},
         {"train.diverge_factor", "100"},
         {"train.runtime", "sim"}},
-       "3decac7f",
-       "6f258b60"},
+       "478ccb87",
+       "f2b5f0c6"},
       {"",
        {{"train.epochs", "2"},
         {"policy.name", "local:4"},

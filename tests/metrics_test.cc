@@ -92,6 +92,50 @@ TEST(Recorder, MalformedCsvNamesFileAndLine) {
   EXPECT_THROW(read_metrics_csv(d + "/none.csv"), InputError);
 }
 
+// The simulator's shared network adds net_util (issue 27) after the other
+// columns; readers find every column by its name, with or without it, and
+// a resumed run keeps it.
+TEST(Recorder, TheNetUtilColumnIsReadByNameAndKeptOnResume) {
+  for (const bool compress : {false, true}) {
+    const std::string d = fresh_dir(compress ? "net_util_z" : "net_util");
+    {
+      Recorder rec(d, compress);
+      for (int t = 0; t < 3; ++t) {
+        MetricsRow r = row(t, 0.5, "async");
+        r.has_compress = compress;
+        r.bytes_pushed = 100 * t;
+        r.has_net = true;
+        r.net_util = 0.25 * t;
+        rec.write(r);
+      }
+      rec.finish();
+    }
+    std::ifstream in(d + "/metrics.csv");
+    std::string header;
+    std::getline(in, header);
+    EXPECT_EQ(header, (compress ? csv_header_compress() : csv_header()) + ",net_util");
+    const std::vector<MetricsRow> rows = read_metrics_csv(d + "/metrics.csv");
+    ASSERT_EQ(rows.size(), 3u);
+    EXPECT_TRUE(rows[2].has_net);
+    EXPECT_DOUBLE_EQ(rows[2].net_util, 0.5);
+    EXPECT_EQ(rows[2].has_compress, compress);
+    EXPECT_EQ(rows[2].bytes_pushed, compress ? 200 : 0);
+    EXPECT_EQ(rows[2].policy, "async");
+    {
+      Recorder again(d, 2, compress);  // resume after two rows
+      MetricsRow r = row(5, 0.6, "async");
+      r.has_compress = compress;
+      r.has_net = true;
+      r.net_util = 0.75;
+      again.write(r);
+      again.finish();
+    }
+    const std::vector<MetricsRow> resumed = read_metrics_csv(d + "/metrics.csv");
+    ASSERT_EQ(resumed.size(), 3u);
+    EXPECT_DOUBLE_EQ(resumed[2].net_util, 0.75);
+  }
+}
+
 TEST(Plot, DrawsAPngForSeveralRuns) {
   if (std::system("command -v gnuplot > /dev/null") != 0) GTEST_SKIP() << "no gnuplot";
   std::vector<std::string> dirs;

@@ -22,6 +22,7 @@
 #include "hsgd/mpi/session.h"
 #include "hsgd/mpi/sparse.h"
 #include "hsgd/mpi/transport.h"
+#include "hsgd/runtime/sim_fabric.h"
 #include "hsgd/runtime/threads_runtime.h"
 #include "linear_job.h"
 
@@ -486,6 +487,38 @@ TEST(MpiTransport, SplitsContiguouslyAndEvenly) {
   EXPECT_EQ(s[2].begin, 7u);
   EXPECT_EQ(s[2].size, 3u);
   EXPECT_EQ(mpi::split(5, 5).back().size, 1u);
+}
+
+// Issue 27: the simulator's server shards are mpi's slices, and a dense
+// message to (from) shard s carries 4 bytes per parameter of mpi's slice s,
+// plus the control header on shard 0 (sizeof Request / Reply).
+TEST(MpiTransport, SimulatedShardsAreMpisSlicesAndCarryTheirBytes) {
+  static_assert(SimFabric::kRequestBytes == sizeof(mpi::Request));
+  static_assert(SimFabric::kReplyBytes == sizeof(mpi::Reply));
+  for (const size_t n : {size_t{7}, size_t{10}, size_t{61706}, size_t{1000003}}) {
+    for (const int servers : {1, 2, 3, 4}) {
+      const std::vector<mpi::Shard> m = mpi::split(n, servers);
+      const std::vector<ParamShard> s = split_shards(n, servers);  // what SimRun uses
+      ASSERT_EQ(m.size(), s.size());
+      SimFabric::Options o;
+      o.workers = 1;
+      o.shards = s;
+      struct NoHost : SimFabric::Host {
+        void schedule(double, FabricEvent, int) override {}
+        bool start_push(int, double) override { return false; }
+        void push_served(int, double) override {}
+      } host;
+      const SimFabric fabric(o, &host);
+      const std::vector<int64_t> push =
+          fabric.split_bytes(4 * static_cast<int64_t>(n), SimFabric::kRequestBytes);
+      for (size_t k = 0; k < m.size(); ++k) {
+        EXPECT_EQ(s[k].begin, m[k].begin);
+        EXPECT_EQ(s[k].size, m[k].size);
+        EXPECT_EQ(push[k], 4 * static_cast<int64_t>(m[k].size) +
+                               (k == 0 ? static_cast<int64_t>(sizeof(mpi::Request)) : 0));
+      }
+    }
+  }
 }
 
 TEST(MpiTransport, ServesRequestsThatComeTogetherInTurn) {

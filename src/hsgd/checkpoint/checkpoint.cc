@@ -92,9 +92,10 @@ std::string_view part_of(std::string_view blob_name) {
 int checkpoint_part_version(std::string_view blob_name) {
   // One line per part: {"server", 2} means server.bin is now version 2.
   // threads 2: each worker's pending push (tag THR2); sim 2: each worker's
-  // in-flight push bytes (tag SIM2). Version 1 of both still reads.
+  // in-flight push bytes (tag SIM2); sim 3: the simulated cluster (network,
+  // shards, cores; tag SIM3). Every earlier version still reads.
   static constexpr std::pair<std::string_view, int> kVersions[] = {
-      {"server", 1}, {"threads", 2}, {"sim", 2},    {"membership", 1},
+      {"server", 1}, {"threads", 2}, {"sim", 3},    {"membership", 1},
       {"run", 1},    {"mpi", 1},     {"worker", 1}, {"model_rng", 1}};
   const std::string_view part = part_of(blob_name);
   for (const auto& [name, version] : kVersions) {
@@ -293,9 +294,18 @@ Checkpoint CheckpointStore::load(const std::string& ckpt_dir, const CheckpointId
         mpath, json_quoted(i.id.model), i.id.num_params, json_quoted(id.model), id.num_params));
   }
   if (i.id.config_hash != id.config_hash) {
+    // A simulator checkpoint from before issue 27 ran the independent network.
+    bool before_network = false;
+    for (const CheckpointManifest::Blob& b : m.blobs) {
+      before_network = before_network || (b.name == "sim" && b.version < 3);
+    }
     throw InputError(mpath +
                      ": written for another configuration (config_hash differs: was config.toml "
-                     "edited?)");
+                     "edited?)" +
+                     (before_network ? "; a simulator checkpoint from before the network model "
+                                       "resumes with network = \"independent\" in its "
+                                       "config.toml's [sim] (the model it ran)"
+                                     : ""));
   }
   for (const CheckpointManifest::Blob& b : m.blobs) {
     const std::string path = ckpt_dir + "/" + b.name + ".bin";

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "hsgd/cli/commands.h"
+#include "hsgd/cli/network_summary.h"
 #include "hsgd/cli/progress.h"
 #include "hsgd/cli/sparse_summary.h"
 #include "hsgd/config/effective.h"
@@ -360,6 +361,7 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
     if (r.server_compress_s >= 0) summary["compress"]["server_compress_s"] = r.server_compress_s;
   }
   if (r.sparse.on) summary["sparse"] = sparse_summary(r.sparse, c.train.runtime);  // issue 16
+  if (r.network.on) summary["network"] = network_summary(r.network);               // issue 27
   write_file_atomic(out + "/summary.json", summary.dump(2) + "\n");
   recorder.finish();
   std::string plot_note;

@@ -118,6 +118,15 @@ struct SimConfig {
   // Threads that compute the simulated workers' gradients (runtime/sim_compute.h);
   // 0 = every core. The output is the same for any value.
   int threads = 0;
+  // The network model (issue 27, core/network.h): "shared" (interfaces
+  // shared by concurrent messages, max-min fair) or "independent" (every
+  // message priced alone: latency + bytes / bandwidth, the model before).
+  std::string network = "shared";
+  // Bytes per second of each server shard's link; 0 = sim.bandwidth.
+  double server_bandwidth = 0;
+  // Cores the simulated workers' compute (and the server's updates) share;
+  // 0 = unlimited (every worker computes on its own core).
+  int cores = 0;
 };
 
 struct Config {

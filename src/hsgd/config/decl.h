@@ -143,6 +143,13 @@ class Decl {
     k_.written = w;
     return *this;
   }
+  // Written (and part of the identity) only when `when` holds: a new key
+  // whose value before it existed stays out of older configs' hashes.
+  Decl& written_when(std::function<bool(const Config&)> when) {
+    k_.written = Written::kWhen;
+    k_.written_when = std::move(when);
+    return *this;
+  }
   Decl& resumable() {
     k_.resumable = true;
     return *this;

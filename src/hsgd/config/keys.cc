@@ -292,8 +292,10 @@ std::vector<Key> declare() {
   add(str_key("train", "out", HSGD_REF(train.out), "The output directory.")
           .check([](const std::string& s) { return !s.empty(); }, "a directory name")
           .hash_as("\"-\""));
-  add(int_key("train", "servers", HSGD_REF(train.servers),
-              "mpi: the first `servers` ranks hold contiguous shards of the parameters.")
+  add(int_key(
+          "train", "servers", HSGD_REF(train.servers),
+          "Server shards: on mpi the first `servers` ranks, on sim that many server nodes, each "
+          "holding a contiguous slice of the parameters (the same slices on both).")
           .check(at_least(1), ">= 1"));
   add(num_key("train", "checkpoint_every", HSGD_REF(train.checkpoint_every),
               "Seconds of training between checkpoints (and a final one); 0 = off.")
@@ -614,9 +616,30 @@ std::vector<Key> declare() {
           .check(at_least(0), "seconds >= 0")
           .moot(runtime("sim")));
   add(num_key("sim", "bandwidth", HSGD_REF(sim.bandwidth),
-              "Bytes per second of each node's link (10 Gbit/s = 1.25e9).")
+              "Bytes per second of each node's link, each direction (10 Gbit/s = 1.25e9).")
           .check(above(0), "bytes per second > 0")
           .moot(runtime("sim")));
+  add(str_key("sim", "network", HSGD_REF(sim.network),
+              "shared: each node's link is shared by the messages it sends and receives at once "
+              "(max-min fair; a server's link saturates as workers grow); independent: every "
+              "message priced alone, latency + bytes / bandwidth (the model before issue 27).")
+          .one_of({"shared", "independent"})
+          .moot(runtime("sim"))
+          // Configs from before the key ran "independent": they keep their hash.
+          .written_when([](const Config& c) {
+            return c.train.runtime == "sim" && c.sim.network != "independent";
+          }));
+  add(num_key("sim", "server_bandwidth", HSGD_REF(sim.server_bandwidth),
+              "Bytes per second of each server shard's link; 0 = sim.bandwidth.")
+          .check(at_least(0), "bytes per second >= 0 (0 = sim.bandwidth)")
+          .moot(runtime("sim"))
+          .written(Written::kNotDefault));
+  add(int_key("sim", "cores", HSGD_REF(sim.cores),
+              "Cores the simulated workers' compute and the server's updates share, first come "
+              "first served; 0 = unlimited (each worker on a core of its own).")
+          .check([](int v) { return v >= 0 && v <= 65536; }, "0 (unlimited) to 65536")
+          .moot(runtime("sim"))
+          .written(Written::kNotDefault));
   add(int_key("sim", "threads", HSGD_REF(sim.threads),
               "Threads computing the simulated workers' gradients; 0 = every core. The output is "
               "the same for any value.")

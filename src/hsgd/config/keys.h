@@ -55,6 +55,7 @@ enum class Written {
   kAlways,
   kNotDefault,    // only when not the default, so older configs keep their hash
   kCompressorOn,  // only when compress.push or compress.pull is not none
+  kWhen,          // only when Key::written_when(config) is true
 };
 
 struct Key {
@@ -74,6 +75,7 @@ struct Key {
   std::vector<Check> checks;
   std::vector<Moot> moot;
   Written written = Written::kAlways;
+  std::function<bool(const Config&)> written_when;  // Written::kWhen
   // A resume may change it (`hsgd train --resume DIR --set key=...`).
   bool resumable = false;
   // Not part of a run's identity: config_hash writes `hash_as` (TOML text)

@@ -33,12 +33,22 @@ std::vector<Refusal> table() {
          return "train.budget and train.epochs are both 0: give a time budget (--budget) or a "
                 "number of epochs (--epochs)";
        }},
-      {"train.servers other than 1 off the mpi runtime",
+      {"train.servers other than 1 off the mpi and sim runtimes",
        [quoted](const Config& c) -> std::string {
-         if (c.train.servers == 1 || c.train.runtime == "mpi") return "";
+         if (c.train.servers == 1 || c.train.runtime == "mpi" || c.train.runtime == "sim") {
+           return "";
+         }
          return "train.servers = " + std::to_string(c.train.servers) +
-                ": only the mpi runtime has server ranks; train.runtime = " +
+                ": only the mpi runtime (server ranks) and the simulator (server nodes) have "
+                "server shards; train.runtime = " +
                 quoted(c.train.runtime) + " runs one server";
+       }},
+      {"model.sparse with train.servers > 1 on sim",
+       [](const Config& c) -> std::string {
+         if (!c.model.sparse || c.train.servers == 1 || c.train.runtime != "sim") return "";
+         return "model.sparse = true with train.servers = " + std::to_string(c.train.servers) +
+                ": the simulator runs row-sparse models with one server shard (the mpi runtime "
+                "partitions the rows over its server ranks)";
        }},
       {"model.sparse with policy local or hogwild",
        [](const Config& c) -> std::string {

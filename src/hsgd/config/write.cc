@@ -26,6 +26,8 @@ bool written(const Key& k, const Config& c) {
       return !k.is_default(c);
     case Written::kCompressorOn:
       return c.compress.on();
+    case Written::kWhen:
+      return k.written_when(c);
   }
   return true;
 }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -50,7 +51,6 @@ const std::string& csv_header_compress() {
 Recorder::Recorder(const std::string& dir, bool compress) : dir_(dir), compress_(compress) {
   csv_ = open_or_throw(dir + "/metrics.csv.partial");
   jsonl_ = open_or_throw(dir + "/metrics.jsonl.partial");
-  std::fprintf(csv_, "%s\n", (compress ? csv_header_compress() : csv_header()).c_str());
 }
 
 namespace {
@@ -93,9 +93,11 @@ Recorder::Recorder(const std::string& dir, int64_t keep_rows, bool compress)
   const std::string csv_path = newest_of(dir, "metrics.csv");
   const std::vector<std::string> csv = first_lines(csv_path, keep + 1);
   const std::string& header = compress ? csv_header_compress() : csv_header();
-  if (csv[0] != header) {
+  net_ = csv[0] == header + ",net_util";
+  if (csv[0] != header && !net_) {
     throw InputError(csv_path + ":1: expected the hsgd metrics header '" + header + "'");
   }
+  header_ = true;
   const std::vector<std::string> jsonl = first_lines(newest_of(dir, "metrics.jsonl"), keep);
   for (const std::string& l : csv) kept_csv_ += l + "\n";
   for (const std::string& l : jsonl) kept_jsonl_ += l + "\n";
@@ -127,22 +129,30 @@ Recorder::~Recorder() {
   if (jsonl_) std::fclose(jsonl_);
 }
 
-std::string csv_line(const MetricsRow& r, bool compress) {
+std::string csv_header_of(bool compress, bool net) {
+  return (compress ? csv_header_compress() : csv_header()) + (net ? ",net_util" : "");
+}
+
+std::string csv_line(const MetricsRow& r, bool compress, bool net) {
   std::string line = fmt::format(
       "{:.3f},{},{},{:.4f},{},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.4f},{},{},{},{:.4f},{},{},{}",
       r.time_s, r.updates, r.samples, r.epoch, r.k, r.train_loss, r.test_loss, r.test_acc,
       r.test_auc, r.test_logloss, r.staleness_mean, r.staleness_max, r.dropped, r.nonfinite,
       r.idle_frac, r.live_workers, r.policy, r.seed);
-  if (compress) {
-    line += fmt::format(",{},{},{:.6f}", r.bytes_pushed, r.bytes_pulled, r.compress_s);
-  }
+  if (compress) line += fmt::format(",{},{},{:.6f}", r.bytes_pushed, r.bytes_pulled, r.compress_s);
+  if (net) line += fmt::format(",{:.4f}", r.net_util);
   return line;
 }
 
 void Recorder::write(const MetricsRow& r) {
   open();
+  if (!header_) {
+    header_ = true;
+    net_ = r.has_net;
+    std::fprintf(csv_, "%s\n", csv_header_of(compress_, net_).c_str());
+  }
   rows_.push_back(r);
-  std::fputs((csv_line(r, compress_) + "\n").c_str(), csv_);
+  std::fputs((csv_line(r, compress_, net_) + "\n").c_str(), csv_);
   nlohmann::json j = {{"time_s", r.time_s},
                       {"updates", r.updates},
                       {"samples", r.samples},
@@ -166,6 +176,7 @@ void Recorder::write(const MetricsRow& r) {
     j["bytes_pulled"] = r.bytes_pulled;
     j["compress_s"] = r.compress_s;
   }
+  if (net_) j["net_util"] = r.net_util;
   std::fputs((j.dump() + "\n").c_str(), jsonl_);
   std::fflush(csv_);
   std::fflush(jsonl_);
@@ -174,6 +185,10 @@ void Recorder::write(const MetricsRow& r) {
 void Recorder::finish() {
   open();
   if (!csv_) return;
+  if (!header_) {  // no row: the header alone
+    header_ = true;
+    std::fprintf(csv_, "%s\n", (compress_ ? csv_header_compress() : csv_header()).c_str());
+  }
   std::fclose(csv_);
   std::fclose(jsonl_);
   csv_ = jsonl_ = nullptr;
@@ -189,25 +204,37 @@ std::vector<MetricsRow> read_metrics_csv(const std::string& path) {
 
 std::vector<MetricsRow> parse_metrics_csv(std::istream& in, const std::string& path) {
   std::string line;
-  if (!std::getline(in, line) || (line != csv_header() && line != csv_header_compress())) {
+  const auto split = [](const std::string& l) {
+    std::vector<std::string> f;
+    std::stringstream ss(l);
+    std::string cell;
+    while (std::getline(ss, cell, ',')) f.push_back(cell);
+    return f;
+  };
+  // The base columns first (as written), then the optional ones
+  // (compression, net_util); each is read by its name.
+  if (!std::getline(in, line) || line.rfind(csv_header(), 0) != 0) {
     throw InputError(path + ":1: expected the hsgd metrics header '" + csv_header() + "'");
   }
-  const bool compress = line == csv_header_compress();
-  const size_t fields = compress ? 21 : 18;
+  const std::vector<std::string> names = split(line);
+  std::map<std::string, size_t> at;
+  for (size_t i = 0; i < names.size(); ++i) at[names[i]] = i;
+  const bool compress =
+      at.count("bytes_pushed") && at.count("bytes_pulled") && at.count("compress_s");
+  const bool net = at.count("net_util") > 0;
+  const size_t fields = names.size();
   std::vector<MetricsRow> rows;
   int lineno = 1;
   while (std::getline(in, line)) {
     ++lineno;
     if (line.empty()) continue;
-    std::vector<std::string> f;
-    std::stringstream ss(line);
-    std::string cell;
-    while (std::getline(ss, cell, ',')) f.push_back(cell);
+    const std::vector<std::string> f = split(line);
     if (f.size() != fields) {
       throw InputError(
           fmt::format("{}:{}: expected {} fields, got {}", path, lineno, fields, f.size()));
     }
-    auto d = [&](int i) {
+    auto d = [&](const char* name) {
+      const size_t i = at.at(name);
       try {
         size_t used = 0;
         double v = std::stod(f[i], &used);
@@ -220,29 +247,33 @@ std::vector<MetricsRow> parse_metrics_csv(std::istream& in, const std::string& p
       }
     };
     MetricsRow r;
-    r.time_s = d(0);
-    r.updates = static_cast<int64_t>(d(1));
-    r.samples = static_cast<int64_t>(d(2));
-    r.epoch = d(3);
-    r.k = static_cast<int>(d(4));
-    r.train_loss = d(5);
-    r.test_loss = d(6);
-    r.test_acc = d(7);
-    r.test_auc = d(8);
-    r.test_logloss = d(9);
-    r.staleness_mean = d(10);
-    r.staleness_max = static_cast<int64_t>(d(11));
-    r.dropped = static_cast<int64_t>(d(12));
-    r.nonfinite = static_cast<int64_t>(d(13));
-    r.idle_frac = d(14);
-    r.live_workers = static_cast<int>(d(15));
-    r.policy = f[16];
-    r.seed = static_cast<uint64_t>(d(17));
+    r.time_s = d("time_s");
+    r.updates = static_cast<int64_t>(d("updates"));
+    r.samples = static_cast<int64_t>(d("samples"));
+    r.epoch = d("epoch");
+    r.k = static_cast<int>(d("k"));
+    r.train_loss = d("train_loss");
+    r.test_loss = d("test_loss");
+    r.test_acc = d("test_acc");
+    r.test_auc = d("test_auc");
+    r.test_logloss = d("test_logloss");
+    r.staleness_mean = d("staleness_mean");
+    r.staleness_max = static_cast<int64_t>(d("staleness_max"));
+    r.dropped = static_cast<int64_t>(d("dropped"));
+    r.nonfinite = static_cast<int64_t>(d("nonfinite"));
+    r.idle_frac = d("idle_frac");
+    r.live_workers = static_cast<int>(d("live_workers"));
+    r.policy = f[at.at("policy")];
+    r.seed = static_cast<uint64_t>(d("seed"));
     if (compress) {
       r.has_compress = true;
-      r.bytes_pushed = static_cast<int64_t>(d(18));
-      r.bytes_pulled = static_cast<int64_t>(d(19));
-      r.compress_s = d(20);
+      r.bytes_pushed = static_cast<int64_t>(d("bytes_pushed"));
+      r.bytes_pulled = static_cast<int64_t>(d("bytes_pulled"));
+      r.compress_s = d("compress_s");
+    }
+    if (net) {
+      r.has_net = true;
+      r.net_util = d("net_util");
     }
     rows.push_back(r);
   }

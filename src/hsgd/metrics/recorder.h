@@ -39,6 +39,11 @@ struct MetricsRow {
   int64_t bytes_pushed = 0;
   int64_t bytes_pulled = 0;
   double compress_s = 0;
+  // The simulator's shared network (sim.network = "shared", issue 27): one
+  // more column, the busiest interface's utilisation over the interval
+  // since the previous row (its carried bytes / its capacity x seconds).
+  bool has_net = false;
+  double net_util = 0;
 };
 
 // The CSV header line (no newline).
@@ -46,11 +51,15 @@ const std::string& csv_header();
 // The same with the compression columns appended.
 const std::string& csv_header_compress();
 
-// A row as metrics.csv holds it (no newline), with the compression columns
-// when `compress`: the values of the header's columns.
-std::string csv_line(const MetricsRow& r, bool compress);
+// The header (no newline) with the compression columns when `compress` and
+// net_util when `net`; and a row as metrics.csv holds it, the values of
+// that header's columns.
+std::string csv_header_of(bool compress, bool net);
+std::string csv_line(const MetricsRow& r, bool compress, bool net);
 
-// Thread-safety: none (one writer).
+// Thread-safety: none (one writer). The header is written with the first
+// row: its columns are the compression ones when `compress`, and net_util
+// when that row has_net (every row of a run has the same columns).
 class Recorder {
  public:
   // Creates `dir/metrics.csv.partial` and `dir/metrics.jsonl.partial`.
@@ -81,12 +90,15 @@ class Recorder {
   std::vector<MetricsRow> rows_;
   bool compress_ = false;
   bool pending_ = false;  // a resume not yet open(): the kept text below
+  bool header_ = false;   // the header line is written (or kept)
+  bool net_ = false;      // the net_util column
   std::string kept_csv_, kept_jsonl_;
 };
 
-// Reads a metrics.csv written by Recorder (with or without the compression
-// columns). Throws InputError naming the file
-// and line on anything else.
+// Reads a metrics.csv written by Recorder: it starts with the base columns
+// (csv_header()); every column is found by its header name, the compression
+// and net_util ones when present.
+// Throws InputError naming the file and line on anything else.
 std::vector<MetricsRow> read_metrics_csv(const std::string& path);
 // The same from a stream; `path` names it in messages.
 std::vector<MetricsRow> parse_metrics_csv(std::istream& in, const std::string& path);

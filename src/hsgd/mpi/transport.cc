@@ -9,19 +9,6 @@
 
 namespace hsgd::mpi {
 
-std::vector<Shard> split(size_t num_params, int servers) {
-  std::vector<Shard> out(static_cast<size_t>(servers));
-  const size_t base = num_params / static_cast<size_t>(servers);
-  const size_t extra = num_params % static_cast<size_t>(servers);
-  size_t at = 0;
-  for (size_t s = 0; s < out.size(); ++s) {
-    out[s].begin = at;
-    out[s].size = base + (s < extra ? 1 : 0);
-    at += out[s].size;
-  }
-  return out;
-}
-
 void check(int rc, const char* op) {
   if (rc == MPI_SUCCESS) return;
   char msg[MPI_MAX_ERROR_STRING];

@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "hsgd/core/shards.h"
+
 namespace hsgd::mpi {
 
 // A failed or timed-out MPI operation; what() names the operation.
@@ -95,12 +97,11 @@ struct Event {
 };
 
 // Shard s of n parameters over `servers` shards: contiguous, sizes differing
-// by at most one.
-struct Shard {
-  size_t begin = 0;
-  size_t size = 0;
-};
-std::vector<Shard> split(size_t num_params, int servers);
+// by at most one (core/shards.h: the simulator splits the same way).
+using Shard = ParamShard;
+inline std::vector<Shard> split(size_t num_params, int servers) {
+  return split_shards(num_params, servers);
+}
 
 // Throws MpiError("<op> failed: <MPI's message>") when rc is not MPI_SUCCESS.
 void check(int rc, const char* op);

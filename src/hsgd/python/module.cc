@@ -230,8 +230,8 @@ void serve(Body body, const py::object& on_row, const py::object& on_status, Sto
         for (const MetricsRow& r : rows) {
           if (py_error || on_row.is_none()) break;
           try {
-            const std::string& header = r.has_compress ? csv_header_compress() : csv_header();
-            const py::object keep_going = on_row(header, csv_line(r, r.has_compress));
+            const py::object keep_going = on_row(csv_header_of(r.has_compress, r.has_net),
+                                                 csv_line(r, r.has_compress, r.has_net));
             if (keep_going.is(py::bool_(false))) {
               stop.request(fmt_stop(r), /*at_evaluation=*/true);
             }

@@ -120,6 +120,18 @@ struct SparseResult {
   std::vector<int64_t> server_peak_rss_bytes;
 };
 
+// The simulator's network (issue 27; summary.json "network"): on when the
+// simulated cluster runs (sim.network = "shared", train.servers > 1 or
+// sim.cores set). Bytes as the interfaces carried them, per node.
+struct NetworkResult {
+  bool on = false;
+  std::string model;                   // sim.network
+  double busiest_util = 0;             // the busiest interface's utilisation over the run
+  std::string busiest;                 // which: "server 0 ingress", "worker 3 egress"
+  std::vector<std::string> nodes;      // "server 0", ..., "worker 0", ...
+  std::vector<double> sent, received;  // bytes, per node
+};
+
 struct RunResult {
   std::vector<float> params;  // final parameters
   // Row-sparse on mpi: a file holding the final rows (raw float32, global
@@ -155,7 +167,8 @@ struct RunResult {
   // Every leave and join during the run, in order (issue 10; summary.json
   // "membership"). Empty when membership never changed.
   std::vector<MembershipEvent> membership;
-  SparseResult sparse;  // model.sparse
+  SparseResult sparse;    // model.sparse
+  NetworkResult network;  // sim: the simulated cluster's network
   // False on the MPI ranks other than 0: they hold no results (every other
   // field is left empty) and write nothing.
   bool primary = true;

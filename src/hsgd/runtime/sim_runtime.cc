@@ -20,80 +20,17 @@
 #include "hsgd/runtime/row.h"
 #include "hsgd/runtime/run_control.h"
 #include "hsgd/runtime/sim_compute.h"
+#include "hsgd/runtime/sim_events.h"
+#include "hsgd/runtime/sim_fabric.h"
 #include "hsgd/runtime/sparse_rows.h"
 #include "hsgd/server/server.h"
 
 namespace hsgd {
 namespace {
 
-// kFault: a membership fault of the worker may be due (issue 10; stale ones
-// are ignored: the fault plan says what is due).
-enum class EventType : int32_t { kPullArrive, kPushArrive, kServerDone, kFault };
-
-struct Event {
-  double time;
-  uint64_t seq;  // ties at equal times: first scheduled, first taken
-  EventType type;
-  int32_t worker;
-  bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
-};
-
-// A binary min-heap on (time, seq) whose storage can be saved and restored.
-class EventQueue {
- public:
-  void push(double time, EventType type, int worker) {
-    heap_.push_back(Event{time, next_seq_++, type, worker});
-    std::push_heap(heap_.begin(), heap_.end(), std::greater<Event>());
-  }
-  bool empty() const { return heap_.empty(); }
-  const Event& top() const { return heap_.front(); }
-  Event pop() {
-    std::pop_heap(heap_.begin(), heap_.end(), std::greater<Event>());
-    Event e = heap_.back();
-    heap_.pop_back();
-    return e;
-  }
-  // Drops the worker's pull and push events (it left): the order of the
-  // others is unchanged, (time, seq) being a total order.
-  void drop_worker(int worker) {
-    std::erase_if(heap_, [&](const Event& e) {
-      return e.worker == worker &&
-             (e.type == EventType::kPullArrive || e.type == EventType::kPushArrive);
-    });
-    std::make_heap(heap_.begin(), heap_.end(), std::greater<Event>());
-  }
-  void save(StateWriter& w) const {
-    w.put_vec(heap_);
-    w.put(next_seq_);
-  }
-  void load(StateReader& r, int workers) {
-    heap_ = r.get_vec<Event>();
-    next_seq_ = r.get<uint64_t>();
-    for (const Event& e : heap_) {
-      if (e.worker < 0 || e.worker >= workers || e.seq >= next_seq_ ||
-          static_cast<int>(e.type) < 0 || static_cast<int>(e.type) > 3) {
-        r.fail("corrupt (an event of an unknown worker or type)");
-      }
-    }
-    if (!std::is_heap(heap_.begin(), heap_.end(), std::greater<Event>())) {
-      r.fail("corrupt (the event queue is not ordered)");
-    }
-  }
-
- private:
-  std::vector<Event> heap_;
-  uint64_t next_seq_ = 0;
-
- public:
-  // Whether worker w has an event of `type` queued.
-  std::vector<bool> workers_with(EventType type, int workers) const {
-    std::vector<bool> out(static_cast<size_t>(workers), false);
-    for (const Event& e : heap_) {
-      if (e.type == type) out[static_cast<size_t>(e.worker)] = true;
-    }
-    return out;
-  }
-};
+using sim::Event;
+using sim::EventQueue;
+using sim::EventType;
 
 // One simulated worker's state between its pull and its push (its push
 // itself is computed by SimCompute).
@@ -112,14 +49,25 @@ struct SimWorker {
 
 std::string full(double v) { return fmt::format("{:.17g}", v); }
 
-// "SIM2" carries each worker's in-flight push bytes; "SIM1" (earlier
-// versions, which counted them when computed) has none and still resumes.
-constexpr uint32_t kSimTag = 0x53494D32;     // "SIM2"
+// "SIM3" ends with the simulated cluster (sim_fabric.h: network, shards,
+// cores) and each worker's decision in service; "SIM2" carries each
+// worker's in-flight push bytes; "SIM1" (earlier versions, which counted
+// them when computed) has none. All three resume.
+constexpr uint32_t kSimTag = 0x53494D33;     // "SIM3"
+constexpr uint32_t kSimTag2 = 0x53494D32;    // "SIM2"
 constexpr uint32_t kSimTagOld = 0x53494D31;  // "SIM1"
+
+// The simulated cluster (network, shards, cores) is used unless the run is
+// the model before issue 27 exactly: independent messages, one server,
+// unlimited cores. That path is kept as it was, so earlier results
+// reproduce byte for byte.
+bool staged(const Config& c) {
+  return c.sim.network != "independent" || c.train.servers > 1 || c.sim.cores > 0;
+}
 
 // One simulated run. Its members are the whole state of the simulation
 // between two events: exactly what a checkpoint saves (save()/load()).
-class SimRun final : public PushKernel {
+class SimRun final : public PushKernel, public SimFabric::Host {
  public:
   SimRun(const Job& job, Recorder* recorder, Observer* observer)
       : job_(job),
@@ -156,6 +104,21 @@ class SimRun final : public PushKernel {
     transfer_ = c_.sim.latency + bytes / c_.sim.bandwidth;
     server_cost_ = c_.sim.server_ns_per_param * 1e-9 * static_cast<double>(np_);
     if (rows_) sparse_.emplace(*model_, layout_, work_params_, work_grads_);
+    if (staged(c_)) {
+      SimFabric::Options o;
+      o.workers = n_;
+      o.shards = split_shards(np_, c_.train.servers);
+      o.latency = c_.sim.latency;
+      o.bandwidth = c_.sim.bandwidth;
+      o.server_bandwidth = c_.sim.server_bandwidth > 0 ? c_.sim.server_bandwidth : c_.sim.bandwidth;
+      o.shared = c_.sim.network == "shared";
+      o.cores = c_.sim.cores;
+      o.server_s_per_param = c_.sim.server_ns_per_param * 1e-9;
+      fabric_ = std::make_unique<SimFabric>(std::move(o), this);
+      last_carried_ = fabric_->network().carried(0);
+      decisions_.resize(static_cast<size_t>(n_));
+      orphaned_.assign(static_cast<size_t>(n_), 0);
+    }
   }
 
   RunResult run() {
@@ -247,6 +210,7 @@ class SimRun final : public PushKernel {
     result.compress = counters_;
     result.membership = membership_.log();
     if (rows_) result.sparse = sparse_result(layout_, *rows_, static_cast<int64_t>(params_.size()));
+    if (fabric_) result.network = fabric_->report(end_time, c_.sim.network);
     return result;
   }
 
@@ -286,9 +250,19 @@ class SimRun final : public PushKernel {
     const EvalResult e = model_->evaluate(test_);
     const double idle_total = idle_at(t);
     const double idle = idle_fraction(idle_total - last_idle_, t - last_row_time_, n_);
+    double net_util = 0;
+    if (fabric_) {  // the busiest interface over the interval
+      Network::Carried now = fabric_->network().carried(t);
+      net_util = fabric_->network().busiest_util(last_carried_, now, t - last_row_time_);
+      last_carried_ = std::move(now);
+    }
     last_row_time_ = t;
     last_idle_ = idle_total;
     MetricsRow r = build_row(server_, server_.take_stats(), e, t, idle, job_);
+    if (fabric_ && fabric_->network().shared()) {
+      r.has_net = true;
+      r.net_util = net_util;
+    }
     if (compress_) {
       r.has_compress = true;
       r.bytes_pushed = counters_.bytes_pushed;
@@ -307,6 +281,16 @@ class SimRun final : public PushKernel {
   void start_service(double now) {
     const int w = server_queue_.front();
     server_queue_.pop_front();
+    double cost = take_push(w, now, &in_service_decision_);
+    in_service_ = w;
+    server_busy_ = true;
+    cost *= in_service_decision_.applied ? 2.0 : 1.0;
+    events_.push(now + cost, EventType::kServerDone, w);
+  }
+
+  // The server takes worker w's push at `now`: its decision in *d; returns
+  // the service cost of a push (an update costs as much again).
+  double take_push(int w, double now, Decision* d) {
     SimWorker& sw = workers_[static_cast<size_t>(w)];
     const PushResult push = compute_->take(w);
     sw.loss = push.loss;
@@ -316,18 +300,55 @@ class SimRun final : public PushKernel {
     double cost = server_cost_;
     if (rows_) {  // model.sparse: the dense part and the push's rows
       const double loss = rows_->stage(sw.rows) ? sw.loss : std::nan("");
-      in_service_decision_ = server_.on_push(
-          w, sw.version, push.grads.first(static_cast<size_t>(layout_.dense)), sw.batch, loss, now);
-      cost = c_.sim.server_ns_per_param * 1e-9 *
-             static_cast<double>(layout_.dense + static_cast<int64_t>(sw.rows.values.size()));
+      *d = server_.on_push(w, sw.version, push.grads.first(static_cast<size_t>(layout_.dense)),
+                           sw.batch, loss, now);
+      cost = sparse_cost(sw);
     } else {
-      in_service_decision_ = server_.on_push(w, sw.version, push.grads, sw.batch, sw.loss, now);
+      *d = server_.on_push(w, sw.version, push.grads, sw.batch, sw.loss, now);
     }
     compute_->finish(w);
-    in_service_ = w;
-    server_busy_ = true;
-    cost *= in_service_decision_.applied ? 2.0 : 1.0;
-    events_.push(now + cost, EventType::kServerDone, w);
+    return cost;
+  }
+  double sparse_cost(const SimWorker& sw) const {
+    return c_.sim.server_ns_per_param * 1e-9 *
+           static_cast<double>(layout_.dense + static_cast<int64_t>(sw.rows.values.size()));
+  }
+
+  // SimFabric::Host: the simulated cluster's events go in the one queue.
+  void schedule(double t, FabricEvent e, int id) override {
+    events_.push(
+        t, static_cast<EventType>(static_cast<int>(EventType::kNetwork) + static_cast<int>(e)), id);
+  }
+  bool start_push(int w, double t) override {
+    take_push(w, t, &decisions_[static_cast<size_t>(w)]);
+    return decisions_[static_cast<size_t>(w)].applied;
+  }
+  void push_served(int w, double t) override {
+    bool orphaned = orphaned_[static_cast<size_t>(w)] != 0;
+    finish_push(w, decisions_[static_cast<size_t>(w)], &orphaned, t);
+    orphaned_[static_cast<size_t>(w)] = orphaned;
+  }
+
+  // Worker w's push has been served at t under decision d: released
+  // workers pull again, and so does w unless it waits (or left meanwhile).
+  void finish_push(int w, const Decision& d, bool* orphaned, double t) {
+    SimWorker& sw = workers_[static_cast<size_t>(w)];
+    for (int r : d.released) {
+      SimWorker& rw = workers_[static_cast<size_t>(r)];
+      // Left (or left and rejoined) since this push's service began.
+      if (rw.wait_since < 0 && membership_.changed()) continue;
+      HSGD_ASSERT(rw.wait_since >= 0, "released a worker that was not waiting");
+      rw.idle += t - rw.wait_since;
+      rw.wait_since = -1;
+      events_.push(t + c_.sim.latency, EventType::kPullArrive, r);
+    }
+    if (*orphaned) {  // the pusher left while its push was served
+      *orphaned = false;
+    } else if (d.caller_waits) {
+      sw.wait_since = t;
+    } else {
+      events_.push(t + c_.sim.latency, EventType::kPullArrive, w);
+    }
   }
 
   void handle(const Event& ev) {
@@ -349,6 +370,10 @@ class SimRun final : public PushKernel {
         std::span<const float> pulled = server_.params();
         uint64_t key = d.version;  // requests of one version share a parameter snapshot
         double pull_t = transfer_, push_t = transfer_;
+        // What travels (staged: the simulated cluster's messages carry it).
+        const auto dense_bytes = static_cast<int64_t>(4 * np_);
+        int64_t pull_bytes = dense_bytes, push_bytes = dense_bytes;
+        double z_cost = 0;  // compression seconds of this step
         if (sparse_) {
           // model.sparse: the dense part and the batch's rows, both ways;
           // computed now, on this thread (the rows are pulled for the batch).
@@ -362,8 +387,12 @@ class SimRun final : public PushKernel {
                    static_cast<double>(sparse_->traffic().pull_bytes) / c_.sim.bandwidth;
           push_t = c_.sim.latency +
                    static_cast<double>(sparse_->traffic().push_bytes) / c_.sim.bandwidth;
+          pull_bytes = sparse_->traffic().pull_bytes;
+          push_bytes = sparse_->traffic().push_bytes;
         } else if (compress_ && compress_->pull_on()) {
           pull_t = compressed_pull(w, pulled, d.version);  // the worker's copy, in work_params_
+          pull_bytes = static_cast<int64_t>(wire_.size());
+          z_cost += z_cost_;
           pulled = work_params_;
           key = kOwnCopy + own_copies_++;  // one worker's own copy: never shared
         } else if (compress_) {
@@ -388,12 +417,21 @@ class SimRun final : public PushKernel {
           compute_->finish(w);
           sent_.resize(np_);
           push_t = compressed_push(w, d.version, sent_, &sw.push_bytes);
+          push_bytes = sw.push_bytes;
+          z_cost += z_cost_;
           compute_->install(w, sent_, loss, samples);
         } else {
           if (compress_) sw.push_bytes = compress_->plain_bytes();
           compute_->request(w, pulled, key, ev.time + pull_t + compute + push_t);
         }
-        events_.push(ev.time + pull_t + compute + push_t, EventType::kPushArrive, w);
+        if (fabric_) {
+          fabric_->pull_served(ev.time, w, fabric_->split_bytes(pull_bytes, SimFabric::kReplyBytes),
+                               compute + z_cost,
+                               fabric_->split_bytes(push_bytes, SimFabric::kRequestBytes));
+          if (sparse_) fabric_->set_push_cost(w, sparse_cost(sw));
+        } else {
+          events_.push(ev.time + pull_t + compute + push_t, EventType::kPushArrive, w);
+        }
         break;
       }
       case EventType::kPushArrive:
@@ -403,25 +441,19 @@ class SimRun final : public PushKernel {
       case EventType::kServerDone: {
         HSGD_ASSERT(in_service_ == w, "server finished a push it was not serving");
         server_busy_ = false;
-        for (int r : in_service_decision_.released) {
-          SimWorker& rw = workers_[static_cast<size_t>(r)];
-          // Left (or left and rejoined) since this push's service began.
-          if (rw.wait_since < 0 && membership_.changed()) continue;
-          HSGD_ASSERT(rw.wait_since >= 0, "released a worker that was not waiting");
-          rw.idle += ev.time - rw.wait_since;
-          rw.wait_since = -1;
-          events_.push(ev.time + c_.sim.latency, EventType::kPullArrive, r);
-        }
-        if (in_service_orphaned_) {  // the pusher left while its push was served
-          in_service_orphaned_ = false;
-        } else if (in_service_decision_.caller_waits) {
-          sw.wait_since = ev.time;
-        } else {
-          events_.push(ev.time + c_.sim.latency, EventType::kPullArrive, w);
-        }
+        finish_push(w, in_service_decision_, &in_service_orphaned_, ev.time);
         if (!server_queue_.empty()) start_service(ev.time);
         break;
       }
+      case EventType::kNetwork:
+        fabric_->on_event(ev.time, FabricEvent::kNetwork, w);
+        break;
+      case EventType::kComputeDone:
+        fabric_->on_event(ev.time, FabricEvent::kComputeDone, w);
+        break;
+      case EventType::kShardDone:
+        fabric_->on_event(ev.time, FabricEvent::kShardDone, w);
+        break;
       case EventType::kFault: {
         const FaultDue due = membership_.plan().next(w, server_.is_live(w));
         if (due.time != ev.time) break;  // superseded by a later membership change
@@ -445,6 +477,7 @@ class SimRun final : public PushKernel {
     counters_.bytes_pulled += static_cast<int64_t>(wire_.size());
     const double cost = z ? compress_cost_ : 0.0;
     counters_.compress_s += cost;
+    z_cost_ = cost;
     return c_.sim.latency + static_cast<double>(wire_.size()) / c_.sim.bandwidth + cost;
   }
   // The worker's compressed push (error feedback): `sent` receives what the
@@ -455,6 +488,7 @@ class SimRun final : public PushKernel {
     *bytes = static_cast<int64_t>(wire_.size());
     const double cost = z ? compress_cost_ : 0.0;
     counters_.compress_s += cost;
+    z_cost_ = cost;
     return c_.sim.latency + static_cast<double>(wire_.size()) / c_.sim.bandwidth + cost;
   }
 
@@ -496,6 +530,7 @@ class SimRun final : public PushKernel {
     // had been computed, whatever sim.threads is.
     if (compute_->outstanding(w)) compute_->finish(w);
     if (server_busy_ && in_service_ == w) in_service_orphaned_ = true;
+    if (fabric_ && fabric_->drop_worker(t, w)) orphaned_[static_cast<size_t>(w)] = 1;
     const Decision d = server_.on_leave(w, t);
     after_membership(w, d, MembershipEvent{t, w, false, cause, ""});
   }
@@ -594,6 +629,19 @@ class SimRun final : public PushKernel {
       compress_->save(w);
       w.put(counters_);
     }
+    w.put<uint8_t>(fabric_ != nullptr);  // SIM3: the simulated cluster
+    if (fabric_) {
+      fabric_->save(w);
+      for (const Decision& d : decisions_) {
+        w.put<uint8_t>(d.applied);
+        w.put<uint64_t>(d.version);
+        w.put<uint8_t>(d.caller_waits);
+        w.put_vec(d.released);
+      }
+      w.put_vec(orphaned_);
+      w.put_vec(last_carried_.sent);
+      w.put_vec(last_carried_.received);
+    }
     CheckpointInfo info;
     info.id = job_.identity;
     info.runtime = "sim";
@@ -633,11 +681,13 @@ class SimRun final : public PushKernel {
     }
     StateReader r(ck.blob("sim"), ck.path + "/sim.bin");
     const uint32_t tag = r.get<uint32_t>();
-    if (tag != kSimTag && tag != kSimTagOld) r.fail("corrupt (simulator section missing)");
+    if (tag != kSimTag && tag != kSimTag2 && tag != kSimTagOld) {
+      r.fail("corrupt (simulator section missing)");
+    }
     if (r.get<int32_t>() != n_) r.fail("corrupt (worker count)");
     (void)r.get<double>();  // the cut's time (also in the manifest)
     now_ = r.get<double>();
-    events_.load(r, n_);
+    events_.load(r, n_, c_.train.servers);
     const std::vector<int32_t> q = r.get_vec<int32_t>();
     server_queue_.assign(q.begin(), q.end());
     server_busy_ = r.get<uint8_t>() != 0;
@@ -658,13 +708,18 @@ class SimRun final : public PushKernel {
     std::vector<bool> in_flight = events_.workers_with(EventType::kPushArrive, n_);
     for (int v : q) in_flight[static_cast<size_t>(v)] = true;
     std::vector<float> grads(np_);
+    std::vector<std::vector<float>> grads_of;
     for (int i = 0; i < n_; ++i) {
       SimWorker& sw = workers_[static_cast<size_t>(i)];
       r.get_into(std::span<float>(grads), "a worker's gradient");
       sw.version = r.get<uint64_t>();
       sw.loss = r.get<double>();
       sw.batch = r.get<int64_t>();
-      if (in_flight[static_cast<size_t>(i)]) compute_->install(i, grads, sw.loss, sw.batch);
+      if (fabric_) {  // which pushes are in flight: the cluster's section, read last
+        grads_of.emplace_back(grads);
+      } else if (in_flight[static_cast<size_t>(i)]) {
+        compute_->install(i, grads, sw.loss, sw.batch);
+      }
       if (rows_) {  // model.sparse: the rows of the push in flight
         sw.rows.ids = r.get_vec<int64_t>();
         sw.rows.values = r.get_vec<float>();
@@ -674,7 +729,7 @@ class SimRun final : public PushKernel {
       }
       sw.wait_since = r.get<double>();
       sw.idle = r.get<double>();
-      sw.push_bytes = tag == kSimTag ? r.get<int64_t>() : 0;
+      sw.push_bytes = tag != kSimTagOld ? r.get<int64_t>() : 0;
       if (sw.push_bytes < 0) r.fail("corrupt (a push's bytes)");
       load_sampler(sw.sampler, r);
     }
@@ -688,6 +743,35 @@ class SimRun final : public PushKernel {
     if (compress_) {
       compress_->load(r);
       counters_ = r.get<CompressCounters>();
+    }
+    // SIM3: the simulated cluster; earlier checkpoints ran without it.
+    const bool has_fabric = tag == kSimTag && r.get<uint8_t>() != 0;
+    if (has_fabric != (fabric_ != nullptr)) {
+      r.fail(fabric_ ? "written by the simulator before its network model: resume it with "
+                       "sim.network = \"independent\""
+                     : "corrupt (a simulated cluster this run does not have)");
+    }
+    if (fabric_) {
+      fabric_->load(r);
+      for (Decision& d : decisions_) {
+        d.applied = r.get<uint8_t>() != 0;
+        d.version = r.get<uint64_t>();
+        d.caller_waits = r.get<uint8_t>() != 0;
+        d.released = r.get_vec<int>();
+        for (int v : d.released) {
+          if (v < 0 || v >= n_) r.fail("corrupt (released workers)");
+        }
+      }
+      orphaned_ = r.get_vec<uint8_t>();
+      last_carried_.sent = r.get_vec<double>();
+      last_carried_.received = r.get_vec<double>();
+      if (orphaned_.size() != static_cast<size_t>(n_)) r.fail("corrupt (workers that left)");
+      for (int i = 0; i < n_; ++i) {
+        const SimWorker& sw = workers_[static_cast<size_t>(i)];
+        if (fabric_->carries_push(i)) {
+          compute_->install(i, grads_of[static_cast<size_t>(i)], sw.loss, sw.batch);
+        }
+      }
     }
     r.expect_end();
     if (ck.blobs.count(kRunBlob)) {
@@ -735,7 +819,8 @@ class SimRun final : public PushKernel {
   std::unique_ptr<Compression> compress_;
   double compress_cost_ = 0;  // virtual seconds per compressed message
   CompressCounters counters_;
-  std::string wire_;  // the last compressed message
+  std::string wire_;   // the last compressed message
+  double z_cost_ = 0;  // the compression seconds of the last compressed message
   // Membership (issue 10).
   Membership membership_;
   bool in_service_orphaned_ = false;  // the push in service is of a worker that left
@@ -747,6 +832,13 @@ class SimRun final : public PushKernel {
   static constexpr uint64_t kOwnCopy = uint64_t{1} << 63;
   uint64_t own_copies_ = 0;
   std::vector<float> sent_;  // a compressed push as the server decodes it
+  // The simulated cluster (issue 27): null on the model before it
+  // (staged() false). Per worker: the decision on its push in service, and
+  // whether it left while its push was being served.
+  std::unique_ptr<SimFabric> fabric_;
+  std::vector<Decision> decisions_;
+  std::vector<uint8_t> orphaned_;
+  Network::Carried last_carried_;  // at the last row (net_util)
   // Declared last: its threads call compute() on the members above, and
   // stop before they are destroyed.
   std::unique_ptr<SimCompute> compute_;
