@@ -45,6 +45,23 @@ TEST(SimNetworkCli, IndependentReproducesTheCommittedExamplesByteForByte) {
   }
 }
 
+// A run of the independent model resumes: config.toml keeps sim.network (it
+// is written for every sim run, though left out of the identity when
+// independent), so the resumed config is the checkpoint's.
+TEST(SimNetworkCli, AnIndependentRunResumesFromItsOwnConfig) {
+  const std::string dir = tmp("independent_resume");
+  fs::remove_all(dir);
+  ASSERT_EQ(
+      run("train --config " + kSrc +
+          "/examples/paper/synthetic.toml --budget 1 --checkpoint-every 0.5 --quiet --out " + dir)
+          .code,
+      0);
+  EXPECT_NE(slurp_file(dir + "/config.toml").find("network = 'independent'"), std::string::npos);
+  const Outcome o = run("train --resume " + dir + " --budget 2 --quiet");
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(slurp_file(dir + "/metrics.csv").find("\n2.000,"), std::string::npos);
+}
+
 // tests/data/sim2-checkpoint: examples/churn.toml with budget 10 and
 // checkpoint_every 5 as hsgd wrote it before the network model (sim part
 // version 2), cut at 5 s; its metrics.csv is the whole 10 s run's.

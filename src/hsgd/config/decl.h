@@ -150,6 +150,10 @@ class Decl {
     k_.written_when = std::move(when);
     return *this;
   }
+  Decl& hashed_when(std::function<bool(const Config&)> when) {
+    k_.hashed_when = std::move(when);
+    return *this;
+  }
   Decl& resumable() {
     k_.resumable = true;
     return *this;

@@ -625,10 +625,10 @@ std::vector<Key> declare() {
               "message priced alone, latency + bytes / bandwidth (the model before issue 27).")
           .one_of({"shared", "independent"})
           .moot(runtime("sim"))
-          // Configs from before the key ran "independent": they keep their hash.
-          .written_when([](const Config& c) {
-            return c.train.runtime == "sim" && c.sim.network != "independent";
-          }));
+          // Written for every sim run (a resume reads it back from config.toml);
+          // configs from before the key ran "independent": they keep their hash.
+          .written_when([](const Config& c) { return c.train.runtime == "sim"; })
+          .hashed_when([](const Config& c) { return c.sim.network != "independent"; }));
   add(num_key("sim", "server_bandwidth", HSGD_REF(sim.server_bandwidth),
               "Bytes per second of each server shard's link; 0 = sim.bandwidth.")
           .check(at_least(0), "bytes per second >= 0 (0 = sim.bandwidth)")

@@ -81,6 +81,10 @@ struct Key {
   // Not part of a run's identity: config_hash writes `hash_as` (TOML text)
   // in its place. Empty: part of the identity.
   std::string hash_as;
+  // Part of the identity only when it holds (empty: always): a new key
+  // whose value before it existed stays out of older configs' hashes,
+  // while config.toml still writes it so a resume reads it back.
+  std::function<bool(const Config&)> hashed_when;
   // The simulator's calibrated costs depend on it (hsgd sweep's costs.txt).
   bool calibration = false;
   // A note for the reference (e.g. "absent = off"); optional.

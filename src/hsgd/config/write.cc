@@ -76,7 +76,8 @@ std::string config_hash(const Config& c) {
     const toml::table t = toml::parse("v = " + k.hash_as);
     k.set(n, config_internal::Where{"config_hash", k.dotted()}, *t.get("v"));
   }
-  return crc_hex(to_toml(n));
+  return crc_hex(toml_of(
+      n, [&n](const Key& k) { return written(k, n) && (!k.hashed_when || k.hashed_when(n)); }));
 }
 
 bool resumable_key(const std::string& dotted) {
