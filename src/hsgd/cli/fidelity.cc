@@ -154,7 +154,12 @@ int fidelity(const FidelityArgs& a) {
                                        "--set", "sim.cores=" + std::to_string(cores)});
       for (const Override& o : costs)
         sim_args.insert(sim_args.end(), {"--set", o.first + "=" + o.second});
-      if (rate > 0) {
+      if (a.real == "threads") {
+        // Threads share memory: no message crosses a network (copies are
+        // part of the calibrated compute and server costs).
+        sim_args.insert(sim_args.end(),
+                        {"--set", "sim.latency=0", "--set", "sim.bandwidth=1e15"});
+      } else if (rate > 0) {
         sim_args.insert(
             sim_args.end(),
             {"--set", fmt::format("sim.bandwidth={}", rate * a.wire_efficiency), "--set",
