@@ -111,6 +111,9 @@ struct CompareArgs {
 // `in` and `hooks`: every run's, as run_train's (the Python module); a run
 // ended by hooks.stop ends the comparison with 3, before the table.
 int compare(const CompareArgs& a, const TrainInputs& in = {}, const TrainHooks& hooks = {});
+// A policy's directory name under compare's and fidelity's out: ':', '='
+// and '/' become '-' ("kasync:12" -> "kasync-12").
+std::string policy_dir(std::string policy);
 
 // hsgd sweep GRID.toml: every cell of the grid x every policy x every seed
 // on the simulator, `jobs` child `hsgd train` processes at a time, into
@@ -119,7 +122,7 @@ int compare(const CompareArgs& a, const TrainInputs& in = {}, const TrainHooks& 
 struct SweepArgs {
   std::string grid_path;
   std::string out = "runs/sweep";
-  int jobs = 0;  // 0: the grid's `jobs` (default 2)
+  int jobs = 0;        // 0: the grid's `jobs` (default 2)
   bool check = false;  // --check: validate the grid and every run's config, run nothing
 };
 int sweep(const SweepArgs& a);

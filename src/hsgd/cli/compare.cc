@@ -14,10 +14,6 @@
 #include "hsgd/metrics/recorder.h"
 
 namespace hsgd::cli {
-namespace {
-
-namespace fs = std::filesystem;
-
 // "kasync:12" -> "kasync-12"; "async+staleness.scaled_lr=true" ->
 // "async+staleness.scaled_lr-true".
 std::string policy_dir(std::string p) {
@@ -26,6 +22,10 @@ std::string policy_dir(std::string p) {
   }
   return p;
 }
+
+namespace {
+
+namespace fs = std::filesystem;
 
 // A --policies entry: a policy name, optionally followed by settings of its
 // own, "NAME+section.key=value+...", e.g. "hybrid+policy.schedule=adaptive".

@@ -37,13 +37,6 @@ double server_link_bytes(const std::string& stats_path) {
   return std::nan("");
 }
 
-std::string dir_name(std::string p) {
-  for (char& c : p) {
-    if (c == ':' || c == '=' || c == '/' || c == '+') c = '-';
-  }
-  return p;
-}
-
 // Runs one child to completion; exit 0 or 3 (stopped early: its metrics are
 // the result) is a run, anything else a failure naming the log.
 void run_child(const std::vector<std::string>& args, const std::string& dir) {
@@ -131,7 +124,7 @@ int fidelity(const FidelityArgs& a) {
     std::vector<RunFigures> real, sim;
     for (int r = 0; r < a.rounds; ++r) {
       const uint64_t seed = c0.train.seed + static_cast<uint64_t>(r);
-      const std::string dir = fmt::format("{}/{}/round-{}", a.out, dir_name(policy), r);
+      const std::string dir = fmt::format("{}/{}/round-{}", a.out, policy_dir(policy), r);
       std::fprintf(stderr, "hsgd fidelity: %s round %d: %s ...\n", policy.c_str(), r,
                    a.real.c_str());
       std::vector<std::string> real_args;
@@ -157,8 +150,7 @@ int fidelity(const FidelityArgs& a) {
       if (a.real == "threads") {
         // Threads share memory: no message crosses a network (copies are
         // part of the calibrated compute and server costs).
-        sim_args.insert(sim_args.end(),
-                        {"--set", "sim.latency=0", "--set", "sim.bandwidth=1e15"});
+        sim_args.insert(sim_args.end(), {"--set", "sim.latency=0", "--set", "sim.bandwidth=1e15"});
       } else if (rate > 0) {
         sim_args.insert(
             sim_args.end(),
