@@ -491,6 +491,9 @@ TEST(Config, MootSettingsAreSaidAndTheEffectiveConfigResetsThem) {
             Lines{"policy.step = 500 has no effect: policy.schedule = 'adaptive'"});
   EXPECT_EQ(moot({{"policy.step", "500"}, {"policy.ramp", "100"}}),
             Lines{"policy.ramp = 100 has no effect: policy.schedule = 'step'"});
+  EXPECT_EQ(moot({{"staleness.momentum_correction", "true"}}),
+            Lines{"staleness.momentum_correction = true has no effect: optim.kind = 'sgd'"});
+  EXPECT_EQ(moot({{"staleness.momentum_correction", "true"}, {"optim.kind", "momentum"}}), Lines{});
   EXPECT_EQ(moot({{"policy.name", "kasync:3"}}), Lines{});  // policy.k = 3 is read
   EXPECT_EQ(moot({{"policy.name", "async"}, {"policy.aggregation", "sum"}}),
             Lines{"policy.aggregation = 'sum' has no effect: policy.name = 'async'"});

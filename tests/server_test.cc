@@ -439,6 +439,7 @@ TEST(Server, SaveAndLoadContinueExactlyForEveryPolicyAndState) {
   mitigated.staleness.dc_asgd = true;
   mitigated.staleness.gap_aware = true;
   mitigated.staleness.scaled_lr = true;
+  mitigated.staleness.momentum_correction = true;
   for (const char* opt : {"sgd", "momentum", "adam"}) {
     OptimizerOptions oo{.kind = opt};
     for (PolicyOptions po : {kind("sync"), kind("async"), kind("kasync", 2), kind("kbatch", 2)}) {
@@ -455,6 +456,68 @@ TEST(Server, SaveAndLoadContinueExactlyForEveryPolicyAndState) {
     ssp.s = 1;
     ExpectRoundTrip(ssp, plain, oo);
   }
+}
+
+// staleness.momentum_correction: every update steps with momentum
+// mu' = max(0, 1 - (1 - mu) / (1 - m)), m = tau / (tau + 1) of the running
+// mean staleness (weight 1 / max(8, 2 x live), the first push sets it).
+TEST(Server, MomentumCorrectionLowersMomentumByTheMeanStalenessImplicitMomentum) {
+  const double lr = 0.1, mu = 0.9;
+  ServerOptions so;
+  so.staleness.momentum_correction = true;
+  OptimizerOptions oo{.kind = "momentum"};
+  oo.momentum = mu;
+  Rig r(2, kind("async"), lr, 1, Aggregation::kMean, so, oo);
+  Rig plain(2, kind("async"), lr, 1, Aggregation::kMean, {}, oo);
+  // Reference: heavy ball with the corrected momentum, in float as the kernel.
+  float w = 0, v = 0;
+  double mean = 0;
+  int count = 0;
+  const std::vector<int64_t> taus = {0, 1, 1, 2, 1, 3, 0, 1, 1, 2};
+  for (size_t i = 0; i < taus.size(); ++i) {
+    const float g = 0.5f + 0.1f * static_cast<float>(i);
+    const uint64_t version = r.server->version() - static_cast<uint64_t>(taus[i]);
+    r.server->on_push(static_cast<int>(i % 2), version, std::vector<float>{g}, 1, 0.5, 0.0);
+    plain.server->on_push(static_cast<int>(i % 2), version, std::vector<float>{g}, 1, 0.5, 0.0);
+    const double t = static_cast<double>(taus[i]);
+    mean = count++ == 0 ? t : (1 - 1.0 / 8) * mean + t / 8;
+    const double m = mean / (mean + 1);
+    const auto mu_c = static_cast<float>(m == 0 ? mu : std::max(0.0, 1 - (1 - mu) / (1 - m)));
+    v = mu_c * v + g;
+    w -= static_cast<float>(lr) * v;
+    ASSERT_NEAR(r.params[0], w, 1e-6) << "push " << i;
+  }
+  // ... which is not what the uncorrected momentum does.
+  EXPECT_GT(std::abs(plain.params[0] - r.params[0]), 1e-3);
+}
+
+// The running mean staleness is in the server's state: a server loaded
+// mid-way continues exactly (pushes with staleness, so the mean matters).
+TEST(Server, MomentumCorrectionSurvivesSaveAndLoad) {
+  ServerOptions so;
+  so.staleness.momentum_correction = true;
+  OptimizerOptions oo{.kind = "momentum"};
+  oo.momentum = 0.9;
+  auto push = [](Rig& r, size_t i) {
+    const auto tau = static_cast<uint64_t>(std::min<size_t>(i % 4, r.server->version()));
+    const float g = 0.3f + 0.05f * static_cast<float>(i % 5);
+    r.server->on_push(static_cast<int>(i % 3), r.server->version() - tau, std::vector<float>{g, -g},
+                      1, 0.5, 0.0);
+  };
+  Rig a(3, kind("async"), 0.1, 2, Aggregation::kMean, so, oo);
+  for (size_t i = 0; i < 12; ++i) push(a, i);
+  StateWriter w;
+  a.server->save(w);
+  const std::string bytes = w.take();
+  Rig b(3, kind("async"), 0.1, 2, Aggregation::kMean, so, oo);
+  StateReader rd(bytes, "test");
+  b.server->load(rd);
+  rd.expect_end();
+  for (size_t i = 12; i < 30; ++i) {
+    push(a, i);
+    push(b, i);
+  }
+  EXPECT_EQ(a.params, b.params);
 }
 
 TEST(Server, LoadRefusesTruncatedAndForeignState) {

@@ -485,6 +485,13 @@ TEST(SimRuntime, ResumeFromACheckpointIsByteExactForEveryPolicy) {
         {"staleness.gap_aware", "true"},
         {"staleness.scaled_lr", "true"},
         {"staleness.tau_max", "4"}}},
+      // The running mean staleness behind the corrected momentum is in the
+      // server's state.
+      {"momentum_corrected",
+       {{"policy.name", "async"},
+        {"optim.kind", "momentum"},
+        {"optim.momentum", "0.9"},
+        {"staleness.momentum_correction", "true"}}},
       // Skewed shards, a global pool and importance sampling: the sampler's
       // scores and draw stream are in the checkpoint.
       {"skewed_importance",
@@ -537,9 +544,8 @@ namespace {
 
 TEST(SimRuntime, CompressionIsDeterministicAndChargesTheCompressedBytes) {
   // A slow network (10 kB/s): messages of 4 bytes per parameter dominate.
-  const std::vector<Override> slow = {{"policy.name", "async"},
-                                      {"sim.bandwidth", "1e4"},
-                                      {"compress.sim_ns_per_param", "1"}};
+  const std::vector<Override> slow = {
+      {"policy.name", "async"}, {"sim.bandwidth", "1e4"}, {"compress.sim_ns_per_param", "1"}};
   std::string plain_csv;
   const RunResult plain = Sim(slow).run("cmp_none", &plain_csv);
   EXPECT_FALSE(plain.compress_on);

@@ -147,8 +147,12 @@ void run_both(const PolicyOptions& po, const OptimizerOptions& oo, bool all_rows
 TEST(Sparse, EqualsDenseForEveryPolicyWithSgdAndAdagrad) {
   for (const char* opt : {"sgd", "adagrad"}) {
     for (Aggregation agg : {Aggregation::kMean, Aggregation::kSum}) {
-      for (const auto& [k, K] : std::vector<std::pair<std::string, int>>{
-               {"sync", 0}, {"async", 0}, {"kasync", 2}, {"kbatch", 2}, {"hybrid", 0}, {"ssp", 0}}) {
+      for (const auto& [k, K] : std::vector<std::pair<std::string, int>>{{"sync", 0},
+                                                                         {"async", 0},
+                                                                         {"kasync", 2},
+                                                                         {"kbatch", 2},
+                                                                         {"hybrid", 0},
+                                                                         {"ssp", 0}}) {
         for (bool scaled : {false, true}) {
           OptimizerOptions oo;
           oo.kind = opt;
@@ -281,6 +285,9 @@ TEST(Sparse, UnsupportedOptionsAreInputErrors) {
   MitigationOptions m;
   m.dc_asgd = true;
   EXPECT_THROW(check_sparse_supported({}, m), InputError);
+  MitigationOptions corrected;
+  corrected.momentum_correction = true;
+  EXPECT_THROW(check_sparse_supported({}, corrected), InputError);
 }
 
 TEST(Sparse, CheckpointHoldsRowsStateAndBuffer) {

@@ -13,6 +13,7 @@ time; evaluation time is excluded on both sides. Peers:
   torch-hogwild  the official Hogwild recipe: shared-memory model, 2 processes,
                  one SGD optimizer (with momentum) per process
   hsgd-*         build/release/hsgd train --runtime threads, 2 workers
+                 (hsgd-async-mc: async with staleness.momentum_correction)
 
 Runs are interleaved round by round. Prints samples/s, ratio to the named
 peer, time to the target accuracy, final accuracy (medians over rounds).
@@ -219,7 +220,7 @@ def run_hogwild(args, data):
     return rows
 
 
-def run_hsgd(args, policy):
+def run_hsgd(args, policy, extra=()):
     out = tempfile.mkdtemp(prefix="hsgd-peers-")
     cmd = [args.hsgd, "train", "--runtime", "threads", "--model", "lenet5", "--data", "fashion-mnist",
            "--workers", "2", "--batch", str(BATCH), "--lr", str(LR), "--policy", policy,
@@ -227,6 +228,8 @@ def run_hsgd(args, policy):
            "--set", f"train.eval_samples={args.eval_samples}"]
     if policy != "hogwild":  # hsgd's hogwild is plain SGD (no momentum): README
         cmd += ["--set", "optim.kind=momentum", "--set", f"optim.momentum={MOMENTUM}"]
+    for kv in extra:
+        cmd += ["--set", kv]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     rows = []
     with open(os.path.join(out, "metrics.csv")) as f:
@@ -274,6 +277,8 @@ def main():
         "torch-hogwild": lambda: run_hogwild(args, data),
         "hsgd-sync": lambda: run_hsgd(args, "sync"),
         "hsgd-async": lambda: run_hsgd(args, "async"),
+        # async with the staleness-corrected momentum (docs/policies.md)
+        "hsgd-async-mc": lambda: run_hsgd(args, "async", ["staleness.momentum_correction=true"]),
         "hsgd-hybrid": lambda: run_hsgd(args, "hybrid"),
         "hsgd-hogwild": lambda: run_hsgd(args, "hogwild"),
     }
@@ -287,7 +292,8 @@ def main():
                   f"to {args.low_target:.0%}: {res[name][-1][3]:6.1f} s, "
                   f"to {args.target:.0%}: {res[name][-1][1]:6.1f} s, final {res[name][-1][2]:.4f}",
                   file=sys.stderr, flush=True)
-    peer = {"hsgd-sync": "torch-ddp", "hsgd-async": "torch-ddp", "hsgd-hybrid": "torch-ddp",
+    peer = {"hsgd-sync": "torch-ddp", "hsgd-async": "torch-ddp", "hsgd-async-mc": "torch-ddp",
+            "hsgd-hybrid": "torch-ddp",
             "hsgd-hogwild": "torch-hogwild"}
     med = {k: medians(v) for k, v in res.items()}
     print(f"| run | samples/s | ratio to peer | time to {args.low_target:.0%} (s) "

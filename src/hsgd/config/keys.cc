@@ -551,6 +551,13 @@ std::vector<Key> declare() {
           .check(at_least(0), ">= 0 (0 = off, or the default 0.04 with staleness.dc_asgd = true)"));
   add(bool_key("staleness", "gap_aware", HSGD_REF(staleness.gap_aware),
                "Gap-Aware: divide each coordinate by its normalized gap (Barkai et al. 2019)."));
+  add(bool_key("staleness", "momentum_correction", HSGD_REF(staleness.momentum_correction),
+               "Lower the server's momentum by the implicit momentum staleness adds: mu' = max(0, "
+               "1 - (1 - mu) / (1 - m)), m = tau / (tau + 1), tau the running mean staleness "
+               "(Mitliagkas et al. 2016; what auto does for itself).")
+          .moot(optimizers({"momentum", "nesterov"}))
+          .moot(not_policies({"local", "hogwild"}))
+          .written_when([](const Config& c) { return c.staleness.momentum_correction; }));
 
   // ---- [stragglers]
   add(num_key("stragglers", "fraction", HSGD_REF(stragglers.fraction),

@@ -73,7 +73,7 @@ void AutoController::on_lr(double lr) {
   lr_ = std::max(0.0, lr);
   // Before the first push K is still the budget's prior: it follows the rate
   // (the server's, given after construction: optim.scale_lr, a warm-up).
-  if (tau_count_ == 0) first_k();
+  if (tau_.count == 0) first_k();
 }
 
 int AutoController::threshold(const Progress&, int live) const {
@@ -103,7 +103,7 @@ int AutoController::cap() const {
 // keeps lr x (staleness + 1) within the budget is K x lr (tau + 1) / kBudget.
 int AutoController::budget_floor() const {
   if (!budget_on()) return 1;
-  const double need = static_cast<double>(k_) * lr_ * (tau_ema_ + 1) / kBudget;
+  const double need = static_cast<double>(k_) * lr_ * (tau_.mean + 1) / kBudget;
   return std::clamp(static_cast<int>(std::ceil(need - 1e-9)), 1, std::max(1, live_));
 }
 
@@ -135,8 +135,6 @@ bool AutoController::budget_step() {
 // rounds of pushes, and the spike guard's line.
 void AutoController::set_live(int live) {
   live_ = std::max(1, live);
-  tau_weight_ = 1.0 / std::max(kMinWindow, 2 * live_);
-  tau_keep_ = 1 - tau_weight_;
   window_ = std::max<int64_t>(kMinWindow, live_);
 }
 
@@ -145,7 +143,7 @@ void AutoController::set_spike_line() {
 }
 
 double AutoController::implicit_momentum() const {
-  return parts_.momentum ? tau_ema_ / (tau_ema_ + 1.0) : 0.0;
+  return parts_.momentum ? implicit_momentum_of_staleness(tau_.mean) : 0.0;
 }
 
 void AutoController::observe_push(const PushSignal& s) {
@@ -184,8 +182,7 @@ void AutoController::observe_push(const PushSignal& s) {
     }
   }
   // Staleness, averaged over about two rounds of pushes.
-  tau_ema_ = tau_count_ == 0 ? tau : tau_keep_ * tau_ema_ + tau_weight_ * tau;
-  ++tau_count_;
+  tau_.add(tau, live_);
   // The loss window: one round of pushes (at least kMinWindow).
   sum_ += loss;
   sumsq_ += loss * loss;
@@ -408,7 +405,7 @@ void AutoController::end_block() {
   // A down-probe stays within the staleness budget (K / 2 about doubles
   // staleness + 1).
   const bool in_budget =
-      !budget_on() || static_cast<double>(k_) * lr_ * (tau_ema_ + 1) <= kBudget * half;
+      !budget_on() || static_cast<double>(k_) * lr_ * (tau_.mean + 1) <= kBudget * half;
   const int down =
       parts_.down && k_ > 1 && in_budget && (ban_ == 0 || half > unstable_k_) ? half : k_;
   int target = dir_ > 0 ? up : down;
@@ -504,8 +501,8 @@ std::vector<double> AutoController::save_state() const {
                            static_cast<double>(since_),
                            static_cast<double>(gap_),
                            static_cast<double>(dir_),
-                           tau_ema_,
-                           static_cast<double>(tau_count_),
+                           tau_.mean,
+                           static_cast<double>(tau_.count),
                            static_cast<double>(aborts_),
                            static_cast<double>(unstable_k_),
                            static_cast<double>(ban_),
@@ -571,8 +568,8 @@ void AutoController::restore_state(std::span<const double> s) {
   since_ = i64(25);
   gap_ = i64(26);
   dir_ = i64(27);
-  tau_ema_ = s[28];
-  tau_count_ = i64(29);
+  tau_.mean = s[28];
+  tau_.count = i64(29);
   aborts_ = i64(30);
   unstable_k_ = i64(31);
   ban_ = i64(32);

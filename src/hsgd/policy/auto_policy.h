@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "hsgd/policy/mitigation.h"
 #include "hsgd/policy/policy.h"
 
 namespace hsgd {
@@ -81,7 +82,7 @@ class AutoController final : public Policy {
   // The staleness budget's floor on K at the measured staleness (1 when the
   // budget is off), before the cap.
   int budget_floor() const;
-  double staleness() const { return tau_ema_; }
+  double staleness() const { return tau_.mean; }
   int64_t decisions() const { return windows_; }
   int64_t rises() const { return rises_; }
   int64_t probes() const { return probes_; }
@@ -150,10 +151,7 @@ class AutoController final : public Policy {
   double spike_line_ = 0;  // derived: start + max(kSpike |start|, kSpikeSds sd)
   double spike_gate_ = 0;  // derived: spike_line_ while armed, +inf otherwise
   // Staleness of observed pushes: exponential moving average (weight 1/n).
-  double tau_ema_ = 0;
-  int64_t tau_count_ = 0;
-  double tau_weight_ = 1;        // derived: 1 / max(kMinWindow, 2 live_)
-  double tau_keep_ = 0;          // derived: 1 - tau_weight_
+  StalenessMean tau_;            // staleness over about two rounds of pushes (policy/mitigation.h)
   int64_t window_ = kMinWindow;  // derived: pushes per window, max(kMinWindow, live_)
   // Per worker: when it last got parameters (-1 unknown) and the EMA of the
   // time from there to its next push (0 unknown).

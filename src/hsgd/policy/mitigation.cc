@@ -26,6 +26,14 @@ bool drop_push(const MitigationOptions& o, int64_t tau) {
   return o.tau_max >= 0 && tau > o.tau_max;
 }
 
+double implicit_momentum_of_staleness(double tau) { return tau / (tau + 1.0); }
+
+void StalenessMean::add(double tau, int live) {
+  const double w = 1.0 / std::max(8, 2 * live);
+  mean = count == 0 ? tau : (1 - w) * mean + w * tau;
+  ++count;
+}
+
 double staleness_scale(int64_t tau) { return 1.0 / static_cast<double>(std::max<int64_t>(1, tau)); }
 
 void scale_by_staleness(std::span<float> g, int64_t tau) {

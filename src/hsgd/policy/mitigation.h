@@ -34,6 +34,12 @@ struct MitigationOptions {
   // over the applied updates.
   bool gap_aware = false;
   double gap_decay = 0.99;  // not a config key; in (0, 1)
+  // Staleness-corrected momentum (Mitliagkas et al. 2016): asynchrony with
+  // mean staleness tau adds implicit momentum m = tau / (tau + 1), so the
+  // server's momentum is lowered to mu' = max(0, 1 - (1 - mu) / (1 - m))
+  // (Optimizer::set_implicit_momentum), tau a running mean over about two
+  // rounds of pushes. What auto does for itself, offered to every policy.
+  bool momentum_correction = false;
 
   static constexpr double kDefaultDcLambda = 0.04;
   bool dc_on() const { return dc_asgd || dc_lambda > 0; }
@@ -53,6 +59,19 @@ bool drop_push(const MitigationOptions& o, int64_t tau);
 
 // 1 / max(1, tau).
 double staleness_scale(int64_t tau);
+
+// The momentum asynchrony adds at mean staleness tau >= 0: tau / (tau + 1)
+// (Mitliagkas et al. 2016, with the queueing model's mean staleness).
+double implicit_momentum_of_staleness(double tau);
+
+// The running mean of staleness behind momentum_correction (and auto's):
+// an exponential average with weight 1 / max(8, 2 x live workers), about
+// two rounds of pushes; the first push sets it.
+struct StalenessMean {
+  double mean = 0;
+  int64_t count = 0;
+  void add(double tau, int live);
+};
 
 // g *= 1 / max(1, tau).
 void scale_by_staleness(std::span<float> g, int64_t tau);

@@ -171,7 +171,12 @@ void Server::apply(Decision* d, std::span<const float> sum) {
   }
   if (opt_.staleness.gap_aware) std::copy(params_.begin(), params_.end(), before_.begin());
   const double lr = lr_at(opt_.lr_schedule, opt_.lr, static_cast<int64_t>(version_));
-  optimizer_->set_implicit_momentum(policy_->implicit_momentum());  // auto (#17)
+  // Staleness's implicit momentum: auto's own (#17), or the mitigation's.
+  double m = policy_->implicit_momentum();
+  if (opt_.staleness.momentum_correction) {
+    m = std::max(m, implicit_momentum_of_staleness(tau_mean_.mean));
+  }
+  optimizer_->set_implicit_momentum(m);
   optimizer_->step(params_, sum, lr);
   if (hook_) hook_->on_apply(n, lr);
   if (opt_.staleness.gap_aware) {
@@ -234,6 +239,7 @@ Decision Server::on_push(int worker, uint64_t version, std::span<const float> gr
   }
   const std::span<const float> g =
       opt_.staleness.transforms() ? mitigate(w, version, tau, grad) : grad;
+  if (opt_.staleness.momentum_correction) tau_mean_.add(static_cast<double>(tau), live_count_);
   pending_.push_back({worker, version});
   if (hook_) hook_->on_buffered(worker, tau);
   Decision d = decision();
@@ -250,7 +256,8 @@ Decision Server::on_push(int worker, uint64_t version, std::span<const float> gr
   } else {
     d.released.erase(std::remove(d.released.begin(), d.released.end(), worker), d.released.end());
   }
-  policy_->observe_push({worker, tau, loss, seconds, live_count_, waiting_[w], &d.released});  // auto (#17)
+  policy_->observe_push(
+      {worker, tau, loss, seconds, live_count_, waiting_[w], &d.released});  // auto (#17)
   release_pull_waiters(&d);
   return d;
 }
@@ -330,6 +337,12 @@ void Server::save(StateWriter& w) const {
   w.put_vec(pulled_version_);
   w.put_vec(step_ema_);
   w.put<int64_t>(tracked_updates_);
+  // Only with the mitigation on (a key of the run's identity), so the state
+  // of every other run is as before.
+  if (opt_.staleness.momentum_correction) {
+    w.put<double>(tau_mean_.mean);
+    w.put<int64_t>(tau_mean_.count);
+  }
   w.put_vec(policy_->save_state());
   w.put_vec(optimizer_->save_state());
   if (hook_) hook_->save(w);
@@ -386,6 +399,11 @@ void Server::load(StateReader& r) {
   if (ema.size() != step_ema_.size()) r.fail("corrupt (Gap-Aware state of another size)");
   step_ema_ = std::move(ema);
   tracked_updates_ = r.get<int64_t>();
+  if (opt_.staleness.momentum_correction) {
+    tau_mean_.mean = r.get<double>();
+    tau_mean_.count = r.get<int64_t>();
+    if (!(tau_mean_.mean >= 0) || tau_mean_.count < 0) r.fail("corrupt (staleness mean)");
+  }
   const std::vector<double> ps = r.get_vec<double>();
   if (!policy_->reads_state(ps.size())) r.fail("policy state of another policy");
   policy_->restore_state(ps);

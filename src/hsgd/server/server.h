@@ -228,6 +228,7 @@ class Server {
   std::vector<float> step_ema_;             // Gap-Aware: average |dw| (biased EMA)
   std::vector<float> before_;               // Gap-Aware: params before the update
   int64_t tracked_updates_ = 0;             // Gap-Aware: updates folded into step_ema_
+  StalenessMean tau_mean_;                  // momentum_correction: running mean staleness
   int64_t consecutive_nonfinite_ = 0;
   std::vector<float> clipped_;  // the clipped push (clip_norm > 0)
   ServerHook* hook_ = nullptr;  // row-sparse table, if any

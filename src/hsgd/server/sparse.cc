@@ -70,6 +70,11 @@ void check_sparse_supported(const OptimizerOptions& o, const MitigationOptions& 
         "staleness: DC-ASGD and Gap-Aware need the whole pulled parameters; they are not "
         "supported with row-sparse push/pull (model.sparse = true)");
   }
+  if (m.momentum_correction) {
+    throw InputError(
+        "staleness.momentum_correction = true: not supported with row-sparse push/pull "
+        "(model.sparse = true): the embedding rows keep their own momentum");
+  }
 }
 
 RowOptimizer::RowOptimizer(const OptimizerOptions& o, int64_t rows, int64_t dim)
@@ -264,7 +269,8 @@ void RowTable::on_buffered(int worker, int64_t tau) {
       ++j;
     } else {  // the same id in both
       merged_.ids.push_back(a.ids[i]);
-      for (size_t c = 0; c < d; ++c) merged_.values.push_back(a.values[i * d + c] + b.values[j * d + c]);
+      for (size_t c = 0; c < d; ++c)
+        merged_.values.push_back(a.values[i * d + c] + b.values[j * d + c]);
       ++i;
       ++j;
     }
