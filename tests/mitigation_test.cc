@@ -243,3 +243,29 @@ TEST(ServerMitigation, JoiningWorkerGetsAPulledCopySlot) {
 
 }  // namespace
 }  // namespace hsgd
+
+namespace hsgd {
+namespace {
+
+// momentum_correction's running mean: n / K - 1 before any push (n workers in
+// turn, an update every K pushes), then an average over about two rounds.
+TEST(Mitigation, SteadyStalenessAndTheRunningMean) {
+  EXPECT_DOUBLE_EQ(steady_staleness(2, 1), 1.0);
+  EXPECT_DOUBLE_EQ(steady_staleness(25, 1), 24.0);
+  EXPECT_DOUBLE_EQ(steady_staleness(24, 4), 5.0);
+  EXPECT_DOUBLE_EQ(steady_staleness(4, 4), 0.0);  // sync
+  EXPECT_DOUBLE_EQ(steady_staleness(4, 0), 0.0);
+  StalenessMean m;
+  m.add(3, 2);  // the first push sets it
+  EXPECT_DOUBLE_EQ(m.mean, 3.0);
+  m.add(11, 2);  // weight 1 / max(8, 4)
+  EXPECT_DOUBLE_EQ(m.mean, 3.0 + (11.0 - 3.0) / 8);
+  StalenessMean w;
+  w.start(24);
+  w.add(0, 25);  // weight 1 / 50
+  EXPECT_DOUBLE_EQ(w.mean, 24.0 * 49 / 50);
+  EXPECT_DOUBLE_EQ(implicit_momentum_of_staleness(1), 0.5);
+}
+
+}  // namespace
+}  // namespace hsgd

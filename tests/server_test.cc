@@ -460,7 +460,7 @@ TEST(Server, SaveAndLoadContinueExactlyForEveryPolicyAndState) {
 
 // staleness.momentum_correction: every update steps with momentum
 // mu' = max(0, 1 - (1 - mu) / (1 - m)), m = tau / (tau + 1) of the running
-// mean staleness (weight 1 / max(8, 2 x live), the first push sets it).
+// mean staleness (weight 1 / max(8, 2 x live), starting at n / K - 1).
 TEST(Server, MomentumCorrectionLowersMomentumByTheMeanStalenessImplicitMomentum) {
   const double lr = 0.1, mu = 0.9;
   ServerOptions so;
@@ -470,9 +470,10 @@ TEST(Server, MomentumCorrectionLowersMomentumByTheMeanStalenessImplicitMomentum)
   Rig r(2, kind("async"), lr, 1, Aggregation::kMean, so, oo);
   Rig plain(2, kind("async"), lr, 1, Aggregation::kMean, {}, oo);
   // Reference: heavy ball with the corrected momentum, in float as the kernel.
+  // The running mean starts at async's steady staleness for 2 workers, 1.
   float w = 0, v = 0;
-  double mean = 0;
-  int count = 0;
+  double mean = 1;
+  int count = 1;
   const std::vector<int64_t> taus = {0, 1, 1, 2, 1, 3, 0, 1, 1, 2};
   for (size_t i = 0; i < taus.size(); ++i) {
     const float g = 0.5f + 0.1f * static_cast<float>(i);

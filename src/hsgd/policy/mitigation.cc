@@ -28,6 +28,11 @@ bool drop_push(const MitigationOptions& o, int64_t tau) {
 
 double implicit_momentum_of_staleness(double tau) { return tau / (tau + 1.0); }
 
+double steady_staleness(int workers, int k) {
+  if (k < 1 || k >= workers) return 0;
+  return static_cast<double>(workers) / k - 1;
+}
+
 void StalenessMean::add(double tau, int live) {
   const double w = 1.0 / std::max(8, 2 * live);
   mean = count == 0 ? tau : (1 - w) * mean + w * tau;

@@ -38,7 +38,8 @@ struct MitigationOptions {
   // mean staleness tau adds implicit momentum m = tau / (tau + 1), so the
   // server's momentum is lowered to mu' = max(0, 1 - (1 - mu) / (1 - m))
   // (Optimizer::set_implicit_momentum), tau a running mean over about two
-  // rounds of pushes. What auto does for itself, offered to every policy.
+  // rounds of pushes, starting from steady_staleness(workers, the policy's
+  // first K). What auto does for itself, offered to every policy.
   bool momentum_correction = false;
 
   static constexpr double kDefaultDcLambda = 0.04;
@@ -71,7 +72,17 @@ struct StalenessMean {
   double mean = 0;
   int64_t count = 0;
   void add(double tau, int live);
+  // Starts from a prior instead of the first push (counted as one push).
+  void start(double prior) {
+    mean = prior;
+    count = 1;
+  }
 };
+
+// The mean staleness of n workers pushing in turn to a server that applies
+// every K pushes: n / K - 1 (0 for K >= n). momentum_correction's prior, so
+// that the first updates, before any staleness is measured, are corrected.
+double steady_staleness(int workers, int k);
 
 // g *= 1 / max(1, tau).
 void scale_by_staleness(std::span<float> g, int64_t tau);
