@@ -310,7 +310,7 @@ TEST(Recorder, MixtureColumnsAreWrittenReadAndResumed) {
   EXPECT_DOUBLE_EQ(rows[2].ari, 0.5);
   EXPECT_TRUE(std::isnan(rows[2].test_acc));
   {
-    Recorder again(d, 2);
+    Recorder again(d, int64_t{2});
     MetricsRow r = row(5, 0.6, "async");
     r.has_mixture = true;
     r.effective_k = 9;
