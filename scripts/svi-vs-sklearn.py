@@ -131,6 +131,10 @@ def parallel(a):
         runs[n] = run_hsgd(a.hsgd, a.config, os.path.join(a.out, f"parallel-{n}"),
                            [f"data.spec=npz:{path}", "data.normalize=false",
                             "train.runtime=sim", f"train.workers={n}", "policy.name=async",
+                            # one cost model for the three runs: the values
+                            # calibration found on this machine (1 worker)
+                            f"sim.compute_time={a.compute_time}",
+                            f"sim.server_ns_per_param={a.server_ns}",
                             "train.epochs=%g" % a.epochs, "train.budget=0",
                             "train.eval_every=1000"])
     for n in (8, 25):
@@ -146,8 +150,10 @@ def parallel(a):
 
 def compare(a):
     out = os.path.join(a.out, "compare")
-    subprocess.run([a.hsgd, "compare", "--config", a.config, "--policies",
-                    "async,sync,kasync:4,hybrid,auto", "--rounds", "2", "--out", out,
+    subprocess.run([a.hsgd, "compare", "--config", a.config, "--set",
+                    f"sim.compute_time={a.compute_time}", "--set",
+                    f"sim.server_ns_per_param={a.server_ns}", "--policies",
+                    "async,sync,kasync:4,hybrid,auto", "--rounds", "1", "--out", out,
                     "--set", "train.epochs=0", "--set", "train.budget=%g" % a.budget], check=True)
     with open(os.path.join(out, "compare.json")) as f:
         return json.load(f)
@@ -180,9 +186,13 @@ def main():
     p.add_argument("--out", default="runs/svi-bench")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--sep", type=float, default=2.0)
-    p.add_argument("--epochs", type=float, default=10)
-    p.add_argument("--budget", type=float, default=20, help="compare: virtual seconds")
+    p.add_argument("--epochs", type=float, default=30)
+    p.add_argument("--budget", type=float, default=1.5, help="compare: virtual seconds")
     p.add_argument("--sklearn-iter", type=int, default=100)
+    p.add_argument("--compute-time", type=float, default=6.18e-5,
+                   help="sim: seconds per batch of 20 (calibrated on the 2-core machine)")
+    p.add_argument("--server-ns", type=float, default=0.0975,
+                   help="sim: server ns per parameter (calibrated likewise)")
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
     parts = ["soundness", "parallel", "compare", "scale"] if a.part == "all" else [a.part]

@@ -616,8 +616,8 @@ TEST(Config, EveryKeyIsDeclaredOnceWithItsDoc) {
 // model dpgmm (issue 31): what would move its SVI step off the convex line
 // is refused by validation, one line naming the key.
 TEST(Config, DpgmmRefusesWhatBreaksItsSviStep) {
-  const std::vector<Override> base = {{"train.budget", "1"}, {"model.name", "dpgmm"},
-                                      {"optim.lr", "1"}};
+  const std::vector<Override> base = {
+      {"train.budget", "1"}, {"model.name", "dpgmm"}, {"optim.lr", "1"}};
   const Config ok = load_config("", base);
   EXPECT_EQ(ok.model.truncation, 50);
   EXPECT_EQ(ok.model.alpha, 1.0);

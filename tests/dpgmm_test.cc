@@ -414,14 +414,13 @@ struct DpgmmJob {
     j.identity = {config_hash(config), "dpgmm", static_cast<int64_t>(j.initial_params.size())};
     return j;
   }
-  RunResult run(const std::string& dir, const Checkpoint* resume = nullptr,
-                int64_t keep_rows = 0) {
+  RunResult run(const std::string& dir, const Checkpoint* resume = nullptr, int64_t keep_rows = 0) {
     Job j = job();
     CheckpointStore store(dir, 2);
     if (config.train.checkpoint_every > 0) j.checkpoints = &store;
     j.resume = resume;
-    std::unique_ptr<Recorder> rec = resume ? std::make_unique<Recorder>(dir, keep_rows)
-                                           : std::make_unique<Recorder>(dir);
+    std::unique_ptr<Recorder> rec =
+        resume ? std::make_unique<Recorder>(dir, keep_rows) : std::make_unique<Recorder>(dir);
     RunResult r = SimRuntime().run(j, rec.get(), nullptr);
     rec->finish();
     return r;
@@ -438,7 +437,8 @@ TEST(DpgmmSim, EveryRowFiniteAndParametersPositiveWithStragglersAndChurn) {
                 {"stragglers.sigma", "0.05"},
                 {"faults.kill", "worker:1@0.5"},
                 {"faults.rejoin", "worker:1@1.2"}});
-    const std::string dir = testing::fresh_dir(std::string("dpgmm_churn_") + (policy[0] == 'k' ? "kasync" : policy));
+    const std::string dir =
+        testing::fresh_dir(std::string("dpgmm_churn_") + (policy[0] == 'k' ? "kasync" : policy));
     const RunResult r = j.run(dir);
     EXPECT_TRUE(r.stopped.empty()) << r.stopped;
     EXPECT_TRUE(dpgmm::positive(l, std::span<const float>(r.params)));

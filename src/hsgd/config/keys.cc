@@ -236,7 +236,7 @@ std::vector<Key> declare() {
                "Hidden layer widths of mlp; of dlrm's bottom MLP. A --set value: \"256,128\".")
           .check(non_empty_widths, "widths >= 1")
           .moot(models_without("hidden layers",
-                              {"softmax", "lenet5", "cifar-cnn", "linear-test", "dpgmm"}))
+                               {"softmax", "lenet5", "cifar-cnn", "linear-test", "dpgmm"}))
           .calibration());
   add(int_key("model", "table_rows", HSGD_REF(data.synthetic.ctr.rows),
               "dlrm and the ctr data: ids per categorical field (criteo: hash buckets).")
@@ -266,7 +266,8 @@ std::vector<Key> declare() {
           .calibration());
   const auto is_dpgmm = [](const Config& c) { return c.model.name == "dpgmm"; };
   const Moot not_dpgmm{"model.name is not dpgmm", [](const Config& c) {
-                         return c.model.name == "dpgmm" ? "" : "model.name = " + quoted(c.model.name);
+                         return c.model.name == "dpgmm" ? ""
+                                                        : "model.name = " + quoted(c.model.name);
                        }};
   add(int_key("model", "truncation", HSGD_REF(model.truncation),
               "dpgmm: the stick-breaking truncation (components the variational posterior has).")

@@ -39,8 +39,8 @@ std::string dpgmm_refusal(const Config& c) {
   if (c.optim.weight_decay != 0) {
     return "optim.weight_decay = " + num(c.optim.weight_decay) + why + "expected 0";
   }
-  const bool aggregates = c.policy.kind != "async" && c.policy.kind != "ssp" &&
-                          c.policy.kind != "hogwild";
+  const bool aggregates =
+      c.policy.kind != "async" && c.policy.kind != "ssp" && c.policy.kind != "hogwild";
   if (aggregates && c.policy.aggregation == Aggregation::kSum) {
     return "policy.aggregation = 'sum'" + why + "expected mean";
   }
@@ -51,9 +51,9 @@ std::string dpgmm_refusal(const Config& c) {
            "lossy compression moves it off that line; expected none";
   }
   const double base = scaled_lr(c.optim, c.train.workers, c.train.batch);
-  const double first =
-      c.lr_schedule.kind == "robbins-monro" ? base * std::pow(c.lr_schedule.tau, -c.lr_schedule.kappa)
-                                            : base;
+  const double first = c.lr_schedule.kind == "robbins-monro"
+                           ? base * std::pow(c.lr_schedule.tau, -c.lr_schedule.kappa)
+                           : base;
   if (first > 1) {
     return "optim.lr = " + num(c.optim.lr) + why + "the rate rho must be <= 1, and it is " +
            num(first) +
@@ -61,7 +61,8 @@ std::string dpgmm_refusal(const Config& c) {
            (c.optim.scale_lr ? " (after optim.scale_lr)" : "");
   }
   if (c.staleness.dc_asgd || c.staleness.dc_lambda > 0) {
-    return "staleness.dc_asgd = true" + why + "DC-ASGD's correction term is not one; expected false";
+    return "staleness.dc_asgd = true" + why +
+           "DC-ASGD's correction term is not one; expected false";
   }
   if (c.policy.kind == "hogwild") {
     return "policy.name = 'hogwild'" + why +

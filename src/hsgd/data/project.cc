@@ -34,7 +34,8 @@ void project_features(Dataset* d, int64_t dims, uint64_t seed) {
       const float* row = r.data() + j * dims;
       for (int64_t o = 0; o < dims; ++o) acc[static_cast<size_t>(o)] += v * row[o];
     }
-    for (int64_t o = 0; o < dims; ++o) out[static_cast<size_t>(i * dims + o)] = static_cast<float>(acc[static_cast<size_t>(o)]);
+    for (int64_t o = 0; o < dims; ++o)
+      out[static_cast<size_t>(i * dims + o)] = static_cast<float>(acc[static_cast<size_t>(o)]);
   }
   d->features = std::move(out);
   d->borrowed = {};

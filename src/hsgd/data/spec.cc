@@ -66,7 +66,8 @@ Spec parse_spec(const std::string& spec, const char* option) {
   }
   throw InputError(fmt::format(
       "{} '{}': expected one of fashion-mnist, synthetic, idx:DIR, cifar10:DIR, csv:FILE, "
-      "libsvm:FILE, npy:X.npy,Y.npy, npz:FILE[:XKEY,YKEY], synthetic-gmm, synthetic-ctr, criteo:FILE",
+      "libsvm:FILE, npy:X.npy,Y.npy, npz:FILE[:XKEY,YKEY], synthetic-gmm, synthetic-ctr, "
+      "criteo:FILE",
       option, spec));
 }
 

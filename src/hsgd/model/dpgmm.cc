@@ -151,7 +151,8 @@ std::vector<double> local_update(const Layout& l, std::span<const double> lam, c
     for (int64_t d = 0; d < D; ++d) {
       const double m0 = pr.m0[d];
       p[4 + d] = pr.kappa0 * m0 + scale * sk[static_cast<size_t>(k * D + d)];
-      p[4 + D + d] = 2 * pr.b0[d] + pr.kappa0 * m0 * m0 + scale * qk[static_cast<size_t>(k * D + d)];
+      p[4 + D + d] =
+          2 * pr.b0[d] + pr.kappa0 * m0 * m0 + scale * qk[static_cast<size_t>(k * D + d)];
     }
     tail += N;
   }
@@ -175,7 +176,8 @@ double global_kl(const Layout& l, std::span<const double> lam) {
       const double b = 0.5 * (p[4 + D + d] - p[4 + d] * m);
       const double b0 = pr.b0[d];
       // KL(Gamma(a, b) || Gamma(a0, b0)), shape-rate.
-      kl += (a - pr.a0) * psia - lga + lga0 + pr.a0 * (std::log(b) - std::log(b0)) + a * (b0 - b) / b;
+      kl +=
+          (a - pr.a0) * psia - lga + lga0 + pr.a0 * (std::log(b) - std::log(b0)) + a * (b0 - b) / b;
       // E_tau KL(N(m, 1/(kappa tau)) || N(m0, 1/(kappa0 tau))).
       const double r = pr.kappa0 / kappa, dm = m - pr.m0[d];
       kl += 0.5 * (r - 1 - std::log(r) + pr.kappa0 * (a / b) * dm * dm);
@@ -258,10 +260,11 @@ class DpgmmModel final : public Model {
   DpgmmModel(int64_t dims, int64_t truncation, double alpha, const Dataset* train)
       : layout_{dims, truncation}, alpha_(alpha), train_(train) {
     if (dims < 1 || truncation < 1 || !(alpha > 0) || !std::isfinite(alpha)) {
-      throw InputError("--model dpgmm: needs at least one feature, model.truncation >= 1 and "
-                       "model.alpha > 0, got " +
-                       std::to_string(dims) + " features, truncation " +
-                       std::to_string(truncation) + ", alpha " + std::to_string(alpha));
+      throw InputError(
+          "--model dpgmm: needs at least one feature, model.truncation >= 1 and "
+          "model.alpha > 0, got " +
+          std::to_string(dims) + " features, truncation " + std::to_string(truncation) +
+          ", alpha " + std::to_string(alpha));
     }
     lam_.resize(static_cast<size_t>(layout_.size()));
   }
@@ -280,8 +283,8 @@ class DpgmmModel final : public Model {
     const int64_t D = layout_.dims, K = layout_.truncation;
     std::vector<double> lam(static_cast<size_t>(layout_.size()), 0.0);
     lam[0] = alpha_;
-    lam[1] = 1.0;                              // kappa0
-    lam[2] = 0.5 * static_cast<double>(D);     // a0
+    lam[1] = 1.0;                           // kappa0
+    lam[2] = 0.5 * static_cast<double>(D);  // a0
     double* m0 = lam.data() + 3;
     double* b0 = lam.data() + 3 + D;
     std::fill(b0, b0 + D, 0.5);
@@ -338,7 +341,8 @@ class DpgmmModel final : public Model {
         for (int64_t i = 0; i < n; ++i) {
           double d2 = 0;
           for (int64_t d = 0; d < D; ++d) {
-            const double z = x[static_cast<size_t>(i * D + d)] - centres[static_cast<size_t>(k * D + d)];
+            const double z =
+                x[static_cast<size_t>(i * D + d)] - centres[static_cast<size_t>(k * D + d)];
             d2 += z * z;
           }
           dist[static_cast<size_t>(i)] = std::min(dist[static_cast<size_t>(i)], d2);
@@ -359,7 +363,8 @@ class DpgmmModel final : public Model {
         }
       }
     } else {
-      for (int64_t i = 0; i < K * D; ++i) centres[static_cast<size_t>(i)] = m0[i % D] + rng.normal();
+      for (int64_t i = 0; i < K * D; ++i)
+        centres[static_cast<size_t>(i)] = m0[i % D] + rng.normal();
     }
     // One hard M-step: each sample point to its nearest centre, the
     // statistics scaled to the training set's size (sklearn's init_params =
@@ -376,7 +381,8 @@ class DpgmmModel final : public Model {
         for (int64_t k = 0; k < K; ++k) {
           double d2 = 0;
           for (int64_t d = 0; d < D; ++d) {
-            const double z = x[static_cast<size_t>(i * D + d)] - centres[static_cast<size_t>(k * D + d)];
+            const double z =
+                x[static_cast<size_t>(i * D + d)] - centres[static_cast<size_t>(k * D + d)];
             d2 += z * z;
           }
           if (d2 < best_d) {
@@ -414,7 +420,8 @@ class DpgmmModel final : public Model {
       p[3] = lam[2] + 0.5 * Nk;
       for (int64_t d = 0; d < D; ++d) {
         p[4 + d] = lam[1] * m0[d] + scale * sk[static_cast<size_t>(k * D + d)];
-        p[4 + D + d] = 2 * b0[d] + lam[1] * m0[d] * m0[d] + scale * qk[static_cast<size_t>(k * D + d)];
+        p[4 + D + d] =
+            2 * b0[d] + lam[1] * m0[d] * m0[d] + scale * qk[static_cast<size_t>(k * D + d)];
       }
       tail += Nk;
     }

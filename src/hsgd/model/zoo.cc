@@ -71,7 +71,8 @@ TorchNet cifar_cnn_net(int classes) {
 }  // namespace
 
 std::vector<std::string> model_names() {
-  return {"softmax", "mlp", "lenet5", "cifar-cnn", "dlrm", "linear-test", "dpgmm", "torchscript:FILE"};
+  return {"softmax", "mlp",         "lenet5", "cifar-cnn",
+          "dlrm",    "linear-test", "dpgmm",  "torchscript:FILE"};
 }
 
 std::unique_ptr<Model> make_model(const ModelSpec& spec, const Dataset* calibration) {

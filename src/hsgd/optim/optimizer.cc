@@ -306,8 +306,7 @@ void validate(const OptimizerOptions& o, const LrSchedule& s) {
   if (!(o.weight_decay >= 0)) {
     throw InputError("optim.weight_decay = " + num(o.weight_decay) + ": expected >= 0");
   }
-  if (s.kind != "constant" && s.kind != "step" && s.kind != "cosine" &&
-      s.kind != "robbins-monro") {
+  if (s.kind != "constant" && s.kind != "step" && s.kind != "cosine" && s.kind != "robbins-monro") {
     throw InputError("optim.lr_schedule = '" + s.kind +
                      "': expected constant, step, cosine or robbins-monro");
   }
