@@ -616,5 +616,54 @@ TEST(Config, EveryKeyIsDeclaredOnceWithItsDoc) {
             "model.hidden = [64, 0]: expected widths >= 1");
 }
 
+// model dpgmm (issue 31): what would move its SVI step off the convex line
+// is refused by validation, one line naming the key.
+TEST(Config, DpgmmRefusesWhatBreaksItsSviStep) {
+  const std::vector<Override> base = {
+      {"train.budget", "1"}, {"model.name", "dpgmm"}, {"optim.lr", "1"}};
+  const Config ok = load_config("", base);
+  EXPECT_EQ(ok.model.truncation, 50);
+  EXPECT_EQ(ok.model.alpha, 1.0);
+  const struct {
+    Override o;
+    std::string key;
+  } cases[] = {
+      {{"optim.kind", "momentum"}, "optim.kind = 'momentum'"},
+      {{"optim.kind", "adam"}, "optim.kind = 'adam'"},
+      {{"optim.weight_decay", "0.01"}, "optim.weight_decay"},
+      {{"policy.aggregation", "sum"}, "policy.aggregation = 'sum'"},
+      {{"compress.push", "topk:0.1"}, "compress.push"},
+      {{"compress.pull", "fp16"}, "compress.pull"},
+      {{"optim.lr", "1.5"}, "optim.lr = 1.5"},
+      {{"optim.scale_lr", "true"}, "optim.lr = 1"},
+      {{"staleness.dc_asgd", "true"}, "staleness.dc_asgd"},
+      {{"sampling.kind", "loss"}, "sampling.kind = 'loss'"},
+  };
+  for (const auto& c : cases) {
+    std::vector<Override> o = base;
+    o.push_back(c.o);
+    const std::string e = error_of("", o);
+    EXPECT_NE(e.find(c.key), std::string::npos) << e;
+    EXPECT_NE(e.find("dpgmm"), std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+  // Robbins-Monro's first rate lr x tau^-kappa must be <= 1 too.
+  std::vector<Override> rm = base;
+  rm.push_back({"optim.lr_schedule", "robbins-monro"});
+  rm.push_back({"optim.tau", "0.5"});
+  EXPECT_NE(error_of("", rm).find("at the first update"), std::string::npos) << error_of("", rm);
+  rm.back() = {"optim.tau", "1"};
+  EXPECT_EQ(error_of("", rm), "");
+  // The same settings are fine for other models.
+  EXPECT_EQ(error_of("", {{"train.budget", "1"}, {"optim.kind", "momentum"}}), "");
+  // Its keys are checked and moot elsewhere; dpgmm configs write them.
+  EXPECT_NE(error_of("", {{"train.budget", "1"}, {"model.name", "dpgmm"}, {"model.alpha", "0"}})
+                .find("model.alpha = 0"),
+            std::string::npos);
+  EXPECT_NE(to_toml(ok).find("truncation = 50"), std::string::npos);
+  EXPECT_EQ(to_toml(load_config("", {{"train.budget", "1"}})).find("truncation"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace hsgd

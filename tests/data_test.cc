@@ -18,6 +18,7 @@
 #include "alloc_probe.h"
 #include "hsgd/core/error.h"
 #include "hsgd/data/dataset.h"
+#include "hsgd/data/project.h"
 #include "hsgd/data/readers.h"
 #include "hsgd/data/spec.h"
 #include "test_helpers.h"
@@ -794,6 +795,55 @@ TEST(FashionMnist, LoadsBothSplits) {
   EXPECT_EQ(d.test->size(), 10000);
   check_compatible(d.train, *d.test);
   EXPECT_EQ(load_test_data("fashion-mnist", SyntheticOptions{}).size(), 10000);
+}
+
+// synthetic-gmm (issue 31): seeded, labels are the components, every
+// component present; data.project: a seeded projection, the same for both sets.
+TEST(SyntheticGmm, SeededLabelledAndEveryComponentPresent) {
+  SyntheticOptions o;
+  o.samples = 5000;
+  o.features = 4;
+  o.classes = 6;
+  o.class_sep = 3;
+  const Dataset a = make_synthetic_gmm(o), b = make_synthetic_gmm(o);
+  EXPECT_EQ(a.features, b.features);
+  EXPECT_EQ(a.labels, b.labels);
+  EXPECT_EQ(a.sample_shape, std::vector<int64_t>{4});
+  EXPECT_EQ(a.num_classes, 6);
+  std::set<int32_t> seen(a.labels.begin(), a.labels.end());
+  EXPECT_EQ(seen.size(), 6u);
+  o.seed = 2;
+  EXPECT_NE(make_synthetic_gmm(o).features, a.features);
+  EXPECT_EQ(load_data("synthetic-gmm", SyntheticOptions{}).train.name, "synthetic-gmm");
+  o.noise = 0;
+  expect_input_error([&] { make_synthetic_gmm(o); }, {"synthetic-gmm", "noise"});
+}
+
+TEST(Project, SeededGaussianProjection) {
+  SyntheticOptions o;
+  o.samples = 100;
+  o.features = 30;
+  Dataset a = make_synthetic(o), b = make_synthetic(o);
+  const std::vector<float> before = a.features;
+  project_features(&a, 5, 7);
+  project_features(&b, 5, 7);
+  EXPECT_EQ(a.sample_shape, std::vector<int64_t>{5});
+  EXPECT_EQ(a.features.size(), 500u);
+  EXPECT_EQ(a.features, b.features);
+  // Linear: the projection of the sum of two samples is the sum of theirs.
+  Dataset sum;
+  sum.sample_shape = {30};
+  sum.num_classes = 2;
+  sum.labels = {0};
+  for (int j = 0; j < 30; ++j) sum.features.push_back(before[j] + before[30 + j]);
+  project_features(&sum, 5, 7);
+  for (int o2 = 0; o2 < 5; ++o2) {
+    EXPECT_NEAR(sum.features[o2], a.features[o2] + a.features[5 + o2], 1e-4);
+  }
+  Dataset c = make_synthetic(o);
+  project_features(&c, 5, 8);
+  EXPECT_NE(c.features, a.features);
+  expect_input_error([&] { project_features(&b, 0, 7); }, {"data.project"});
 }
 
 }  // namespace

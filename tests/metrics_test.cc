@@ -283,5 +283,46 @@ TEST(Plot, GnuplotWarningsStayOffTheTerminal) {
   }
 }
 
+// Mixture models (dpgmm): effective_k and ari after every other column,
+// found by name, kept by a resume.
+TEST(Recorder, MixtureColumnsAreWrittenReadAndResumed) {
+  const std::string d = fresh_dir("mixture");
+  {
+    Recorder rec(d);
+    for (int t = 0; t < 3; ++t) {
+      MetricsRow r = row(t, 0.5, "async");
+      r.test_acc = std::nan("");
+      r.has_mixture = true;
+      r.effective_k = 10 + t;
+      r.ari = 0.25 * t;
+      rec.write(r);
+    }
+    rec.finish();
+  }
+  std::ifstream in(d + "/metrics.csv");
+  std::string header;
+  std::getline(in, header);
+  EXPECT_EQ(header, csv_header() + ",effective_k,ari");
+  const std::vector<MetricsRow> rows = read_metrics_csv(d + "/metrics.csv");
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_TRUE(rows[2].has_mixture);
+  EXPECT_DOUBLE_EQ(rows[2].effective_k, 12);
+  EXPECT_DOUBLE_EQ(rows[2].ari, 0.5);
+  EXPECT_TRUE(std::isnan(rows[2].test_acc));
+  {
+    Recorder again(d, int64_t{2});
+    MetricsRow r = row(5, 0.6, "async");
+    r.has_mixture = true;
+    r.effective_k = 9;
+    r.ari = 0.75;
+    again.write(r);
+    again.finish();
+  }
+  const std::vector<MetricsRow> resumed = read_metrics_csv(d + "/metrics.csv");
+  ASSERT_EQ(resumed.size(), 3u);
+  EXPECT_DOUBLE_EQ(resumed[2].effective_k, 9);
+  EXPECT_DOUBLE_EQ(resumed[2].ari, 0.75);
+}
+
 }  // namespace
 }  // namespace hsgd

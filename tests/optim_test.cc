@@ -263,5 +263,27 @@ TEST(Optimizer, AdagradMatchesHandComputedSteps) {
   EXPECT_FLOAT_EQ(s[0], 13.0f);
 }
 
+// robbins-monro: lr x (t + tau)^-kappa, with the warm-up on top.
+TEST(LrSchedule, RobbinsMonro) {
+  LrSchedule s;
+  s.kind = "robbins-monro";
+  s.tau = 4;
+  s.kappa = 0.5;
+  EXPECT_DOUBLE_EQ(lr_at(s, 1.0, 0), 0.5);
+  EXPECT_DOUBLE_EQ(lr_at(s, 2.0, 12), 0.5);
+  EXPECT_DOUBLE_EQ(lr_at(s, 1.0, 96), 0.1);
+  s.warmup = 2;
+  EXPECT_DOUBLE_EQ(lr_at(s, 1.0, 0), 0.25);
+  OptimizerOptions o;
+  s.warmup = 0;
+  s.tau = 0;
+  EXPECT_THROW(validate(o, s), InputError);
+  s.tau = 1;
+  s.kappa = 1.5;
+  EXPECT_THROW(validate(o, s), InputError);
+  s.kappa = 1;
+  EXPECT_NO_THROW(validate(o, s));
+}
+
 }  // namespace
 }  // namespace hsgd

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
        "data.test_fraction",
        "held-out fraction when the data has no test split (0.2)",
        {}},
-      {"--model", "model.name", "softmax | mlp | lenet5 | cifar-cnn | dlrm | linear-test | torchscript:FILE", {}},
+      {"--model", "model.name", "softmax | mlp | lenet5 | cifar-cnn | dlrm | linear-test | dpgmm | torchscript:FILE", {}},
       {"--policy", "policy.name", "sync | async | hybrid | auto | kasync:K | kbatch:K | ssp:S | local:H | hogwild", {}},
       {"--workers", "train.workers", "number of workers (4)", {}},
       {"--batch", "train.batch", "batch size per worker (64)", {}},

@@ -17,6 +17,7 @@
 #include "hsgd/cli/sparse_summary.h"
 #include "hsgd/config/effective.h"
 #include "hsgd/core/error.h"
+#include "hsgd/data/project.h"
 #include "hsgd/data/spec.h"
 #include "hsgd/metrics/plot.h"
 #include "hsgd/mpi/mpi_runtime.h"
@@ -132,6 +133,10 @@ std::unique_ptr<Prepared> prepare(const TrainArgs& a, const TrainInputs& in,
     split_train_test(std::move(loaded.train), c.data.test_fraction, c.train.seed, &train_set,
                      &test_set);
   }
+  if (c.data.project > 0) {  // the same seeded matrix for both
+    project_features(&train_set, c.data.project, c.train.seed);
+    project_features(&test_set, c.data.project, c.train.seed);
+  }
   check_compatible(train_set, &test_set);
   if (train_set.size() < c.train.workers) {
     throw InputError(fmt::format("train.workers = {}: the training set {} has only {} samples",
@@ -150,6 +155,8 @@ std::unique_ptr<Prepared> prepare(const TrainArgs& a, const TrainInputs& in,
   spec.table_rows = train_set.categorical_rows;  // dlrm
   spec.embedding_dim = c.model.embedding_dim;
   spec.top_hidden = c.model.top_hidden;
+  spec.truncation = c.model.truncation;
+  spec.alpha = c.model.alpha;
   if (is_torchscript(spec.name) && !in.model_archive.empty()) spec.archive = in.model_archive;
   read_model_archive(&spec);  // torchscript:FILE (unless handed in)
   Job& job = p->job;
@@ -314,6 +321,11 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
     summary["final_test_logloss"] = last.test_logloss;
   }
   if (std::isfinite(p.test_set.planted_auc)) summary["planted_auc"] = p.test_set.planted_auc;
+  if (last.has_mixture) {  // mixture models (dpgmm): test_loss is -held-out LL per point
+    summary["effective_k"] = last.effective_k;
+    summary["ari"] = std::isfinite(last.ari) ? nlohmann::json(last.ari) : nlohmann::json();
+    summary["test_loglik"] = -last.test_loss;
+  }
   summary["dropped"] = dropped;
   summary["nonfinite"] = nonfinite;
   summary["stopped"] = r.stopped.empty() ? nlohmann::json() : nlohmann::json(r.stopped);
@@ -382,6 +394,12 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
                  100.0 * last.test_acc, last.test_loss, r.train_s,
                  static_cast<long long>(last.updates), last.epoch, sps, last.k, out.c_str(),
                  model_pt.empty() ? "" : ", model.pt", plot_note.c_str());
+    if (last.has_mixture) {
+      std::fprintf(stderr,
+                   "hsgd: mixture: held-out log-likelihood %.4f nats/point (test_loss is its "
+                   "negative), effective_k %.0f, ari %.4f\n",
+                   -last.test_loss, last.effective_k, last.ari);
+    }
   }
 }
 

@@ -34,6 +34,9 @@ struct DataConfig {
   // data.alpha, data.min_partition_size, data.classes_per_worker,
   // data.global_fraction; data/partition.h).
   PartitionOptions partition;
+  // A seeded Gaussian random projection of the features to this many
+  // dimensions (data/project.h), before standardization; 0 = off.
+  int64_t project = 0;
 };
 
 struct ModelConfig {
@@ -48,6 +51,10 @@ struct ModelConfig {
   // pull the dense part and the rows of their next batch, push the dense
   // gradient and the touched rows' gradients.
   bool sparse = false;
+  // dpgmm (model/dpgmm.h): the stick-breaking truncation and the DP
+  // concentration.
+  int64_t truncation = 50;
+  double alpha = 1.0;
 };
 
 struct TrainConfig {

@@ -122,7 +122,8 @@ std::vector<Key> declare() {
   // ---- [data]
   add(str_key("data", "spec", HSGD_REF(data.spec),
               "The training data: fashion-mnist, synthetic, idx:DIR, cifar10:DIR, csv:FILE, "
-              "libsvm:FILE, npy:X.npy,Y.npy, npz:FILE[:XKEY,YKEY], synthetic-ctr or criteo:FILE.")
+              "libsvm:FILE, npy:X.npy,Y.npy, npz:FILE[:XKEY,YKEY], synthetic-gmm, synthetic-ctr or "
+              "criteo:FILE.")
           .calibration());
   add(str_key("data", "test", HSGD_REF(data.test),
               "A separate test-set spec; empty: the data's own test split, or a held-out fraction.")
@@ -139,35 +140,38 @@ std::vector<Key> declare() {
                "Standardize features with the training set's mean and std (recorded in the saved "
                "model, so hsgd eval applies the same).")
           .calibration());
-  const auto synthetic = [] { return data_specs({"synthetic"}); };
+  const auto synthetic = [] { return data_specs({"synthetic", "synthetic-gmm"}); };
   add(int_key("data", "synthetic_samples", HSGD_REF(data.synthetic.samples),
-              "Samples of the synthetic classification set (the paper's: 10 000).")
+              "Samples of the synthetic classification set (the paper's: 10 000) and of "
+              "synthetic-gmm.")
           .check(at_least(2), ">= 2")
           .moot(synthetic())
           .calibration());
   add(int_key("data", "synthetic_features", HSGD_REF(data.synthetic.features),
-              "Features per synthetic sample.")
+              "Features per synthetic sample (synthetic-gmm: dimensions).")
           .check(at_least(1), ">= 1")
           .moot(synthetic())
           .calibration());
   add(int_key("data", "synthetic_classes", HSGD_REF(data.synthetic.classes),
-              "Classes of the synthetic set.")
+              "Classes of the synthetic set (synthetic-gmm: mixture components).")
           .check(at_least(2), ">= 2")
           .moot(synthetic())
           .calibration());
   add(num_key("data", "synthetic_separation", HSGD_REF(data.synthetic.class_sep),
-              "Std of each coordinate of the synthetic class centres (larger: easier).")
+              "Std of each coordinate of the synthetic (and synthetic-gmm) class centres (larger: "
+              "easier).")
           .check(above(0), "> 0")
           .moot(synthetic())
           .calibration());
   add(num_key("data", "synthetic_noise", HSGD_REF(data.synthetic.noise),
-              "Std of the per-sample Gaussian noise of the synthetic set.")
+              "Std of the per-sample Gaussian noise of the synthetic set (synthetic-gmm: the mean "
+              "per-dimension component std).")
           .check([](double v) { return v >= 0; }, ">= 0")
           .moot(synthetic())
           .calibration());
   add(int_key("data", "synthetic_seed", HSGD_REF(data.synthetic.seed),
               "Seed of the synthetic and synthetic-ctr sets (independent of train.seed).")
-          .moot(data_specs({"synthetic", "synthetic-ctr"}))
+          .moot(data_specs({"synthetic", "synthetic-gmm", "synthetic-ctr"}))
           .calibration());
   add(str_key("data", "partition", HSGD_REF(data.partition.kind),
               "How the training set is split over the workers: iid, dirichlet (per-class "
@@ -195,6 +199,12 @@ std::vector<Key> declare() {
               "The fraction of the training set put in a global pool every worker samples from.")
           .check([](double v) { return v >= 0 && v < 1; }, "in [0, 1)")
           .calibration());
+  add(int_key("data", "project", HSGD_REF(data.project),
+              "Project the features to this many dimensions by a seeded Gaussian random matrix "
+              "(seed train.seed), before standardization; 0 = off.")
+          .check(at_least(0), ">= 0 (0 = off)")
+          .written(Written::kNotDefault)
+          .calibration());
   const auto ctr = [] { return data_specs({"synthetic-ctr"}); };
   add(int_key("data", "ctr_samples", HSGD_REF(data.synthetic.ctr.samples),
               "Samples of the synthetic-ctr click-through set.")
@@ -219,13 +229,14 @@ std::vector<Key> declare() {
 
   // ---- [model]
   add(str_key("model", "name", HSGD_REF(model.name),
-              "The model: softmax, mlp, lenet5, cifar-cnn, linear-test, dlrm, or a TorchScript "
-              "file.")
+              "The model: softmax, mlp, lenet5, cifar-cnn, linear-test, dlrm, dpgmm (a "
+              "Dirichlet-process Gaussian mixture fitted by SVI), or a TorchScript file.")
           .calibration());
   add(list_key("model", "hidden", HSGD_REF(model.hidden),
                "Hidden layer widths of mlp; of dlrm's bottom MLP. A --set value: \"256,128\".")
           .check(non_empty_widths, "widths >= 1")
-          .moot(models_without("hidden layers", {"softmax", "lenet5", "cifar-cnn", "linear-test"}))
+          .moot(models_without("hidden layers",
+                               {"softmax", "lenet5", "cifar-cnn", "linear-test", "dpgmm"}))
           .calibration());
   add(int_key("model", "table_rows", HSGD_REF(data.synthetic.ctr.rows),
               "dlrm and the ctr data: ids per categorical field (criteo: hash buckets).")
@@ -240,7 +251,8 @@ std::vector<Key> declare() {
                  }})
           .calibration());
   const auto not_dlrm = [] {
-    return models_without("embeddings", {"softmax", "mlp", "lenet5", "cifar-cnn", "linear-test"});
+    return models_without("embeddings",
+                          {"softmax", "mlp", "lenet5", "cifar-cnn", "linear-test", "dpgmm"});
   };
   add(int_key("model", "embedding_dim", HSGD_REF(model.embedding_dim),
               "dlrm: embedding width (also the bottom MLP's output).")
@@ -251,6 +263,23 @@ std::vector<Key> declare() {
                "dlrm: the top MLP's hidden widths.")
           .check(non_empty_widths, "widths >= 1")
           .moot(not_dlrm())
+          .calibration());
+  const auto is_dpgmm = [](const Config& c) { return c.model.name == "dpgmm"; };
+  const Moot not_dpgmm{"model.name is not dpgmm", [](const Config& c) {
+                         return c.model.name == "dpgmm" ? ""
+                                                        : "model.name = " + quoted(c.model.name);
+                       }};
+  add(int_key("model", "truncation", HSGD_REF(model.truncation),
+              "dpgmm: the stick-breaking truncation (components the variational posterior has).")
+          .check(at_least(1), ">= 1")
+          .moot(not_dpgmm)
+          .written_when(is_dpgmm)
+          .calibration());
+  add(num_key("model", "alpha", HSGD_REF(model.alpha),
+              "dpgmm: the Dirichlet-process concentration (larger: more components a priori).")
+          .check(above(0), "> 0")
+          .moot(not_dpgmm)
+          .written_when(is_dpgmm)
           .calibration());
   add(bool_key("model", "sparse", HSGD_REF(model.sparse),
                "Row-sparse push and pull of the embedding rows: workers pull the dense part and "
@@ -470,8 +499,25 @@ std::vector<Key> declare() {
           .check([](double v) { return v >= 0; }, ">= 0")
           .calibration());
   add(str_key("optim", "lr_schedule", HSGD_REF(lr_schedule.kind),
-              "The learning-rate schedule: constant, step or cosine.")
-          .one_of({"constant", "step", "cosine"})
+              "The learning-rate schedule: constant, step, cosine or robbins-monro (lr x (t + "
+              "tau)^-kappa, t the update).")
+          .one_of({"constant", "step", "cosine", "robbins-monro"})
+          .calibration());
+  const auto robbins_monro = [](const Config& c) { return c.lr_schedule.kind == "robbins-monro"; };
+  add(num_key("optim", "tau", HSGD_REF(lr_schedule.tau),
+              "robbins-monro: the delay tau of lr x (t + tau)^-kappa (> 0; >= 1 keeps the first "
+              "rate <= lr).")
+          .check_if(robbins_monro, above(0), "> 0")
+          .moot(lr_schedules({"robbins-monro"}))
+          .written_when(robbins_monro)
+          .calibration());
+  add(num_key("optim", "kappa", HSGD_REF(lr_schedule.kappa),
+              "robbins-monro: the forgetting rate kappa (in (0.5, 1] the Robbins-Monro "
+              "conditions hold).")
+          .check_if(
+              robbins_monro, [](double v) { return v > 0 && v <= 1; }, "in (0, 1]")
+          .moot(lr_schedules({"robbins-monro"}))
+          .written_when(robbins_monro)
           .calibration());
   const auto lr_step = [](const Config& c) { return c.lr_schedule.kind == "step"; };
   const auto lr_cosine = [](const Config& c) { return c.lr_schedule.kind == "cosine"; };
@@ -549,6 +595,27 @@ std::vector<Key> declare() {
   add(num_key("staleness", "dc_lambda", HSGD_REF(staleness.dc_lambda),
               "DC-ASGD's lambda; > 0 also turns it on; 0 = 0.04 when dc_asgd = true.")
           .check(at_least(0), ">= 0 (0 = off, or the default 0.04 with staleness.dc_asgd = true)"));
+  add(other_key("staleness", "rebase", HSGD_REF(staleness.rebase), "boolean or \"auto\"",
+                "Apply each push from the current parameters toward its target w_pulled - g "
+                "(asynchronous SVI); auto = on for model dpgmm.")
+          .custom(
+              [](Config& c, const Where& w, const toml::node& n) {
+                if (auto b = n.value_exact<bool>()) {
+                  c.staleness.rebase = *b ? 1 : 0;
+                } else if (n.value_exact<std::string>() == "auto") {
+                  c.staleness.rebase = -1;
+                } else {
+                  bad(w, n, "true, false or \"auto\"");
+                }
+              },
+              [](const Config& c, toml::table& t) {
+                if (c.staleness.rebase < 0) {
+                  t.insert_or_assign("rebase", "auto");
+                } else {
+                  t.insert_or_assign("rebase", c.staleness.rebase != 0);
+                }
+              })
+          .written(Written::kNotDefault));
   add(bool_key("staleness", "gap_aware", HSGD_REF(staleness.gap_aware),
                "Gap-Aware: divide each coordinate by its normalized gap (Barkai et al. 2019)."));
   add(bool_key("staleness", "momentum_correction", HSGD_REF(staleness.momentum_correction),

@@ -24,9 +24,79 @@ std::string thrown_by(const std::function<void()>& check) {
   return "";
 }
 
+// model dpgmm takes SVI steps lambda <- (1 - rho) lambda + rho lambda_hat:
+// every Beta and Gamma parameter stays positive only for a convex
+// combination, so whatever else moves lambda is refused (model/dpgmm.h).
+std::string dpgmm_refusal(const Config& c) {
+  if (c.model.name != "dpgmm") return "";
+  const std::string why =
+      ": model dpgmm takes natural-gradient SVI steps, lambda <- (1 - rho) lambda + rho "
+      "lambda_hat, which keep its Beta and Gamma parameters positive only as a convex "
+      "combination; ";
+  if (c.optim.kind != "sgd") {
+    return "optim.kind = '" + c.optim.kind + "'" + why + "expected sgd";
+  }
+  if (c.optim.weight_decay != 0) {
+    return "optim.weight_decay = " + num(c.optim.weight_decay) + why + "expected 0";
+  }
+  const bool aggregates =
+      c.policy.kind != "async" && c.policy.kind != "ssp" && c.policy.kind != "hogwild";
+  if (aggregates && c.policy.aggregation == Aggregation::kSum) {
+    return "policy.aggregation = 'sum'" + why + "expected mean";
+  }
+  if (c.compress.on()) {
+    const bool push = !c.compress.push.none();
+    return std::string(push ? "compress.push" : "compress.pull") + " = '" +
+           (push ? c.compress.push.name() : c.compress.pull.name()) + "'" + why +
+           "lossy compression moves it off that line; expected none";
+  }
+  const double base = scaled_lr(c.optim, c.train.workers, c.train.batch);
+  const double first = c.lr_schedule.kind == "robbins-monro"
+                           ? base * std::pow(c.lr_schedule.tau, -c.lr_schedule.kappa)
+                           : base;
+  if (first > 1) {
+    return "optim.lr = " + num(c.optim.lr) + why + "the rate rho must be <= 1, and it is " +
+           num(first) +
+           (c.lr_schedule.kind == "robbins-monro" ? " at the first update (lr x tau^-kappa)" : "") +
+           (c.optim.scale_lr ? " (after optim.scale_lr)" : "");
+  }
+  if (c.staleness.dc_asgd || c.staleness.dc_lambda > 0) {
+    return "staleness.dc_asgd = true" + why +
+           "DC-ASGD's correction term is not one; expected false";
+  }
+  if (c.policy.kind == "hogwild") {
+    return "policy.name = 'hogwild'" + why +
+           "hogwild workers add steps computed from racing reads with no server to rebase "
+           "them; expected a policy with a server";
+  }
+  if (c.staleness.rebase == 0 && c.policy.kind != "sync") {
+    return "staleness.rebase = false" + why +
+           "a push computed from stale parameters is one only when rebased onto the current "
+           "ones; expected true or auto";
+  }
+  if (c.sampling.kind != "uniform") {
+    return "sampling.kind = '" + c.sampling.kind +
+           "': model dpgmm scales its sufficient statistics by N / |B| for uniform batches; "
+           "expected uniform";
+  }
+  if (c.policy.kind == "local") {
+    const LocalOptions& l = c.policy.local;
+    if (l.momentum != 0) return "local.momentum = " + num(l.momentum) + why + "expected 0";
+    if (l.outer != "sgd") return "local.outer = '" + l.outer + "'" + why + "expected sgd";
+    if (l.outer_lr > 1) return "local.outer_lr = " + num(l.outer_lr) + why + "expected <= 1";
+    if (l.lr > 1) return "local.lr = " + num(l.lr) + why + "expected <= 1";
+  }
+  return "";
+}
+
 std::vector<Refusal> table() {
   auto quoted = [](const std::string& s) { return "'" + s + "'"; };
   return {
+      {"model dpgmm with anything but a convex SVI step: optim.kind other than sgd, weight "
+       "decay, sum aggregation, compression, a rate above 1 (lr, scale_lr, robbins-monro's "
+       "first), DC-ASGD, hogwild, staleness.rebase = false off sync, loss sampling, local "
+       "momentum or an outer optimizer other than sgd",
+       dpgmm_refusal},
       {"train.budget and train.epochs both 0 (the run would never end)",
        [](const Config& c) -> std::string {
          if (c.train.budget != 0 || c.train.epochs != 0) return "";

@@ -123,6 +123,13 @@ struct SyntheticOptions {
 // InputError for samples < 1, features < 1, classes < 2, negative sep/noise.
 Dataset make_synthetic(const SyntheticOptions& o);
 
+// A mixture of diagonal Gaussians for density estimation (synthetic-gmm,
+// issue 31): o.classes components with centres ~ N(0, class_sep^2) per
+// dimension, per-dimension stds noise x U(0.5, 1.5), weights proportional to
+// 1 + U(0, 1); each sample's label is its component. o.features dimensions,
+// o.samples samples. Deterministic for o.seed. Throws InputError like
+// make_synthetic.
+Dataset make_synthetic_gmm(const SyntheticOptions& o);
 // Checks that `test` can be evaluated by a model trained on `train` (used for
 // a separate --test-data): equal sample shapes, test labels below
 // train.num_classes (the test set may hold fewer classes). Throws InputError

@@ -1,5 +1,5 @@
 // Data specs: fashion-mnist | synthetic | idx:DIR | cifar10:DIR | csv:FILE | libsvm:FILE |
-// npy:X,Y | npz:FILE[:XKEY,YKEY] | synthetic-ctr | criteo:FILE.
+// npy:X,Y | npz:FILE[:XKEY,YKEY] | synthetic-gmm | synthetic-ctr | criteo:FILE.
 #include "hsgd/data/spec.h"
 
 #include <fmt/format.h>
@@ -24,7 +24,8 @@ enum class Kind {
   kNpy,
   kNpz,
   kSyntheticCtr,
-  kCriteo
+  kCriteo,
+  kSyntheticGmm
 };
 
 struct Spec {
@@ -37,6 +38,7 @@ Spec parse_spec(const std::string& spec, const char* option) {
   if (spec == "fashion-mnist") return {Kind::kFashionMnist, kFashionMnistDir};
   if (spec == "synthetic") return {Kind::kSynthetic, {}};
   if (spec == "synthetic-ctr") return {Kind::kSyntheticCtr, {}};
+  if (spec == "synthetic-gmm") return {Kind::kSyntheticGmm, {}};
   const size_t colon = spec.find(':');
   if (colon != std::string::npos) {
     const std::string_view kind = std::string_view(spec).substr(0, colon);
@@ -64,7 +66,8 @@ Spec parse_spec(const std::string& spec, const char* option) {
   }
   throw InputError(fmt::format(
       "{} '{}': expected one of fashion-mnist, synthetic, idx:DIR, cifar10:DIR, csv:FILE, "
-      "libsvm:FILE, npy:X.npy,Y.npy, npz:FILE[:XKEY,YKEY], synthetic-ctr, criteo:FILE",
+      "libsvm:FILE, npy:X.npy,Y.npy, npz:FILE[:XKEY,YKEY], synthetic-gmm, synthetic-ctr, "
+      "criteo:FILE",
       option, spec));
 }
 
@@ -119,6 +122,9 @@ LoadedData load_data(const std::string& spec_text, const SyntheticOptions& synth
     case Kind::kSynthetic:
       out.train = make_synthetic(synthetic);
       break;
+    case Kind::kSyntheticGmm:
+      out.train = make_synthetic_gmm(synthetic);
+      break;
     case Kind::kIdx:
       out.train = read_idx_dir(spec.path, true);
       if (has_idx_split(spec.path, false)) out.test = read_idx_dir(spec.path, false);
@@ -156,6 +162,8 @@ Dataset load_test_data(const std::string& spec_text, const SyntheticOptions& syn
       return read_fashion_mnist(false);
     case Kind::kSynthetic:
       return make_synthetic(synthetic);
+    case Kind::kSyntheticGmm:
+      return make_synthetic_gmm(synthetic);
     case Kind::kIdx:
       return read_idx_dir(spec.path, !has_idx_split(spec.path, false));
     case Kind::kCifar10:

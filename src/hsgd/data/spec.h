@@ -1,6 +1,6 @@
 // Data specs as given on the command line: fashion-mnist | synthetic |
 // idx:DIR | cifar10:DIR | csv:FILE | libsvm:FILE | npy:X.npy,Y.npy |
-// npz:FILE[:XKEY,YKEY] | synthetic-ctr | criteo:FILE (data/ctr.h).
+// npz:FILE[:XKEY,YKEY] | synthetic-gmm | synthetic-ctr | criteo:FILE (data/ctr.h).
 #pragma once
 #include <optional>
 #include <string>

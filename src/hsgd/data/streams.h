@@ -26,4 +26,9 @@ inline constexpr uint64_t kCtrModelStream = 40;
 inline constexpr uint64_t kCtrIdStream = 41;
 inline constexpr uint64_t kCtrDenseStream = 42;
 inline constexpr uint64_t kCtrLabelStream = 43;
+// synthetic-gmm (data/gmm.cc) and the random projection (data/project.cc).
+inline constexpr uint64_t kGmmCentresStream = 50;
+inline constexpr uint64_t kGmmWeightsStream = 51;
+inline constexpr uint64_t kGmmSamplesStream = 52;
+inline constexpr uint64_t kProjectionStream = 60;
 }  // namespace hsgd::data_internal

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 
 #include "hsgd/core/error.h"
 #include "hsgd/metrics/recorder.h"
@@ -45,8 +47,9 @@ std::string plot_data(const std::string& csv) {
   std::vector<size_t> at;
   for (const char* name : kPlotColumns) {
     const auto it = std::find(header.begin(), header.end(), name);
-    if (it == header.end()) throw InputError(csv + ":1: no column '" + name + "'");
-    at.push_back(static_cast<size_t>(it - header.begin()));
+    const bool optional = std::string_view(name) == "effective_k";
+    if (it == header.end() && !optional) throw InputError(csv + ":1: no column '" + name + "'");
+    at.push_back(it == header.end() ? SIZE_MAX : static_cast<size_t>(it - header.begin()));
   }
   std::string out = "#";
   for (const char* name : kPlotColumns) out += std::string(" ") + name;
@@ -104,6 +107,7 @@ std::string plot_script(const std::vector<std::string>& run_dirs, const std::str
   std::vector<Run> runs;
   std::map<std::string, int> policy_count;
   double max_staleness = 0, max_idle = 0;
+  bool mixture = true;  // every run a mixture model (dpgmm): no accuracy to draw
   for (const std::string& dir : run_dirs) {
     const std::string csv = dir + "/metrics.csv";
     std::vector<MetricsRow> rows = read_metrics_csv(csv);  // validates
@@ -112,6 +116,7 @@ std::string plot_script(const std::vector<std::string>& run_dirs, const std::str
       if (std::isfinite(r.staleness_mean))
         max_staleness = std::max(max_staleness, r.staleness_mean);
       if (std::isfinite(r.idle_frac)) max_idle = std::max(max_idle, r.idle_frac);
+      mixture = mixture && r.has_mixture;
     }
     runs.push_back({csv, rows.front().policy});
     policy_count[rows.front().policy]++;
@@ -148,8 +153,14 @@ std::string plot_script(const std::vector<std::string>& run_dirs, const std::str
     }
     script += "\n";
   };
-  panel("test accuracy", "accuracy", "test_acc", "bottom right", "*:*");
-  panel("test loss", "cross-entropy", "test_loss", "top right", "*:*");
+  if (mixture) {
+    panel("effective components (E[pi_k] > 1 %)", "components", "effective_k", "top right", "*:*");
+    panel("test loss", "negative held-out log-likelihood per point", "test_loss", "top right",
+          "*:*");
+  } else {
+    panel("test accuracy", "accuracy", "test_acc", "bottom right", "*:*");
+    panel("test loss", "cross-entropy", "test_loss", "top right", "*:*");
+  }
   panel("mean staleness of applied pushes", "updates", "staleness_mean", "top right",
         fmt::format("0:{}", std::max(1.0, 1.05 * max_staleness)));
   panel("worker idle fraction (waiting for an update)", "fraction", "idle_frac", "top right",

@@ -20,8 +20,9 @@ void plot_runs(const std::vector<std::string>& run_dirs, const std::string& png)
 // run ($run0, $run1, ...; a comment line names their columns), and each
 // panel's `using 1:N` reads column N of it.
 std::string plot_script(const std::vector<std::string>& run_dirs, const std::string& png);
-inline constexpr const char* kPlotColumns[] = {"time_s", "test_acc", "test_loss", "staleness_mean",
-                                               "idle_frac"};
+// effective_k is optional (mixture models, issue 31): "nan" where absent.
+inline constexpr const char* kPlotColumns[] = {"time_s",         "test_acc",  "test_loss",
+                                               "staleness_mean", "idle_frac", "effective_k"};
 
 // A single-quoted gnuplot string.
 std::string gnuplot_quote(const std::string& s);

@@ -25,6 +25,11 @@ struct EvalResult {
   // multi-class models.
   double auc = std::nan("");
   double log_loss = std::nan("");
+  // Mixture models (dpgmm): the components with E[pi_k] > 1 % and the
+  // adjusted Rand index of the most probable component against the labels;
+  // NaN for the others (and ari for data without labels).
+  double effective_k = std::nan("");
+  double ari = std::nan("");
 };
 
 // Where a model keeps embedding rows (row-sparse models: dlrm). The flat
@@ -124,7 +129,8 @@ class Model {
 
 // What a model is; enough to rebuild it (stored in saved model files).
 struct ModelSpec {
-  // softmax | mlp | lenet5 | cifar-cnn | dlrm | linear-test | torchscript:FILE
+  // softmax | mlp | lenet5 | cifar-cnn | dlrm | linear-test | dpgmm |
+  // torchscript:FILE
   std::string name;
   std::vector<int64_t> sample_shape;  // per-sample input shape
   int num_classes = 0;
@@ -141,6 +147,11 @@ struct ModelSpec {
   std::vector<int64_t> table_rows;
   int64_t embedding_dim = 16;
   std::vector<int64_t> top_hidden = {64};
+  // dpgmm: the truncation and the DP concentration (model/dpgmm.h). Not
+  // stored in model files: the truncation follows from the parameter count,
+  // alpha is in the parameters' prior block.
+  int64_t truncation = 50;
+  double alpha = 1.0;
   // torchscript:FILE models: the TorchScript archive the model is built
   // from (FILE's bytes, read by read_model_archive; in a saved model file,
   // the trained module with its buffers). Empty for the zoo.

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "hsgd/core/error.h"
+#include "hsgd/model/dpgmm.h"
 #include "hsgd/model/linear_model.h"
 #include "hsgd/model/model.h"
 #include "hsgd/model/torch_dlrm.h"
@@ -70,7 +71,8 @@ TorchNet cifar_cnn_net(int classes) {
 }  // namespace
 
 std::vector<std::string> model_names() {
-  return {"softmax", "mlp", "lenet5", "cifar-cnn", "dlrm", "linear-test", "torchscript:FILE"};
+  return {"softmax", "mlp",         "lenet5", "cifar-cnn",
+          "dlrm",    "linear-test", "dpgmm",  "torchscript:FILE"};
 }
 
 std::unique_ptr<Model> make_model(const ModelSpec& spec, const Dataset* calibration) {
@@ -88,6 +90,7 @@ std::unique_ptr<Model> make_model(const ModelSpec& spec, const Dataset* calibrat
 
   if (spec.name == "dlrm") return make_dlrm_model(spec);
   if (spec.name == "linear-test") return make_linear_model(in, classes);
+  if (spec.name == "dpgmm") return make_dpgmm_model(in, spec.truncation, spec.alpha, calibration);
   if (spec.name == "softmax") {
     return make_torch_model([=] { return softmax_net(in, classes); }, shape, classes);
   }

@@ -267,6 +267,8 @@ double lr_at(const LrSchedule& s, double base, int64_t u) {
   } else if (s.kind == "cosine") {
     const double x = std::min(1.0, static_cast<double>(u) / static_cast<double>(s.horizon));
     lr = s.min_lr + (base - s.min_lr) * (1.0 + std::cos(std::numbers::pi * x)) / 2.0;
+  } else if (s.kind == "robbins-monro") {
+    lr = base * std::pow(static_cast<double>(u) + s.tau, -s.kappa);
   }
   if (s.warmup > 0 && u < s.warmup)
     lr *= static_cast<double>(u + 1) / static_cast<double>(s.warmup);
@@ -304,8 +306,15 @@ void validate(const OptimizerOptions& o, const LrSchedule& s) {
   if (!(o.weight_decay >= 0)) {
     throw InputError("optim.weight_decay = " + num(o.weight_decay) + ": expected >= 0");
   }
-  if (s.kind != "constant" && s.kind != "step" && s.kind != "cosine") {
-    throw InputError("optim.lr_schedule = '" + s.kind + "': expected constant, step or cosine");
+  if (s.kind != "constant" && s.kind != "step" && s.kind != "cosine" && s.kind != "robbins-monro") {
+    throw InputError("optim.lr_schedule = '" + s.kind +
+                     "': expected constant, step, cosine or robbins-monro");
+  }
+  if (s.kind == "robbins-monro" && !(s.tau > 0 && std::isfinite(s.tau))) {
+    throw InputError("optim.tau = " + num(s.tau) + ": expected > 0");
+  }
+  if (s.kind == "robbins-monro" && !(s.kappa > 0 && s.kappa <= 1)) {
+    throw InputError("optim.kappa = " + num(s.kappa) + ": expected in (0, 1]");
   }
   if (s.kind == "step" && s.step_size < 1) {
     throw InputError("optim.lr_step_size = " + std::to_string(s.step_size) + ": expected >= 1");

@@ -29,12 +29,17 @@ struct OptimizerOptions {
 };
 
 struct LrSchedule {
-  std::string kind = "constant";  // constant | step | cosine
+  std::string kind = "constant";  // constant | step | cosine | robbins-monro
   int64_t step_size = 1000;       // step: multiply by gamma every step_size updates
   double gamma = 0.1;             // step
   int64_t horizon = 0;            // cosine: updates over which lr decays to min_lr
   double min_lr = 0.0;            // cosine
   int64_t warmup = 0;             // linear warm-up from 0 over this many updates
+  // robbins-monro: lr x (update + tau)^-kappa (Robbins and Monro 1951; the
+  // SVI step size rho_t of Hoffman et al. 2013 with lr = 1). tau > 0;
+  // kappa in (0.5, 1] satisfies sum rho = inf, sum rho^2 < inf.
+  double tau = 1.0;
+  double kappa = 0.7;
 };
 
 // The learning rate for update number `update` (0-based).

@@ -47,6 +47,12 @@ void scale_by_staleness(std::span<float> g, int64_t tau) {
   for (float& x : g) x *= s;
 }
 
+void rebase_push(std::span<float> g, std::span<const float> w_now,
+                 std::span<const float> w_pulled) {
+  HSGD_ASSERT(g.size() == w_now.size() && g.size() == w_pulled.size(), "rebase: sizes differ");
+  for (size_t i = 0; i < g.size(); ++i) g[i] += w_now[i] - w_pulled[i];
+}
+
 void dc_compensate(std::span<float> g, std::span<const float> w_now,
                    std::span<const float> w_pulled, double lambda) {
   HSGD_ASSERT(g.size() == w_now.size() && g.size() == w_pulled.size(), "dc_compensate sizes");

@@ -5,8 +5,8 @@
 // the same when the push is applied, because an update empties the whole
 // buffer and the version changes only then.
 //
-// Order on one push (Server::on_push): the filter (drop), then DC-ASGD
-// compensation, then the Gap-Aware division, then the staleness scaling.
+// Order on one push (Server::on_push): the filter (drop), then the rebase,
+// then DC-ASGD compensation, then the Gap-Aware division, then the staleness scaling.
 // All are identities at tau = 0 (so under sync, where every push has tau = 0,
 // they change nothing and the server does not special-case it).
 #pragma once
@@ -42,11 +42,21 @@ struct MitigationOptions {
   // first K). What auto does for itself, offered to every policy.
   bool momentum_correction = false;
 
+  // Rebase (asynchronous SVI, Mohamad et al. 2018): a push g computed at
+  // w_pulled is applied as a step toward its target w_pulled - g from the
+  // current parameters: g + (w_now - w_pulled). The server's SGD step is then
+  // w <- (1 - lr) w_now + lr (w_pulled - g), a convex combination however
+  // stale the push (model dpgmm needs it: its Beta and Gamma parameters stay
+  // positive only so). 1 on, 0 off, -1 auto: the run layer resolves it
+  // (server_options: on for model dpgmm, off otherwise); the Server treats
+  // -1 as off.
+  int rebase = -1;
+  bool rebase_on() const { return rebase > 0; }
   static constexpr double kDefaultDcLambda = 0.04;
   bool dc_on() const { return dc_asgd || dc_lambda > 0; }
   double lambda() const { return dc_lambda > 0 ? dc_lambda : kDefaultDcLambda; }
   // DC-ASGD and Gap-Aware need each worker's pulled copy of the parameters.
-  bool needs_pulled_copy() const { return dc_on() || gap_aware; }
+  bool needs_pulled_copy() const { return dc_on() || gap_aware || rebase_on(); }
   // Any transform of the gradient (filtering aside).
   bool transforms() const { return scaled_lr || needs_pulled_copy(); }
 };
@@ -87,6 +97,8 @@ double steady_staleness(int workers, int k);
 // g *= 1 / max(1, tau).
 void scale_by_staleness(std::span<float> g, int64_t tau);
 
+// Rebase: g_i += w_now_i - w_pulled_i. Sizes equal.
+void rebase_push(std::span<float> g, std::span<const float> w_now, std::span<const float> w_pulled);
 // DC-ASGD: g_i += lambda * g_i * g_i * (w_now_i - w_pulled_i). Sizes equal.
 void dc_compensate(std::span<float> g, std::span<const float> w_now,
                    std::span<const float> w_pulled, double lambda);

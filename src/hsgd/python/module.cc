@@ -230,8 +230,9 @@ void serve(Body body, const py::object& on_row, const py::object& on_status, Sto
         for (const MetricsRow& r : rows) {
           if (py_error || on_row.is_none()) break;
           try {
-            const py::object keep_going = on_row(csv_header_of(r.has_compress, r.has_net),
-                                                 csv_line(r, r.has_compress, r.has_net));
+            const py::object keep_going = on_row(
+                csv_header_of(r.has_compress, r.has_net, r.has_mixture),
+                csv_line(r, r.has_compress, r.has_net, r.has_mixture));
             if (keep_going.is(py::bool_(false))) {
               stop.request(fmt_stop(r), /*at_evaluation=*/true);
             }

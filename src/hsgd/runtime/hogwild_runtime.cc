@@ -171,6 +171,9 @@ RunResult HogwildRuntime::run(const Job& job, Recorder* recorder, Observer* obse
     r.test_acc = e.accuracy;
     r.test_auc = e.auc;
     r.test_logloss = e.log_loss;
+    r.has_mixture = std::isfinite(e.effective_k);
+    r.effective_k = e.effective_k;
+    r.ari = e.ari;
     r.live_workers = n;
     r.policy = "hogwild";
     r.seed = c.train.seed;

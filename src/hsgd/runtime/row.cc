@@ -18,6 +18,9 @@ MetricsRow build_row(const Server& server, const ServerStats& st, const EvalResu
   r.test_acc = e.accuracy;
   r.test_auc = e.auc;
   r.test_logloss = e.log_loss;
+  r.has_mixture = std::isfinite(e.effective_k);
+  r.effective_k = e.effective_k;
+  r.ari = e.ari;
   r.staleness_mean =
       st.staleness_count ? st.staleness_sum / static_cast<double>(st.staleness_count) : 0.0;
   r.staleness_max = st.staleness_max;
@@ -65,6 +68,8 @@ ServerOptions server_options(const Job& job) {
   so.aggregation = c.policy.aggregation;
   so.lr = scaled_lr(c.optim, c.train.workers, c.train.batch);
   so.staleness = c.staleness;
+  // staleness.rebase = "auto": on for the model whose pushes are SVI steps.
+  if (so.staleness.rebase < 0) so.staleness.rebase = c.model.name == "dpgmm" ? 1 : 0;
   so.lr_schedule = c.lr_schedule;
   so.samples_per_epoch = job.train->size();
   so.clip_norm = c.optim.clip_norm;

@@ -114,6 +114,7 @@ std::span<const float> Server::mitigate(size_t w, uint64_t version, int64_t tau,
   // At tau = 0 the parameters have not moved since the pull: no gap.
   if (tau > 0 && m.needs_pulled_copy() && pulled_version_[w] == version) {
     const std::span<const float> now = params_, then = pulled_[w];
+    if (m.rebase_on()) rebase_push(scratch_, now, then);
     if (m.dc_on()) dc_compensate(scratch_, now, then, m.lambda());
     if (m.gap_aware && tracked_updates_ > 0) {
       const double correction = 1.0 - std::pow(m.gap_decay, static_cast<double>(tracked_updates_));
