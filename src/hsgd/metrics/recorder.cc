@@ -93,8 +93,17 @@ Recorder::Recorder(const std::string& dir, int64_t keep_rows, bool compress)
   const std::string csv_path = newest_of(dir, "metrics.csv");
   const std::vector<std::string> csv = first_lines(csv_path, keep + 1);
   const std::string& header = compress ? csv_header_compress() : csv_header();
-  net_ = csv[0] == header + ",net_util";
-  if (csv[0] != header && !net_) {
+  bool known = false;
+  for (const bool net : {false, true}) {
+    for (const bool cons : {false, true}) {
+      if (csv[0] == csv_header_of(compress, net, cons)) {
+        known = true;
+        net_ = net;
+        consensus_ = cons;
+      }
+    }
+  }
+  if (!known) {
     throw InputError(csv_path + ":1: expected the hsgd metrics header '" + header + "'");
   }
   header_ = true;
@@ -129,11 +138,12 @@ Recorder::~Recorder() {
   if (jsonl_) std::fclose(jsonl_);
 }
 
-std::string csv_header_of(bool compress, bool net) {
-  return (compress ? csv_header_compress() : csv_header()) + (net ? ",net_util" : "");
+std::string csv_header_of(bool compress, bool net, bool consensus) {
+  return (compress ? csv_header_compress() : csv_header()) + (net ? ",net_util" : "") +
+         (consensus ? ",consensus,consensus_rel" : "");
 }
 
-std::string csv_line(const MetricsRow& r, bool compress, bool net) {
+std::string csv_line(const MetricsRow& r, bool compress, bool net, bool consensus) {
   std::string line = fmt::format(
       "{:.3f},{},{},{:.4f},{},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.4f},{},{},{},{:.4f},{},{},{}",
       r.time_s, r.updates, r.samples, r.epoch, r.k, r.train_loss, r.test_loss, r.test_acc,
@@ -141,6 +151,7 @@ std::string csv_line(const MetricsRow& r, bool compress, bool net) {
       r.idle_frac, r.live_workers, r.policy, r.seed);
   if (compress) line += fmt::format(",{},{},{:.6f}", r.bytes_pushed, r.bytes_pulled, r.compress_s);
   if (net) line += fmt::format(",{:.4f}", r.net_util);
+  if (consensus) line += fmt::format(",{:.6g},{:.6g}", r.consensus, r.consensus_rel);
   return line;
 }
 
@@ -149,10 +160,11 @@ void Recorder::write(const MetricsRow& r) {
   if (!header_) {
     header_ = true;
     net_ = r.has_net;
-    std::fprintf(csv_, "%s\n", csv_header_of(compress_, net_).c_str());
+    consensus_ = r.has_consensus;
+    std::fprintf(csv_, "%s\n", csv_header_of(compress_, net_, consensus_).c_str());
   }
   rows_.push_back(r);
-  std::fputs((csv_line(r, compress_, net_) + "\n").c_str(), csv_);
+  std::fputs((csv_line(r, compress_, net_, consensus_) + "\n").c_str(), csv_);
   nlohmann::json j = {{"time_s", r.time_s},
                       {"updates", r.updates},
                       {"samples", r.samples},
@@ -177,6 +189,10 @@ void Recorder::write(const MetricsRow& r) {
     j["compress_s"] = r.compress_s;
   }
   if (net_) j["net_util"] = r.net_util;
+  if (consensus_) {
+    j["consensus"] = r.consensus;
+    j["consensus_rel"] = r.consensus_rel;
+  }
   std::fputs((j.dump() + "\n").c_str(), jsonl_);
   std::fflush(csv_);
   std::fflush(jsonl_);
@@ -222,6 +238,7 @@ std::vector<MetricsRow> parse_metrics_csv(std::istream& in, const std::string& p
   const bool compress =
       at.count("bytes_pushed") && at.count("bytes_pulled") && at.count("compress_s");
   const bool net = at.count("net_util") > 0;
+  const bool consensus = at.count("consensus") > 0 && at.count("consensus_rel") > 0;
   const size_t fields = names.size();
   std::vector<MetricsRow> rows;
   int lineno = 1;
@@ -274,6 +291,11 @@ std::vector<MetricsRow> parse_metrics_csv(std::istream& in, const std::string& p
     if (net) {
       r.has_net = true;
       r.net_util = d("net_util");
+    }
+    if (consensus) {
+      r.has_consensus = true;
+      r.consensus = d("consensus");
+      r.consensus_rel = d("consensus_rel");
     }
     rows.push_back(r);
   }

@@ -44,6 +44,12 @@ struct MetricsRow {
   // since the previous row (its carried bytes / its capacity x seconds).
   bool has_net = false;
   double net_util = 0;
+  // The serverless gossip policies (issue 28): two more columns, the
+  // consensus distance Xi = sqrt(mean_i ||x_i - x_bar||^2) over the workers'
+  // models and Xi / ||x_bar||.
+  bool has_consensus = false;
+  double consensus = 0;
+  double consensus_rel = 0;
 };
 
 // The CSV header line (no newline).
@@ -54,8 +60,9 @@ const std::string& csv_header_compress();
 // The header (no newline) with the compression columns when `compress` and
 // net_util when `net`; and a row as metrics.csv holds it, the values of
 // that header's columns.
-std::string csv_header_of(bool compress, bool net);
-std::string csv_line(const MetricsRow& r, bool compress, bool net);
+// `consensus`: the consensus columns, after net_util.
+std::string csv_header_of(bool compress, bool net, bool consensus = false);
+std::string csv_line(const MetricsRow& r, bool compress, bool net, bool consensus = false);
 
 // Thread-safety: none (one writer). The header is written with the first
 // row: its columns are the compression ones when `compress`, and net_util
@@ -89,9 +96,10 @@ class Recorder {
   std::FILE* jsonl_ = nullptr;
   std::vector<MetricsRow> rows_;
   bool compress_ = false;
-  bool pending_ = false;  // a resume not yet open(): the kept text below
-  bool header_ = false;   // the header line is written (or kept)
-  bool net_ = false;      // the net_util column
+  bool pending_ = false;    // a resume not yet open(): the kept text below
+  bool header_ = false;     // the header line is written (or kept)
+  bool net_ = false;        // the net_util column
+  bool consensus_ = false;  // the consensus columns
   std::string kept_csv_, kept_jsonl_;
 };
 

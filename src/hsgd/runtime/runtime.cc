@@ -1,6 +1,7 @@
 #include "hsgd/runtime/runtime.h"
 
 #include "hsgd/core/error.h"
+#include "hsgd/runtime/gossip_sim.h"
 #include "hsgd/runtime/hogwild_runtime.h"
 #include "hsgd/runtime/sim_runtime.h"
 #include "hsgd/runtime/sparse_rows.h"
@@ -71,6 +72,13 @@ std::unique_ptr<Runtime> make_runtime(const Config& c) {
       throw InputError("policy.name = 'hogwild': runs on the threads runtime only");
     }
     return std::make_unique<HogwildRuntime>();
+  }
+  if (is_gossip_policy(c.policy.kind)) {
+    if (c.train.runtime != "sim") {
+      throw InputError("policy.name = '" + c.policy_name +
+                       "': the gossip policies run on the sim runtime only in this version");
+    }
+    return std::make_unique<GossipSimRuntime>();
   }
   return make_runtime(c.train.runtime);
 }
