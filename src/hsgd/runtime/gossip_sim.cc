@@ -18,6 +18,7 @@
 #include "hsgd/policy/gossip.h"
 #include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/delay.h"
+#include "hsgd/runtime/gossip_row.h"
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/row.h"
 #include "hsgd/runtime/run_control.h"
@@ -80,7 +81,7 @@ class GossipRun {
         np_(job.initial_params.size()),
         kind_(c_.policy.kind),
         topo_(c_.gossip.topology, c_.gossip.weights, n_, c_.train.seed),
-        models_(n_, job.initial_params, local_update(c_)),
+        models_(n_, job.initial_params, gossip_local_update(c_)),
         model_(job.make_model()),
         work_params_(np_),
         work_grads_(np_),
@@ -115,7 +116,7 @@ class GossipRun {
     const double budget = schedule_.budget();
     double end_time = budget;
     bool stopped_at_row = !job_.resume && stops_.stopped();
-    const bool done_already = schedule_.epochs_done(samples_) || stops_.stopped();
+    const bool done_already = schedule_.epochs_done(counts_.samples) || stops_.stopped();
     auto last_status = SteadyClock::now();
     uint64_t processed = 0;
     while (!done_already && !stops_.stopped()) {
@@ -153,7 +154,7 @@ class GossipRun {
         end_time = ev.time;
         break;
       }
-      if (schedule_.epochs_done(samples_)) {
+      if (schedule_.epochs_done(counts_.samples)) {
         end_time = ev.time;
         break;
       }
@@ -161,12 +162,12 @@ class GossipRun {
         last_status = SteadyClock::now();
         Status st;
         st.time_s = ev.time;
-        st.updates = steps_;
-        st.samples = samples_;
+        st.updates = counts_.steps;
+        st.samples = counts_.samples;
         st.k = 1;
         st.test_acc = last_acc_;
         st.train_loss = std::nan("");
-        st.epochs = static_cast<double>(samples_) / static_cast<double>(job_.train->size());
+        st.epochs = static_cast<double>(counts_.samples) / static_cast<double>(job_.train->size());
         observer_->on_status(st);
       }
     }
@@ -184,7 +185,7 @@ class GossipRun {
     result.train_s = result.last.time_s;
     result.real_train_s = since(wall0) - eval_real_;
     result.wall_s = since(wall0);
-    result.gradients = steps_;
+    result.gradients = counts_.steps;
     for (const GWorker& g : workers_) {
       result.worker_pushes.push_back(g.step);
       result.sampler_cost += g.sampler.cost;
@@ -195,14 +196,6 @@ class GossipRun {
   }
 
  private:
-  static LocalUpdate local_update(const Config& c) {
-    LocalUpdate u;
-    u.kind = c.optim.kind;
-    u.momentum = static_cast<float>(c.optim.momentum);
-    u.weight_decay = static_cast<float>(c.optim.weight_decay);
-    return u;
-  }
-
   GWorker& worker(int w) { return workers_[static_cast<size_t>(w)]; }
 
   // Whether worker w's step `step` ends with a gossip round.
@@ -281,9 +274,9 @@ class GossipRun {
   void apply_gradient(int w, double t) {
     GWorker& g = worker(w);
     if (!g.finite) {
-      ++nonfinite_;
+      ++counts_.nonfinite;
       ++consecutive_nonfinite_;
-      stops_.check_pushes(consecutive_nonfinite_, steps_, t);
+      stops_.check_pushes(consecutive_nonfinite_, counts_.steps, t);
       return;
     }
     consecutive_nonfinite_ = 0;
@@ -467,11 +460,11 @@ class GossipRun {
   void finish_step(int w, double t) {
     GWorker& g = worker(w);
     ++g.step;
-    ++steps_;
+    ++counts_.steps;
     if (g.finite) {
-      samples_ += g.batch;
-      loss_sum_ += g.loss;
-      ++loss_count_;
+      counts_.samples += g.batch;
+      counts_.loss_sum += g.loss;
+      ++counts_.loss_count;
     }
     if (c_.gossip.global_every > 0 && g.step % c_.gossip.global_every == 0 && n_ > 1) {
       g.stage = kBarrier;
@@ -509,32 +502,13 @@ class GossipRun {
   // ---- rows
   MetricsRow evaluate(double t) {
     const auto e0 = SteadyClock::now();
-    models_.average(work_params_);
-    const EvalResult e = model_->evaluate(test_);
-    const GossipModels::Consensus cs = models_.consensus();
-    MetricsRow r;
-    r.time_s = t;
-    r.updates = steps_;
-    r.samples = samples_;
-    r.epoch = static_cast<double>(samples_) / static_cast<double>(job_.train->size());
-    r.k = 1;
-    r.train_loss = loss_count_ ? loss_sum_ / static_cast<double>(loss_count_) : std::nan("");
-    loss_sum_ = 0;
-    loss_count_ = 0;
-    r.test_loss = e.loss;
-    r.test_acc = e.accuracy;
-    r.test_auc = e.auc;
-    r.test_logloss = e.log_loss;
-    r.nonfinite = nonfinite_;
-    nonfinite_ = 0;
     double idle = 0;
     for (const GWorker& g : workers_) idle += g.idle + (g.wait_since >= 0 ? t - g.wait_since : 0);
     const double span = (t - last_row_time_) * n_;
-    r.idle_frac = span > 0 ? std::clamp((idle - last_idle_) / span, 0.0, 1.0) : 0.0;
+    const double idle_frac = span > 0 ? std::clamp((idle - last_idle_) / span, 0.0, 1.0) : 0.0;
     last_idle_ = idle;
-    r.live_workers = n_;
-    r.policy = c_.policy_name;
-    r.seed = c_.train.seed;
+    MetricsRow r = gossip_row(c_, models_, *model_, work_params_, test_, job_.train->size(), t,
+                              counts_, idle_frac);
     if (net_.shared()) {
       r.has_net = true;
       const Network::Carried now = net_.carried(t);
@@ -542,9 +516,6 @@ class GossipRun {
           t > last_row_time_ ? net_.busiest_util(last_carried_, now, t - last_row_time_) : 0.0;
       last_carried_ = now;
     }
-    r.has_consensus = true;
-    r.consensus = cs.xi;
-    r.consensus_rel = cs.norm > 0 ? cs.xi / cs.norm : 0.0;
     last_row_time_ = t;
     last_acc_ = r.test_acc;
     recorder_->write(r);
@@ -581,30 +552,11 @@ class GossipRun {
   }
 
   GossipResult gossip_report(double t) const {
-    GossipResult out;
-    out.on = true;
-    out.topology = c_.gossip.topology;
-    out.weights = c_.gossip.weights;
-    out.spectral_gap = spectral_gap(topo_);
-    out.max_degree = topo_.max_degree();
-    out.steps = steps_;
-    out.rounds = rounds_;
-    out.global_averages = global_averages_;
     const Network::Carried all = net_.carried(t);
-    double sum = 0, best = -1;
-    for (int i = 0; i < n_; ++i) {
-      const auto s = static_cast<size_t>(i);
-      const double bytes = all.sent[s] + all.received[s];
-      const double per = bytes / std::max<int64_t>(1, workers_[s].step);
-      sum += per;
-      if (bytes > best) {
-        best = bytes;
-        out.busiest = fmt::format("worker {}", i);
-        out.busiest_bytes_per_step = per;
-      }
-    }
-    out.bytes_per_node_step = sum / n_;
-    return out;
+    std::vector<int64_t> steps;
+    for (const GWorker& g : workers_) steps.push_back(g.step);
+    return gossip_result(c_, topo_, counts_, rounds_, global_averages_, all.sent, all.received,
+                         steps);
   }
 
   // ---- checkpoints
@@ -656,15 +608,15 @@ class GossipRun {
       w.put(g.rng.state());
     }
     delays_.save(w);
-    w.put(steps_);
-    w.put(samples_);
+    w.put(counts_.steps);
+    w.put(counts_.samples);
     w.put(rounds_);
     w.put(global_averages_);
     w.put(reduce_entered_);
     w.put(reduce_arrived_);
-    w.put(loss_sum_);
-    w.put(loss_count_);
-    w.put(nonfinite_);
+    w.put(counts_.loss_sum);
+    w.put(counts_.loss_count);
+    w.put(counts_.nonfinite);
     w.put(consecutive_nonfinite_);
     w.put(last_row_time_);
     w.put(last_idle_);
@@ -676,7 +628,7 @@ class GossipRun {
     info.runtime = "sim";
     info.workers = n_;
     info.train_s = t;
-    info.updates = steps_;
+    info.updates = counts_.steps;
     info.rows = static_cast<int64_t>(recorder_->rows().size());
     Cut cut{info, {{"gossip", w.take()}, {kRunBlob, save_run_state(stops_, schedule_)}}};
     if (std::string rng = model_->rng_state(); !rng.empty())
@@ -754,15 +706,15 @@ class GossipRun {
       g.rng.set_state(r.get<uint64_t>());
     }
     delays_.load(r);
-    steps_ = r.get<int64_t>();
-    samples_ = r.get<int64_t>();
+    counts_.steps = r.get<int64_t>();
+    counts_.samples = r.get<int64_t>();
     rounds_ = r.get<int64_t>();
     global_averages_ = r.get<int64_t>();
     reduce_entered_ = r.get<int>();
     reduce_arrived_ = r.get<int>();
-    loss_sum_ = r.get<double>();
-    loss_count_ = r.get<int64_t>();
-    nonfinite_ = r.get<int64_t>();
+    counts_.loss_sum = r.get<double>();
+    counts_.loss_count = r.get<int64_t>();
+    counts_.nonfinite = r.get<int64_t>();
     consecutive_nonfinite_ = r.get<int64_t>();
     last_row_time_ = r.get<double>();
     last_idle_ = r.get<double>();
@@ -804,11 +756,10 @@ class GossipRun {
   int period_ = 1;
   bool cta_ = false;
   double now_ = 0;
-  int64_t steps_ = 0, samples_ = 0, rounds_ = 0, global_averages_ = 0;
+  GossipCounts counts_;
+  int64_t rounds_ = 0, global_averages_ = 0;
   int reduce_entered_ = 0, reduce_arrived_ = 0;
-  double loss_sum_ = 0;
-  int64_t loss_count_ = 0;
-  int64_t nonfinite_ = 0, consecutive_nonfinite_ = 0;
+  int64_t consecutive_nonfinite_ = 0;
   double last_row_time_ = 0, last_idle_ = 0, last_acc_ = 0;
   Network::Carried last_carried_{std::vector<double>(static_cast<size_t>(n_), 0.0),
                                  std::vector<double>(static_cast<size_t>(n_), 0.0)};
