@@ -227,7 +227,9 @@ TEST(GossipSim, RefusedCombinationsNameTheKey) {
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
   };
-  refused({{"train.runtime", "threads"}}, "policy.name = 'dpsgd'");
+  refused({{"train.runtime", "mpi"}}, "policy.name = 'dpsgd'");
+  refused({{"train.runtime", "threads"}, {"train.checkpoint_every", "1"}},
+          "train.checkpoint_every");
   refused({{"compress.push", "topk:0.1"}}, "compress.push");
   refused({{"policy.name", "adpsgd"}, {"gossip.global_every", "4"}}, "gossip.global_every");
   refused({{"optim.kind", "adam"}}, "optim.kind");

@@ -119,13 +119,22 @@ std::vector<Refusal> table() {
                 ": hogwild workers apply plain SGD; expected sgd";
        }},
       // ---- the serverless gossip policies (issue 28, policy/gossip.h)
-      {"a gossip policy (dpsgd, adpsgd, sgp, pdsgdm) off the sim runtime",
+      {"a gossip policy (dpsgd, adpsgd, sgp, pdsgdm) on the mpi runtime",
        [quoted](const Config& c) -> std::string {
-         if (!is_gossip_policy(c.policy.kind) || c.train.runtime == "sim") return "";
+         if (!is_gossip_policy(c.policy.kind) || c.train.runtime != "mpi") return "";
          return "policy.name = " + quoted(c.policy_name) +
-                ": the gossip policies run on the sim runtime only in this version; "
-                "train.runtime = " +
-                quoted(c.train.runtime) + " cannot run them yet (docs/gossip.md)";
+                ": the gossip policies run on the sim and threads runtimes; train.runtime = "
+                "'mpi' cannot run them yet (docs/gossip.md)";
+       }},
+      {"a gossip policy with checkpoints on the threads runtime",
+       [quoted](const Config& c) -> std::string {
+         if (!is_gossip_policy(c.policy.kind) || c.train.runtime != "threads" ||
+             c.train.checkpoint_every == 0) {
+           return "";
+         }
+         return "train.checkpoint_every = " + num(c.train.checkpoint_every) + ": policy " +
+                quoted(c.policy_name) +
+                " checkpoints on the sim runtime only (threads: not yet); expected 0";
        }},
       {"a gossip policy with train.servers other than 1 (there is no server)",
        [quoted](const Config& c) -> std::string {
