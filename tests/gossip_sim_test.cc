@@ -238,5 +238,15 @@ TEST(GossipSim, RefusedCombinationsNameTheKey) {
   refused({{"train.servers", "2"}}, "train.servers");
 }
 
+// The run layer's stops hold here as everywhere: a diverging run ends with
+// one line (the CLI exits 3 on it).
+TEST(GossipSim, DivergenceStopsTheRun) {
+  for (const std::string& policy : Policies()) {
+    SCOPED_TRACE(policy);
+    const RunResult r = Gossip({{"policy.name", policy}, {"optim.lr", "1e6"}}).run("diverge");
+    EXPECT_FALSE(r.stopped.empty());
+  }
+}
+
 }  // namespace
 }  // namespace hsgd

@@ -84,5 +84,15 @@ TEST(GossipThreads, GlobalAveragesAndEpochTarget) {
   EXPECT_GE(r.last.epoch, 2.0);
 }
 
+// The run layer's stops hold here as everywhere: a diverging run ends with
+// one line (the CLI exits 3 on it).
+TEST(GossipThreads, DivergenceStopsTheRun) {
+  for (const std::string& policy : Policies()) {
+    SCOPED_TRACE(policy);
+    const RunResult r = Gossip({{"policy.name", policy}, {"optim.lr", "1e6"}}).run("diverge");
+    EXPECT_FALSE(r.stopped.empty());
+  }
+}
+
 }  // namespace
 }  // namespace hsgd
