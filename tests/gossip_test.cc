@@ -137,5 +137,19 @@ TEST(GossipModels, SaveLoadRoundTrip) {
   EXPECT_THROW(other.load(r2), InputError);
 }
 
+TEST(GossipModels, AdpsgdPairsActiveWithPassiveNeighbours) {
+  Rng rng(1, 2);
+  const Topology ring("ring", "uniform", 7, 0);
+  for (int k = 0; k < 20; ++k) {
+    const int p = adpsgd_peer(ring, 2, k, rng);
+    EXPECT_TRUE(p == 1 || p == 3) << p;
+  }
+  EXPECT_EQ(adpsgd_peer(ring, 6, 0, rng), 5);   // 0 is active too
+  EXPECT_EQ(adpsgd_peer(ring, 3, 0, rng), -1);  // passive
+  // A star's even leaves have only the (active) hub: they pair with it.
+  EXPECT_EQ(adpsgd_peer(Topology("star", "uniform", 5, 0), 4, 0, rng), 0);
+  EXPECT_EQ(adpsgd_peer(Topology("ring", "uniform", 1, 0), 0, 0, rng), -1);
+}
+
 }  // namespace
 }  // namespace hsgd

@@ -11,6 +11,18 @@ bool is_gossip_policy(const std::string& kind) {
   return kind == "dpsgd" || kind == "adpsgd" || kind == "sgp" || kind == "pdsgdm";
 }
 
+int adpsgd_peer(const Topology& topo, int w, int64_t t, Rng& rng) {
+  if (w % 2 != 0) return -1;
+  const std::vector<int> nb = topo.neighbours(w, t);
+  std::vector<int> passive;
+  for (int j : nb) {
+    if (j % 2 != 0) passive.push_back(j);
+  }
+  const std::vector<int>& pool = passive.empty() ? nb : passive;
+  if (pool.empty()) return -1;
+  return pool[static_cast<size_t>(rng.below(pool.size()))];
+}
+
 void weighted_sum(std::span<float> out, const std::vector<double>& weights,
                   const std::vector<std::span<const float>>& sources) {
   HSGD_ASSERT(weights.size() == sources.size(), "one weight per source");

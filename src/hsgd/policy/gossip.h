@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "hsgd/core/rng.h"
 #include "hsgd/core/state.h"
 #include "hsgd/core/topology.h"
 
@@ -113,6 +114,12 @@ class GossipModels {
   std::vector<double> w_;
   std::vector<float> scratch_;
 };
+
+// adpsgd's pairing, the same on every runtime: an active (even-numbered)
+// worker w picks one of its neighbours at round t uniformly with `rng`,
+// among the passive (odd-numbered) ones, or among all when it has no
+// passive one; -1 for a passive worker or one without neighbours.
+int adpsgd_peer(const Topology& topo, int w, int64_t t, Rng& rng);
 
 // out = sum_k weights[k] * sources[k], summed in the order given (so the
 // same inputs give the same bits).

@@ -299,7 +299,7 @@ class GossipRun {
   void compute_done(int w, double t) {
     GWorker& g = worker(w);
     if (kind_ == "adpsgd") {
-      const int peer = adpsgd_peer(w);
+      const int peer = hsgd::adpsgd_peer(topo_, w, g.step, g.rng);
       if (peer < 0) {
         apply_gradient(w, t);
         finish_step(w, t);
@@ -358,27 +358,6 @@ class GossipRun {
     }
     inbox_[{w, round, w}] = std::move(self);
     try_combine(w, t);
-  }
-
-  // adpsgd: a random passive (odd) neighbour of an active (even) worker, or
-  // any neighbour when it has no passive one; -1 for a passive worker or one
-  // without neighbours.
-  int adpsgd_peer(int w) {
-    if (w % 2 != 0) return -1;
-    GWorker& g = worker(w);
-    std::vector<int> nb = topo_.neighbours(w, g.step);
-    std::vector<int> passive;
-    for (int j : nb) {
-      if (j % 2 != 0) passive.push_back(j);
-    }
-    if (passive.empty()) {
-      // No passive neighbour: an active one that is not itself pairing.
-      for (int j : nb) {
-        if (worker(j).stage != kPairing) passive.push_back(j);
-      }
-    }
-    if (passive.empty()) return -1;
-    return passive[static_cast<size_t>(g.rng.below(passive.size()))];
   }
 
   void deliver(Message m, double t) {

@@ -136,7 +136,7 @@ class Worker {
       if (!account(finite)) break;  // past the budget, or stopped
       const float lr = static_cast<float>(lr_at(c_.lr_schedule, c_.optim.lr, step_));
       if (kind_ == "adpsgd") {
-        const int peer = adpsgd_peer();
+        const int peer = hsgd::adpsgd_peer(s_.topo, id_, step_, rng_);
         if (peer >= 0) {
           std::scoped_lock lk(*s_.model_mu[static_cast<size_t>(id_)],
                               *s_.model_mu[static_cast<size_t>(peer)]);
@@ -318,20 +318,6 @@ class Worker {
       done = s_.schedule->epochs_done(s_.counts.samples);
     }
     if (done) request_stop(s_);
-  }
-
-  // adpsgd (as on sim): a random passive (odd) neighbour of an active
-  // (even) worker, or any neighbour without one; -1 for a passive worker.
-  int adpsgd_peer() {
-    if (id_ % 2 != 0) return -1;
-    const std::vector<int> nb = s_.topo.neighbours(id_, step_);
-    std::vector<int> passive;
-    for (int j : nb) {
-      if (j % 2 != 0) passive.push_back(j);
-    }
-    const std::vector<int>& pool = passive.empty() ? nb : passive;
-    if (pool.empty()) return -1;
-    return pool[static_cast<size_t>(rng_.below(pool.size()))];
   }
 
   // Gossip-PGA: every worker meets; the last to arrive averages every model
