@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
   std::vector<Flag> flags = {
       {"--data",
        "data.spec",
-       "fashion-mnist | synthetic | synthetic-ctr | idx:DIR | cifar10:DIR | csv:FILE | libsvm:FILE | "
+       "fashion-mnist | synthetic | synthetic-ctr | idx:DIR | cifar10:DIR | csv:FILE | libsvm:FILE "
+       "| "
        "npy:X.npy,Y.npy | npz:FILE[:XKEY,YKEY] | criteo:FILE",
        {}},
       {"--test-data",
@@ -42,8 +43,15 @@ int main(int argc, char** argv) {
        "data.test_fraction",
        "held-out fraction when the data has no test split (0.2)",
        {}},
-      {"--model", "model.name", "softmax | mlp | lenet5 | cifar-cnn | dlrm | linear-test | dpgmm | torchscript:FILE", {}},
-      {"--policy", "policy.name", "sync | async | hybrid | auto | kasync:K | kbatch:K | ssp:S | local:H | hogwild", {}},
+      {"--model",
+       "model.name",
+       "softmax | mlp | lenet5 | cifar-cnn | dlrm | linear-test | dpgmm | torchscript:FILE",
+       {}},
+      {"--policy",
+       "policy.name",
+       "sync | async | hybrid | auto | kasync:K | kbatch:K | ssp:S | local:H | hogwild | dpsgd | "
+       "adpsgd | sgp | pdsgdm:P",
+       {}},
       {"--workers", "train.workers", "number of workers (4)", {}},
       {"--batch", "train.batch", "batch size per worker (64)", {}},
       {"--lr", "optim.lr", "learning rate (0.01)", {}},
@@ -151,7 +159,8 @@ int main(int argc, char** argv) {
 
   // ---- bench
   hsgd::cli::BenchArgs ba;
-  CLI::App* bench = app.add_subcommand("bench", "Print throughput figures (see docs/benchmarks.md)");
+  CLI::App* bench =
+      app.add_subcommand("bench", "Print throughput figures (see docs/benchmarks.md)");
   bench->add_option("--data", ba.data, "data spec for the model benchmarks");
   bench->add_option("--seconds", ba.seconds, "seconds per runtime throughput measurement");
   bench->add_option("--repeats", ba.repeats, "rounds per compute-only figure (median)");

@@ -374,6 +374,7 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
   }
   if (r.sparse.on) summary["sparse"] = sparse_summary(r.sparse, c.train.runtime);  // issue 16
   if (r.network.on) summary["network"] = network_summary(r.network);               // issue 27
+  if (r.gossip.on) summary["gossip"] = gossip_summary(r.gossip);                   // issue 28
   write_file_atomic(out + "/summary.json", summary.dump(2) + "\n");
   recorder.finish();
   std::string plot_note;

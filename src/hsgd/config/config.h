@@ -15,6 +15,7 @@
 #include "hsgd/data/partition.h"
 #include "hsgd/data/readers.h"
 #include "hsgd/optim/optimizer.h"
+#include "hsgd/policy/gossip.h"
 #include "hsgd/policy/mitigation.h"
 #include "hsgd/policy/policy.h"
 
@@ -142,9 +143,12 @@ struct Config {
   TrainConfig train;
   PolicyOptions policy;
   // As written: sync | async | hybrid | kasync:K | kbatch:K | local:H |
-  // ssp:S (S sets policy.s, the staleness bound).
+  // ssp:S (S sets policy.s, the staleness bound) | hogwild | dpsgd | adpsgd |
+  // sgp | pdsgdm:P (P sets policy.k).
   // The [local] keys set policy.local.
   std::string policy_name = "hybrid";
+  // [gossip]: the serverless policies' graph and rounds (policy/gossip.h).
+  GossipOptions gossip;
   OptimizerOptions optim;
   LrSchedule lr_schedule;
   MitigationOptions staleness;  // [staleness]

@@ -363,14 +363,16 @@ std::vector<Key> declare() {
           .moot(runtime("mpi")));
 
   // ---- [policy]
-  add(str_key("policy", "name", HSGD_REF(policy_name),
-              "sync, async, hybrid, auto, kasync:K, kbatch:K, local:H, ssp:S or hogwild "
-              "(DESIGN.md, Policies)."));
+  add(str_key(
+      "policy", "name", HSGD_REF(policy_name),
+      "sync, async, hybrid, auto, kasync:K, kbatch:K, local:H, ssp:S, hogwild, dpsgd, adpsgd, "
+      "sgp or pdsgdm:P "
+      "(DESIGN.md, Policies)."));
   add(int_key("policy", "k", HSGD_REF(policy.k),
-              "kasync, kbatch: the threshold K; local: H, the local steps per push (also set by "
-              "the name's :K).")
+              "kasync, kbatch: the threshold K; local: H, the local steps per push; pdsgdm: P, the "
+              "local steps between gossip rounds (also set by the name's :K).")
           .note("kasync, kbatch: in [1, train.workers]")
-          .moot(policies({"kasync", "kbatch", "local"})));
+          .moot(policies({"kasync", "kbatch", "local", "pdsgdm"})));
   add(int_key("policy", "s", HSGD_REF(policy.s),
               "ssp: the staleness bound s (also set by ssp:S); -1 = not given.")
           .check_if([](const Config& c) { return c.policy.kind == "ssp"; },
@@ -481,6 +483,33 @@ std::vector<Key> declare() {
                               ? "local.outer = 'sgd'"
                               : "";
                  }}));
+
+  // ---- [gossip] (issue 28: the serverless policies, policy/gossip.h)
+  add(str_key("gossip", "topology", HSGD_REF(gossip.topology),
+              "dpsgd, adpsgd, sgp, pdsgdm: the gossip graph: ring, torus, exp, onepeer-exp, "
+              "random-matching, complete or star (core/topology.h).")
+          .check([](const std::string& s) { return among(s, topology_names()); },
+                 "ring, torus, exp, onepeer-exp, random-matching, complete or star")
+          .moot(policies({"dpsgd", "adpsgd", "sgp", "pdsgdm"}))
+          .written(Written::kNotDefault));
+  add(str_key("gossip", "weights", HSGD_REF(gossip.weights),
+              "The mixing weights of the undirected graphs: uniform (1 / (max degree + 1)) or "
+              "metropolis (Metropolis-Hastings, 1 / (1 + max(d_i, d_j))).")
+          .one_of({"uniform", "metropolis"})
+          .moot(policies({"dpsgd", "adpsgd", "pdsgdm"}))
+          .written(Written::kNotDefault));
+  add(str_key("gossip", "order", HSGD_REF(gossip.order),
+              "dpsgd: cta (combine-then-adapt: the model is sent while the gradient is computed, "
+              "D-PSGD) or atc (adapt-then-combine: the step first, then the mixing).")
+          .one_of({"cta", "atc"})
+          .moot(policies({"dpsgd"}))
+          .written(Written::kNotDefault));
+  add(int_key("gossip", "global_every", HSGD_REF(gossip.global_every),
+              "dpsgd, sgp, pdsgdm: a global average of every model after each H-th step "
+              "(Gossip-PGA); 0 = never.")
+          .check(at_least(0), ">= 0 (0 = never)")
+          .moot(policies({"dpsgd", "sgp", "pdsgdm"}))
+          .written(Written::kNotDefault));
 
   // ---- [optim]
   add(str_key("optim", "kind", HSGD_REF(optim.kind),
@@ -865,6 +894,7 @@ const std::vector<Section>& sections() {
       {"mpi", "The mpi runtime."},
       {"policy", "The synchronization policy and the hybrid's threshold schedule."},
       {"local", "Local SGD (policy local:H)."},
+      {"gossip", "Serverless gossip (policies dpsgd, adpsgd, sgp, pdsgdm:P)."},
       {"optim", "The server-side optimizer and its learning-rate schedule."},
       {"staleness", "Staleness mitigations, applied per push before aggregation."},
       {"stragglers", "Straggling workers and their delay distribution."},

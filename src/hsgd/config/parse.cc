@@ -88,6 +88,10 @@ void resolve_policy_name(Config& c) {
     throw InputError("policy.name = '" + n + "': " + c.policy.kind + " needs K, as " +
                      c.policy.kind + ":K or policy.k");
   }
+  if (c.policy.kind == "pdsgdm" && c.policy.k < 1) {
+    throw InputError("policy.name = '" + n +
+                     "': pdsgdm needs P >= 1 local steps between gossip rounds, as pdsgdm:P");
+  }
   if (c.policy.kind == "local" && c.policy.k < 1) {
     throw InputError("policy.name = '" + n + "': local needs H >= 1 local steps, as local:H");
   }

@@ -188,6 +188,67 @@ std::vector<Refusal> table() {
          return "optim.kind = " + quoted(c.optim.kind) +
                 ": hogwild workers apply plain SGD; expected sgd";
        }},
+      // ---- the serverless gossip policies (issue 28, policy/gossip.h)
+      {"a gossip policy (dpsgd, adpsgd, sgp, pdsgdm) on the mpi runtime",
+       [quoted](const Config& c) -> std::string {
+         if (!is_gossip_policy(c.policy.kind) || c.train.runtime != "mpi") return "";
+         return "policy.name = " + quoted(c.policy_name) +
+                ": the gossip policies run on the sim and threads runtimes; train.runtime = "
+                "'mpi' cannot run them yet (docs/gossip.md)";
+       }},
+      {"a gossip policy with checkpoints on the threads runtime",
+       [quoted](const Config& c) -> std::string {
+         if (!is_gossip_policy(c.policy.kind) || c.train.runtime != "threads" ||
+             c.train.checkpoint_every == 0) {
+           return "";
+         }
+         return "train.checkpoint_every = " + num(c.train.checkpoint_every) + ": policy " +
+                quoted(c.policy_name) +
+                " checkpoints on the sim runtime only (threads: not yet); expected 0";
+       }},
+      {"a gossip policy with train.servers other than 1 (there is no server)",
+       [quoted](const Config& c) -> std::string {
+         if (!is_gossip_policy(c.policy.kind) || c.train.servers == 1) return "";
+         return "train.servers = " + std::to_string(c.train.servers) + ": policy " +
+                quoted(c.policy_name) + " has no server; leave train.servers at 1";
+       }},
+      {"a gossip policy with an optimizer other than sgd, momentum or nesterov",
+       [quoted](const Config& c) -> std::string {
+         if (!is_gossip_policy(c.policy.kind) || c.optim.kind == "sgd" ||
+             c.optim.kind == "momentum" || c.optim.kind == "nesterov") {
+           return "";
+         }
+         return "optim.kind = " + quoted(c.optim.kind) +
+                ": gossip workers run sgd, momentum or nesterov on their own models";
+       }},
+      {"a gossip policy with a compressor (no CHOCO error feedback yet)",
+       [quoted](const Config& c) -> std::string {
+         const CompressOptions& z = c.compress;
+         if (!z.on() || !is_gossip_policy(c.policy.kind)) return "";
+         const char* key = z.push.none() ? "compress.pull" : "compress.push";
+         return std::string(key) + " = " + quoted(z.push.none() ? z.pull.name() : z.push.name()) +
+                ": the gossip policies exchange uncompressed models (CHOCO-style compression is "
+                "not implemented); expected none";
+       }},
+      {"a gossip policy with model.sparse or [faults]",
+       [quoted](const Config& c) -> std::string {
+         if (!is_gossip_policy(c.policy.kind)) return "";
+         if (c.model.sparse) {
+           return "model.sparse = true: not supported with policy " + quoted(c.policy_name) +
+                  " (every worker holds a dense model)";
+         }
+         if (c.faults.any()) {
+           return "[faults]: membership changes are not implemented for policy " +
+                  quoted(c.policy_name) + " (the gossip graph is fixed); remove the faults";
+         }
+         return "";
+       }},
+      {"gossip.global_every with adpsgd (a global average is a barrier)",
+       [](const Config& c) -> std::string {
+         if (c.policy.kind != "adpsgd" || c.gossip.global_every == 0) return "";
+         return "gossip.global_every = " + std::to_string(c.gossip.global_every) +
+                ": adpsgd is wait-free and has no step at which every worker meets; expected 0";
+       }},
       {"stragglers with an exponential or lognormal delay and stragglers.scale = 0",
        [](const Config& c) -> std::string {
          const StragglerConfig& g = c.stragglers;

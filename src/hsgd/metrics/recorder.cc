@@ -95,11 +95,14 @@ Recorder::Recorder(const std::string& dir, int64_t keep_rows, bool compress)
   const std::string& header = compress ? csv_header_compress() : csv_header();
   bool known = false;
   for (const bool net : {false, true}) {
-    for (const bool mixture : {false, true}) {
-      if (csv[0] == csv_header_of(compress, net, mixture)) {
-        known = true;
-        net_ = net;
-        mixture_ = mixture;
+    for (const bool cons : {false, true}) {
+      for (const bool mixture : {false, true}) {
+        if (csv[0] == csv_header_of(compress, net, cons, mixture)) {
+          known = true;
+          net_ = net;
+          consensus_ = cons;
+          mixture_ = mixture;
+        }
       }
     }
   }
@@ -138,12 +141,12 @@ Recorder::~Recorder() {
   if (jsonl_) std::fclose(jsonl_);
 }
 
-std::string csv_header_of(bool compress, bool net, bool mixture) {
+std::string csv_header_of(bool compress, bool net, bool consensus, bool mixture) {
   return (compress ? csv_header_compress() : csv_header()) + (net ? ",net_util" : "") +
-         (mixture ? ",effective_k,ari" : "");
+         (consensus ? ",consensus,consensus_rel" : "") + (mixture ? ",effective_k,ari" : "");
 }
 
-std::string csv_line(const MetricsRow& r, bool compress, bool net, bool mixture) {
+std::string csv_line(const MetricsRow& r, bool compress, bool net, bool consensus, bool mixture) {
   std::string line = fmt::format(
       "{:.3f},{},{},{:.4f},{},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.4f},{},{},{},{:.4f},{},{},{}",
       r.time_s, r.updates, r.samples, r.epoch, r.k, r.train_loss, r.test_loss, r.test_acc,
@@ -151,6 +154,7 @@ std::string csv_line(const MetricsRow& r, bool compress, bool net, bool mixture)
       r.idle_frac, r.live_workers, r.policy, r.seed);
   if (compress) line += fmt::format(",{},{},{:.6f}", r.bytes_pushed, r.bytes_pulled, r.compress_s);
   if (net) line += fmt::format(",{:.4f}", r.net_util);
+  if (consensus) line += fmt::format(",{:.6g},{:.6g}", r.consensus, r.consensus_rel);
   if (mixture) line += fmt::format(",{:.0f},{:.6f}", r.effective_k, r.ari);
   return line;
 }
@@ -160,11 +164,12 @@ void Recorder::write(const MetricsRow& r) {
   if (!header_) {
     header_ = true;
     net_ = r.has_net;
+    consensus_ = r.has_consensus;
     mixture_ = r.has_mixture;
-    std::fprintf(csv_, "%s\n", csv_header_of(compress_, net_, mixture_).c_str());
+    std::fprintf(csv_, "%s\n", csv_header_of(compress_, net_, consensus_, mixture_).c_str());
   }
   rows_.push_back(r);
-  std::fputs((csv_line(r, compress_, net_, mixture_) + "\n").c_str(), csv_);
+  std::fputs((csv_line(r, compress_, net_, consensus_, mixture_) + "\n").c_str(), csv_);
   nlohmann::json j = {{"time_s", r.time_s},
                       {"updates", r.updates},
                       {"samples", r.samples},
@@ -189,6 +194,10 @@ void Recorder::write(const MetricsRow& r) {
     j["compress_s"] = r.compress_s;
   }
   if (net_) j["net_util"] = r.net_util;
+  if (consensus_) {
+    j["consensus"] = r.consensus;
+    j["consensus_rel"] = r.consensus_rel;
+  }
   if (mixture_) {
     j["effective_k"] = num(r.effective_k);
     j["ari"] = num(r.ari);
@@ -238,6 +247,7 @@ std::vector<MetricsRow> parse_metrics_csv(std::istream& in, const std::string& p
   const bool compress =
       at.count("bytes_pushed") && at.count("bytes_pulled") && at.count("compress_s");
   const bool net = at.count("net_util") > 0;
+  const bool consensus = at.count("consensus") > 0 && at.count("consensus_rel") > 0;
   const bool mixture = at.count("effective_k") && at.count("ari");
   const size_t fields = names.size();
   std::vector<MetricsRow> rows;
@@ -291,6 +301,11 @@ std::vector<MetricsRow> parse_metrics_csv(std::istream& in, const std::string& p
     if (net) {
       r.has_net = true;
       r.net_util = d("net_util");
+    }
+    if (consensus) {
+      r.has_consensus = true;
+      r.consensus = d("consensus");
+      r.consensus_rel = d("consensus_rel");
     }
     if (mixture) {
       r.has_mixture = true;

@@ -44,6 +44,12 @@ struct MetricsRow {
   // since the previous row (its carried bytes / its capacity x seconds).
   bool has_net = false;
   double net_util = 0;
+  // The serverless gossip policies (issue 28): two more columns, the
+  // consensus distance Xi = sqrt(mean_i ||x_i - x_bar||^2) over the workers'
+  // models and Xi / ||x_bar||.
+  bool has_consensus = false;
+  double consensus = 0;
+  double consensus_rel = 0;
   // Mixture models (model dpgmm, issue 31): two more columns after all
   // the others, effective_k (components with E[pi_k] > 1 %) and ari (the
   // adjusted Rand index against the test labels; NaN without labels).
@@ -58,10 +64,12 @@ const std::string& csv_header();
 const std::string& csv_header_compress();
 
 // The header (no newline) with the compression columns when `compress`,
-// net_util when `net` and effective_k,ari when `mixture`; and a row as
-// metrics.csv holds it, the values of that header's columns.
-std::string csv_header_of(bool compress, bool net, bool mixture = false);
-std::string csv_line(const MetricsRow& r, bool compress, bool net, bool mixture = false);
+// net_util when `net`, consensus,consensus_rel when `consensus` and
+// effective_k,ari when `mixture`, in that order; and a row as metrics.csv
+// holds it, the values of that header's columns.
+std::string csv_header_of(bool compress, bool net, bool consensus = false, bool mixture = false);
+std::string csv_line(const MetricsRow& r, bool compress, bool net, bool consensus = false,
+                     bool mixture = false);
 
 // Thread-safety: none (one writer). The header is written with the first
 // row: its columns are the compression ones when `compress`, and net_util
@@ -95,16 +103,17 @@ class Recorder {
   std::FILE* jsonl_ = nullptr;
   std::vector<MetricsRow> rows_;
   bool compress_ = false;
-  bool pending_ = false;  // a resume not yet open(): the kept text below
-  bool header_ = false;   // the header line is written (or kept)
-  bool net_ = false;      // the net_util column
-  bool mixture_ = false;  // the effective_k and ari columns
+  bool pending_ = false;    // a resume not yet open(): the kept text below
+  bool header_ = false;     // the header line is written (or kept)
+  bool net_ = false;        // the net_util column
+  bool consensus_ = false;  // the consensus columns
+  bool mixture_ = false;    // the effective_k and ari columns
   std::string kept_csv_, kept_jsonl_;
 };
 
 // Reads a metrics.csv written by Recorder: it starts with the base columns
 // (csv_header()); every column is found by its header name, the compression,
-// net_util and mixture ones when present.
+// net_util, consensus and mixture ones when present.
 // Throws InputError naming the file and line on anything else.
 std::vector<MetricsRow> read_metrics_csv(const std::string& path);
 // The same from a stream; `path` names it in messages.

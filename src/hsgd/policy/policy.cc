@@ -171,6 +171,18 @@ std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double 
     return std::make_unique<AutoController>(workers, parse_auto_ablate(o.auto_ablate),
                                             o.aggregation == Aggregation::kMean ? lr : 0.0);
   if (o.kind == "hogwild") return std::make_unique<AsyncPolicy>("hogwild");
+  // The serverless gossip policies (policy/gossip.h) have no server either:
+  // their runtime never calls the policy; its name is what rows carry.
+  if (o.kind == "dpsgd" || o.kind == "adpsgd" || o.kind == "sgp") {
+    return std::make_unique<AsyncPolicy>(o.kind);
+  }
+  if (o.kind == "pdsgdm") {
+    if (o.k < 1) {
+      throw InputError("policy.name = 'pdsgdm:" + std::to_string(o.k) +
+                       "': expected P >= 1 local steps between gossip rounds");
+    }
+    return std::make_unique<AsyncPolicy>("pdsgdm:" + std::to_string(o.k));
+  }
   if (o.kind == "kasync" || o.kind == "kbatch") {
     if (o.k < 1 || o.k > workers) {
       throw InputError("policy.k = " + std::to_string(o.k) + ": " + o.kind +
@@ -211,7 +223,8 @@ std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double 
 
 const std::vector<std::string>& policy_names() {
   static const std::vector<std::string> names = {
-      "sync", "async", "hybrid", "auto", "kasync:K", "kbatch:K", "local:H", "ssp:S", "hogwild"};
+      "sync",  "async",   "hybrid", "auto",   "kasync:K", "kbatch:K", "local:H",
+      "ssp:S", "hogwild", "dpsgd",  "adpsgd", "sgp",      "pdsgdm:P"};
   return names;
 }
 

@@ -183,7 +183,8 @@ py::dict status_dict(const Status& s) {
 // The stop line of a callback that returned False.
 std::string fmt_stop(const MetricsRow& r) {
   char buf[128];
-  std::snprintf(buf, sizeof buf, "the callback returned False at the evaluation at %.3f s", r.time_s);
+  std::snprintf(buf, sizeof buf, "the callback returned False at the evaluation at %.3f s",
+                r.time_s);
   return buf;
 }
 
@@ -230,9 +231,9 @@ void serve(Body body, const py::object& on_row, const py::object& on_status, Sto
         for (const MetricsRow& r : rows) {
           if (py_error || on_row.is_none()) break;
           try {
-            const py::object keep_going = on_row(
-                csv_header_of(r.has_compress, r.has_net, r.has_mixture),
-                csv_line(r, r.has_compress, r.has_net, r.has_mixture));
+            const py::object keep_going =
+                on_row(csv_header_of(r.has_compress, r.has_net, r.has_consensus, r.has_mixture),
+                       csv_line(r, r.has_compress, r.has_net, r.has_consensus, r.has_mixture));
             if (keep_going.is(py::bool_(false))) {
               stop.request(fmt_stop(r), /*at_evaluation=*/true);
             }

@@ -1,6 +1,8 @@
 #include "hsgd/runtime/runtime.h"
 
 #include "hsgd/core/error.h"
+#include "hsgd/runtime/gossip_sim.h"
+#include "hsgd/runtime/gossip_threads.h"
 #include "hsgd/runtime/hogwild_runtime.h"
 #include "hsgd/runtime/sim_runtime.h"
 #include "hsgd/runtime/sparse_rows.h"
@@ -71,6 +73,12 @@ std::unique_ptr<Runtime> make_runtime(const Config& c) {
       throw InputError("policy.name = 'hogwild': runs on the threads runtime only");
     }
     return std::make_unique<HogwildRuntime>();
+  }
+  if (is_gossip_policy(c.policy.kind)) {
+    if (c.train.runtime == "sim") return std::make_unique<GossipSimRuntime>();
+    if (c.train.runtime == "threads") return std::make_unique<GossipThreadsRuntime>();
+    throw InputError("policy.name = '" + c.policy_name +
+                     "': the gossip policies run on the sim and threads runtimes (not yet mpi)");
   }
   return make_runtime(c.train.runtime);
 }

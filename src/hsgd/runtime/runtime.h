@@ -132,6 +132,23 @@ struct NetworkResult {
   std::vector<double> sent, received;  // bytes, per node
 };
 
+// The serverless gossip policies (issue 28; summary.json "gossip"): the
+// graph and what a node moved.
+struct GossipResult {
+  bool on = false;
+  std::string topology, weights;
+  double spectral_gap = 0;  // 1 - |lambda_2(W)|; NaN for a time-varying graph
+  int max_degree = 0;
+  int64_t steps = 0;   // local steps, every worker's
+  int64_t rounds = 0;  // gossip rounds a worker took part in, every worker's
+  int64_t global_averages = 0;
+  // Bytes a node sent and received per local step of its own, mean over
+  // nodes, and at the busiest node (the most bytes sent plus received).
+  double bytes_per_node_step = 0;
+  double busiest_bytes_per_step = 0;
+  std::string busiest;  // "worker 3"
+};
+
 struct RunResult {
   std::vector<float> params;  // final parameters
   // Row-sparse on mpi: a file holding the final rows (raw float32, global
@@ -169,6 +186,7 @@ struct RunResult {
   std::vector<MembershipEvent> membership;
   SparseResult sparse;    // model.sparse
   NetworkResult network;  // sim: the simulated cluster's network
+  GossipResult gossip;    // the gossip policies
   // False on the MPI ranks other than 0: they hold no results (every other
   // field is left empty) and write nothing.
   bool primary = true;

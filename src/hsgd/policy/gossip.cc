@@ -1,0 +1,185 @@
+#include "hsgd/policy/gossip.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "hsgd/core/error.h"
+
+namespace hsgd {
+
+bool is_gossip_policy(const std::string& kind) {
+  return kind == "dpsgd" || kind == "adpsgd" || kind == "sgp" || kind == "pdsgdm";
+}
+
+int adpsgd_peer(const Topology& topo, int w, int64_t t, Rng& rng) {
+  if (w % 2 != 0) return -1;
+  const std::vector<int> nb = topo.neighbours(w, t);
+  std::vector<int> passive;
+  for (int j : nb) {
+    if (j % 2 != 0) passive.push_back(j);
+  }
+  const std::vector<int>& pool = passive.empty() ? nb : passive;
+  if (pool.empty()) return -1;
+  return pool[static_cast<size_t>(rng.below(pool.size()))];
+}
+
+void weighted_sum(std::span<float> out, const std::vector<double>& weights,
+                  const std::vector<std::span<const float>>& sources) {
+  HSGD_ASSERT(weights.size() == sources.size(), "one weight per source");
+  const size_t np = out.size();
+  for (size_t p = 0; p < np; ++p) {
+    double s = 0;
+    for (size_t k = 0; k < sources.size(); ++k) s += weights[k] * sources[k][p];
+    out[p] = static_cast<float>(s);
+  }
+}
+
+GossipModels::GossipModels(int n, std::span<const float> init, LocalUpdate update)
+    : n_(n), np_(init.size()), update_(std::move(update)) {
+  x_.resize(static_cast<size_t>(n_) * np_);
+  for (int i = 0; i < n_; ++i) std::copy(init.begin(), init.end(), x_.begin() + off(i));
+  if (update_.kind != "sgd") m_.assign(x_.size(), 0.0f);
+  w_.assign(static_cast<size_t>(n_), 1.0);
+}
+
+void GossipModels::debiased(int i, std::span<float> out) const {
+  const double w = weight(i);
+  std::span<const float> xi = x(i);
+  if (w == 1.0) {
+    std::copy(xi.begin(), xi.end(), out.begin());
+    return;
+  }
+  for (size_t p = 0; p < np_; ++p) out[p] = static_cast<float>(xi[p] / w);
+}
+
+void GossipModels::local_step(int i, std::span<const float> g, float lr) {
+  std::span<float> xi = x(i);
+  const float wd = update_.weight_decay;
+  if (update_.kind == "sgd") {
+    for (size_t p = 0; p < np_; ++p) xi[p] -= lr * (g[p] + wd * xi[p]);
+    return;
+  }
+  float* m = m_.data() + off(i);
+  const float mu = update_.momentum;
+  const bool nesterov = update_.kind == "nesterov";
+  for (size_t p = 0; p < np_; ++p) {
+    const float gp = g[p] + wd * xi[p];
+    m[p] = mu * m[p] + gp;
+    xi[p] -= lr * (nesterov ? gp + mu * m[p] : m[p]);
+  }
+}
+
+void GossipModels::mix(const Topology& topo, int64_t t) {
+  std::vector<float> next(x_.size());
+  for (int i = 0; i < n_; ++i) {
+    std::vector<double> ws;
+    std::vector<std::span<const float>> srcs;
+    for (const auto& [j, w] : topo.mixing_row(i, t)) {
+      ws.push_back(w);
+      srcs.push_back(x(j));
+    }
+    weighted_sum({next.data() + off(i), np_}, ws, srcs);
+  }
+  x_.swap(next);
+}
+
+void GossipModels::push_sum(const Topology& topo, int64_t t) {
+  std::vector<float> next(x_.size());
+  std::vector<double> nw(w_.size());
+  for (int i = 0; i < n_; ++i) {
+    // Worker i combines its own share and its in-peers' shares, senders in
+    // ascending order.
+    std::vector<int> from = topo.in_peers(i, t);
+    from.push_back(i);
+    std::sort(from.begin(), from.end());
+    std::vector<double> ws;
+    std::vector<std::span<const float>> srcs;
+    double wsum = 0;
+    for (int j : from) {
+      const double share = 1.0 / (static_cast<double>(topo.out_peers(j, t).size()) + 1.0);
+      ws.push_back(share);
+      srcs.push_back(x(j));
+      wsum += share * weight(j);
+    }
+    weighted_sum({next.data() + off(i), np_}, ws, srcs);
+    nw[static_cast<size_t>(i)] = wsum;
+  }
+  x_.swap(next);
+  w_.swap(nw);
+}
+
+void GossipModels::pair_average(int i, int j) {
+  std::span<float> a = x(i), b = x(j);
+  for (size_t p = 0; p < np_; ++p) {
+    const float v = static_cast<float>((static_cast<double>(a[p]) + b[p]) * 0.5);
+    a[p] = v;
+    b[p] = v;
+  }
+  const double w = (weight(i) + weight(j)) * 0.5;
+  weight(i) = w;
+  weight(j) = w;
+}
+
+void GossipModels::global_average() {
+  std::vector<float> avg(np_);
+  average(avg);
+  for (int i = 0; i < n_; ++i) {
+    std::copy(avg.begin(), avg.end(), x_.begin() + off(i));
+    w_[static_cast<size_t>(i)] = 1.0;
+  }
+}
+
+void GossipModels::average(std::span<float> out) const {
+  double wsum = 0;
+  for (double w : w_) wsum += w;
+  for (size_t p = 0; p < np_; ++p) {
+    double s = 0;
+    for (int i = 0; i < n_; ++i) s += x_[off(i) + p];
+    out[p] = static_cast<float>(s / wsum);
+  }
+}
+
+GossipModels::Consensus GossipModels::consensus() const {
+  std::vector<float> avg(np_);
+  average(avg);
+  Consensus c;
+  double sq = 0;
+  for (int i = 0; i < n_; ++i) {
+    const double w = weight(i);
+    for (size_t p = 0; p < np_; ++p) {
+      const double d = x_[off(i) + p] / w - avg[p];
+      sq += d * d;
+    }
+  }
+  double norm = 0;
+  for (float v : avg) norm += static_cast<double>(v) * v;
+  c.xi = std::sqrt(sq / n_);
+  c.norm = std::sqrt(norm);
+  return c;
+}
+
+void GossipModels::save(StateWriter& w) const {
+  w.tag(0x47535331);  // "GSS1"
+  w.put<int32_t>(n_);
+  w.put<uint64_t>(np_);
+  w.put_vec(x_);
+  w.put_vec(m_);
+  w.put_vec(w_);
+}
+
+void GossipModels::load(StateReader& r) {
+  if (r.get<uint32_t>() != 0x47535331) r.fail("corrupt (gossip models missing)");
+  if (r.get<int32_t>() != n_ || r.get<uint64_t>() != np_) {
+    r.fail("corrupt (gossip models of another shape)");
+  }
+  std::vector<float> x = r.get_vec<float>(), m = r.get_vec<float>();
+  std::vector<double> w = r.get_vec<double>();
+  if (x.size() != x_.size() || m.size() != m_.size() || w.size() != w_.size()) {
+    r.fail("corrupt (gossip models of another shape)");
+  }
+  x_ = std::move(x);
+  m_ = std::move(m);
+  w_ = std::move(w);
+}
+
+}  // namespace hsgd

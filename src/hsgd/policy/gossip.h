@@ -1,0 +1,129 @@
+// Serverless gossip policies (issue 28): dpsgd, adpsgd, sgp, pdsgdm:P. No
+// server: every worker keeps its own model x_i (and momentum buffer m_i,
+// and under push-sum a scalar weight w_i) and averages with neighbours of a
+// gossip topology (core/topology.h). This file holds the options and the
+// per-worker state with its arithmetic; the runtimes
+// (runtime/gossip_sim.h, runtime/gossip_threads.h) decide when each part
+// runs and move the bytes.
+//
+// The policies, as hsgd runs them (docs/gossip.md):
+//   dpsgd       synchronous gossip every step. gossip.order = "cta"
+//               (combine-then-adapt, Lian et al. 2017's D-PSGD: the model is
+//               sent at the start of a step while the gradient is computed,
+//               x_i <- sum_j w_ij x_j - lr * m_i) or "atc" (adapt-then-combine:
+//               x_i <- x_i - lr * m_i, then x_i <- sum_j w_ij x_j).
+//   pdsgdm:P    local momentum SGD, gossip (adapt-then-combine) every P-th
+//               step (Gao & Huang 2020, PD-SGDM). Momentum buffers stay local
+//               and are not mixed: only the models are communicated, as in
+//               the paper's algorithm.
+//   sgp         push-sum (Assran et al. 2019): x_i <- x_i - lr * m_i, then
+//               worker i keeps 1/(d+1) of (x_i, w_i) and sends as much to
+//               each of its d out-peers; the gradient is taken at the
+//               de-biased z_i = x_i / w_i. Directed, time-varying graphs
+//               (onepeer-exp) are fine.
+//   adpsgd      asynchronous, wait-free pairwise averaging (Lian et al.
+//               2018): even-numbered workers are active, odd ones passive;
+//               an active worker, its gradient computed, averages its model
+//               with one random passive neighbour (x_i, x_j <- (x_i + x_j) / 2
+//               at once) and then applies its gradient; a passive worker
+//               applies its gradients as they come to whatever its model is.
+// gossip.global_every = H > 0 (Gossip-PGA, Chen et al. 2021): after every
+// H-th step every worker's model is replaced by the global average.
+// Local updates: optim.kind sgd, momentum or nesterov with optim.momentum and
+// optim.weight_decay, on each worker's own buffer; optim.lr with the lr
+// schedule counted in the worker's own steps.
+//
+// Thread-safety: none; a runtime serialises the calls on one worker.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hsgd/core/rng.h"
+#include "hsgd/core/state.h"
+#include "hsgd/core/topology.h"
+
+namespace hsgd {
+
+struct GossipOptions {
+  std::string topology = "ring";    // core/topology.h: topology_names()
+  std::string weights = "uniform";  // uniform | metropolis
+  std::string order = "cta";        // dpsgd: cta | atc
+  int global_every = 0;             // Gossip-PGA: global average every H steps; 0 = never
+};
+
+// Whether policy kind `kind` is one of the serverless gossip policies.
+bool is_gossip_policy(const std::string& kind);
+
+// The local optimizer every gossip worker runs on its own model.
+struct LocalUpdate {
+  std::string kind = "sgd";  // sgd | momentum | nesterov
+  float momentum = 0;
+  float weight_decay = 0;
+};
+
+class GossipModels {
+ public:
+  // n workers starting at `init`, push-sum weights 1, momenta 0.
+  GossipModels(int n, std::span<const float> init, LocalUpdate update);
+
+  int size() const { return n_; }
+  size_t num_params() const { return np_; }
+  std::span<float> x(int i) { return {x_.data() + off(i), np_}; }
+  std::span<const float> x(int i) const { return {x_.data() + off(i), np_}; }
+  double& weight(int i) { return w_[static_cast<size_t>(i)]; }
+  double weight(int i) const { return w_[static_cast<size_t>(i)]; }
+
+  // Worker i's de-biased parameters x_i / w_i (x_i when w_i = 1).
+  void debiased(int i, std::span<float> out) const;
+  // Worker i's local step with gradient g: m <- mu m + g (+ wd x), then
+  // x <- x - lr m (nesterov: x <- x - lr (g + mu m)).
+  void local_step(int i, std::span<const float> g, float lr);
+
+  // Synchronous gossip round t of a doubly stochastic topology, for every
+  // worker at once: x <- W(t) x.
+  void mix(const Topology& topo, int64_t t);
+  // Synchronous push-sum round t: every worker splits (x_i, w_i) over
+  // itself and its out-peers.
+  void push_sum(const Topology& topo, int64_t t);
+  // x_i, x_j <- (x_i + x_j) / 2.
+  void pair_average(int i, int j);
+  // Every x_i <- the average model, w_i <- 1 (Gossip-PGA's global average).
+  void global_average();
+
+  // The average model x_bar = sum_i x_i / sum_i w_i (what is evaluated).
+  void average(std::span<float> out) const;
+  // Consensus distance Xi = sqrt(mean_i ||z_i - x_bar||^2) (z_i de-biased)
+  // and ||x_bar||.
+  struct Consensus {
+    double xi = 0, norm = 0;
+  };
+  Consensus consensus() const;
+
+  void save(StateWriter& w) const;
+  // Throws InputError naming the blob when it holds another shape.
+  void load(StateReader& r);
+
+ private:
+  size_t off(int i) const { return static_cast<size_t>(i) * np_; }
+  int n_;
+  size_t np_;
+  LocalUpdate update_;
+  std::vector<float> x_, m_;
+  std::vector<double> w_;
+  std::vector<float> scratch_;
+};
+
+// adpsgd's pairing, the same on every runtime: an active (even-numbered)
+// worker w picks one of its neighbours at round t uniformly with `rng`,
+// among the passive (odd-numbered) ones, or among all when it has no
+// passive one; -1 for a passive worker or one without neighbours.
+int adpsgd_peer(const Topology& topo, int w, int64_t t, Rng& rng);
+
+// out = sum_k weights[k] * sources[k], summed in the order given (so the
+// same inputs give the same bits).
+void weighted_sum(std::span<float> out, const std::vector<double>& weights,
+                  const std::vector<std::span<const float>>& sources);
+
+}  // namespace hsgd

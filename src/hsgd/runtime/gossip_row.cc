@@ -1,0 +1,78 @@
+#include "hsgd/runtime/gossip_row.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace hsgd {
+
+LocalUpdate gossip_local_update(const Config& c) {
+  LocalUpdate u;
+  u.kind = c.optim.kind;
+  u.momentum = static_cast<float>(c.optim.momentum);
+  u.weight_decay = static_cast<float>(c.optim.weight_decay);
+  return u;
+}
+
+MetricsRow gossip_row(const Config& c, const GossipModels& models, Model& model,
+                      std::span<float> params, const Dataset& test, int64_t train_size, double t,
+                      GossipCounts& counts, double idle_frac) {
+  models.average(params);
+  const EvalResult e = model.evaluate(test);
+  const GossipModels::Consensus cs = models.consensus();
+  MetricsRow r;
+  r.time_s = t;
+  r.updates = counts.steps;
+  r.samples = counts.samples;
+  r.epoch = static_cast<double>(counts.samples) / static_cast<double>(train_size);
+  r.k = 1;
+  r.train_loss =
+      counts.loss_count ? counts.loss_sum / static_cast<double>(counts.loss_count) : std::nan("");
+  counts.loss_sum = 0;
+  counts.loss_count = 0;
+  r.test_loss = e.loss;
+  r.test_acc = e.accuracy;
+  r.test_auc = e.auc;
+  r.test_logloss = e.log_loss;
+  r.nonfinite = counts.nonfinite;
+  counts.nonfinite = 0;
+  r.idle_frac = idle_frac;
+  r.live_workers = c.train.workers;
+  r.policy = c.policy_name;
+  r.seed = c.train.seed;
+  r.has_consensus = true;
+  r.consensus = cs.xi;
+  r.consensus_rel = cs.norm > 0 ? cs.xi / cs.norm : 0.0;
+  return r;
+}
+
+GossipResult gossip_result(const Config& c, const Topology& topo, const GossipCounts& counts,
+                           int64_t rounds, int64_t global_averages, const std::vector<double>& sent,
+                           const std::vector<double>& received, const std::vector<int64_t>& steps) {
+  GossipResult out;
+  out.on = true;
+  out.topology = c.gossip.topology;
+  out.weights = c.gossip.weights;
+  out.spectral_gap = spectral_gap(topo);
+  out.max_degree = topo.max_degree();
+  out.steps = counts.steps;
+  out.rounds = rounds;
+  out.global_averages = global_averages;
+  const size_t n = steps.size();
+  double sum = 0, best = -1;
+  for (size_t i = 0; i < n; ++i) {
+    const double bytes = sent[i] + received[i];
+    const double per = bytes / static_cast<double>(std::max<int64_t>(1, steps[i]));
+    sum += per;
+    if (bytes > best) {
+      best = bytes;
+      out.busiest = fmt::format("worker {}", i);
+      out.busiest_bytes_per_step = per;
+    }
+  }
+  out.bytes_per_node_step = n ? sum / static_cast<double>(n) : 0.0;
+  return out;
+}
+
+}  // namespace hsgd

@@ -1,0 +1,46 @@
+// What the gossip runtimes (gossip_sim.h, gossip_threads.h) share: the
+// workers' local update from the config, a metrics row of the average
+// model, and summary.json's "gossip" object. Each rule exists here once.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "hsgd/config/config.h"
+#include "hsgd/core/topology.h"
+#include "hsgd/data/dataset.h"
+#include "hsgd/metrics/recorder.h"
+#include "hsgd/model/model.h"
+#include "hsgd/policy/gossip.h"
+#include "hsgd/runtime/runtime.h"
+
+namespace hsgd {
+
+// optim.kind, optim.momentum and optim.weight_decay, run by every worker on
+// its own model.
+LocalUpdate gossip_local_update(const Config& c);
+
+// Counts since the start (steps, samples) or since the previous row (the
+// losses, nonfinite); a row resets the latter.
+struct GossipCounts {
+  int64_t steps = 0;    // local steps, every worker's
+  int64_t samples = 0;  // samples behind the applied steps
+  double loss_sum = 0;
+  int64_t loss_count = 0;
+  int64_t nonfinite = 0;
+};
+
+// The row at training time t: `model` (bound to `params`) evaluates the
+// average model on `test`; the consensus columns; k = 1; every worker live.
+// Resets the per-row counts. `idle_frac` is the runtime's.
+MetricsRow gossip_row(const Config& c, const GossipModels& models, Model& model,
+                      std::span<float> params, const Dataset& test, int64_t train_size, double t,
+                      GossipCounts& counts, double idle_frac);
+
+// summary.json "gossip": `sent`/`received` bytes per worker, `steps` each
+// worker's local steps.
+GossipResult gossip_result(const Config& c, const Topology& topo, const GossipCounts& counts,
+                           int64_t rounds, int64_t global_averages, const std::vector<double>& sent,
+                           const std::vector<double>& received, const std::vector<int64_t>& steps);
+
+}  // namespace hsgd

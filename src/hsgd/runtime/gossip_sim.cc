@@ -1,0 +1,778 @@
+#include "hsgd/runtime/gossip_sim.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+
+#include "hsgd/core/error.h"
+#include "hsgd/core/network.h"
+#include "hsgd/core/rng.h"
+#include "hsgd/core/simd.h"
+#include "hsgd/core/topology.h"
+#include "hsgd/optim/optimizer.h"
+#include "hsgd/policy/gossip.h"
+#include "hsgd/runtime/clock.h"
+#include "hsgd/runtime/delay.h"
+#include "hsgd/runtime/gossip_row.h"
+#include "hsgd/runtime/local_steps.h"
+#include "hsgd/runtime/row.h"
+#include "hsgd/runtime/run_control.h"
+#include "hsgd/runtime/sim_events.h"
+#include "hsgd/runtime/sim_runtime.h"
+
+namespace hsgd {
+namespace {
+
+using sim::EventQueue;
+using sim::EventType;
+
+constexpr uint32_t kGossipTag = 0x47535331;  // "GSS1"
+constexpr double kInf = std::numeric_limits<double>::infinity();
+// The event ending a global average (the queue's membership type, which the
+// gossip policies do not otherwise use).
+constexpr EventType kGlobalDone = EventType::kFault;
+
+enum Stage : int32_t {
+  kComputing,  // its gradient is being computed (kComputeDone due)
+  kRound,      // waiting for its in-peers' round messages
+  kPairing,    // adpsgd: waiting for its passive peer's reply
+  kBarrier,    // waiting for the global average
+};
+
+enum MsgKind : int32_t { kModel, kReply, kReduce };
+
+struct Message {
+  int32_t from = 0, to = 0, kind = kModel;
+  int64_t round = 0;
+  double weight = 0;           // push-sum: the share of w_from
+  std::vector<float> payload;  // kModel (not adpsgd's): the model or share sent
+};
+
+struct GWorker {
+  GWorker(ShardSampler s, Rng r) : sampler(std::move(s)), rng(r) {}
+  int64_t step = 0;  // local steps completed
+  int32_t stage = kComputing;
+  int32_t peer = -1;  // adpsgd: the passive peer being averaged with
+  double loss = 0;
+  int64_t batch = 0;
+  uint8_t finite = 1;
+  double wait_since = -1;   // when it began waiting, or -1
+  double idle = 0;          // seconds spent waiting
+  std::vector<float> grad;  // the gradient of the step in progress
+  ShardSampler sampler;
+  Rng rng;  // adpsgd: its choice of peers
+};
+
+std::string full(double v) { return fmt::format("{:.17g}", v); }
+
+class GossipRun {
+ public:
+  GossipRun(const Job& job, Recorder* recorder, Observer* observer)
+      : job_(job),
+        c_(*job.config),
+        n_(c_.train.workers),
+        recorder_(recorder),
+        observer_(observer),
+        np_(job.initial_params.size()),
+        kind_(c_.policy.kind),
+        topo_(c_.gossip.topology, c_.gossip.weights, n_, c_.train.seed),
+        models_(n_, job.initial_params, gossip_local_update(c_)),
+        model_(job.make_model()),
+        work_params_(np_),
+        work_grads_(np_),
+        test_(head(*job.test, c_.train.eval_samples)),
+        delays_(c_.stragglers, n_, c_.train.seed),
+        net_(std::vector<NodeLink>(static_cast<size_t>(n_),
+                                   NodeLink{c_.sim.bandwidth, c_.sim.bandwidth}),
+             c_.sim.latency, c_.sim.network == "shared"),
+        schedule_(c_, job.train->size(), job.checkpoints != nullptr),
+        stops_(c_) {
+    model_->bind(work_params_, work_grads_);
+    workers_.reserve(static_cast<size_t>(n_));
+    for (int w = 0; w < n_; ++w) {
+      workers_.push_back(GWorker{make_sampler(job, w),
+                                 Rng(c_.train.seed, 0x676f73736970ULL + static_cast<uint64_t>(w))});
+    }
+    bytes_ = 4.0 * static_cast<double>(np_);
+    period_ = kind_ == "pdsgdm" ? std::max(1, c_.policy.k) : 1;
+    cta_ = kind_ == "dpsgd" && c_.gossip.order == "cta";
+  }
+
+  RunResult run() {
+    const auto wall0 = SteadyClock::now();
+    if (job_.resume) {
+      load(*job_.resume);
+      open_outputs(job_);
+    } else {
+      open_outputs(job_);
+      evaluate(0.0);
+      for (int w = 0; w < n_ && !stops_.stopped(); ++w) start_step(w, 0.0);
+    }
+    const double budget = schedule_.budget();
+    double end_time = budget;
+    bool stopped_at_row = !job_.resume && stops_.stopped();
+    const bool done_already = schedule_.epochs_done(counts_.samples) || stops_.stopped();
+    auto last_status = SteadyClock::now();
+    uint64_t processed = 0;
+    while (!done_already && !stops_.stopped()) {
+      if (events_.empty()) {
+        throw std::runtime_error(fmt::format("gossip simulation deadlocked at t = {} s (policy {})",
+                                             now_, c_.policy_name));
+      }
+      const double t = events_.top().time;
+      while (schedule_.eval_due(t) || schedule_.checkpoint_due(t)) {
+        if (schedule_.eval_due(t) && schedule_.next_eval() <= schedule_.next_checkpoint()) {
+          const double at = schedule_.next_eval();
+          evaluate(at);
+          schedule_.eval_done(at);
+        } else {
+          const double at = schedule_.next_checkpoint();
+          schedule_.checkpoint_done(at);
+          write(cut(at));
+        }
+        if (stops_.stopped()) break;
+      }
+      if (stops_.stopped()) {
+        end_time = last_row_time_;
+        stopped_at_row = true;
+        break;
+      }
+      if (t >= budget) break;
+      const sim::Event ev = events_.pop();
+      now_ = ev.time;
+      handle(ev);
+      if (stops_.stopped()) {  // non-finite gradients (check_pushes)
+        end_time = ev.time;
+        break;
+      }
+      if (stops_.check_request(/*at_evaluation=*/false)) {
+        end_time = ev.time;
+        break;
+      }
+      if (schedule_.epochs_done(counts_.samples)) {
+        end_time = ev.time;
+        break;
+      }
+      if ((++processed & 1023) == 0 && since(last_status) > 0.5) {
+        last_status = SteadyClock::now();
+        Status st;
+        st.time_s = ev.time;
+        st.updates = counts_.steps;
+        st.samples = counts_.samples;
+        st.k = 1;
+        st.test_acc = last_acc_;
+        st.train_loss = std::nan("");
+        st.epochs = static_cast<double>(counts_.samples) / static_cast<double>(job_.train->size());
+        observer_->on_status(st);
+      }
+    }
+    if (done_already) end_time = now_;
+    std::optional<Cut> final_cut;
+    if (job_.checkpoints && !stopped_at_row && stops_.final_checkpoint_allowed()) {
+      final_cut = cut(end_time);
+    }
+    RunResult result;
+    result.last = stopped_at_row ? recorder_->rows().back() : evaluate(end_time);
+    if (final_cut && stops_.final_checkpoint_allowed()) write(*final_cut);
+    result.stopped = stops_.reason();
+    result.params.resize(np_);
+    models_.average(result.params);
+    result.train_s = result.last.time_s;
+    result.real_train_s = since(wall0) - eval_real_;
+    result.wall_s = since(wall0);
+    result.gradients = counts_.steps;
+    for (const GWorker& g : workers_) {
+      result.worker_pushes.push_back(g.step);
+      result.sampler_cost += g.sampler.cost;
+    }
+    result.network = network_report(end_time);
+    result.gossip = gossip_report(end_time);
+    return result;
+  }
+
+ private:
+  GWorker& worker(int w) { return workers_[static_cast<size_t>(w)]; }
+
+  // Whether worker w's step `step` ends with a gossip round.
+  bool gossip_step(int64_t step) const {
+    if (kind_ == "adpsgd" || n_ == 1) return false;
+    return (step + 1) % period_ == 0;
+  }
+  // The round number of a gossip step (pdsgdm: every P-th step is a round).
+  int64_t round_of(int64_t step) const { return (step + 1) / period_ - 1; }
+
+  // ---- messages
+  void send(double t, Message m, double bytes) {
+    const int64_t tag = next_tag_++;
+    const int from = m.from, to = m.to;
+    in_flight_.emplace(tag, std::move(m));
+    net_.send(t, from, to, bytes, tag);
+    wake_network();
+  }
+  void wake_network() {
+    const double nt = net_.next_time();
+    if (nt < net_due_) {
+      net_due_ = nt;
+      events_.push(nt, EventType::kNetwork, 0);
+    }
+  }
+
+  void handle(const sim::Event& ev) {
+    switch (ev.type) {
+      case EventType::kComputeDone:
+        compute_done(ev.worker, ev.time);
+        break;
+      case EventType::kNetwork: {
+        if (ev.time != net_due_) break;  // superseded by an earlier wake-up
+        net_due_ = kInf;
+        for (int64_t tag : net_.advance(ev.time)) {
+          auto it = in_flight_.find(tag);
+          HSGD_ASSERT(it != in_flight_.end(), "a delivered message the simulator never sent");
+          Message m = std::move(it->second);
+          in_flight_.erase(it);
+          deliver(std::move(m), ev.time);
+        }
+        wake_network();
+        break;
+      }
+      case kGlobalDone:  // the global average's last latencies
+        global_average_done(ev.time);
+        break;
+      default:
+        HSGD_ASSERT(false, "an event the gossip simulator does not schedule");
+    }
+  }
+
+  // ---- one step
+  void start_step(int w, double t) {
+    GWorker& g = worker(w);
+    g.stage = kComputing;
+    // The gradient is taken now, at the model the worker holds (push-sum:
+    // de-biased); it is applied when its compute time has passed.
+    models_.debiased(w, work_params_);
+    Batch batch;
+    g.loss = sampled_gradient(*model_, g.sampler, c_.train.batch, &batch);
+    g.batch = batch.size();
+    g.finite = std::isfinite(g.loss) && all_finite(work_grads_);
+    g.grad.assign(work_grads_.begin(), work_grads_.end());
+    if (cta_ && gossip_step(g.step)) send_model(w, t, round_of(g.step));
+    const double compute = c_.sim.compute_time * delays_.slowdown(w) + delays_.draw(w);
+    events_.push(t + compute, EventType::kComputeDone, w);
+  }
+
+  float lr_of(const GWorker& g) const {
+    return static_cast<float>(lr_at(c_.lr_schedule, c_.optim.lr, g.step));
+  }
+
+  // The local step of the gradient computed at the step's start (a
+  // non-finite one is dropped and counted, like a server drops a push).
+  void apply_gradient(int w, double t) {
+    GWorker& g = worker(w);
+    if (!g.finite) {
+      ++counts_.nonfinite;
+      ++consecutive_nonfinite_;
+      stops_.check_pushes(consecutive_nonfinite_, counts_.steps, t);
+      return;
+    }
+    consecutive_nonfinite_ = 0;
+    models_.local_step(w, g.grad, lr_of(g));
+  }
+
+  void send_model(int w, double t, int64_t round) {
+    for (int to : topo_.out_peers(w, round)) {
+      Message m;
+      m.from = w;
+      m.to = to;
+      m.kind = kModel;
+      m.round = round;
+      std::span<const float> x = models_.x(w);
+      m.payload.assign(x.begin(), x.end());
+      send(t, std::move(m), bytes_);
+    }
+  }
+
+  void compute_done(int w, double t) {
+    GWorker& g = worker(w);
+    if (kind_ == "adpsgd") {
+      const int peer = hsgd::adpsgd_peer(topo_, w, g.step, g.rng);
+      if (peer < 0) {
+        apply_gradient(w, t);
+        finish_step(w, t);
+        return;
+      }
+      g.stage = kPairing;
+      g.peer = peer;
+      g.wait_since = t;
+      Message m;
+      m.from = w;
+      m.to = peer;
+      m.kind = kModel;
+      m.round = g.step;
+      send(t, std::move(m), bytes_);
+      return;
+    }
+    if (!gossip_step(g.step)) {
+      apply_gradient(w, t);
+      finish_step(w, t);
+      return;
+    }
+    const int64_t round = round_of(g.step);
+    if (!cta_) {
+      apply_gradient(w, t);
+      if (kind_ == "sgp") {
+        // Push-sum: keep one share of (x, w), send one to each out-peer.
+        const std::vector<int> out = topo_.out_peers(w, round);
+        const double share = 1.0 / (static_cast<double>(out.size()) + 1.0);
+        std::span<float> x = models_.x(w);
+        for (float& v : x) v = static_cast<float>(v * share);
+        models_.weight(w) *= share;
+        for (int to : out) {
+          Message m;
+          m.from = w;
+          m.to = to;
+          m.kind = kModel;
+          m.round = round;
+          m.weight = models_.weight(w);
+          m.payload.assign(x.begin(), x.end());
+          send(t, std::move(m), bytes_ + 8);
+        }
+      } else {
+        send_model(w, t, round);
+      }
+    }
+    g.stage = kRound;
+    g.wait_since = t;
+    // The worker's own part of the round, as its in-peers' parts will come.
+    Message self;
+    self.from = w;
+    self.to = w;
+    self.round = round;
+    if (kind_ != "sgp") {
+      std::span<const float> x = models_.x(w);
+      self.payload.assign(x.begin(), x.end());
+    }
+    inbox_[{w, round, w}] = std::move(self);
+    try_combine(w, t);
+  }
+
+  void deliver(Message m, double t) {
+    if (m.kind == kReduce) {
+      ++reduce_arrived_;
+      maybe_global_average(t);
+      return;
+    }
+    if (kind_ == "adpsgd") {
+      if (m.kind == kModel) {  // at the passive side: both become the average
+        models_.pair_average(m.from, m.to);
+        Message r;
+        r.from = m.to;
+        r.to = m.from;
+        r.kind = kReply;
+        r.round = m.round;
+        send(t, std::move(r), bytes_);
+      } else {  // the reply: the active worker's gradient, then its next step
+        GWorker& g = worker(m.to);
+        g.idle += t - g.wait_since;
+        g.wait_since = -1;
+        g.peer = -1;
+        apply_gradient(m.to, t);
+        finish_step(m.to, t);
+      }
+      return;
+    }
+    const int to = m.to;
+    inbox_[{to, m.round, m.from}] = std::move(m);
+    try_combine(to, t);
+  }
+
+  // Worker w's round ends once every in-peer's part has come.
+  void try_combine(int w, double t) {
+    GWorker& g = worker(w);
+    if (g.stage != kRound) return;
+    const int64_t round = round_of(g.step);
+    std::vector<int> from = topo_.in_peers(w, round);
+    from.push_back(w);
+    std::sort(from.begin(), from.end());
+    for (int j : from) {
+      if (!inbox_.count({w, round, j})) return;
+    }
+    if (kind_ == "sgp") {
+      std::vector<double> ws;
+      std::vector<std::span<const float>> srcs;
+      std::vector<float> own(models_.x(w).begin(), models_.x(w).end());
+      double weight = 0;
+      for (int j : from) {
+        const Message& m = inbox_.at({w, round, j});
+        ws.push_back(1.0);
+        if (j == w) {
+          srcs.push_back(own);
+          weight += models_.weight(w);
+        } else {
+          srcs.push_back(m.payload);
+          weight += m.weight;
+        }
+      }
+      weighted_sum(models_.x(w), ws, srcs);
+      models_.weight(w) = weight;
+    } else {
+      std::vector<double> ws;
+      std::vector<std::span<const float>> srcs;
+      for (const auto& [j, wij] : topo_.mixing_row(w, round)) {
+        ws.push_back(wij);
+        srcs.push_back(inbox_.at({w, round, j}).payload);
+      }
+      weighted_sum(models_.x(w), ws, srcs);
+      if (cta_) apply_gradient(w, t);
+    }
+    for (int j : from) inbox_.erase({w, round, j});
+    ++rounds_;
+    g.idle += t - g.wait_since;
+    g.wait_since = -1;
+    finish_step(w, t);
+  }
+
+  void finish_step(int w, double t) {
+    GWorker& g = worker(w);
+    ++g.step;
+    ++counts_.steps;
+    if (g.finite) {
+      counts_.samples += g.batch;
+      counts_.loss_sum += g.loss;
+      ++counts_.loss_count;
+    }
+    if (c_.gossip.global_every > 0 && g.step % c_.gossip.global_every == 0 && n_ > 1) {
+      g.stage = kBarrier;
+      g.wait_since = t;
+      ++reduce_entered_;
+      Message m;
+      m.from = w;
+      m.to = (w + 1) % n_;
+      m.kind = kReduce;
+      send(t, std::move(m), 2.0 * (n_ - 1) / n_ * bytes_);
+      return;
+    }
+    start_step(w, t);
+  }
+
+  // ---- Gossip-PGA's global average (a ring all-reduce)
+  void maybe_global_average(double t) {
+    if (reduce_arrived_ < n_ || reduce_entered_ < n_) return;
+    reduce_arrived_ = 0;
+    reduce_entered_ = 0;
+    const double rest = std::max(0, 2 * (n_ - 1) - 1) * c_.sim.latency;
+    events_.push(t + rest, kGlobalDone, 0);
+  }
+  void global_average_done(double t) {
+    models_.global_average();
+    ++global_averages_;
+    for (int w = 0; w < n_; ++w) {
+      GWorker& g = worker(w);
+      g.idle += t - g.wait_since;
+      g.wait_since = -1;
+      start_step(w, t);
+    }
+  }
+
+  // ---- rows
+  MetricsRow evaluate(double t) {
+    const auto e0 = SteadyClock::now();
+    double idle = 0;
+    for (const GWorker& g : workers_) idle += g.idle + (g.wait_since >= 0 ? t - g.wait_since : 0);
+    const double span = (t - last_row_time_) * n_;
+    const double idle_frac = span > 0 ? std::clamp((idle - last_idle_) / span, 0.0, 1.0) : 0.0;
+    last_idle_ = idle;
+    MetricsRow r = gossip_row(c_, models_, *model_, work_params_, test_, job_.train->size(), t,
+                              counts_, idle_frac);
+    if (net_.shared()) {
+      r.has_net = true;
+      const Network::Carried now = net_.carried(t);
+      r.net_util =
+          t > last_row_time_ ? net_.busiest_util(last_carried_, now, t - last_row_time_) : 0.0;
+      last_carried_ = now;
+    }
+    last_row_time_ = t;
+    last_acc_ = r.test_acc;
+    recorder_->write(r);
+    observer_->on_row(r);
+    stops_.check_row(r, work_params_, recorder_->rows());
+    eval_real_ += since(e0);
+    return r;
+  }
+
+  NetworkResult network_report(double t) const {
+    NetworkResult out;
+    out.on = true;
+    out.model = c_.sim.network;
+    const auto nodes = static_cast<size_t>(n_);
+    const Network::Carried zero{std::vector<double>(nodes, 0.0), std::vector<double>(nodes, 0.0)};
+    const Network::Carried all = net_.carried(t);
+    out.busiest_util = t > 0 ? net_.busiest_util(zero, all, t) : 0.0;
+    double best = -1;
+    for (size_t i = 0; i < nodes; ++i) {
+      const std::string name = fmt::format("worker {}", i);
+      out.nodes.push_back(name);
+      out.sent.push_back(all.sent[i]);
+      out.received.push_back(all.received[i]);
+      if (all.sent[i] > best) {
+        best = all.sent[i];
+        out.busiest = name + " egress";
+      }
+      if (all.received[i] > best) {
+        best = all.received[i];
+        out.busiest = name + " ingress";
+      }
+    }
+    return out;
+  }
+
+  GossipResult gossip_report(double t) const {
+    const Network::Carried all = net_.carried(t);
+    std::vector<int64_t> steps;
+    for (const GWorker& g : workers_) steps.push_back(g.step);
+    return gossip_result(c_, topo_, counts_, rounds_, global_averages_, all.sent, all.received,
+                         steps);
+  }
+
+  // ---- checkpoints
+  struct Cut {
+    CheckpointInfo info;
+    std::map<std::string, std::string> blobs;
+  };
+  void write(const Cut& cut) {
+    if (!job_.checkpoints) return;
+    const auto e0 = SteadyClock::now();
+    job_.checkpoints->write(cut.info, cut.blobs);
+    eval_real_ += since(e0);
+  }
+
+  Cut cut(double t) {
+    StateWriter w;
+    w.tag(kGossipTag);
+    w.put<int32_t>(n_);
+    w.put(t);
+    w.put(now_);
+    models_.save(w);
+    events_.save(w);
+    net_.save(w);
+    w.put(net_due_);
+    w.put(next_tag_);
+    w.put<uint64_t>(in_flight_.size());
+    for (const auto& [tag, m] : in_flight_) {
+      w.put(tag);
+      put_message(w, m);
+    }
+    w.put<uint64_t>(inbox_.size());
+    for (const auto& [key, m] : inbox_) {
+      w.put(key[0]);
+      w.put(key[1]);
+      w.put(key[2]);
+      put_message(w, m);
+    }
+    for (const GWorker& g : workers_) {
+      w.put(g.step);
+      w.put(g.stage);
+      w.put(g.peer);
+      w.put(g.loss);
+      w.put(g.batch);
+      w.put(g.finite);
+      w.put(g.wait_since);
+      w.put(g.idle);
+      w.put_vec(g.grad);
+      save_sampler(g.sampler, w);
+      w.put(g.rng.state());
+    }
+    delays_.save(w);
+    w.put(counts_.steps);
+    w.put(counts_.samples);
+    w.put(rounds_);
+    w.put(global_averages_);
+    w.put(reduce_entered_);
+    w.put(reduce_arrived_);
+    w.put(counts_.loss_sum);
+    w.put(counts_.loss_count);
+    w.put(counts_.nonfinite);
+    w.put(consecutive_nonfinite_);
+    w.put(last_row_time_);
+    w.put(last_idle_);
+    w.put(last_acc_);
+    w.put_vec(last_carried_.sent);
+    w.put_vec(last_carried_.received);
+    CheckpointInfo info;
+    info.id = job_.identity;
+    info.runtime = "sim";
+    info.workers = n_;
+    info.train_s = t;
+    info.updates = counts_.steps;
+    info.rows = static_cast<int64_t>(recorder_->rows().size());
+    Cut cut{info, {{"gossip", w.take()}, {kRunBlob, save_run_state(stops_, schedule_)}}};
+    if (std::string rng = model_->rng_state(); !rng.empty())
+      cut.blobs["model_rng"] = std::move(rng);
+    return cut;
+  }
+
+  static void put_message(StateWriter& w, const Message& m) {
+    w.put(m.from);
+    w.put(m.to);
+    w.put(m.kind);
+    w.put(m.round);
+    w.put(m.weight);
+    w.put_vec(m.payload);
+  }
+  Message get_message(StateReader& r) const {
+    Message m;
+    m.from = r.get<int32_t>();
+    m.to = r.get<int32_t>();
+    m.kind = r.get<int32_t>();
+    m.round = r.get<int64_t>();
+    m.weight = r.get<double>();
+    m.payload = r.get_vec<float>();
+    if (m.from < 0 || m.from >= n_ || m.to < 0 || m.to >= n_ || m.kind < kModel ||
+        m.kind > kReduce || (!m.payload.empty() && m.payload.size() != np_)) {
+      r.fail("corrupt (a gossip message)");
+    }
+    return m;
+  }
+
+  void load(const Checkpoint& ck) {
+    if (ck.info.workers != n_) {
+      throw InputError(
+          fmt::format("{}: a gossip simulation of {} workers; it resumes exactly, with the same "
+                      "train.workers",
+                      ck.path, ck.info.workers));
+    }
+    if (!ck.blobs.count("gossip")) {
+      throw InputError(ck.path + ": not a gossip policy's checkpoint (no gossip.bin)");
+    }
+    StateReader r(ck.blob("gossip"), ck.path + "/gossip.bin");
+    if (r.get<uint32_t>() != kGossipTag) r.fail("corrupt (gossip section missing)");
+    if (r.get<int32_t>() != n_) r.fail("corrupt (worker count)");
+    (void)r.get<double>();
+    now_ = r.get<double>();
+    models_.load(r);
+    events_.load(r, n_, 1);
+    net_.load(r);
+    net_due_ = r.get<double>();
+    next_tag_ = r.get<int64_t>();
+    in_flight_.clear();
+    for (uint64_t k = r.get<uint64_t>(); k > 0; --k) {
+      const auto tag = r.get<int64_t>();
+      in_flight_.emplace(tag, get_message(r));
+    }
+    inbox_.clear();
+    for (uint64_t k = r.get<uint64_t>(); k > 0; --k) {
+      std::array<int64_t, 3> key{r.get<int64_t>(), r.get<int64_t>(), r.get<int64_t>()};
+      inbox_.emplace(key, get_message(r));
+    }
+    for (GWorker& g : workers_) {
+      g.step = r.get<int64_t>();
+      g.stage = r.get<int32_t>();
+      g.peer = r.get<int32_t>();
+      g.loss = r.get<double>();
+      g.batch = r.get<int64_t>();
+      g.finite = r.get<uint8_t>();
+      g.wait_since = r.get<double>();
+      g.idle = r.get<double>();
+      g.grad = r.get_vec<float>();
+      if (g.grad.size() != np_ || g.stage < kComputing || g.stage > kBarrier) {
+        r.fail("corrupt (a gossip worker)");
+      }
+      load_sampler(g.sampler, r);
+      g.rng.set_state(r.get<uint64_t>());
+    }
+    delays_.load(r);
+    counts_.steps = r.get<int64_t>();
+    counts_.samples = r.get<int64_t>();
+    rounds_ = r.get<int64_t>();
+    global_averages_ = r.get<int64_t>();
+    reduce_entered_ = r.get<int>();
+    reduce_arrived_ = r.get<int>();
+    counts_.loss_sum = r.get<double>();
+    counts_.loss_count = r.get<int64_t>();
+    counts_.nonfinite = r.get<int64_t>();
+    consecutive_nonfinite_ = r.get<int64_t>();
+    last_row_time_ = r.get<double>();
+    last_idle_ = r.get<double>();
+    last_acc_ = r.get<double>();
+    last_carried_.sent = r.get_vec<double>();
+    last_carried_.received = r.get_vec<double>();
+    r.expect_end();
+    load_run_state(ck, stops_, schedule_);
+    if (ck.blobs.count("model_rng")) {
+      model_->set_rng_state(ck.blob("model_rng"), ck.path + "/model_rng.bin");
+    }
+  }
+
+  const Job& job_;
+  const Config& c_;
+  const int n_;
+  Recorder* recorder_;
+  Observer* observer_;
+  const size_t np_;
+  const std::string kind_;
+  const Topology topo_;
+  GossipModels models_;
+  std::unique_ptr<Model> model_;  // gradients and evaluations
+  std::vector<float> work_params_, work_grads_;
+  const Dataset test_;
+  DelayModel delays_;
+  Network net_;
+  TrainSchedule schedule_;
+  RunStops stops_;
+  EventQueue events_;
+  std::vector<GWorker> workers_;
+  // Messages on the network by tag, and delivered round messages by
+  // (receiver, round, sender).
+  std::map<int64_t, Message> in_flight_;
+  std::map<std::array<int64_t, 3>, Message> inbox_;
+  int64_t next_tag_ = 0;
+  double net_due_ = kInf;
+  double bytes_ = 0;
+  int period_ = 1;
+  bool cta_ = false;
+  double now_ = 0;
+  GossipCounts counts_;
+  int64_t rounds_ = 0, global_averages_ = 0;
+  int reduce_entered_ = 0, reduce_arrived_ = 0;
+  int64_t consecutive_nonfinite_ = 0;
+  double last_row_time_ = 0, last_idle_ = 0, last_acc_ = 0;
+  Network::Carried last_carried_{std::vector<double>(static_cast<size_t>(n_), 0.0),
+                                 std::vector<double>(static_cast<size_t>(n_), 0.0)};
+  double eval_real_ = 0;
+};
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> GossipSimRuntime::resolve(const Job& job) {
+  const Config& c = *job.config;
+  if (c.sim.compute_time != 0) return {};
+  std::unique_ptr<Model> model = job.make_model();
+  std::vector<float> params = job.initial_params, grads(params.size());
+  model->bind(params, grads);
+  return {{"sim.compute_time",
+           full(calibrate_compute_time(*model, *job.train, c.train.batch, c.train.seed))}};
+}
+
+RunResult GossipSimRuntime::run(const Job& job, Recorder* recorder, Observer* observer) {
+  const Config& c = *job.config;
+  check_job(job);
+  Observer quiet;
+  if (!observer) observer = &quiet;
+  std::vector<std::pair<std::string, std::string>> resolved = resolve(job);
+  std::optional<Config> with_costs;
+  Job j = job;
+  if (!resolved.empty()) {
+    with_costs = c;
+    with_costs->sim.compute_time = std::stod(resolved[0].second);
+    j.config = &*with_costs;
+  }
+  RunResult r = GossipRun(j, recorder, observer).run();
+  r.resolved = std::move(resolved);
+  return r;
+}
+
+}  // namespace hsgd

@@ -1,0 +1,33 @@
+// The serverless gossip policies on the threads runtime (issue 28): one
+// thread and one model copy per worker (policy/gossip.h's GossipModels), the
+// gossip messages through shared memory with the simulator's semantics
+// (gossip_sim.h):
+//   dpsgd (cta)   the model is posted to the out-peers' mailboxes before the
+//                 gradient is computed; after it, the worker waits for its
+//                 in-peers' round-t models, combines, then takes its step;
+//   dpsgd (atc), pdsgdm, sgp
+//                 the step, then the post (sgp: its shares), the wait and the
+//                 combination;
+//   adpsgd        an active (even) worker averages its model with a random
+//                 passive neighbour's under both workers' locks
+//                 (std::scoped_lock: no deadlock whatever the pairing), then
+//                 takes its step; a passive worker takes its steps on
+//                 whatever its model is;
+//   gossip.global_every = H: a barrier of every worker after each H-th step;
+//                 the last to arrive replaces every model by the average.
+// A worker waits for messages and barriers outside the evaluation gate, so an
+// evaluation (of the average model, with the consensus distance) pauses
+// every worker between steps. Bytes per node are those a message would
+// carry (4 x params; push-sum + 8). Checkpoints are refused (config
+// validation): the sim runtime checkpoints and resumes gossip runs exactly.
+#pragma once
+#include "hsgd/runtime/runtime.h"
+
+namespace hsgd {
+
+class GossipThreadsRuntime final : public Runtime {
+ public:
+  RunResult run(const Job& job, Recorder* recorder, Observer* observer) override;
+};
+
+}  // namespace hsgd
