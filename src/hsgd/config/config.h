@@ -89,6 +89,10 @@ struct MpiConfig {
   // error naming the rank and the operation. Must exceed the longest
   // legitimate wait: a gradient plus straggler delay, an evaluation.
   double timeout = 120;
+  // Floats per message of a push or a pull (a shard's slice travels in
+  // chunks of this many, the last shorter): the server screens a push's
+  // chunks as they arrive, while the rest are in flight.
+  int64_t chunk = 262144;
 };
 
 struct StragglerConfig {
