@@ -90,9 +90,10 @@ struct MpiConfig {
   // legitimate wait: a gradient plus straggler delay, an evaluation.
   double timeout = 120;
   // Floats per message of a push or a pull (a shard's slice travels in
-  // chunks of this many, the last shorter): the server screens a push's
-  // chunks as they arrive, while the rest are in flight.
-  int64_t chunk = 262144;
+  // chunks of this many, the last shorter). The default sends a slice in
+  // one message: chunks of 1M floats made the round trip 8x slower here
+  // (BENCHMARKS.md); smaller values reach the chunked paths in tests.
+  int64_t chunk = int64_t{1} << 30;
 };
 
 struct StragglerConfig {

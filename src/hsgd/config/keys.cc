@@ -334,8 +334,8 @@ std::vector<Key> declare() {
           .moot(runtime("mpi")));
   add(int_key("mpi", "chunk", HSGD_REF(mpi.chunk),
               "Floats per message of a push or a pull: a shard's slice travels in chunks of this "
-              "many, and the server screens each chunk of a push as it arrives, while the next "
-              "are in flight (the push is applied only whole and finite). Changes no result.")
+              "many (the default: one message). The worker screens each chunk of a push as it "
+              "sends it; the push is applied only whole and finite. Changes no result.")
           .check(at_least(1), ">= 1")
           .moot(runtime("mpi"))
           .resumable()
