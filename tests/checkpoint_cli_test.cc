@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "cli_helpers.h"
+#include "hsgd/checkpoint/checkpoint.h"
 #include "hsgd/metrics/recorder.h"
 #include "test_helpers.h"
 
@@ -109,6 +110,54 @@ TEST(CheckpointCli, RefusalsAreOneLineExitTwoAndOverwriteNothing) {
   refused("train --resume " + dir, "server.bin: checksum mismatch");
   fs::resize_file(ck + "/server.bin", 10);
   refused("train --resume " + dir, "server.bin: truncated");
+}
+
+// Issue 30: parts larger than kVerifyWholeBytes are streamed into the
+// runtime's buffers and verified as they go. A corrupt byte in the middle
+// of the parameters (decodes fine) and one in a length (fails to decode)
+// are both refused as a checksum mismatch; a truncated part by its size;
+// one line, exit 2, the run's outputs untouched, on sim and threads.
+TEST(CheckpointCli, StreamedPartsAreVerifiedAsTheyAreRead) {
+  for (const char* runtime : {"sim", "threads"}) {
+    SCOPED_TRACE(runtime);
+    const std::string dir = tmp(std::string("streamed_") + runtime);
+    // 4000 features x 10 classes: a server part of ~320 KB, streamed.
+    const std::string big = "--set data.synthetic_features=4000 --budget 1 --checkpoint-every 0.5 ";
+    ASSERT_EQ(
+        run(job(dir,
+                (std::string(runtime) == "sim" ? kSim : std::string("--runtime threads ")) + big))
+            .code,
+        0);
+    const std::string ck = CheckpointDirs(dir).front();
+    const std::string server = ck + "/server.bin";
+    ASSERT_GT(fs::file_size(server), 4 * kVerifyWholeBytes);
+    const std::string metrics = slurp(dir + "/metrics.csv");
+    const std::string good = slurp(server);
+    auto refused = [&](const std::string& needle) {
+      const Outcome o = run("train --quiet --resume " + dir + " --budget 2");
+      EXPECT_EQ(o.code, 2) << o.err;
+      EXPECT_NE(o.err.find(needle), std::string::npos) << o.err;
+      EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+      EXPECT_EQ(slurp(dir + "/metrics.csv"), metrics);
+    };
+    auto poke = [&](size_t at, char byte) {
+      std::ofstream(server, std::ios::binary) << good;
+      std::fstream f(server, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(static_cast<std::streamoff>(at));
+      f.put(byte);
+    };
+    poke(good.size() / 3, '\x55');  // a parameter: decodes, the checksum differs
+    refused("server.bin: checksum mismatch");
+    poke(4, '\x7f');  // the parameters' length: the decoding fails first
+    refused("server.bin: checksum mismatch");
+    std::ofstream(server, std::ios::binary) << good;
+    fs::resize_file(server, good.size() - 1);
+    refused("server.bin: truncated");
+    // Put back whole, it resumes.
+    std::ofstream(server, std::ios::binary) << good;
+    const Outcome o = run("train --quiet --resume " + dir + " --budget 2");
+    EXPECT_EQ(o.code, 0) << o.err;
+  }
 }
 
 TEST(CheckpointCli, DivergenceStopsWithExitCodeThreeAndKeepsTheMetrics) {

@@ -6,12 +6,16 @@
 #include <filesystem>
 #include <fstream>
 
+#include "alloc_probe.h"
 #include "hsgd/core/error.h"
+#include "hsgd/core/state.h"
+#include "test_helpers.h"
 
 namespace hsgd {
 namespace {
 
 namespace fs = std::filesystem;
+using testing_helpers::slurp;
 
 std::string fresh(const std::string& name) {
   const fs::path d = fs::path(::testing::TempDir()) / name;
@@ -187,6 +191,142 @@ TEST(Checkpoint, EachPartHasAFormatVersionCheckedFromTheManifest) {
   EXPECT_EQ(c.blob("membership"), "abc");
   EXPECT_EQ(c.version("server-0"), 1);
   EXPECT_EQ(c.version("membership"), 1);
+}
+
+// Issue 30: a part streamed to its file is byte for byte the part written
+// from memory (the format is unchanged: old checkpoints load, new ones load
+// in an older hsgd); read back, its arrays go straight into their
+// destinations, with no allocation of the part's size on the way.
+TEST(Checkpoint, StreamedPartsAreTheSameBytesAndReadBackWithoutACopy) {
+  const size_t n = 3'000'000;  // 12 MB: many pieces, far over every buffer
+  std::vector<float> a(n), b(n / 2 + 7);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) * 0.5f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = -static_cast<float>(i);
+  const auto save = [&](StateWriter& w) {
+    w.tag(0x54534554);
+    w.put<int32_t>(7);
+    w.put_span(std::span<const float>(a));
+    for (int i = 0; i < 1000; ++i) w.put<uint64_t>(static_cast<uint64_t>(i));  // many small ones
+    w.put_vec(b);
+    w.put_str("end");
+  };
+  const std::string streamed = fresh("ckpt_streamed"), memory = fresh("ckpt_memory");
+  {
+    CheckpointStore store(streamed, 1);
+    PendingCheckpoint p = store.begin();
+    const size_t largest = test::largest_allocation([&] { p.add("server", save); });
+    EXPECT_LE(largest, 2 * StateWriter::kFlushBytes);  // never the part's 18 MB
+    p.add("small", std::string("abc"));
+    p.commit(info(1));
+  }
+  {
+    StateWriter w;
+    save(w);
+    CheckpointStore(memory, 1).write(info(1), {{"server", w.take()}, {"small", "abc"}});
+  }
+  const std::string ds = CheckpointStore::list(streamed).front();
+  const std::string dm = CheckpointStore::list(memory).front();
+  EXPECT_EQ(slurp(ds + "/server.bin"), slurp(dm + "/server.bin"));
+  EXPECT_EQ(slurp(ds + "/manifest.json"), slurp(dm + "/manifest.json"));
+  const Checkpoint c = CheckpointStore::load_latest(streamed, id());
+  EXPECT_EQ(c.blob("small"), "abc");
+  std::vector<float> a2(n), b2;
+  const size_t largest = test::largest_allocation([&] {
+    c.read("server", [&](StateReader& r) {
+      r.expect_tag(0x54534554, "test");
+      EXPECT_EQ(r.get<int32_t>(), 7);
+      r.get_into(std::span<float>(a2), "a");
+      for (int i = 0; i < 1000; ++i) EXPECT_EQ(r.get<uint64_t>(), static_cast<uint64_t>(i));
+      b2 = r.get_vec<float>();  // its own vector: the one allocation of its size
+      EXPECT_EQ(r.get_str(), "end");
+    });
+  });
+  EXPECT_EQ(a2, a);
+  EXPECT_EQ(b2, b);
+  EXPECT_LE(largest, std::max(b.size() * sizeof(float), size_t{1} << 20));
+  EXPECT_TRUE(c.cache.count("server") == 0) << "a large part is not read whole";
+}
+
+// A streamed part is verified as it is read: a flipped byte is a checksum
+// mismatch whether the decoding then succeeds or fails on it first; a part
+// that shrank after the manifest was read is a truncated one; each one line.
+TEST(Checkpoint, StreamedPartsRefuseCorruptAndTruncatedBlobsWithOneLine) {
+  const std::string run = fresh("ckpt_stream_bad");
+  std::vector<float> a(200'000, 1.5f);
+  {
+    CheckpointStore store(run, 1);
+    PendingCheckpoint p = store.begin();
+    p.add("server", [&](StateWriter& w) {
+      w.put_vec(a);
+      w.put<int64_t>(42);
+    });
+    p.commit(info(1));
+  }
+  const std::string dir = CheckpointStore::list(run).front();
+  const std::string file = dir + "/server.bin";
+  const std::string good = slurp(file);
+  ASSERT_GT(good.size(), kVerifyWholeBytes);
+  std::vector<float> into(a.size());
+  const auto decode = [&](StateReader& r) {
+    r.get_into(std::span<float>(into), "a");
+    if (r.get<int64_t>() != 42) r.fail("corrupt (the end)");
+  };
+  const auto one_line = [](const std::function<void()>& f, const std::string& part) {
+    try {
+      f();
+      ADD_FAILURE() << "no error, expected " << part;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    }
+  };
+  const auto poke = [&](size_t at) {
+    std::string bad = good;
+    bad[at] = static_cast<char>(bad[at] ^ 0x10);
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << bad;
+  };
+  // Whole, it reads.
+  CheckpointStore::load_latest(run, id()).read("server", decode);
+  EXPECT_EQ(into, a);
+  poke(good.size() / 2);  // inside the array: decodes, the checksum differs
+  {
+    const Checkpoint c = CheckpointStore::load_latest(run, id());  // not read yet
+    one_line([&] { c.read("server", decode); }, "server.bin: checksum mismatch");
+  }
+  poke(0);  // the array's length: the decoding fails first
+  one_line([&] { CheckpointStore::load_latest(run, id()).read("server", decode); },
+           "server.bin: checksum mismatch");
+  poke(good.size() - 1);  // the last value: the decoding fails on it
+  one_line([&] { CheckpointStore::load_latest(run, id()).read("server", decode); },
+           "server.bin: checksum mismatch");
+  // Truncated before the load: by its size; after it (while read): as it reads.
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << good;
+  fs::resize_file(file, good.size() - 3);
+  one_line([&] { CheckpointStore::load_latest(run, id()); }, "server.bin: truncated");
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << good;
+  {
+    const Checkpoint c = CheckpointStore::load_latest(run, id());
+    fs::resize_file(file, good.size() / 2);
+    one_line([&] { c.read("server", decode); }, "server.bin: truncated");
+  }
+}
+
+// A checkpoint begun and never committed (a final checkpoint the stops
+// refuse) leaves nothing behind, and the next one is numbered as if it had
+// never been.
+TEST(Checkpoint, APendingCheckpointNotCommittedLeavesNothing) {
+  const std::string run = fresh("ckpt_pending");
+  CheckpointStore store(run, 2);
+  {
+    PendingCheckpoint p = store.begin();
+    p.add("server", std::string("gone"));
+    EXPECT_TRUE(fs::exists(run + "/checkpoints/.tmp-ckpt-00000000/server.bin"));
+  }
+  EXPECT_FALSE(fs::exists(run + "/checkpoints/.tmp-ckpt-00000000"));
+  EXPECT_TRUE(CheckpointStore::list(run).empty());
+  store.write(info(1), {{"server", "kept"}});
+  EXPECT_EQ(fs::path(CheckpointStore::list(run).front()).filename(), "ckpt-00000000");
+  EXPECT_EQ(store.written(), 1);
 }
 
 }  // namespace

@@ -29,23 +29,115 @@ namespace fs = std::filesystem;
 constexpr const char* kPrefix = "ckpt-";
 constexpr const char* kTmpPrefix = ".tmp-ckpt-";
 
-void write_synced(const std::string& path, const std::string& bytes) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw InputError(path + ": cannot write (" + std::strerror(errno) + ")");
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      throw InputError(path + ": write failed (" + why + ")");
+// Bytes of a part are written and read in pieces of this size, each
+// checksummed while it is in the cache.
+constexpr size_t kPieceBytes = size_t{1} << 20;
+
+// A part's file being written: every byte goes to the file as it comes,
+// its CRC-32C computed on the way.
+class FileSink final : public StateSink {
+ public:
+  explicit FileSink(std::string path) : path_(std::move(path)) {
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw InputError(path_ + ": cannot write (" + std::strerror(errno) + ")");
+  }
+  FileSink(const FileSink&) = delete;
+  FileSink& operator=(const FileSink&) = delete;
+  ~FileSink() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  void write(const char* p, size_t n) override {
+    while (n > 0) {
+      const size_t piece = std::min(n, kPieceBytes);
+      crc_ = crc32c(std::span<const char>(p, piece), crc_);
+      size_t done = 0;
+      while (done < piece) {
+        const ssize_t w = ::write(fd_, p + done, piece - done);
+        if (w < 0) {
+          if (errno == EINTR) continue;
+          throw InputError(path_ + ": write failed (" + std::strerror(errno) + ")");
+        }
+        done += static_cast<size_t>(w);
+      }
+      bytes_ += piece;
+      p += piece;
+      n -= piece;
     }
-    done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    throw InputError(path + ": write failed (" + std::strerror(errno) + ")");
+  // fsync and close.
+  void finish() {
+    const int fd = fd_;
+    fd_ = -1;
+    if (::fsync(fd) != 0 || ::close(fd) != 0) {
+      throw InputError(path_ + ": write failed (" + std::strerror(errno) + ")");
+    }
   }
+  uint64_t bytes() const { return bytes_; }
+  uint32_t crc() const { return crc_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  uint64_t bytes_ = 0;
+  uint32_t crc_ = 0;
+};
+
+// A part's file being read: every byte read goes into its destination, its
+// CRC-32C computed on the way.
+class FileSource final : public StateSource {
+ public:
+  explicit FileSource(std::string path) : path_(std::move(path)) {
+    fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) throw InputError(path_ + ": cannot read (" + std::strerror(errno) + ")");
+  }
+  FileSource(const FileSource&) = delete;
+  FileSource& operator=(const FileSource&) = delete;
+  ~FileSource() override { ::close(fd_); }
+  void read(char* p, size_t n) override {
+    while (n > 0) {
+      const size_t piece = std::min(n, kPieceBytes);
+      size_t done = 0;
+      while (done < piece) {
+        const ssize_t r = ::read(fd_, p + done, piece - done);
+        if (r < 0) {
+          if (errno == EINTR) continue;
+          throw InputError(path_ + ": cannot read (" + std::strerror(errno) + ")");
+        }
+        if (r == 0) {
+          throw InputError(
+              fmt::format("{}: truncated (the file ended after {} bytes)", path_, bytes_ + done));
+        }
+        done += static_cast<size_t>(r);
+      }
+      crc_ = crc32c(std::span<const char>(p, piece), crc_);
+      bytes_ += piece;
+      p += piece;
+      n -= piece;
+    }
+  }
+  // Reads the n bytes left, for their checksum alone.
+  void drain(uint64_t n) {
+    std::vector<char> scratch(std::min<uint64_t>(n, kPieceBytes));
+    while (n > 0) {
+      const size_t piece = static_cast<size_t>(std::min<uint64_t>(n, scratch.size()));
+      read(scratch.data(), piece);
+      n -= piece;
+    }
+  }
+  uint32_t crc() const { return crc_; }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  uint64_t bytes_ = 0;
+  uint32_t crc_ = 0;
+};
+
+void write_synced(const std::string& path, std::string_view bytes) {
+  FileSink sink(path);
+  sink.write(bytes.data(), bytes.size());
+  sink.finish();
 }
 
 void sync_dir(const std::string& dir) {
@@ -110,9 +202,46 @@ int Checkpoint::version(const std::string& name) const {
 }
 
 const std::string& Checkpoint::blob(const std::string& name) const {
-  auto it = blobs.find(name);
-  if (it == blobs.end()) throw InputError(path + ": corrupt (no blob '" + name + "')");
-  return it->second;
+  if (auto c = cache.find(name); c != cache.end()) return c->second;
+  auto it = entries.find(name);
+  if (it == entries.end()) throw InputError(path + ": corrupt (no blob '" + name + "')");
+  const std::string file = path + "/" + name + ".bin";
+  std::string bytes(static_cast<size_t>(it->second.bytes), '\0');
+  FileSource source(file);
+  source.read(bytes.data(), bytes.size());
+  if (hex32(source.crc()) != it->second.crc32c) {
+    throw InputError(file + ": checksum mismatch (the blob is corrupt)");
+  }
+  return cache[name] = std::move(bytes);
+}
+
+void Checkpoint::read(const std::string& name,
+                      const std::function<void(StateReader&)>& decode) const {
+  const std::string file = path + "/" + name + ".bin";
+  auto it = entries.find(name);
+  if (it == entries.end() || cache.count(name) > 0) {
+    StateReader r(blob(name), file);
+    decode(r);
+    r.expect_end();
+    return;
+  }
+  const CheckpointManifest::Blob& b = it->second;
+  FileSource source(file);
+  StateReader r(&source, b.bytes, file);
+  const auto mismatch = [&] {
+    return InputError(file + ": checksum mismatch (the blob is corrupt)");
+  };
+  try {
+    decode(r);
+    r.expect_end();
+  } catch (const InputError&) {
+    // Bytes that fail to decode are most likely corrupt ones: say so if
+    // the checksum agrees.
+    source.drain(b.bytes - source.bytes());
+    if (hex32(source.crc()) != b.crc32c) throw mismatch();
+    throw;
+  }
+  if (hex32(source.crc()) != b.crc32c) throw mismatch();
 }
 
 CheckpointStore::CheckpointStore(std::string run_dir, int keep)
@@ -139,27 +268,100 @@ std::vector<std::string> CheckpointStore::list(const std::string& run_dir) {
   return out;
 }
 
-double CheckpointStore::write(const CheckpointInfo& info,
-                              const std::map<std::string, std::string>& blobs) {
+PendingCheckpoint CheckpointStore::begin() {
   const auto t0 = std::chrono::steady_clock::now();
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) throw InputError(dir_ + ": cannot create (" + ec.message() + ")");
-  // Leftovers of a write that was killed.
+  // Leftovers of a write that was killed (or of a checkpoint not committed).
   for (const fs::directory_entry& e : fs::directory_iterator(dir_, ec)) {
     if (e.path().filename().string().rfind(kTmpPrefix, 0) == 0) fs::remove_all(e.path(), ec);
   }
-  const std::string name = fmt::format("{}{:08d}", kPrefix, seq_);
-  const std::string tmp = dir_ + "/" + kTmpPrefix + name.substr(std::strlen(kPrefix));
+  const std::string tmp = dir_ + "/" + fmt::format("{}{:08d}", kTmpPrefix, seq_);
   fs::create_directory(tmp, ec);
   if (ec) throw InputError(tmp + ": cannot create (" + ec.message() + ")");
+  PendingCheckpoint p(this, tmp);
+  p.seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return p;
+}
+
+double CheckpointStore::write(const CheckpointInfo& info,
+                              const std::map<std::string, std::string>& blobs) {
+  PendingCheckpoint p = begin();
+  for (const auto& [name, bytes] : blobs) p.add(name, bytes);
+  return p.commit(info);
+}
+
+PendingCheckpoint::PendingCheckpoint(CheckpointStore* store, std::string tmp)
+    : store_(store), tmp_(std::move(tmp)) {}
+
+PendingCheckpoint::PendingCheckpoint(PendingCheckpoint&& o) noexcept
+    : store_(o.store_),
+      tmp_(std::move(o.tmp_)),
+      entries_(std::move(o.entries_)),
+      seconds_(o.seconds_) {
+  o.tmp_.clear();
+}
+
+PendingCheckpoint& PendingCheckpoint::operator=(PendingCheckpoint&& o) noexcept {
+  if (this != &o) {
+    this->~PendingCheckpoint();
+    store_ = o.store_;
+    tmp_ = std::move(o.tmp_);
+    entries_ = std::move(o.entries_);
+    seconds_ = o.seconds_;
+    o.tmp_.clear();
+  }
+  return *this;
+}
+
+PendingCheckpoint::~PendingCheckpoint() {
+  if (tmp_.empty()) return;
+  std::error_code ec;
+  fs::remove_all(tmp_, ec);
+  tmp_.clear();
+}
+
+void PendingCheckpoint::add(const std::string& name, std::string_view bytes) {
+  const auto t0 = std::chrono::steady_clock::now();
+  FileSink sink(tmp_ + "/" + name + ".bin");
+  sink.write(bytes.data(), bytes.size());
+  sink.finish();
+  finish_part(name, sink.bytes(), sink.crc());
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void PendingCheckpoint::add(const std::string& name,
+                            const std::function<void(StateWriter&)>& save) {
+  const auto t0 = std::chrono::steady_clock::now();
+  FileSink sink(tmp_ + "/" + name + ".bin");
+  StateWriter w(&sink);
+  save(w);
+  w.flush();
+  sink.finish();
+  finish_part(name, sink.bytes(), sink.crc());
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void PendingCheckpoint::finish_part(const std::string& name, uint64_t bytes, uint32_t crc) {
+  HSGD_ASSERT(!tmp_.empty(), "a part added to a committed checkpoint");
+  CheckpointManifest::Blob b;
+  b.name = name;
+  b.bytes = bytes;
+  b.crc32c = hex32(crc);
+  b.version = checkpoint_part_version(name);
+  entries_.push_back(std::move(b));
+}
+
+double PendingCheckpoint::commit(const CheckpointInfo& info) {
+  HSGD_ASSERT(!tmp_.empty(), "a checkpoint committed twice");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::sort(entries_.begin(), entries_.end(),
+            [](const auto& a, const auto& b) { return a.name < b.name; });
   nlohmann::json entries = nlohmann::json::array();
-  for (const auto& [blob, bytes] : blobs) {
-    write_synced(tmp + "/" + blob + ".bin", bytes);
-    entries.push_back({{"name", blob},
-                       {"bytes", bytes.size()},
-                       {"crc32c", hex32(crc32c(bytes))},
-                       {"version", checkpoint_part_version(blob)}});
+  for (const CheckpointManifest::Blob& b : entries_) {
+    entries.push_back(
+        {{"name", b.name}, {"bytes", b.bytes}, {"crc32c", b.crc32c}, {"version", b.version}});
   }
   const nlohmann::json m = {{"format", kCheckpointFormat},
                             {"hsgd", "0.1"},
@@ -173,18 +375,25 @@ double CheckpointStore::write(const CheckpointInfo& info,
                             {"updates", info.updates},
                             {"rows", info.rows},
                             {"blobs", entries}};
-  write_synced(tmp + "/manifest.json", m.dump(2) + "\n");
-  sync_dir(tmp);
-  fs::rename(tmp, dir_ + "/" + name, ec);
-  if (ec) throw InputError(dir_ + "/" + name + ": cannot write (" + ec.message() + ")");
-  sync_dir(dir_);
-  ++seq_;
+  write_synced(tmp_ + "/manifest.json", m.dump(2) + "\n");
+  sync_dir(tmp_);
+  const std::string& dir = store_->dir_;
+  const std::string name = fmt::format("{}{:08d}", kPrefix, store_->seq_);
+  std::error_code ec;
+  fs::rename(tmp_, dir + "/" + name, ec);
+  if (ec) throw InputError(dir + "/" + name + ": cannot write (" + ec.message() + ")");
+  tmp_.clear();
+  sync_dir(dir);
+  ++store_->seq_;
   // Keep the newest keep_.
-  const std::vector<std::string> all = list(fs::path(dir_).parent_path().string());
-  for (size_t i = static_cast<size_t>(keep_); i < all.size(); ++i) fs::remove_all(all[i], ec);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  seconds_ += s;
-  ++written_;
+  const std::vector<std::string> all = CheckpointStore::list(fs::path(dir).parent_path().string());
+  for (size_t i = static_cast<size_t>(store_->keep_); i < all.size(); ++i) {
+    fs::remove_all(all[i], ec);
+  }
+  const double s =
+      seconds_ + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  store_->seconds_ += s;
+  ++store_->written_;
   return s;
 }
 
@@ -197,8 +406,8 @@ int64_t int_field(const nlohmann::json& m, const char* key, int64_t lo, int64_t 
   const nlohmann::json& v = m.at(key);
   if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX) ||
       v.get<int64_t>() < lo || v.get<int64_t>() > hi) {
-    throw InputError(fmt::format("{}: '{}' = {}: expected an integer in [{}, {}]", path, key,
-                                 v.dump(), lo, hi));
+    throw InputError(
+        fmt::format("{}: '{}' = {}: expected an integer in [{}, {}]", path, key, v.dump(), lo, hi));
   }
   return v.get<int64_t>();
 }
@@ -313,15 +522,12 @@ Checkpoint CheckpointStore::load(const std::string& ckpt_dir, const CheckpointId
     const auto on_disk = std::filesystem::file_size(path, ec);
     if (ec) throw InputError(path + ": missing (" + ec.message() + ")");
     if (on_disk != b.bytes) {
-      throw InputError(fmt::format("{}: truncated ({} bytes, the manifest says {})", path,
-                                   on_disk, b.bytes));
+      throw InputError(
+          fmt::format("{}: truncated ({} bytes, the manifest says {})", path, on_disk, b.bytes));
     }
-    std::string bytes = read_all(path);
-    if (hex32(crc32c(bytes)) != b.crc32c) {
-      throw InputError(path + ": checksum mismatch (the blob is corrupt)");
-    }
-    c.blobs[b.name] = std::move(bytes);
+    c.entries[b.name] = b;
     c.versions[b.name] = b.version;
+    if (b.bytes <= kVerifyWholeBytes) (void)c.blob(b.name);  // read and verified now
   }
   return c;
 }

@@ -1,14 +1,18 @@
 // hsgd bench: the throughput figures of BENCHMARKS.md, measured side by side
 // in one run. Reports medians; the machine is shared and noisy.
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 
 #include "hsgd/checkpoint/checkpoint.h"
 #include "hsgd/cli/bench_common.h"
 #include "hsgd/cli/commands.h"
+#include "hsgd/core/error.h"
 #include "hsgd/core/state.h"
 #include "hsgd/core/stats.h"
 #include "hsgd/data/readers.h"
@@ -55,10 +59,67 @@ double sim_rate(const Dataset& train, const Dataset& test, int workers, int batc
   return static_cast<double>(r.gradients) / r.real_train_s;
 }
 
-// Median seconds to write one checkpoint of a server of `n` parameters
-// (momentum, a half-full sync buffer) and to resume from it (read, verify
-// every checksum, restore the server).
-void checkpoint_cost(size_t n, int repeats, double* write_s, double* resume_s) {
+// Peak resident memory since the last reset_peak_rss(), and now (bytes;
+// /proc/self/status VmHWM and VmRSS; 0 where unavailable).
+void rss_now(uint64_t* peak, uint64_t* now) {
+  *peak = *now = 0;
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) *peak = 1024 * std::stoull(line.substr(6));
+    if (line.rfind("VmRSS:", 0) == 0) *now = 1024 * std::stoull(line.substr(6));
+  }
+}
+// Resets VmHWM to the current RSS (Linux >= 4.0); false where it cannot.
+bool reset_peak_rss() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+// What dd if=<resident buffer> of=FILE bs=1M conv=fsync does: the bytes
+// written in blocks of 1 MiB, fsynced, closed. Seconds.
+double dd_write(const std::string& path, const std::vector<char>& bytes) {
+  const auto t0 = Clock::now();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw InputError(path + ": cannot write");
+  for (size_t at = 0; at < bytes.size();) {
+    const ssize_t n = ::write(fd, bytes.data() + at, std::min<size_t>(1 << 20, bytes.size() - at));
+    if (n <= 0) throw InputError(path + ": write failed");
+    at += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) throw InputError(path + ": write failed");
+  return since(t0);
+}
+
+// What dd if=FILE of=/dev/null bs=1M does. Seconds.
+double dd_read(const std::string& path) {
+  const auto t0 = Clock::now();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw InputError(path + ": cannot read");
+  std::vector<char> block(1 << 20);
+  while (::read(fd, block.data(), block.size()) > 0) {
+  }
+  ::close(fd);
+  return since(t0);
+}
+
+struct CheckpointCost {
+  double write_s = 0, resume_s = 0;  // medians
+  double dd_write_s = 0, dd_read_s = 0;
+  double write_ratio = 0, resume_ratio = 0;  // medians of the per-round ratios
+  uint64_t part_bytes = 0;                   // the server part's size
+  uint64_t write_peak = 0, resume_peak = 0;  // the largest peak RSS growth over the rounds
+};
+
+// Writing one checkpoint of a server of `n` parameters (momentum, a
+// half-full sync buffer: the part is three arrays of n floats) and resuming
+// from it (read, verify every checksum, restore the server), each round
+// beside dd-style write+fsync and read of as many bytes in the same
+// directory; the order alternates between rounds. Peak RSS growth is read
+// around each checkpoint and each resume.
+CheckpointCost checkpoint_cost(size_t n, int repeats) {
   auto make = [n](std::vector<float>& params) {
     ServerOptions so;
     so.workers = 4;
@@ -72,46 +133,85 @@ void checkpoint_cost(size_t n, int repeats, double* write_s, double* resume_s) {
   std::unique_ptr<Server> server = make(params);
   for (int w = 0; w < 4; ++w) server->on_push(w, 0, grad, 1, 0.0, 0.0);  // one update
   for (int w = 0; w < 2; ++w) server->on_push(w, 1, grad, 1, 0.0, 0.0);  // buffered
+  std::vector<float> restored_params(n);
+  std::unique_ptr<Server> restored = make(restored_params);
   const std::string dir = (std::filesystem::temp_directory_path() /
                            fmt::format("hsgd-bench-ckpt-{}", static_cast<long>(getpid())))
                               .string();
   std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string dd_file = dir + "/dd.bin";
   const CheckpointIdentity id{"bench", "bench", static_cast<int64_t>(n)};
-  std::vector<double> w_s, r_s;
+  CheckpointStore store(dir, 2);
+  CheckpointInfo info;
+  info.id = id;
+  CheckpointCost out;
+  std::vector<double> w_s, r_s, dw_s, dr_s, w_ratio, r_ratio;
+  std::vector<char> dd_bytes;
+  uint64_t peak = 0, before = 0;
   for (int r = 0; r < repeats; ++r) {
-    CheckpointStore store(dir, 2);
+    double dw = 0, dr = 0;
+    if (r % 2 == 1 && !dd_bytes.empty()) dw = dd_write(dd_file, dd_bytes);
+    const bool rss = reset_peak_rss();
+    rss_now(&peak, &before);
     const auto t0 = Clock::now();
-    StateWriter sw;
-    server->save(sw);
-    CheckpointInfo info;
-    info.id = id;
-    store.write(info, {{"server", sw.take()}});
+    PendingCheckpoint p = store.begin();
+    p.add("server", [&](StateWriter& sw) { server->save(sw); });
+    p.commit(info);
     w_s.push_back(since(t0));
-    std::vector<float> restored_params(n);
-    std::unique_ptr<Server> restored = make(restored_params);
+    uint64_t after = 0;
+    rss_now(&peak, &after);
+    if (rss) out.write_peak = std::max(out.write_peak, peak > before ? peak - before : 0);
+    const Checkpoint ck0 = CheckpointStore::load_latest(dir, id);
+    out.part_bytes = ck0.entries.at("server").bytes;
+    if (dd_bytes.empty()) dd_bytes.assign(out.part_bytes, 'x');  // resident, like the server
+    if (r % 2 == 0) dw = dd_write(dd_file, dd_bytes);
+    if (r % 2 == 1) dr = dd_read(dd_file);
+    uint64_t rbefore = 0;
+    const bool rss2 = reset_peak_rss();
+    rss_now(&peak, &rbefore);
     const auto t1 = Clock::now();
     const Checkpoint ck = CheckpointStore::load_latest(dir, id);
-    StateReader sr(ck.blob("server"), "server");
-    restored->load(sr);
+    ck.read("server", [&](StateReader& sr) { restored->load(sr); });
     r_s.push_back(since(t1));
+    uint64_t now = 0;
+    rss_now(&peak, &now);
+    if (rss2) out.resume_peak = std::max(out.resume_peak, peak > rbefore ? peak - rbefore : 0);
+    if (r % 2 == 0) dr = dd_read(dd_file);
+    dw_s.push_back(dw);
+    dr_s.push_back(dr);
+    w_ratio.push_back(w_s.back() / dw);
+    r_ratio.push_back(r_s.back() / dr);
   }
   std::filesystem::remove_all(dir);
-  *write_s = median(w_s);
-  *resume_s = median(r_s);
+  out.write_s = median(w_s);
+  out.resume_s = median(r_s);
+  out.dd_write_s = median(dw_s);
+  out.dd_read_s = median(dr_s);
+  out.write_ratio = median(w_ratio);
+  out.resume_ratio = median(r_ratio);
+  return out;
 }
 
 }  // namespace
 
 void print_checkpoint_costs(int repeats) {
   std::printf(
-      "checkpoint (server with momentum and a half-full sync buffer; write = serialize + "
-      "write + fsync + rename, resume = read + verify CRC-32C + restore), median of %d:\n",
+      "checkpoint (server with momentum and a half-full sync buffer; write = stream + fsync + "
+      "rename, resume = read + verify CRC-32C + restore) beside dd-style write+fsync and read "
+      "of the same bytes (bs=1M), alternated, median of %d rounds:\n",
       repeats);
   for (const size_t n : {size_t{61706}, size_t{10000000}}) {
-    double w = 0, r = 0;
-    checkpoint_cost(n, repeats, &w, &r);
-    std::printf("  %9zu params (%6.1f MB of state)  write %8.1f ms  resume %8.1f ms\n", n,
-                3.0 * 4.0 * static_cast<double>(n) / 1e6, 1e3 * w, 1e3 * r);
+    const CheckpointCost c = checkpoint_cost(n, repeats);
+    std::printf(
+        "  %9zu params (%6.1f MB part)  write %8.1f ms  dd %8.1f ms  ratio %5.2f   resume %8.1f "
+        "ms  dd %8.1f ms  ratio %5.2f\n",
+        n, static_cast<double>(c.part_bytes) / 1e6, 1e3 * c.write_s, 1e3 * c.dd_write_s,
+        c.write_ratio, 1e3 * c.resume_s, 1e3 * c.dd_read_s, c.resume_ratio);
+    std::printf("  %9s peak RSS growth: write %.1f MB, resume %.1f MB (one part: %.1f MB)\n", "",
+                static_cast<double>(c.write_peak) / 1e6, static_cast<double>(c.resume_peak) / 1e6,
+                static_cast<double>(c.part_bytes) / 1e6);
+    std::fflush(stdout);
   }
 }
 

@@ -97,6 +97,11 @@ struct MpiConfig {
   // error naming the rank and the operation. Must exceed the longest
   // legitimate wait: a gradient plus straggler delay, an evaluation.
   double timeout = 120;
+  // Floats per message of a push or a pull (a shard's slice travels in
+  // chunks of this many, the last shorter). The default sends a slice in
+  // one message: chunks of 256K floats made the 1M round trip 8x slower here
+  // (BENCHMARKS.md); smaller values reach the chunked paths in tests.
+  int64_t chunk = int64_t{1} << 30;
 };
 
 struct StragglerConfig {

@@ -361,6 +361,14 @@ std::vector<Key> declare() {
               "and the operation; must exceed the longest legitimate wait.")
           .check(above(0), "seconds > 0")
           .moot(runtime("mpi")));
+  add(int_key("mpi", "chunk", HSGD_REF(mpi.chunk),
+              "Floats per message of a push or a pull: a shard's slice travels in chunks of this "
+              "many (the default: one message). The worker screens each chunk of a push as it "
+              "sends it; the push is applied only whole and finite. Changes no result.")
+          .check(at_least(1), ">= 1")
+          .moot(runtime("mpi"))
+          .resumable()
+          .hashed_when([](const Config&) { return false; }));
 
   // ---- [policy]
   add(str_key(

@@ -40,6 +40,7 @@ void fill_layout(const Job& job, Layout* l) {
   l->servers = c.train.servers;
   l->workers = l->ranks - l->servers;
   l->timeout = c.mpi.timeout;
+  l->chunk = static_cast<size_t>(c.mpi.chunk);
   l->num_params = static_cast<size_t>(job_params(job));
   l->rows = sparse_layout(job);  // model.sparse: dense slices + rows by id (mpi/sparse.h)
   const size_t sliced = l->rows.rows > 0 ? static_cast<size_t>(l->rows.dense) : l->num_params;

@@ -10,17 +10,22 @@ namespace hsgd::mpi {
 
 ParamBuffers::ParamBuffers(std::vector<float> initial, MPI_Comm comm,
                            const std::vector<int>& worker_ranks, int gather_rank, double timeout_s,
-                           std::string what)
+                           std::string what, size_t chunk)
     : comm_(comm), timeout_(timeout_s), what_(std::move(what)), worker_ranks_(worker_ranks) {
   bufs_[0] = std::move(initial);
   bufs_[1].assign(bufs_[0].size(), 0.0f);
   const int n = static_cast<int>(bufs_[0].size());
+  const std::vector<Chunk> chunks = chunks_of(bufs_[0].size(), chunk);
+  chunks_ = chunks.size();
   for (int b = 0; b < 2; ++b) {
-    sends_[b].assign(worker_ranks.size(), MPI_REQUEST_NULL);
+    sends_[b].assign(worker_ranks.size() * chunks_, MPI_REQUEST_NULL);
     for (size_t w = 0; w < worker_ranks.size(); ++w) {
-      check(MPI_Send_init(bufs_[b].data(), n, MPI_FLOAT, worker_ranks[w], kTagParams, comm_,
-                          &sends_[b][w]),
-            "MPI_Send_init");
+      for (size_t c = 0; c < chunks_; ++c) {
+        check(MPI_Send_init(bufs_[b].data() + chunks[c].begin, static_cast<int>(chunks[c].size),
+                            MPI_FLOAT, worker_ranks[w], kTagParams, comm_,
+                            &sends_[b][w * chunks_ + c]),
+              "MPI_Send_init");
+      }
     }
     if (gather_rank >= 0) {
       check(
@@ -57,7 +62,7 @@ void ParamBuffers::wait_buffer(int b) {
 bool ParamBuffers::prepare_write(int pusher) {
   if (pusher >= 0) {
     for (int b = 0; b < 2; ++b) {
-      wait_one(&sends_[b][static_cast<size_t>(pusher)], timeout_, [&] {
+      wait_all(sends_to(b, pusher), timeout_, [&] {
         return fmt::format("for worker {} (rank {}) to receive {}'s parameters", pusher,
                            worker_ranks_[static_cast<size_t>(pusher)], what_);
       });
@@ -78,12 +83,13 @@ bool ParamBuffers::prepare_write(int pusher) {
 void ParamBuffers::send(int w) {
   const auto i = static_cast<size_t>(w);
   for (int b = 0; b < 2; ++b) {
-    wait_one(&sends_[b][i], timeout_, [&] {
+    wait_all(sends_to(b, w), timeout_, [&] {
       return fmt::format("sending {}'s parameters to worker {} (rank {})", what_, w,
                          worker_ranks_[i]);
     });
   }
-  check(MPI_Start(&sends_[live_][i]), "MPI_Start");
+  const std::span<MPI_Request> to = sends_to(live_, w);
+  check(MPI_Startall(static_cast<int>(to.size()), to.data()), "MPI_Startall");
 }
 
 void ParamBuffers::send_gather() {

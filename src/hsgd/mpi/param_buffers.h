@@ -27,9 +27,11 @@ class ParamBuffers {
  public:
   // `initial`: the shard's parameters. Worker w's parameters go to rank
   // worker_ranks[w]; gather_rank >= 0: the rank evaluation gathers to.
-  // `what` names the shard in timeout messages.
+  // `what` names the shard in timeout messages. A worker's parameters go
+  // in messages of at most `chunk` floats (transport.h, chunks_of); the
+  // gather's in one.
   ParamBuffers(std::vector<float> initial, MPI_Comm comm, const std::vector<int>& worker_ranks,
-               int gather_rank, double timeout_s, std::string what);
+               int gather_rank, double timeout_s, std::string what, size_t chunk);
   ~ParamBuffers();
   ParamBuffers(const ParamBuffers&) = delete;
   ParamBuffers& operator=(const ParamBuffers&) = delete;
@@ -63,14 +65,20 @@ class ParamBuffers {
   // True when no send from buffer b is in flight (tests, never waits).
   bool idle(int b);
   void wait_buffer(int b);
+  // Worker w's chunk sends from buffer b.
+  std::span<MPI_Request> sends_to(int b, int w) {
+    return std::span<MPI_Request>(sends_[b]).subspan(static_cast<size_t>(w) * chunks_, chunks_);
+  }
 
   MPI_Comm comm_;
   double timeout_;
   std::string what_;
   std::vector<int> worker_ranks_;
   std::array<std::vector<float>, 2> bufs_;
-  // Persistent sends per buffer: [b][w] to worker w, and [b] to gather.
+  // Persistent sends per buffer: [b][w * chunks_ + c] chunk c to worker w,
+  // and [b] to gather.
   std::array<std::vector<MPI_Request>, 2> sends_;
+  size_t chunks_ = 1;
   std::array<MPI_Request, 2> gather_{MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   int live_ = 0;
   int64_t moves_ = 0, in_place_ = 0;

@@ -366,14 +366,15 @@ class Primary {
         stop_worker(w);
         return;
       }
-      Decision d = shard_.push(w, r.version, r.batch, r.loss, now);
+      Decision d = shard_.push(w, r.version, r.batch, r.loss, now, r.finite != 0);
       emit(Event{.type = Event::kPush,
                  .worker = w,
                  .push_version = r.version,
                  .batch = r.batch,
                  .loss = r.loss,
                  .seconds = now,
-                 .version = d.version});
+                 .version = d.version,
+                 .finite = r.finite});
       if (d.caller_waits) {
         state_[i] = kWaiting;
         idle_.begin(i, now);

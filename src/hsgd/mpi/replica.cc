@@ -43,7 +43,8 @@ void run_replica(const Job& job, const Layout& l, const std::vector<float>& init
         break;
       }
       case Event::kPush: {
-        const Decision d = shard.push(e.worker, e.push_version, e.batch, e.loss, e.seconds);
+        const Decision d =
+            shard.push(e.worker, e.push_version, e.batch, e.loss, e.seconds, e.finite != 0);
         if (d.version != e.version) diverged(d.version);
         break;
       }

@@ -40,12 +40,13 @@ ShardServer::ShardServer(const Job& job, const Layout& l, int shard,
           std::vector<float>(initial.begin() + static_cast<ptrdiff_t>(range_.begin),
                              initial.begin() + static_cast<ptrdiff_t>(range_.begin + range_.size)),
           l.comm, worker_ranks(l), shard != 0 ? 0 : -1, l.timeout,
-          fmt::format("server shard {}", shard)) {
+          fmt::format("server shard {}", shard), l.chunk),
+      chunks_(chunks_of(range_.size, l.chunk)) {
   const Config& c = *job.config;
   make_server(job, l, range_, params_.live(), &server_);
   const auto nw = static_cast<size_t>(l.workers);
   grads_.assign(nw, std::vector<float>(range_.size));
-  grad_recv_.assign(nw, MPI_REQUEST_NULL);
+  grad_recv_.assign(nw, {});
   if (c.compress.on()) {  // [compress] (issue 14): mpi/compressed.h
     z_ = std::make_unique<ShardCompression>(c.compress, job.make_model()->param_shapes(), range_,
                                             shard, l.servers, l.workers, c.train.seed,
@@ -54,13 +55,16 @@ ShardServer::ShardServer(const Job& job, const Layout& l, int shard,
   for (int w = 0; w < l.workers; ++w) {
     const auto i = static_cast<size_t>(w);
     if (z_ && z_->push_on()) {
-      z_->init_push_recv(w, &grad_recv_[i]);
+      z_->init_push_recv(w, &grad_recv_[i].emplace_back(MPI_REQUEST_NULL));
     } else {
-      check(MPI_Recv_init(grads_[i].data(), as_count(range_.size), MPI_FLOAT, l.worker_rank(w),
-                          kTagGradient, l_.comm, &grad_recv_[i]),
-            "MPI_Recv_init");
+      for (const Chunk& ch : chunks_) {
+        check(MPI_Recv_init(grads_[i].data() + ch.begin, as_count(ch.size), MPI_FLOAT,
+                            l.worker_rank(w), kTagGradient, l_.comm,
+                            &grad_recv_[i].emplace_back(MPI_REQUEST_NULL)),
+              "MPI_Recv_init");
+      }
     }
-    check(MPI_Start(&grad_recv_[i]), "MPI_Start");
+    start_receive(w);
   }
   if (l.rows.rows > 0) {  // model.sparse: this rank's rows (mpi/sparse.h)
     sparse_ =
@@ -69,15 +73,28 @@ ShardServer::ShardServer(const Job& job, const Layout& l, int shard,
 }
 
 ShardServer::~ShardServer() {
-  for (MPI_Request& r : grad_recv_) cancel_and_free(&r);
+  for (std::vector<MPI_Request>& rs : grad_recv_) {
+    for (MPI_Request& r : rs) cancel_and_free(&r);
+  }
 }
 
-Decision ShardServer::push(int w, uint64_t version, int64_t batch, double loss, double seconds) {
+void ShardServer::start_receive(int w) {
+  std::vector<MPI_Request>& rs = grad_recv_[static_cast<size_t>(w)];
+  check(MPI_Startall(as_count(rs.size()), rs.data()), "MPI_Startall");
+}
+
+Decision ShardServer::push(int w, uint64_t version, int64_t batch, double loss, double seconds,
+                           bool finite) {
   take_gradient(w);
   writable(w);
   if (sparse_) loss = sparse_->stage(w, loss);  // its rows join with its dense part
-  Decision d = server_->on_push(w, version, grads_[static_cast<size_t>(w)], batch, loss, seconds);
-  check(MPI_Start(&grad_recv_[static_cast<size_t>(w)]), "MPI_Start");
+  // A plain push was screened by its worker as it sent it (every shard
+  // gets the same verdict); a compressed one is screened whole here.
+  const std::span<const float> g = grads_[static_cast<size_t>(w)];
+  Decision d = z_ && z_->push_on()
+                   ? server_->on_push(w, version, g, batch, loss, seconds)
+                   : server_->on_screened_push(w, version, g, batch, loss, seconds, finite);
+  start_receive(w);
   return d;
 }
 
@@ -155,14 +172,17 @@ void ShardServer::writable(int pusher) {
 }
 
 void ShardServer::take_gradient(int w) {
+  const auto i = static_cast<size_t>(w);
   if (z_ && z_->push_on()) {  // [compress]: decodes into grads_[w]
-    z_->take_push(w, &grad_recv_[static_cast<size_t>(w)], grads_[static_cast<size_t>(w)]);
+    z_->take_push(w, &grad_recv_[i][0], grads_[i]);
     return;
   }
-  wait_one(&grad_recv_[static_cast<size_t>(w)], l_.timeout, [&] {
-    return fmt::format("waiting for the gradient of {} on server shard {}",
-                       worker_name(w, l_.servers), shard_);
-  });
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    wait_one(&grad_recv_[i][c], l_.timeout, [&] {
+      return fmt::format("waiting for the gradient of {} on server shard {}",
+                         worker_name(w, l_.servers), shard_);
+    });
+  }
 }
 
 void check_shard_state(const Job& job, const Layout& l, int shard, const std::string& bytes,

@@ -36,8 +36,10 @@ class ShardServer {
   SparseShard* sparse() { return sparse_.get(); }  // model.sparse, else null
 
   // Worker w's push, once its gradient slice is in; restarts the receive for
-  // its next one.
-  Decision push(int w, uint64_t version, int64_t batch, double loss, double seconds);
+  // its next one. `finite`: the worker's screen of the whole push
+  // (Request::finite), the server's rule for a plain push; a compressed
+  // one the server screens whole after decoding it.
+  Decision push(int w, uint64_t version, int64_t batch, double loss, double seconds, bool finite);
   // Worker w's push after the budget: received and dropped. Worker w sends
   // no more.
   void discard(int w);
@@ -69,6 +71,7 @@ class ShardServer {
   // reading their version (the server moves to the other buffer).
   void writable(int pusher = -1);
   void take_gradient(int w);
+  void start_receive(int w);
 
   const Layout& l_;
   int shard_;
@@ -76,7 +79,11 @@ class ShardServer {
   ParamBuffers params_;
   std::optional<Server> server_;
   std::vector<std::vector<float>> grads_;
-  std::vector<MPI_Request> grad_recv_;
+  // Worker w's gradient receives: one per chunk of the slice (transport.h),
+  // or one for a compressed push.
+  std::vector<std::vector<MPI_Request>> grad_recv_;
+  std::vector<Chunk> chunks_;
+  bool finite_ = true;                   // the push taken last passed screen_part chunk by chunk
   std::unique_ptr<SparseShard> sparse_;  // model.sparse: attached to server_
   std::unique_ptr<ShardCompression> z_;  // [compress]; null when off
 };

@@ -3,11 +3,22 @@
 #include <fmt/format.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <thread>
 
+#include "hsgd/core/error.h"
+
 namespace hsgd::mpi {
+
+std::vector<Chunk> chunks_of(size_t n, size_t chunk) {
+  HSGD_ASSERT(chunk > 0, "chunks of no floats");
+  std::vector<Chunk> out;
+  for (size_t b = 0; b < n; b += chunk) out.push_back({b, std::min(chunk, n - b)});
+  if (out.empty()) out.push_back({0, 0});
+  return out;
+}
 
 void check(int rc, const char* op) {
   if (rc == MPI_SUCCESS) return;
@@ -44,8 +55,7 @@ void wait_all(std::span<MPI_Request> reqs, double timeout_s,
   Backoff backoff;
   for (int polls = 0;; ++polls) {
     int done = 0;
-    check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, statuses),
-          "MPI_Testall");
+    check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, statuses), "MPI_Testall");
     if (done) return;
     if ((polls & 63) == 63 && Clock::now() > deadline) {
       throw MpiError(

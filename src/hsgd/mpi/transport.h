@@ -4,12 +4,15 @@
 // workers (worker w is rank S + w). Messages, all on MPI_COMM_WORLD:
 //   worker -> rank 0   kTagRequest  Request: pull, or push-then-pull
 //   worker -> rank s   kTagGradient the gradient's shard-s slice (floats,
-//                                   sent from the worker's gradient buffer;
-//                                   with compress.push its compressed
-//                                   encoding, bytes: mpi/compressed.h)
+//                                   sent from the worker's gradient buffer
+//                                   in chunks of mpi.chunk floats, one
+//                                   message each, in order; with
+//                                   compress.push its compressed encoding,
+//                                   one message of bytes: mpi/compressed.h)
 //   rank 0 -> worker   kTagReply    Reply: go (with the version) or stop
 //   rank s -> worker   kTagParams   the parameters' shard-s slice (floats,
-//                                   sent from the server's own buffer, received
+//                                   sent from the server's own buffer in
+//                                   chunks like the gradient's, received
 //                                   into the worker's parameter buffer; with
 //                                   compress.pull the compressed difference
 //                                   to the worker's copy, bytes)
@@ -56,7 +59,11 @@ struct Request {
   // leave: the worker leaves the run (SIGTERM/SIGINT); the reply is stop.
   enum Type : int32_t { kPull = 1, kPush = 2, kLeave = 3 };
   int32_t type = kPull;
-  int32_t pad = 0;
+  // push: 1 when every value of the gradient the worker sent is finite
+  // (Server::screen_part on each chunk as it was sent; the whole push, over
+  // every shard). The shards apply a plain push only if it is, so that no
+  // shard applies a push another shard's slice makes non-finite.
+  int32_t finite = 1;
   uint64_t version = 0;  // push: the version the gradient was computed from
   int64_t batch = 0;     // push: samples behind it
   double loss = 0;       // push: mean training loss
@@ -93,7 +100,7 @@ struct Event {
   double seconds = 0;         // push: training time of the event at rank 0
   uint64_t version = 0;       // the server's version after the event (a check)
   int32_t waits = 0;          // pull: the pull waits (SSP) (a check)
-  int32_t pad = 0;
+  int32_t finite = 1;         // push: Request::finite
 };
 
 // Shard s of n parameters over `servers` shards: contiguous, sizes differing
@@ -102,6 +109,15 @@ using Shard = ParamShard;
 inline std::vector<Shard> split(size_t num_params, int servers) {
   return split_shards(num_params, servers);
 }
+
+// The chunks of a slice of n floats: [begin, begin + size) of at most
+// `chunk` floats each, the last shorter; one (empty) for n = 0. Both ends
+// of a push or a pull split alike, and MPI keeps messages of one sender
+// and tag in order, so chunk i meets receive i.
+struct Chunk {
+  size_t begin = 0, size = 0;
+};
+std::vector<Chunk> chunks_of(size_t n, size_t chunk);
 
 // Throws MpiError("<op> failed: <MPI's message>") when rc is not MPI_SUCCESS.
 void check(int rc, const char* op);
@@ -130,8 +146,7 @@ class Backoff {
 // completes. After `timeout_s` seconds throws MpiError("timed out after T s
 // " + what()). `statuses`: one per request, or MPI_STATUSES_IGNORE.
 void wait_all(std::span<MPI_Request> reqs, double timeout_s,
-              const std::function<std::string()>& what,
-              MPI_Status* statuses = MPI_STATUSES_IGNORE);
+              const std::function<std::string()>& what, MPI_Status* statuses = MPI_STATUSES_IGNORE);
 inline void wait_one(MPI_Request* r, double timeout_s, const std::function<std::string()>& what) {
   wait_all(std::span<MPI_Request>(r, 1), timeout_s, what);
 }

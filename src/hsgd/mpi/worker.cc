@@ -13,6 +13,7 @@
 #include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/sparse_rows.h"
+#include "hsgd/server/server.h"
 
 namespace hsgd::mpi {
 namespace {
@@ -141,20 +142,30 @@ bool run_worker(const Job& job, const Layout& l, bool resuming, const std::vecto
         "MPI_Send_init");
   check(MPI_Recv_init(&reply, sizeof(Reply), MPI_BYTE, 0, kTagReply, l.comm, &control[1]),
         "MPI_Recv_init");
+  // Plain floats go in chunks of l.chunk (transport.h): the gradient's
+  // sends and the parameters' receives are then one request per chunk.
+  const bool plain_push = !z || !z->push_on(), plain_pull = !z || !z->pull_on();
+  std::vector<std::span<const float>> grad_chunks;  // plain: what grad_send[i] sends
+  if (plain_push) grad_send.clear();
+  if (plain_pull) param_recv.clear();
   for (size_t s = 0; s < S; ++s) {
     const Shard& sh = l.shards[s];
-    if (!z || !z->push_on()) {  // [compress]: MPI_Isend of each message instead
-      check(MPI_Send_init(grads.data() + sh.begin, as_count(sh.size), MPI_FLOAT,
-                          static_cast<int>(s), kTagGradient, l.comm, &grad_send[s]),
-            "MPI_Send_init");
+    for (const Chunk& ch : chunks_of(sh.size, l.chunk)) {
+      if (plain_push) {  // [compress]: MPI_Isend of each message instead
+        grad_chunks.push_back(std::span<const float>(grads).subspan(sh.begin + ch.begin, ch.size));
+        MPI_Request& r = grad_send.emplace_back(MPI_REQUEST_NULL);
+        check(MPI_Send_init(grads.data() + sh.begin + ch.begin, as_count(ch.size), MPI_FLOAT,
+                            static_cast<int>(s), kTagGradient, l.comm, &r),
+              "MPI_Send_init");
+      }
+      if (plain_pull) {
+        MPI_Request& r = param_recv.emplace_back(MPI_REQUEST_NULL);
+        check(MPI_Recv_init(params.data() + sh.begin + ch.begin, as_count(ch.size), MPI_FLOAT,
+                            static_cast<int>(s), kTagParams, l.comm, &r),
+              "MPI_Recv_init");
+      }
     }
-    if (z && z->pull_on()) {
-      z->init_pull_recv(s, &param_recv[s]);
-    } else {
-      check(MPI_Recv_init(params.data() + sh.begin, as_count(sh.size), MPI_FLOAT,
-                          static_cast<int>(s), kTagParams, l.comm, &param_recv[s]),
-            "MPI_Recv_init");
-    }
+    if (!plain_pull) z->init_pull_recv(s, &param_recv[s]);
   }
   const std::string me = worker_name(id, l.servers);
   // Checkpoints on (train.checkpoint_every > 0): the state before the push
@@ -166,14 +177,21 @@ bool run_worker(const Job& job, const Layout& l, bool resuming, const std::vecto
   // parameter receives already posted, and waits for the reply. Returns the
   // version of the parameters now in `params`, or nothing at stop.
   const auto exchange = [&](bool push) -> std::optional<uint64_t> {
-    check(MPI_Startall(as_count(S), param_recv.data()), "MPI_Startall");
+    check(MPI_Startall(as_count(param_recv.size()), param_recv.data()), "MPI_Startall");
     const bool rows = sparse && request.type != Request::kLeave;
     if (rows) sparse->start(push);  // row messages go before the request
     check(MPI_Start(&control[1]), "MPI_Start");
     if (push && z && z->push_on()) {
       z->send_push(grad_send);
     } else if (push) {
-      check(MPI_Startall(as_count(S), grad_send.data()), "MPI_Startall");
+      // Each chunk screened for the non-finite rule (the server's
+      // predicate), then sent while the next is screened; the verdict on
+      // the whole push goes in the request, which follows the chunks.
+      request.finite = 1;
+      for (size_t i = 0; i < grad_send.size(); ++i) {
+        if (request.finite && !Server::screen_part(grad_chunks[i])) request.finite = 0;
+        check(MPI_Start(&grad_send[i]), "MPI_Start");
+      }
     }
     if (z) {  // [compress]: the bytes of this push and of the previous pull
       if (push && !z->push_on()) z->count_plain_push();

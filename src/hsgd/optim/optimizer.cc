@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <initializer_list>
 #include <numbers>
 
 #include "hsgd/core/error.h"
@@ -10,6 +11,15 @@
 
 namespace hsgd {
 namespace {
+
+// Reads a state saved as put_vec of the concatenation of `parts` straight
+// into them; another length is the state of another optimizer.
+void load_exactly(StateReader& r, std::initializer_list<std::span<float>> parts) {
+  size_t total = 0;
+  for (const std::span<float>& p : parts) total += p.size();
+  if (r.get<uint64_t>() != total) r.fail("optimizer state of another optimizer");
+  for (const std::span<float>& p : parts) r.get_raw(p);
+}
 
 // The kernels (core/simd.h): compiled for baseline x86-64 (SSE2) and, on
 // x86-64 with GCC or Clang, for AVX2, taken when the CPU has it. Adam and
@@ -177,6 +187,8 @@ class Momentum final : public Optimizer {
     HSGD_ASSERT(s.size() == v_.size(), "optimizer state size mismatch");
     v_.assign(s.begin(), s.end());
   }
+  void save(StateWriter& w) const override { w.put_vec(v_); }
+  void load(StateReader& r) override { load_exactly(r, {std::span<float>(v_)}); }
 
  private:
   float mu_;
@@ -223,6 +235,21 @@ class Adam final : public Optimizer {
     std::copy(s.begin() + 2, s.begin() + 2 + static_cast<ptrdiff_t>(n), m_.begin());
     std::copy(s.begin() + 2 + static_cast<ptrdiff_t>(n), s.end(), v_.begin());
   }
+  void save(StateWriter& w) const override {
+    w.put<uint64_t>(2 + 2 * m_.size());
+    w.put(static_cast<float>(t_ >> 24));
+    w.put(static_cast<float>(t_ & 0xFFFFFF));
+    w.put_raw(std::span<const float>(m_));
+    w.put_raw(std::span<const float>(v_));
+  }
+  void load(StateReader& r) override {
+    float t[2];
+    load_exactly(r, {std::span<float>(t), std::span<float>(m_), std::span<float>(v_)});
+    if (!(t[0] >= 0 && t[0] < 16777216.0f && t[1] >= 0 && t[1] < 16777216.0f)) {
+      r.fail("corrupt (Adam's step count)");
+    }
+    t_ = (static_cast<uint64_t>(t[0]) << 24) + static_cast<uint64_t>(t[1]);
+  }
 
  private:
   double b1_, b2_, eps_;
@@ -246,6 +273,8 @@ class Adagrad final : public Optimizer {
     HSGD_ASSERT(s.size() == a_.size(), "optimizer state size mismatch");
     a_.assign(s.begin(), s.end());
   }
+  void save(StateWriter& w) const override { w.put_vec(a_); }
+  void load(StateReader& r) override { load_exactly(r, {std::span<float>(a_)}); }
 
  private:
   float eps_, wd_;
@@ -253,6 +282,12 @@ class Adagrad final : public Optimizer {
 };
 
 }  // namespace
+
+void Optimizer::load(StateReader& r) {
+  const std::vector<float> s = r.get_vec<float>();
+  if (s.size() != save_state().size()) r.fail("optimizer state of another optimizer");
+  restore_state(s);
+}
 
 double scaled_lr(const OptimizerOptions& o, int workers, int64_t batch) {
   if (!o.scale_lr) return o.lr;

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "hsgd/core/state.h"
+
 namespace hsgd {
 
 struct OptimizerOptions {
@@ -71,6 +73,12 @@ class Optimizer {
   // restore_state takes what save_state of the same kind and size returned.
   virtual std::vector<float> save_state() const { return {}; }
   virtual void restore_state(std::span<const float>) {}
+  // The same state streamed in place, with no copy of it: save writes the
+  // bytes of put_vec(save_state()); load reads them straight into the
+  // optimizer's buffers and throws InputError (via r) for a state of
+  // another kind or size.
+  virtual void save(StateWriter& w) const { w.put_vec(save_state()); }
+  virtual void load(StateReader& r);
 };
 
 // Adam (Kingma & Ba 2015), bias-corrected, with g + wd * w as its gradient:

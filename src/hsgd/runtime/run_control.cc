@@ -156,7 +156,7 @@ std::string save_run_state(const RunStops& stops, const TrainSchedule& schedule)
 }
 
 void load_run_state(const Checkpoint& ck, RunStops& stops, TrainSchedule& schedule) {
-  if (ck.blobs.count(kRunBlob) == 0) {
+  if (!ck.has(kRunBlob)) {
     schedule.start_at(ck.info.train_s);
     return;
   }

@@ -196,7 +196,7 @@ class SimRun final : public PushKernel, public SimFabric::Host {
     compute_->stop();  // pushes not yet computed are dropped
     RunResult result;
     result.last = stopped_at_row ? recorder_->rows().back() : evaluate(end_time);
-    if (final_cut && stops_.final_checkpoint_allowed()) write(*final_cut);
+    if (final_cut && stops_.final_checkpoint_allowed()) write(std::move(*final_cut));
     result.stopped = stops_.reason();
     result.params = params_;
     result.train_s = end_time;
@@ -558,24 +558,51 @@ class SimRun final : public PushKernel, public SimFabric::Host {
     observer_->on_status(st);
   }
 
-  // A checkpoint not yet written: write() does.
+  // A checkpoint whose parts are on disk, complete once write() commits it
+  // (empty without a checkpoint store).
   struct Cut {
     CheckpointInfo info;
-    std::map<std::string, std::string> blobs;
+    std::optional<PendingCheckpoint> pending;
   };
-  void write(const Cut& cut) {
-    if (!job_.checkpoints) return;
+  void write(Cut cut) {
+    if (!cut.pending) return;
     const auto e0 = SteadyClock::now();
-    job_.checkpoints->write(cut.info, cut.blobs);
+    cut.pending->commit(cut.info);
     eval_real_ += since(e0);  // like evaluation, not simulated work
   }
 
-  // The cut between events at virtual time t.
+  // The cut between events at virtual time t: every part streamed to its
+  // file now (the simulator's own part is taken even without a store: it
+  // takes the in-flight pushes).
   Cut cut(double t) {
+    const auto e0 = SteadyClock::now();
     compute_->settle_all();  // every in-flight push computed; no thread touches a worker
-    StateWriter server_bytes;
-    server_.save(server_bytes);
-    StateWriter w;
+    Cut cut;
+    cut.info.id = job_.identity;
+    cut.info.runtime = "sim";
+    cut.info.workers = n_;
+    cut.info.train_s = t;
+    cut.info.updates = static_cast<int64_t>(server_.version());
+    cut.info.rows = static_cast<int64_t>(recorder_->rows().size());
+    if (!job_.checkpoints) {
+      StateWriter discarded;
+      save_sim(discarded, t);
+      return cut;
+    }
+    PendingCheckpoint& p = cut.pending.emplace(job_.checkpoints->begin());
+    p.add("server", [&](StateWriter& w) { server_.save(w); });
+    p.add("sim", [&](StateWriter& w) { save_sim(w, t); });
+    p.add("membership", [&](StateWriter& w) { membership_.save(w); });
+    p.add(kRunBlob, save_run_state(stops_, schedule_));
+    // The models' random stream (TorchScript dropout: torch's generator),
+    // after settle_all's draws: the resumed run draws on from here.
+    if (std::string rng = model_->rng_state(); !rng.empty()) p.add("model_rng", rng);
+    eval_real_ += since(e0);
+    return cut;
+  }
+
+  // Part "sim" at virtual time t.
+  void save_sim(StateWriter& w, double t) {
     w.tag(kSimTag);
     w.put<int32_t>(n_);
     w.put(t);
@@ -623,8 +650,6 @@ class SimRun final : public PushKernel, public SimFabric::Host {
     w.put(last_row_time_);
     w.put(last_idle_);
     w.put<uint8_t>(in_service_orphaned_);
-    StateWriter mem;
-    membership_.save(mem);
     if (compress_) {  // [compress]: residuals, held copies, warm starts, counters
       compress_->save(w);
       w.put(counters_);
@@ -642,23 +667,6 @@ class SimRun final : public PushKernel, public SimFabric::Host {
       w.put_vec(last_carried_.sent);
       w.put_vec(last_carried_.received);
     }
-    CheckpointInfo info;
-    info.id = job_.identity;
-    info.runtime = "sim";
-    info.workers = n_;
-    info.train_s = t;
-    info.updates = static_cast<int64_t>(server_.version());
-    info.rows = static_cast<int64_t>(recorder_->rows().size());
-    Cut cut{info,
-            {{"server", server_bytes.take()},
-             {"sim", w.take()},
-             {"membership", mem.take()},
-             {kRunBlob, save_run_state(stops_, schedule_)}}};
-    // The models' random stream (TorchScript dropout: torch's generator),
-    // after settle_all's draws: the resumed run draws on from here.
-    if (std::string rng = model_->rng_state(); !rng.empty())
-      cut.blobs["model_rng"] = std::move(rng);
-    return cut;
   }
 
   void load(const Checkpoint& ck) {
@@ -668,119 +676,116 @@ class SimRun final : public PushKernel, public SimFabric::Host {
           "train.workers",
           ck.path, ck.info.workers));
     }
-    StateReader sr(ck.blob("server"), ck.path + "/server.bin");
-    server_.load(sr);
-    sr.expect_end();
-    if (ck.blobs.count("membership")) {  // before the samplers: their shards
-      StateReader mr(ck.blob("membership"), ck.path + "/membership.bin");
-      membership_.load(mr);
-      mr.expect_end();
+    ck.read("server", [&](StateReader& sr) { server_.load(sr); });
+    if (ck.has("membership")) {  // before the samplers: their shards
+      ck.read("membership", [&](StateReader& mr) { membership_.load(mr); });
       for (int w = 0; w < n_; ++w) {
         workers_[static_cast<size_t>(w)].sampler = membership_.sampler_for(w);
       }
     }
-    StateReader r(ck.blob("sim"), ck.path + "/sim.bin");
-    const uint32_t tag = r.get<uint32_t>();
-    if (tag != kSimTag && tag != kSimTag2 && tag != kSimTagOld) {
-      r.fail("corrupt (simulator section missing)");
-    }
-    if (r.get<int32_t>() != n_) r.fail("corrupt (worker count)");
-    (void)r.get<double>();  // the cut's time (also in the manifest)
-    now_ = r.get<double>();
-    events_.load(r, n_, c_.train.servers);
-    const std::vector<int32_t> q = r.get_vec<int32_t>();
-    server_queue_.assign(q.begin(), q.end());
-    server_busy_ = r.get<uint8_t>() != 0;
-    in_service_ = r.get<int32_t>();
-    in_service_decision_.applied = r.get<uint8_t>() != 0;
-    in_service_decision_.version = r.get<uint64_t>();
-    in_service_decision_.caller_waits = r.get<uint8_t>() != 0;
-    in_service_decision_.released = r.get_vec<int>();
-    for (int v : q) {
-      if (v < 0 || v >= n_) r.fail("corrupt (server queue)");
-    }
-    for (int v : in_service_decision_.released) {
-      if (v < 0 || v >= n_) r.fail("corrupt (released workers)");
-    }
-    if (server_busy_ && (in_service_ < 0 || in_service_ >= n_)) r.fail("corrupt (in service)");
-    // Workers whose push is on its way to the server or queued there have
-    // it in flight: it is theirs to push again.
-    std::vector<bool> in_flight = events_.workers_with(EventType::kPushArrive, n_);
-    for (int v : q) in_flight[static_cast<size_t>(v)] = true;
-    std::vector<float> grads(np_);
-    std::vector<std::vector<float>> grads_of;
-    for (int i = 0; i < n_; ++i) {
-      SimWorker& sw = workers_[static_cast<size_t>(i)];
-      r.get_into(std::span<float>(grads), "a worker's gradient");
-      sw.version = r.get<uint64_t>();
-      sw.loss = r.get<double>();
-      sw.batch = r.get<int64_t>();
-      if (fabric_) {  // which pushes are in flight: the cluster's section, read last
-        grads_of.emplace_back(grads);
-      } else if (in_flight[static_cast<size_t>(i)]) {
-        compute_->install(i, grads, sw.loss, sw.batch);
+    double next_eval = 0, next_checkpoint = 0;
+    ck.read("sim", [&](StateReader& r) {
+      const uint32_t tag = r.get<uint32_t>();
+      if (tag != kSimTag && tag != kSimTag2 && tag != kSimTagOld) {
+        r.fail("corrupt (simulator section missing)");
       }
-      if (rows_) {  // model.sparse: the rows of the push in flight
-        sw.rows.ids = r.get_vec<int64_t>();
-        sw.rows.values = r.get_vec<float>();
-        if (sw.rows.values.size() != sw.rows.ids.size() * static_cast<size_t>(layout_.dim)) {
-          r.fail("corrupt (a worker's rows)");
-        }
+      if (r.get<int32_t>() != n_) r.fail("corrupt (worker count)");
+      (void)r.get<double>();  // the cut's time (also in the manifest)
+      now_ = r.get<double>();
+      events_.load(r, n_, c_.train.servers);
+      const std::vector<int32_t> q = r.get_vec<int32_t>();
+      server_queue_.assign(q.begin(), q.end());
+      server_busy_ = r.get<uint8_t>() != 0;
+      in_service_ = r.get<int32_t>();
+      in_service_decision_.applied = r.get<uint8_t>() != 0;
+      in_service_decision_.version = r.get<uint64_t>();
+      in_service_decision_.caller_waits = r.get<uint8_t>() != 0;
+      in_service_decision_.released = r.get_vec<int>();
+      for (int v : q) {
+        if (v < 0 || v >= n_) r.fail("corrupt (server queue)");
       }
-      sw.wait_since = r.get<double>();
-      sw.idle = r.get<double>();
-      sw.push_bytes = tag != kSimTagOld ? r.get<int64_t>() : 0;
-      if (sw.push_bytes < 0) r.fail("corrupt (a push's bytes)");
-      load_sampler(sw.sampler, r);
-    }
-    for (LocalWorker& l : locals_) l.load(r);
-    delays_.load(r);
-    const double next_eval = r.get<double>();
-    const double next_checkpoint = r.get<double>();
-    last_row_time_ = r.get<double>();
-    last_idle_ = r.get<double>();
-    in_service_orphaned_ = r.get<uint8_t>() != 0;
-    if (compress_) {
-      compress_->load(r);
-      counters_ = r.get<CompressCounters>();
-    }
-    // SIM3: the simulated cluster; earlier checkpoints ran without it.
-    const bool has_fabric = tag == kSimTag && r.get<uint8_t>() != 0;
-    if (has_fabric != (fabric_ != nullptr)) {
-      r.fail(fabric_ ? "written by the simulator before its network model: resume it with "
-                       "sim.network = \"independent\""
-                     : "corrupt (a simulated cluster this run does not have)");
-    }
-    if (fabric_) {
-      fabric_->load(r);
-      for (Decision& d : decisions_) {
-        d.applied = r.get<uint8_t>() != 0;
-        d.version = r.get<uint64_t>();
-        d.caller_waits = r.get<uint8_t>() != 0;
-        d.released = r.get_vec<int>();
-        for (int v : d.released) {
-          if (v < 0 || v >= n_) r.fail("corrupt (released workers)");
-        }
+      for (int v : in_service_decision_.released) {
+        if (v < 0 || v >= n_) r.fail("corrupt (released workers)");
       }
-      orphaned_ = r.get_vec<uint8_t>();
-      last_carried_.sent = r.get_vec<double>();
-      last_carried_.received = r.get_vec<double>();
-      if (orphaned_.size() != static_cast<size_t>(n_)) r.fail("corrupt (workers that left)");
+      if (server_busy_ && (in_service_ < 0 || in_service_ >= n_)) r.fail("corrupt (in service)");
+      // Workers whose push is on its way to the server or queued there have
+      // it in flight: it is theirs to push again.
+      std::vector<bool> in_flight = events_.workers_with(EventType::kPushArrive, n_);
+      for (int v : q) in_flight[static_cast<size_t>(v)] = true;
+      std::vector<float> grads(np_);
+      std::vector<std::vector<float>> grads_of;
       for (int i = 0; i < n_; ++i) {
-        const SimWorker& sw = workers_[static_cast<size_t>(i)];
-        if (fabric_->carries_push(i)) {
-          compute_->install(i, grads_of[static_cast<size_t>(i)], sw.loss, sw.batch);
+        SimWorker& sw = workers_[static_cast<size_t>(i)];
+        r.get_into(std::span<float>(grads), "a worker's gradient");
+        sw.version = r.get<uint64_t>();
+        sw.loss = r.get<double>();
+        sw.batch = r.get<int64_t>();
+        if (fabric_) {  // which pushes are in flight: the cluster's section, read last
+          grads_of.emplace_back(grads);
+        } else if (in_flight[static_cast<size_t>(i)]) {
+          compute_->install(i, grads, sw.loss, sw.batch);
+        }
+        if (rows_) {  // model.sparse: the rows of the push in flight
+          sw.rows.ids = r.get_vec<int64_t>();
+          sw.rows.values = r.get_vec<float>();
+          if (sw.rows.values.size() != sw.rows.ids.size() * static_cast<size_t>(layout_.dim)) {
+            r.fail("corrupt (a worker's rows)");
+          }
+        }
+        sw.wait_since = r.get<double>();
+        sw.idle = r.get<double>();
+        sw.push_bytes = tag != kSimTagOld ? r.get<int64_t>() : 0;
+        if (sw.push_bytes < 0) r.fail("corrupt (a push's bytes)");
+        load_sampler(sw.sampler, r);
+      }
+      for (LocalWorker& l : locals_) l.load(r);
+      delays_.load(r);
+      next_eval = r.get<double>();
+      next_checkpoint = r.get<double>();
+      last_row_time_ = r.get<double>();
+      last_idle_ = r.get<double>();
+      in_service_orphaned_ = r.get<uint8_t>() != 0;
+      if (compress_) {
+        compress_->load(r);
+        counters_ = r.get<CompressCounters>();
+      }
+      // SIM3: the simulated cluster; earlier checkpoints ran without it.
+      const bool has_fabric = tag == kSimTag && r.get<uint8_t>() != 0;
+      if (has_fabric != (fabric_ != nullptr)) {
+        r.fail(fabric_ ? "written by the simulator before its network model: resume it with "
+                         "sim.network = \"independent\""
+                       : "corrupt (a simulated cluster this run does not have)");
+      }
+      if (fabric_) {
+        fabric_->load(r);
+        for (Decision& d : decisions_) {
+          d.applied = r.get<uint8_t>() != 0;
+          d.version = r.get<uint64_t>();
+          d.caller_waits = r.get<uint8_t>() != 0;
+          d.released = r.get_vec<int>();
+          for (int v : d.released) {
+            if (v < 0 || v >= n_) r.fail("corrupt (released workers)");
+          }
+        }
+        orphaned_ = r.get_vec<uint8_t>();
+        last_carried_.sent = r.get_vec<double>();
+        last_carried_.received = r.get_vec<double>();
+        if (orphaned_.size() != static_cast<size_t>(n_)) r.fail("corrupt (workers that left)");
+        for (int i = 0; i < n_; ++i) {
+          const SimWorker& sw = workers_[static_cast<size_t>(i)];
+          if (fabric_->carries_push(i)) {
+            compute_->install(i, grads_of[static_cast<size_t>(i)], sw.loss, sw.batch);
+          }
         }
       }
-    }
-    r.expect_end();
-    if (ck.blobs.count(kRunBlob)) {
+    });
+    if (ck.has(kRunBlob)) {
       load_run_state(ck, stops_, schedule_);
     } else {  // a checkpoint of an earlier version: its times are the sim blob's
       schedule_.resume_times(next_eval, next_checkpoint, ck.info.train_s);
     }
     // Older checkpoints have none: the stream then starts from the seed.
-    if (ck.blobs.count("model_rng")) {
+    if (ck.has("model_rng")) {
       model_->set_rng_state(ck.blob("model_rng"), ck.path + "/model_rng.bin");
     }
   }

@@ -513,53 +513,52 @@ class Pauser {
   }
 
   // A checkpoint of the state with the workers paused at training time
-  // `time_s`, not yet written (write() does).
+  // `time_s`: its parts are streamed to their files now, the checkpoint is
+  // complete once write() commits it (empty without a checkpoint store).
   struct Cut {
     CheckpointInfo info;
-    std::map<std::string, std::string> blobs;
+    std::optional<PendingCheckpoint> pending;
   };
   Cut cut(const Recorder& recorder, double time_s) const {
     const Config& c = *job_.config;
     std::lock_guard lk(s_.mu);
     Cut cut;
-    StateWriter server_bytes;
-    s_.server->save(server_bytes);
-    StateWriter w;
-    w.tag(kThreadsTag);
-    w.put<int32_t>(c.train.workers);
-    w.put(time_s);
-    w.put(last_time_);
-    w.put(last_idle_);
-    for (const WorkerState& ws : *s_.workers) {
-      save_sampler(ws.sampler, w);
-      w.put<uint8_t>(ws.local.has_value());
-      if (ws.local) ws.local->save(w);
-      ws.pending.save(w);
-    }
-    s_.delays->save(w);
-    s_.idle.save(w);
-    if (s_.compress) {  // [compress]: skippable, for a resume with another worker count
-      StateWriter z;
-      s_.compress->save(z);
-      w.put(s_.counters);
-      w.put_str(z.take());
-    }
     cut.info.id = job_.identity;
     cut.info.runtime = "threads";
     cut.info.workers = c.train.workers;
     cut.info.train_s = time_s;
     cut.info.updates = static_cast<int64_t>(s_.server->version());
     cut.info.rows = static_cast<int64_t>(recorder.rows().size());
-    StateWriter members;
-    s_.membership->save(members);
-    cut.blobs = {{"server", server_bytes.take()},
-                 {"threads", w.take()},
-                 {"membership", members.take()},
-                 {kRunBlob, save_run_state(stops_, schedule_)}};
+    if (!job_.checkpoints) return cut;
+    PendingCheckpoint& p = cut.pending.emplace(job_.checkpoints->begin());
+    p.add("server", [&](StateWriter& w) { s_.server->save(w); });
+    p.add("threads", [&](StateWriter& w) {
+      w.tag(kThreadsTag);
+      w.put<int32_t>(c.train.workers);
+      w.put(time_s);
+      w.put(last_time_);
+      w.put(last_idle_);
+      for (const WorkerState& ws : *s_.workers) {
+        save_sampler(ws.sampler, w);
+        w.put<uint8_t>(ws.local.has_value());
+        if (ws.local) ws.local->save(w);
+        ws.pending.save(w);
+      }
+      s_.delays->save(w);
+      s_.idle.save(w);
+      if (s_.compress) {  // [compress]: skippable, for a resume with another worker count
+        StateWriter z;
+        s_.compress->save(z);
+        w.put(s_.counters);
+        w.put_str(z.take());
+      }
+    });
+    p.add("membership", [&](StateWriter& w) { s_.membership->save(w); });
+    p.add(kRunBlob, save_run_state(stops_, schedule_));
     return cut;
   }
-  void write(const Cut& cut) const {
-    if (job_.checkpoints) job_.checkpoints->write(cut.info, cut.blobs);
+  void write(Cut& cut) const {
+    if (cut.pending) cut.pending->commit(cut.info);
   }
 
   // Restores the pauser's own state from a checkpoint.
@@ -592,67 +591,65 @@ class Pauser {
 double restore(const Checkpoint& ck, const Config& c, Server& server,
                std::vector<WorkerState>& workers, DelayModel& delays, IdleMeter& idle,
                Pauser& pauser, Shared& s, bool* membership_restored) {
-  StateReader sr(ck.blob("server"), ck.path + "/server.bin");
-  server.load(sr);
-  sr.expect_end();
-  StateReader r(ck.blob("threads"), ck.path + "/threads.bin");
-  const uint32_t tag = r.get<uint32_t>();
-  if (tag != kThreadsTag && tag != kThreadsTagOld) {
-    r.fail("corrupt (threads runtime section missing)");
-  }
-  const int saved = r.get<int32_t>();
-  if (saved < 1 || saved > 4096) r.fail("corrupt (worker count)");
-  const double t = r.get<double>();
-  pauser.load(r);
-  const bool same = saved == c.train.workers;
-  // Membership (issue 10): with the same workers, who is out, the fault
-  // plan and the shards go on; before the samplers (their shards).
-  const bool members = same && ck.blobs.count("membership") > 0;
-  if (members) {
-    StateReader mr(ck.blob("membership"), ck.path + "/membership.bin");
-    s.membership->load(mr);
-    mr.expect_end();
-    for (int w = 0; w < saved; ++w)
-      workers[static_cast<size_t>(w)].sampler = s.membership->sampler_for(w);
-  }
-  for (int w = 0; w < saved; ++w) {
-    if (same) {
-      load_sampler(workers[static_cast<size_t>(w)].sampler, r);
-    } else {
-      (void)read_sampler(r);
+  ck.read("server", [&](StateReader& sr) { server.load(sr); });
+  double t = 0;
+  bool members = false;
+  ck.read("threads", [&](StateReader& r) {
+    const uint32_t tag = r.get<uint32_t>();
+    if (tag != kThreadsTag && tag != kThreadsTagOld) {
+      r.fail("corrupt (threads runtime section missing)");
     }
-    if (r.get<uint8_t>()) {
-      std::optional<LocalWorker>& local = workers[static_cast<size_t>(same ? w : 0)].local;
-      if (!local) r.fail("corrupt (local-SGD state for a policy without it)");
+    const int saved = r.get<int32_t>();
+    if (saved < 1 || saved > 4096) r.fail("corrupt (worker count)");
+    t = r.get<double>();
+    pauser.load(r);
+    const bool same = saved == c.train.workers;
+    // Membership (issue 10): with the same workers, who is out, the fault
+    // plan and the shards go on; before the samplers (their shards).
+    members = same && ck.has("membership");
+    if (members) {
+      ck.read("membership", [&](StateReader& mr) { s.membership->load(mr); });
+      for (int w = 0; w < saved; ++w)
+        workers[static_cast<size_t>(w)].sampler = s.membership->sampler_for(w);
+    }
+    for (int w = 0; w < saved; ++w) {
       if (same) {
-        local->load(r);
+        load_sampler(workers[static_cast<size_t>(w)].sampler, r);
       } else {
-        LocalWorker scratch = *local;  // momentum of a worker split away
-        scratch.load(r);
+        (void)read_sampler(r);
+      }
+      if (r.get<uint8_t>()) {
+        std::optional<LocalWorker>& local = workers[static_cast<size_t>(same ? w : 0)].local;
+        if (!local) r.fail("corrupt (local-SGD state for a policy without it)");
+        if (same) {
+          local->load(r);
+        } else {
+          LocalWorker scratch = *local;  // momentum of a worker split away
+          scratch.load(r);
+        }
+      }
+      if (tag == kThreadsTag) {
+        // With another worker count the shards start afresh, and so does what
+        // was in flight: its pending push is dropped.
+        PendingPush p;
+        p.load(r, server.params().size());
+        if (same) workers[static_cast<size_t>(w)].pending = std::move(p);
       }
     }
-    if (tag == kThreadsTag) {
-      // With another worker count the shards start afresh, and so does what
-      // was in flight: its pending push is dropped.
-      PendingPush p;
-      p.load(r, server.params().size());
-      if (same) workers[static_cast<size_t>(w)].pending = std::move(p);
+    delays.load(r);
+    idle.load(r);
+    if (s.compress) {
+      // With another worker count the residuals and held copies start afresh
+      // (each worker then holds the initial parameters the server records).
+      s.counters = r.get<CompressCounters>();
+      const std::string z = r.get_str();
+      if (same) {
+        StateReader zr(z, ck.path + "/threads.bin (compression)");
+        s.compress->load(zr);
+        zr.expect_end();
+      }
     }
-  }
-  delays.load(r);
-  idle.load(r);
-  if (s.compress) {
-    // With another worker count the residuals and held copies start afresh
-    // (each worker then holds the initial parameters the server records).
-    s.counters = r.get<CompressCounters>();
-    const std::string z = r.get_str();
-    if (same) {
-      StateReader zr(z, ck.path + "/threads.bin (compression)");
-      s.compress->load(zr);
-      zr.expect_end();
-    }
-  }
-  r.expect_end();
+  });
   if (members) {
     *membership_restored = true;
     return t;
@@ -818,7 +815,8 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
       }
       if (!stops.stopped() && schedule.checkpoint_due(t)) {
         schedule.checkpoint_done(t);
-        pauser.write(pauser.cut(*recorder, t));
+        Pauser::Cut cut = pauser.cut(*recorder, t);
+        pauser.write(cut);
       }
       if (stops.stopped()) break;  // the workers stay paused: training ended at t
       pauser.resume();

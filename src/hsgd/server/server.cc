@@ -143,8 +143,10 @@ bool Server::ready(double seconds) const {
   return count >= threshold(seconds);
 }
 
-bool Server::screen(std::span<const float>* g) {
-  if (opt_.clip_norm <= 0) return all_finite(*g);  // core/simd.h: ~memory speed
+bool Server::screen_part(std::span<const float> part) { return all_finite(part); }
+
+bool Server::screen(std::span<const float>* g, const bool* finite) {
+  if (opt_.clip_norm <= 0) return finite ? *finite : all_finite(*g);  // core/simd.h: ~memory speed
   double sq = 0;
   for (float v : *g) sq += static_cast<double>(v) * v;
   if (!std::isfinite(sq)) return false;
@@ -205,6 +207,16 @@ void Server::apply(Decision* d, std::span<const float> sum) {
 
 Decision Server::on_push(int worker, uint64_t version, std::span<const float> grad,
                          int64_t batch_size, double loss, double seconds) {
+  return push(worker, version, grad, batch_size, loss, seconds, nullptr);
+}
+
+Decision Server::on_screened_push(int worker, uint64_t version, std::span<const float> grad,
+                                  int64_t batch_size, double loss, double seconds, bool finite) {
+  return push(worker, version, grad, batch_size, loss, seconds, &finite);
+}
+
+Decision Server::push(int worker, uint64_t version, std::span<const float> grad, int64_t batch_size,
+                      double loss, double seconds, const bool* finite) {
   const auto w = static_cast<size_t>(worker);
   HSGD_ASSERT(worker >= 0 && w < live_.size() && live_[w], "push from a worker that is not live");
   HSGD_ASSERT(!waiting_[w], "push from a worker that is waiting");
@@ -216,7 +228,7 @@ Decision Server::on_push(int worker, uint64_t version, std::span<const float> gr
   ++total_pushes_;
   stats_.pushes += 1;
   stats_.samples += batch_size;
-  if (!screen(&grad) || !std::isfinite(loss)) {
+  if (!screen(&grad, finite) || !std::isfinite(loss)) {
     ++consecutive_nonfinite_;
     stats_.nonfinite += 1;
     Decision d = decision();
@@ -348,7 +360,7 @@ void Server::save(StateWriter& w) const {
     w.put<int64_t>(tau_mean_.count);
   }
   w.put_vec(policy_->save_state());
-  w.put_vec(optimizer_->save_state());
+  optimizer_->save(w);
   if (hook_) hook_->save(w);
 }
 
@@ -412,9 +424,7 @@ void Server::load(StateReader& r) {
   if (!policy_->reads_state(ps.size())) r.fail("policy state of another policy");
   policy_->restore_state(ps);
   policy_->on_lr(lr_at(opt_.lr_schedule, opt_.lr, static_cast<int64_t>(version_)));
-  const std::vector<float> os = r.get_vec<float>();
-  if (os.size() != optimizer_->save_state().size()) r.fail("optimizer state of another optimizer");
-  optimizer_->restore_state(os);
+  optimizer_->load(r);
   grow(n);
   if (hook_) hook_->load(r);
 }

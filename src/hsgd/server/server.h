@@ -119,6 +119,17 @@ class Server {
   // is left uncompensated.
   Decision on_push(int worker, uint64_t version, std::span<const float> grad, int64_t batch_size,
                    double loss, double seconds);
+  // The same for a push the runtime screened part by part (screen_part on
+  // each, every one true: `finite`), e.g. as the worker sent its chunks, so
+  // that the check overlaps the transfer and covers a push sharded over
+  // several servers whole; the push is still applied only whole, and a
+  // non-finite one not at all. With clip_norm on (it needs the whole push's
+  // norm) the push is screened here as by on_push.
+  Decision on_screened_push(int worker, uint64_t version, std::span<const float> grad,
+                            int64_t batch_size, double loss, double seconds, bool finite);
+  // Whether a part of a push passes the non-finite rule (all its values
+  // finite); a push passes when all its parts do.
+  static bool screen_part(std::span<const float> part);
 
   // Membership. A worker that leaves is released if it was waiting and stops
   // counting towards thresholds; its buffered push, if any, stays in the
@@ -190,7 +201,11 @@ class Server {
   bool ready(double seconds) const;
   // Returns false for a non-finite push; clips a finite one
   // into scratch_ when clip_norm is on, setting *g to it.
-  bool screen(std::span<const float>* g);
+  // on_push and on_screened_push (`finite` set).
+  Decision push(int worker, uint64_t version, std::span<const float> grad, int64_t batch_size,
+                double loss, double seconds, const bool* finite);
+  // `finite`: the push was screened part by part (on_screened_push).
+  bool screen(std::span<const float>* g, const bool* finite = nullptr);
   // Applies the buffered pushes, whose sum is `sum`: acc_, or the one
   // buffered push itself (an update of one push skips the buffer).
   void apply(Decision* d, std::span<const float> sum);
