@@ -645,7 +645,7 @@ class GossipRun {
                       "train.workers",
                       ck.path, ck.info.workers));
     }
-    if (!ck.blobs.count("gossip")) {
+    if (!ck.has("gossip")) {
       throw InputError(ck.path + ": not a gossip policy's checkpoint (no gossip.bin)");
     }
     StateReader r(ck.blob("gossip"), ck.path + "/gossip.bin");
@@ -702,7 +702,7 @@ class GossipRun {
     last_carried_.received = r.get_vec<double>();
     r.expect_end();
     load_run_state(ck, stops_, schedule_);
-    if (ck.blobs.count("model_rng")) {
+    if (ck.has("model_rng")) {
       model_->set_rng_state(ck.blob("model_rng"), ck.path + "/model_rng.bin");
     }
   }
