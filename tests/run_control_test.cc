@@ -2,6 +2,7 @@
 // every runtime shares, tested without a runtime.
 #include "hsgd/runtime/run_control.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -95,6 +96,28 @@ MetricsRow row(double time_s, double train_loss, double test_loss) {
   r.train_loss = train_loss;
   r.test_loss = test_loss;
   return r;
+}
+
+// The simulators' loop before each event: everything due by t, in time
+// order, an evaluation before a checkpoint at the same time, nothing after a
+// stop.
+TEST(TrainSchedule, RunDueRunsEvaluationsAndCheckpointsInTimeOrder) {
+  const Config c = config(10, 0, 0.5, 1.0);
+  TrainSchedule s(c, 100, true);
+  s.start_at(0);
+  RunStops stops(c);
+  std::vector<std::string> done;
+  auto eval = [&](double at) { done.push_back(fmt::format("eval {}", at)); };
+  auto ckpt = [&](double at) { done.push_back(fmt::format("ckpt {}", at)); };
+  run_due(s, 2.2, stops, eval, ckpt);
+  EXPECT_EQ(done, (std::vector<std::string>{"eval 0.5", "eval 1", "ckpt 1", "eval 1.5", "eval 2",
+                                            "ckpt 2"}));
+  done.clear();
+  run_due(s, 2.2, stops, eval, ckpt);  // nothing more is due
+  EXPECT_TRUE(done.empty());
+  stops.stop("test");
+  run_due(s, 5, stops, eval, ckpt);  // one, then the stop ends the loop
+  EXPECT_EQ(done, (std::vector<std::string>{"eval 2.5"}));
 }
 
 TEST(RunStops, NonFiniteParametersOrTestLossStop) {

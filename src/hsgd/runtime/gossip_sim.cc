@@ -125,18 +125,9 @@ class GossipRun {
                                              now_, c_.policy_name));
       }
       const double t = events_.top().time;
-      while (schedule_.eval_due(t) || schedule_.checkpoint_due(t)) {
-        if (schedule_.eval_due(t) && schedule_.next_eval() <= schedule_.next_checkpoint()) {
-          const double at = schedule_.next_eval();
-          evaluate(at);
-          schedule_.eval_done(at);
-        } else {
-          const double at = schedule_.next_checkpoint();
-          schedule_.checkpoint_done(at);
-          write(cut(at));
-        }
-        if (stops_.stopped()) break;
-      }
+      run_due(
+          schedule_, t, stops_, [&](double at) { evaluate(at); },
+          [&](double at) { write(cut(at)); });
       if (stops_.stopped()) {
         end_time = last_row_time_;
         stopped_at_row = true;

@@ -34,6 +34,23 @@ void TrainSchedule::start_at(double t) {
                                             : next_multiple_after(t, checkpoint_every_);
 }
 
+void run_due(TrainSchedule& schedule, double t, const RunStops& stops,
+             const std::function<void(double)>& evaluate,
+             const std::function<void(double)>& checkpoint) {
+  while (schedule.eval_due(t) || schedule.checkpoint_due(t)) {
+    if (schedule.eval_due(t) && schedule.next_eval() <= schedule.next_checkpoint()) {
+      const double at = schedule.next_eval();
+      evaluate(at);
+      schedule.eval_done(at);
+    } else {
+      const double at = schedule.next_checkpoint();
+      schedule.checkpoint_done(at);
+      checkpoint(at);
+    }
+    if (stops.stopped()) break;
+  }
+}
+
 void TrainSchedule::eval_done(double t) {
   while (next_eval_ <= t) next_eval_ += eval_every_;
 }

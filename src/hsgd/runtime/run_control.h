@@ -30,6 +30,7 @@
 // The first stop wins; later ones do not overwrite its line.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <span>
 #include <string>
@@ -93,6 +94,18 @@ class TrainSchedule {
   double next_eval_ = kNever;
   double next_checkpoint_ = kNever;
 };
+
+class RunStops;
+
+// Runs the evaluations and checkpoints due at or before training time t, in
+// time order (an evaluation due at a checkpoint's time comes first, so the
+// checkpoint holds its row): evaluate(at) then eval_done, or
+// checkpoint_done then checkpoint(at), until none is due or `stops` has
+// stopped. For a runtime that advances through its own events (the
+// simulators): call it before each event at time t.
+void run_due(TrainSchedule& schedule, double t, const RunStops& stops,
+             const std::function<void(double)>& evaluate,
+             const std::function<void(double)>& checkpoint);
 
 class RunStops {
  public:
