@@ -255,5 +255,29 @@ TEST(PlotCompare, DrawsAPng) {
   EXPECT_FALSE(fs::exists(png + ".partial"));
 }
 
+// A mixture model's runs (dpgmm) have no accuracy: the plot is the test
+// loss (the negative held-out log-likelihood) alone, not a gnuplot error.
+TEST(PlotCompare, RunsWithoutAccuracyDrawTheLossAlone) {
+  if (std::system("command -v gnuplot > /dev/null") != 0) GTEST_SKIP() << "no gnuplot";
+  const fs::path dir = fs::path(::testing::TempDir()) / "hsgd_compare_plot_mixture";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  CompareInput in = example();
+  for (auto& policy : in.runs) {
+    for (auto& round : policy) {
+      for (MetricsRow& r : round) r.test_acc = kNaN;
+    }
+  }
+  const CompareResult r = compare_runs(in);
+  std::vector<std::string> files;
+  for (size_t p = 0; p < r.policies.size(); ++p) {
+    files.push_back((dir / (r.policies[p].policy + ".curve.dat")).string());
+    write_file_atomic(files.back(), curve_data(r, p));
+  }
+  const std::string png = (dir / "compare.png").string();
+  plot_compare(r, files, png);
+  EXPECT_GT(fs::file_size(png), 1000u);
+}
+
 }  // namespace
 }  // namespace hsgd

@@ -344,8 +344,19 @@ void plot_compare(const CompareResult& r, const std::vector<std::string>& data_f
     }
     script += "\n";
   };
-  panel("test accuracy", "accuracy", 2, "bottom right");
-  panel("test loss", "cross-entropy", 5, "top right");
+  // A mixture model (dpgmm) has no accuracy: its curves are all NaN, and
+  // the test loss is the negative held-out log-likelihood per point.
+  bool accuracy = false;
+  for (const PolicyResult& p : r.policies) {
+    for (double a : p.acc_mean) accuracy = accuracy || std::isfinite(a);
+  }
+  if (accuracy) {
+    panel("test accuracy", "accuracy", 2, "bottom right");
+    panel("test loss", "cross-entropy", 5, "top right");
+  } else {
+    script.replace(script.find("layout 1,2"), 10, "layout 1,1");
+    panel("test loss", "negative held-out log-likelihood per point", 5, "top right");
+  }
   script += "unset multiplot\n";
 
   run_gnuplot(script, png);
