@@ -368,7 +368,8 @@ std::vector<Key> declare() {
           .check(at_least(1), ">= 1")
           .moot(runtime("mpi"))
           .resumable()
-          .hashed_when([](const Config&) { return false; }));
+          .written(Written::kNotDefault)
+          .hash_as("1073741824"));  // the default: out of every identity and older configs' TOML
 
   // ---- [policy]
   add(str_key(
