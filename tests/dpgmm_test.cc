@@ -18,6 +18,7 @@
 #include "hsgd/metrics/recorder.h"
 #include "hsgd/optim/optimizer.h"
 #include "hsgd/policy/policy.h"
+#include "hsgd/runtime/gossip_sim.h"
 #include "hsgd/runtime/runtime.h"
 #include "hsgd/runtime/sim_runtime.h"
 #include "hsgd/server/server.h"
@@ -453,6 +454,25 @@ TEST(DpgmmSim, EveryRowFiniteAndParametersPositiveWithStragglersAndChurn) {
     // with their own (2 s is ~10 passes: not every spare component has died).
     EXPECT_GE(rows.back().effective_k, 4);
     EXPECT_GT(rows.back().ari, 0.8);
+  }
+}
+
+// Gossip rows carry the mixture's figures too (runtime/row.h put_evaluation,
+// one place for every runtime's rows).
+TEST(DpgmmSim, GossipRowsCarryEffectiveComponentsAndAri) {
+  DpgmmJob j({{"policy.name", "dpsgd"}, {"optim.lr_schedule", "constant"}, {"optim.lr", "0.5"}});
+  const std::string dir = testing::fresh_dir("dpgmm_gossip");
+  {
+    Recorder rec(dir);
+    const RunResult r = GossipSimRuntime().run(j.job(), &rec, nullptr);
+    rec.finish();
+    EXPECT_TRUE(r.stopped.empty()) << r.stopped;
+  }
+  const std::vector<MetricsRow> rows = read_metrics_csv(dir + "/metrics.csv");
+  ASSERT_FALSE(rows.empty());
+  for (const MetricsRow& row : rows) {
+    EXPECT_TRUE(row.has_mixture);
+    EXPECT_TRUE(std::isfinite(row.effective_k));
   }
 }
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "hsgd/runtime/row.h"
+
 namespace hsgd {
 
 LocalUpdate gossip_local_update(const Config& c) {
@@ -31,10 +33,7 @@ MetricsRow gossip_row(const Config& c, const GossipModels& models, Model& model,
       counts.loss_count ? counts.loss_sum / static_cast<double>(counts.loss_count) : std::nan("");
   counts.loss_sum = 0;
   counts.loss_count = 0;
-  r.test_loss = e.loss;
-  r.test_acc = e.accuracy;
-  r.test_auc = e.auc;
-  r.test_logloss = e.log_loss;
+  put_evaluation(e, &r);
   r.nonfinite = counts.nonfinite;
   counts.nonfinite = 0;
   r.idle_frac = idle_frac;

@@ -167,13 +167,7 @@ RunResult HogwildRuntime::run(const Job& job, Recorder* recorder, Observer* obse
     r.samples = s.samples.load();
     r.epoch = static_cast<double>(r.samples) / static_cast<double>(job.train->size());
     r.k = 1;
-    r.test_loss = e.loss;
-    r.test_acc = e.accuracy;
-    r.test_auc = e.auc;
-    r.test_logloss = e.log_loss;
-    r.has_mixture = std::isfinite(e.effective_k);
-    r.effective_k = e.effective_k;
-    r.ari = e.ari;
+    put_evaluation(e, &r);
     r.live_workers = n;
     r.policy = "hogwild";
     r.seed = c.train.seed;

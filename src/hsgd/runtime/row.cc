@@ -14,13 +14,7 @@ MetricsRow build_row(const Server& server, const ServerStats& st, const EvalResu
   r.epoch = static_cast<double>(r.samples) / static_cast<double>(job.train->size());
   r.k = server.threshold(time_s);
   r.train_loss = st.loss_count ? st.loss_sum / static_cast<double>(st.loss_count) : std::nan("");
-  r.test_loss = e.loss;
-  r.test_acc = e.accuracy;
-  r.test_auc = e.auc;
-  r.test_logloss = e.log_loss;
-  r.has_mixture = std::isfinite(e.effective_k);
-  r.effective_k = e.effective_k;
-  r.ari = e.ari;
+  put_evaluation(e, &r);
   r.staleness_mean =
       st.staleness_count ? st.staleness_sum / static_cast<double>(st.staleness_count) : 0.0;
   r.staleness_max = st.staleness_max;
@@ -59,6 +53,16 @@ Dataset head(const Dataset& d, int64_t n) {
   h.categorical.assign(d.categorical.begin(), d.categorical.begin() + n * d.num_categorical());
   h.planted_auc = d.planted_auc;
   return h;
+}
+
+void put_evaluation(const EvalResult& e, MetricsRow* r) {
+  r->test_loss = e.loss;
+  r->test_acc = e.accuracy;
+  r->test_auc = e.auc;
+  r->test_logloss = e.log_loss;
+  r->has_mixture = std::isfinite(e.effective_k);
+  r->effective_k = e.effective_k;
+  r->ari = e.ari;
 }
 
 ServerOptions server_options(const Job& job) {

@@ -12,6 +12,11 @@ namespace hsgd {
 MetricsRow build_row(const Server& server, const ServerStats& stats, const EvalResult& eval,
                      double time_s, double idle_frac, const Job& job);
 
+// An evaluation's figures into a row: test loss, accuracy, AUC, log loss
+// and, for a mixture model (a finite effective_k), effective_k and ari. One
+// place for every runtime's rows (server, hogwild and gossip).
+void put_evaluation(const EvalResult& e, MetricsRow* r);
+
 // idle_frac of a row: the idle seconds accumulated over the row's interval
 // divided by interval x workers, in [0, 1] (0 for an empty interval).
 double idle_fraction(double idle_delta, double interval, int workers);
