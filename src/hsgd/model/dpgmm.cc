@@ -17,7 +17,14 @@ namespace {
 
 constexpr double kLog2Pi = 1.8378770664093453;  // log(2 pi)
 
-double lbeta(double a, double b) { return std::lgamma(a) + std::lgamma(b) - std::lgamma(a + b); }
+// log Gamma(x) without std::lgamma, which writes the global `signgam` and so
+// races when workers evaluate the model on several threads (TSan saw it).
+double log_gamma(double x) {
+  int sign = 0;
+  return ::lgamma_r(x, &sign);
+}
+
+double lbeta(double a, double b) { return log_gamma(a) + log_gamma(b) - log_gamma(a + b); }
 
 // The expectations a component's E-step needs, from its parameters.
 struct Component {
@@ -170,7 +177,7 @@ double global_kl(const Layout& l, std::span<const double> lam) {
     const double psum = digamma(g1 + g2);
     kl += lbeta(1, pr.alpha) - lbeta(g1, g2) + (g1 - 1) * (digamma(g1) - psum) +
           (g2 - pr.alpha) * (digamma(g2) - psum);
-    const double psia = digamma(a), lga = std::lgamma(a), lga0 = std::lgamma(pr.a0);
+    const double psia = digamma(a), lga = log_gamma(a), lga0 = log_gamma(pr.a0);
     for (int64_t d = 0; d < D; ++d) {
       const double m = p[4 + d] / kappa;
       const double b = 0.5 * (p[4 + D + d] - p[4 + d] * m);
@@ -470,7 +477,7 @@ class DpgmmModel final : public Model {
       const double kappa = p[2], a = p[3], nu = 2 * a;
       half_nu1[static_cast<size_t>(k)] = 0.5 * (nu + 1);
       double c = std::log(w[static_cast<size_t>(k)]) +
-                 static_cast<double>(D) * (std::lgamma(0.5 * (nu + 1)) - std::lgamma(0.5 * nu));
+                 static_cast<double>(D) * (log_gamma(0.5 * (nu + 1)) - log_gamma(0.5 * nu));
       for (int64_t d = 0; d < D; ++d) {
         const double m = p[4 + d] / kappa;
         const double b = 0.5 * (p[4 + D + d] - p[4 + d] * m);
