@@ -476,8 +476,9 @@ class DpgmmModel final : public Model {
       const double* p = lam_.data() + layout_.component(k);
       const double kappa = p[2], a = p[3], nu = 2 * a;
       half_nu1[static_cast<size_t>(k)] = 0.5 * (nu + 1);
-      double c = std::log(w[static_cast<size_t>(k)]) +
-                 static_cast<double>(D) * (dpgmm::log_gamma(0.5 * (nu + 1)) - dpgmm::log_gamma(0.5 * nu));
+      double c =
+          std::log(w[static_cast<size_t>(k)]) +
+          static_cast<double>(D) * (dpgmm::log_gamma(0.5 * (nu + 1)) - dpgmm::log_gamma(0.5 * nu));
       for (int64_t d = 0; d < D; ++d) {
         const double m = p[4 + d] / kappa;
         const double b = 0.5 * (p[4 + D + d] - p[4 + d] * m);

@@ -5,11 +5,9 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
-#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
 
 #include "hsgd/core/error.h"
 #include "hsgd/core/rng.h"
@@ -19,11 +17,11 @@
 #include "hsgd/policy/gossip.h"
 #include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/delay.h"
-#include "hsgd/runtime/gate.h"
 #include "hsgd/runtime/gossip_row.h"
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/row.h"
 #include "hsgd/runtime/run_control.h"
+#include "hsgd/runtime/worker_crew.h"
 
 namespace hsgd {
 namespace {
@@ -52,12 +50,8 @@ struct Shared {
   const Topology topo;
   GossipModels models;  // x_i, m_i, w_i: worker i's under model_mu[i]
   std::vector<std::unique_ptr<std::mutex>> model_mu;
-  Gate gate;
-  std::mutex mu;  // guards everything below
-  std::condition_variable cv;
+  WorkerCrew crew;  // the threads, and crew.mu: it guards everything below
   std::map<std::array<int64_t, 3>, Mail> mailbox;  // (receiver, round, sender)
-  bool stop = false;
-  std::exception_ptr error;
   GossipCounts counts;
   int64_t consecutive_nonfinite = 0, rounds = 0, global_averages = 0;
   int barrier_count = 0;
@@ -71,28 +65,17 @@ struct Shared {
   TrainClock* clock = nullptr;
 };
 
-void request_stop(Shared& s) {
-  std::lock_guard lk(s.mu);
-  s.stop = true;
-  s.cv.notify_all();
-}
-
-bool stopped(Shared& s) {
-  std::lock_guard lk(s.mu);
-  return s.stop;
-}
-
 // Posts worker `from`'s model (or push-sum share) to `to` for `round`.
 void post(Shared& s, int from, int to, int64_t round, std::span<const float> x, double weight) {
   Mail m;
   m.payload.assign(x.begin(), x.end());
   m.weight = weight;
   const double bytes = 4.0 * static_cast<double>(s.np) + (s.c.policy.kind == "sgp" ? 8.0 : 0.0);
-  std::lock_guard lk(s.mu);
+  std::lock_guard lk(s.crew.mu);
   s.mailbox[{to, round, from}] = std::move(m);
   s.sent[static_cast<size_t>(from)] += bytes;
   s.received[static_cast<size_t>(to)] += bytes;
-  s.cv.notify_all();
+  s.crew.cv.notify_all();
 }
 
 class Worker {
@@ -114,9 +97,9 @@ class Worker {
   }
 
   void run() {
-    GateScope inside(s_.gate);
+    GateScope inside(s_.crew.gate);
     while (inside.enter()) {
-      if (stopped(s_)) break;
+      if (s_.crew.stopped()) break;
       const bool gossip = kind_ != "adpsgd" && s_.n > 1 && (step_ + 1) % period_ == 0;
       const int64_t round = (step_ + 1) / period_ - 1;
       {
@@ -129,8 +112,8 @@ class Worker {
       const double loss = sampled_gradient(*model_, sampler_, c_.train.batch, &batch);
       const double delay = delays_.extra_seconds(id_, since(t0));
       if (delay > 0) {
-        std::unique_lock lk(s_.mu);
-        s_.cv.wait_for(lk, std::chrono::duration<double>(delay), [&] { return s_.stop; });
+        std::unique_lock lk(s_.crew.mu);
+        s_.crew.cv.wait_for(lk, std::chrono::duration<double>(delay), [&] { return s_.crew.stop; });
       }
       const bool finite = std::isfinite(loss) && all_finite(grads_);
       if (!account(finite)) break;  // past the budget, or stopped
@@ -141,7 +124,7 @@ class Worker {
           std::scoped_lock lk(*s_.model_mu[static_cast<size_t>(id_)],
                               *s_.model_mu[static_cast<size_t>(peer)]);
           s_.models.pair_average(id_, peer);
-          std::lock_guard g(s_.mu);
+          std::lock_guard g(s_.crew.mu);
           const double bytes = 4.0 * static_cast<double>(s_.np);
           s_.sent[static_cast<size_t>(id_)] += bytes;
           s_.received[static_cast<size_t>(peer)] += bytes;
@@ -176,7 +159,7 @@ class Worker {
         if (!global_average(inside)) break;
       }
     }
-    std::lock_guard lk(s_.mu);
+    std::lock_guard lk(s_.crew.mu);
     s_.sampler_cost += sampler_.cost;
   }
 
@@ -212,16 +195,16 @@ class Worker {
   // them, in `from`'s (ascending) order. False when the run stopped.
   bool wait_for_round(int64_t round, const std::vector<int>& from, std::vector<Mail>* mails) {
     const auto t0 = SteadyClock::now();
-    std::unique_lock lk(s_.mu);
-    s_.cv.wait(lk, [&] {
-      if (s_.stop) return true;
+    std::unique_lock lk(s_.crew.mu);
+    s_.crew.cv.wait(lk, [&] {
+      if (s_.crew.stop) return true;
       for (int j : from) {
         if (!s_.mailbox.count({id_, round, j})) return false;
       }
       return true;
     });
     s_.idle[static_cast<size_t>(id_)] += since(t0);
-    if (s_.stop) return false;
+    if (s_.crew.stop) return false;
     for (int j : from) {
       auto it = s_.mailbox.find({id_, round, j});
       mails->push_back(std::move(it->second));
@@ -281,20 +264,20 @@ class Worker {
   // not training and the run ends; non-finite ones are counted (too many in
   // a row stop the run). False when the worker must stop.
   bool account(bool finite) {
-    std::lock_guard lk(s_.mu);
-    if (s_.stop) return false;
+    std::lock_guard lk(s_.crew.mu);
+    if (s_.crew.stop) return false;
     const double now = s_.clock->seconds();
     if (s_.schedule->past_budget(now)) {
-      s_.stop = true;
-      s_.cv.notify_all();
+      s_.crew.stop = true;
+      s_.crew.cv.notify_all();
       return false;
     }
     if (!finite) {
       ++s_.counts.nonfinite;
       ++s_.consecutive_nonfinite;
       if (s_.stops->check_pushes(s_.consecutive_nonfinite, s_.counts.steps, now)) {
-        s_.stop = true;
-        s_.cv.notify_all();
+        s_.crew.stop = true;
+        s_.crew.cv.notify_all();
         return false;
       }
     } else {
@@ -307,7 +290,7 @@ class Worker {
     ++step_;
     bool done = false;
     {
-      std::lock_guard lk(s_.mu);
+      std::lock_guard lk(s_.crew.mu);
       ++s_.counts.steps;
       s_.steps[static_cast<size_t>(id_)] = step_;
       if (finite) {
@@ -317,7 +300,7 @@ class Worker {
       }
       done = s_.schedule->epochs_done(s_.counts.samples);
     }
-    if (done) request_stop(s_);
+    if (done) s_.crew.request_stop();
   }
 
   // Gossip-PGA: every worker meets; the last to arrive averages every model
@@ -325,15 +308,15 @@ class Worker {
   // stopped.
   bool global_average(GateScope& inside) {
     const auto t0 = SteadyClock::now();
-    std::unique_lock lk(s_.mu);
+    std::unique_lock lk(s_.crew.mu);
     const int64_t gen = s_.barrier_gen;
     const double bytes = 2.0 * (s_.n - 1) / s_.n * 4.0 * static_cast<double>(s_.np);
     s_.sent[static_cast<size_t>(id_)] += bytes;
     s_.received[static_cast<size_t>((id_ + 1) % s_.n)] += bytes;
     if (++s_.barrier_count < s_.n) {
-      s_.cv.wait(lk, [&] { return s_.stop || s_.barrier_gen != gen; });
+      s_.crew.cv.wait(lk, [&] { return s_.crew.stop || s_.barrier_gen != gen; });
       s_.idle[static_cast<size_t>(id_)] += since(t0);
-      return !s_.stop;
+      return !s_.crew.stop;
     }
     s_.barrier_count = 0;
     lk.unlock();
@@ -347,8 +330,8 @@ class Worker {
     lk.lock();
     ++s_.barrier_gen;
     ++s_.global_averages;
-    s_.cv.notify_all();
-    return !s_.stop;
+    s_.crew.cv.notify_all();
+    return !s_.crew.stop;
   }
 
   const int id_;
@@ -393,7 +376,7 @@ RunResult GossipThreadsRuntime::run(const Job& job, Recorder* recorder, Observer
     double idle_frac = 0;
     GossipCounts counts;
     {
-      std::lock_guard lk(s.mu);
+      std::lock_guard lk(s.crew.mu);
       double idle = 0;
       for (double x : s.idle) idle += x;
       const double span = (time_s - last_time) * n;
@@ -407,96 +390,26 @@ RunResult GossipThreadsRuntime::run(const Job& job, Recorder* recorder, Observer
     const MetricsRow r = gossip_row(c, s.models, *eval_model, eval_params, test, job.train->size(),
                                     time_s, counts, idle_frac);
     last_time = time_s;
-    recorder->write(r);
-    observer->on_row(r);
-    std::lock_guard lk(s.mu);
-    if (stops.check_row(r, eval_params, recorder->rows())) {
-      s.stop = true;
-      s.cv.notify_all();
-    }
+    s.crew.record(r, eval_params, recorder, observer, stops);
     return r;
   };
 
   open_outputs(job);
-  s.gate.pause();
-  const MetricsRow first = evaluate(0.0);
-  bool diverged_at_row = stops.stopped();
-  clock.start();
-  s.gate.resume();
-
-  std::vector<std::thread> threads;
-  struct Joiner {
-    Shared& s;
-    std::vector<std::thread>& threads;
-    ~Joiner() {
-      request_stop(s);
-      s.gate.close();
-      for (std::thread& t : threads) {
-        if (t.joinable()) t.join();
-      }
-    }
-  } joiner{s, threads};
   std::vector<std::unique_ptr<Worker>> workers;
   for (int w = 0; w < n; ++w) workers.push_back(std::make_unique<Worker>(w, job, s, delays));
-  for (int w = 0; w < n && !diverged_at_row; ++w) {
-    threads.emplace_back([&, w] {
-      try {
-        workers[static_cast<size_t>(w)]->run();
-      } catch (...) {
-        {
-          std::lock_guard lk(s.mu);
-          if (!s.error) s.error = std::current_exception();
-        }
-        request_stop(s);
-      }
-    });
-  }
-  TrainSchedule evals = schedule;
-  double last_acc = first.test_acc;
-  while (!diverged_at_row) {
-    const double now = clock.seconds();
-    const double wake = std::min({evals.next_eval(), schedule.budget(), now + 0.5});
-    {
-      std::unique_lock lk(s.mu);
-      s.cv.wait_for(lk, std::chrono::duration<double>(std::max(0.0, wake - now)),
-                    [&] { return s.stop; });
-      if (s.stop) break;
-      if (stops.check_request(/*at_evaluation=*/false)) break;
-    }
-    const double t = clock.seconds();
-    if (schedule.past_budget(t)) break;
-    if (evals.eval_due(t)) {
-      s.gate.pause();
-      clock.pause();
-      const MetricsRow r = evaluate(clock.seconds());
-      last_acc = r.test_acc;
-      diverged_at_row = stops.stopped();
-      clock.resume();
-      s.gate.resume();
-      evals.eval_done(t);
-    }
-    Status st;
-    st.time_s = clock.seconds();
-    {
-      std::lock_guard lk(s.mu);
-      st.updates = s.counts.steps;
-      st.samples = s.counts.samples;
-    }
-    st.k = 1;
-    st.test_acc = last_acc;
-    st.train_loss = std::nan("");
-    observer->on_status(st);
-  }
-  clock.pause();
-  const double train_s = schedule.clamp(clock.seconds());
-  request_stop(s);
-  s.gate.close();
-  for (std::thread& t : threads) t.join();
-  threads.clear();
-  if (s.error) std::rethrow_exception(s.error);
+  WorkerCrew::Hooks hooks;
+  hooks.evaluate = evaluate;
+  hooks.progress = [&](Status* st) {
+    std::lock_guard lk(s.crew.mu);
+    st->updates = s.counts.steps;
+    st->samples = s.counts.samples;
+  };
+  hooks.work = [&](int w) { workers[static_cast<size_t>(w)]->run(); };
+  const WorkerCrew::End end = s.crew.run(n, clock, schedule, stops, observer, hooks);
+  const double train_s = end.train_s;
 
   RunResult result;
-  if (diverged_at_row) {
+  if (end.at_row) {
     result.last = recorder->rows().back();
     s.models.average(eval_params);
   } else {

@@ -3,20 +3,17 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
-#include <exception>
 #include <mutex>
-#include <thread>
 
 #include "hsgd/core/error.h"
 #include "hsgd/core/simd.h"
 #include "hsgd/optim/optimizer.h"
 #include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/delay.h"
-#include "hsgd/runtime/gate.h"
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/row.h"
 #include "hsgd/runtime/run_control.h"
+#include "hsgd/runtime/worker_crew.h"
 
 namespace hsgd {
 namespace {
@@ -28,13 +25,9 @@ void store(float& x, float v) { std::atomic_ref<float>(x).store(v, std::memory_o
 struct Shared {
   std::vector<float> params;  // accessed only through load/store
   std::atomic<int64_t> steps{0}, samples{0};
-  std::mutex mu;  // guards the fields below
-  std::condition_variable cv;
-  bool stop = false;
-  std::exception_ptr error;
+  WorkerCrew crew;  // the threads, and crew.mu: it guards the fields below
   double loss_sum = 0;
   int64_t loss_count = 0;
-  Gate gate;
   SamplerCost sampler_cost;  // summed as workers finish
   // The run layer (run_control.h): under `mu`.
   RunStops* stops = nullptr;
@@ -45,17 +38,6 @@ struct Shared {
   int64_t nonfinite = 0, consecutive_nonfinite = 0;
 };
 
-void request_stop(Shared& s) {
-  std::lock_guard lk(s.mu);
-  s.stop = true;
-  s.cv.notify_all();
-}
-
-bool stopped(Shared& s) {
-  std::lock_guard lk(s.mu);
-  return s.stop;
-}
-
 void worker_loop(int id, const Job& job, Shared& s, DelayModel& delays) {
   const Config& c = *job.config;
   ShardSampler sampler = make_sampler(job, id);
@@ -65,36 +47,36 @@ void worker_loop(int id, const Job& job, Shared& s, DelayModel& delays) {
   model->bind(local, grads);
   Batch batch;
   const float wd = static_cast<float>(c.optim.weight_decay);
-  GateScope inside(s.gate);
+  GateScope inside(s.crew.gate);
   while (inside.enter()) {
-    if (stopped(s)) break;
+    if (s.crew.stopped()) break;
     for (size_t i = 0; i < np; ++i) local[i] = load(s.params[i]);
     const auto t0 = SteadyClock::now();
     const double loss = sampled_gradient(*model, sampler, c.train.batch, &batch);
     const double delay = delays.extra_seconds(id, since(t0));
     if (delay > 0) {
-      std::unique_lock lk(s.mu);
-      s.cv.wait_for(lk, std::chrono::duration<double>(delay), [&] { return s.stop; });
+      std::unique_lock lk(s.crew.mu);
+      s.crew.cv.wait_for(lk, std::chrono::duration<double>(delay), [&] { return s.crew.stop; });
     }
     // The same rules as a server's push (run_control.h): a step finishing
     // at or after the budget is not training, and a non-finite gradient is
     // dropped and counted.
     const bool finite = std::isfinite(loss) && all_finite(grads);
     {
-      std::lock_guard lk(s.mu);
-      if (s.stop) break;
+      std::lock_guard lk(s.crew.mu);
+      if (s.crew.stop) break;
       const double now = s.clock->seconds();
       if (s.schedule->past_budget(now)) {
-        s.stop = true;
-        s.cv.notify_all();
+        s.crew.stop = true;
+        s.crew.cv.notify_all();
         break;
       }
       if (!finite) {
         ++s.nonfinite;
         ++s.consecutive_nonfinite;
         if (s.stops->check_pushes(s.consecutive_nonfinite, s.steps.load(), now)) {
-          s.stop = true;
-          s.cv.notify_all();
+          s.crew.stop = true;
+          s.crew.cv.notify_all();
         }
       } else {
         s.consecutive_nonfinite = 0;
@@ -114,14 +96,14 @@ void worker_loop(int id, const Job& job, Shared& s, DelayModel& delays) {
     const int64_t samples =
         s.samples.fetch_add(batch.size(), std::memory_order_relaxed) + batch.size();
     {
-      std::lock_guard lk(s.mu);
+      std::lock_guard lk(s.crew.mu);
       s.loss_sum += loss;
       s.loss_count += 1;
     }
     inside.exit();
-    if (s.schedule->epochs_done(samples)) request_stop(s);
+    if (s.schedule->epochs_done(samples)) s.crew.request_stop();
   }
-  std::lock_guard lk(s.mu);
+  std::lock_guard lk(s.crew.mu);
   s.sampler_cost += sampler.cost;
 }
 
@@ -154,7 +136,7 @@ RunResult HogwildRuntime::run(const Job& job, Recorder* recorder, Observer* obse
     for (size_t i = 0; i < s.params.size(); ++i) eval_params[i] = load(s.params[i]);
     MetricsRow r;
     {
-      std::lock_guard lk(s.mu);
+      std::lock_guard lk(s.crew.mu);
       r.train_loss = s.loss_count ? s.loss_sum / static_cast<double>(s.loss_count) : std::nan("");
       s.loss_sum = 0;
       s.loss_count = 0;
@@ -171,96 +153,23 @@ RunResult HogwildRuntime::run(const Job& job, Recorder* recorder, Observer* obse
     r.live_workers = n;
     r.policy = "hogwild";
     r.seed = c.train.seed;
-    recorder->write(r);
-    observer->on_row(r);
-    std::lock_guard lk(s.mu);
-    if (stops.check_row(r, eval_params, recorder->rows())) {
-      s.stop = true;
-      s.cv.notify_all();
-    }
+    s.crew.record(r, eval_params, recorder, observer, stops);
     return r;
   };
 
   open_outputs(job);
-  s.gate.pause();
-  const MetricsRow first = evaluate(0.0);
-  // An evaluation found a divergence (the initial model, or a row below):
-  // that row is the last.
-  bool diverged_at_row = stops.stopped();
-  clock.start();
-  s.gate.resume();
-
-  std::vector<std::thread> threads;
-  struct Joiner {
-    Shared& s;
-    std::vector<std::thread>& threads;
-    ~Joiner() {
-      request_stop(s);
-      s.gate.close();
-      for (std::thread& t : threads) {
-        if (t.joinable()) t.join();
-      }
-    }
-  } joiner{s, threads};
-  for (int w = 0; w < n && !stopped(s); ++w) {
-    threads.emplace_back([&, w] {
-      try {
-        worker_loop(w, job, s, delays);
-      } catch (...) {
-        {
-          std::lock_guard lk(s.mu);
-          if (!s.error) s.error = std::current_exception();
-        }
-        request_stop(s);
-      }
-    });
-  }
-  TrainSchedule evals = schedule;  // this loop's evaluation times
-  double last_acc = first.test_acc;
-  while (!diverged_at_row) {
-    const double now = clock.seconds();
-    const double wake = std::min({evals.next_eval(), schedule.budget(), now + 0.5});
-    {
-      std::unique_lock lk(s.mu);
-      s.cv.wait_for(lk, std::chrono::duration<double>(std::max(0.0, wake - now)),
-                    [&] { return s.stop; });
-      if (s.stop) break;
-      // A front end's stop (Config::stop): the workers' steps check no
-      // stops, so this loop does, at most 0.5 s after the request.
-      if (stops.check_request(/*at_evaluation=*/false)) break;
-    }
-    const double t = clock.seconds();
-    if (schedule.past_budget(t)) break;
-    if (evals.eval_due(t)) {
-      s.gate.pause();
-      clock.pause();
-      const MetricsRow r = evaluate(clock.seconds());
-      last_acc = r.test_acc;
-      diverged_at_row = stops.stopped();
-      clock.resume();
-      s.gate.resume();
-      evals.eval_done(t);
-    }
-    Status st;
-    st.time_s = clock.seconds();
-    st.updates = s.steps.load();
-    st.samples = s.samples.load();
-    st.k = 1;
-    st.test_acc = last_acc;
-    st.train_loss = std::nan("");
-    observer->on_status(st);
-  }
-  // Training ends here: no step is applied after the stop or the budget.
-  clock.pause();
-  const double train_s = schedule.clamp(clock.seconds());
-  request_stop(s);
-  s.gate.close();
-  for (std::thread& t : threads) t.join();
-  threads.clear();
-  if (s.error) std::rethrow_exception(s.error);
+  WorkerCrew::Hooks hooks;
+  hooks.evaluate = evaluate;
+  hooks.progress = [&](Status* st) {
+    st->updates = s.steps.load();
+    st->samples = s.samples.load();
+  };
+  hooks.work = [&](int w) { worker_loop(w, job, s, delays); };
+  const WorkerCrew::End end = s.crew.run(n, clock, schedule, stops, observer, hooks);
+  const double train_s = end.train_s;
 
   RunResult result;
-  if (diverged_at_row) {  // its row is the last
+  if (end.at_row) {  // its row is the last
     result.last = recorder->rows().back();
     for (size_t i = 0; i < s.params.size(); ++i) eval_params[i] = load(s.params[i]);
   } else {
