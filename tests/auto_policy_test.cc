@@ -10,6 +10,9 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <sstream>
+#include <string>
+#include <utility>
 
 #include "hsgd/core/error.h"
 #include "hsgd/optim/optimizer.h"
@@ -709,6 +712,84 @@ TEST(AutoPolicy, AblationPartsAreParsedAndUnknownOnesNamed) {
   PolicyOptions o;
   o.kind = "auto";
   EXPECT_EQ(make_policy(o, 4, 0.1)->name(), "auto");
+}
+
+// policy.auto_constants (sensitivity studies): each constant by name, and
+// the rule uses the values given.
+std::string fmt(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
+
+TEST(AutoPolicy, ConstantsAreParsedCheckedAndNamed) {
+  const AutoConstants d = parse_auto_constants("");
+  const auto defaults = auto_constant_values(d);
+  ASSERT_EQ(defaults.size(), 15u);
+  EXPECT_EQ(defaults.front(), (std::pair<std::string, double>("min_window", 8)));
+  EXPECT_EQ(defaults.back(), (std::pair<std::string, double>("budget", 0.5)));
+  const AutoConstants c = parse_auto_constants("rise_sigmas=1.25,spike_factor=8,budget=0.25");
+  EXPECT_EQ(c.rise_sigmas, 1.25);
+  EXPECT_EQ(c.spike_factor, 8);
+  EXPECT_EQ(c.budget, 0.25);
+  EXPECT_EQ(c.gap_max, d.gap_max);              // the rest keep the rule's values
+  for (const auto& [name, value] : defaults) {  // every name reads back, alone
+    const auto doubled = auto_constant_values(parse_auto_constants(name + "=" + fmt(2 * value)));
+    for (size_t i = 0; i < defaults.size(); ++i) {
+      EXPECT_DOUBLE_EQ(doubled[i].second,
+                       defaults[i].first == name ? 2 * value : defaults[i].second)
+          << name << " -> " << defaults[i].first;
+    }
+  }
+  auto refused = [](const std::string& s, const std::string& part) {
+    try {
+      parse_auto_constants(s);
+      ADD_FAILURE() << s;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("policy.auto_constants"), std::string::npos) << s;
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  refused("colour=2", "unknown constant 'colour'");
+  refused("rise_sigmas", "expected name=value");
+  refused("rise_sigmas=two", "expects a number");
+  refused("rise_sigmas=0", "> 0");
+  refused("budget=-1", "> 0");
+  refused("gap_min=1.5", "whole number");
+  refused("min_window=0", "whole number");
+  refused("gap_min=32", "above gap_max");
+  refused("spike_factor=1", ">= 2");
+  PolicyOptions o;
+  o.kind = "auto";
+  o.auto_constants = "rise_sigmas=nan";
+  EXPECT_THROW(make_policy(o, 4, 0.1), InputError);
+}
+
+TEST(AutoPolicy, TheRuleUsesTheConstantsGiven) {
+  // The first K from the budget: 25 / (2 x budget / lr - 1).
+  AutoConstants half;
+  half.budget = 0.25;
+  EXPECT_EQ(AutoController(25, {}, 0.1).k(), 3);        // 25 / 9 = 2.8
+  EXPECT_EQ(AutoController(25, {}, 0.1, half).k(), 7);  // 25 / 4 = 6.25
+  // The spike guard multiplies K by spike_factor.
+  auto spiked_k = [](AutoConstants k) {
+    AutoController c(25, {}, 0, k);
+    Feed f(&c, std::vector<double>(25, 0.1));
+    f.run(
+        80, [](double t) { return 2.3 - 0.5 * t; }, 0.01);
+    f.run(
+        2, [](double) { return 4.5; }, 0.01);
+    return c.k();
+  };
+  AutoConstants eight;
+  eight.spike_factor = 8;
+  EXPECT_EQ(spiked_k({}), 4);
+  EXPECT_EQ(spiked_k(eight), 8);
+  // Through make_policy, as a config gives them.
+  PolicyOptions o;
+  o.kind = "auto";
+  o.auto_constants = "budget=0.25";
+  EXPECT_EQ(make_policy(o, 25, 0.1)->threshold(kP, 25), 7);
 }
 
 }  // namespace

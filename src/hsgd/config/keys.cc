@@ -392,6 +392,12 @@ std::vector<Key> declare() {
               "auto: parts of its rule to switch off, for ablations only (policy/auto_policy.h); "
               "empty = the full rule.")
           .moot(policies({"auto"})));
+  add(str_key("policy", "auto_constants", HSGD_REF(policy.auto_constants),
+              "auto: its rule's constants overridden, for sensitivity studies only: "
+              "'name=value,...', the names and meanings in docs/auto.md (\"The constants\"); "
+              "empty = the rule's own.")
+          .moot(policies({"auto"}))
+          .written_when([](const Config& c) { return !c.policy.auto_constants.empty(); }));
   add(num_key("policy", "loss_smoothing", HSGD_REF(policy.schedule.loss_smoothing),
               "The adaptive schedule: the per-push factor of the training-loss average.")
           .check([](double v) { return v > 0 && v < 1; }, "in (0, 1)")

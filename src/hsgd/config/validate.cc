@@ -156,7 +156,7 @@ std::vector<Refusal> table() {
                                           : "not with policy hogwild (it has no server)");
        }},
       {"a policy its constructor refuses: an unknown name, K or K0 outside [1, train.workers], "
-       "an unknown policy.auto_ablate part (policy/policy.cc)",
+       "an unknown policy.auto_ablate part, a bad policy.auto_constants (policy/policy.cc)",
        [](const Config& c) {
          return thrown_by([&] { make_policy(c.policy, c.train.workers, c.optim.lr); });
        }},

@@ -42,24 +42,115 @@ AutoParts parse_auto_ablate(const std::string& s) {
   return p;
 }
 
-AutoController::AutoController(int workers, AutoParts parts, double lr)
+namespace {
+
+// Each constant's name, its place in AutoConstants, and whether it counts
+// (an integer, at least 1) or measures (a real number, above 0).
+struct ConstantField {
+  const char* name;
+  int AutoConstants::*count;
+  double AutoConstants::*measure;
+};
+
+constexpr ConstantField kConstantFields[] = {
+    {"min_window", &AutoConstants::min_window, nullptr},
+    {"rise_sigmas", nullptr, &AutoConstants::rise_sigmas},
+    {"rise_windows", &AutoConstants::rise_windows, nullptr},
+    {"blow_up", nullptr, &AutoConstants::blow_up},
+    {"probe_sigmas", nullptr, &AutoConstants::probe_sigmas},
+    {"gap_min", &AutoConstants::gap_min, nullptr},
+    {"gap_max", &AutoConstants::gap_max, nullptr},
+    {"cap_factor", nullptr, &AutoConstants::cap_factor},
+    {"spike", nullptr, &AutoConstants::spike},
+    {"spike_sds", nullptr, &AutoConstants::spike_sds},
+    {"spike_pushes", &AutoConstants::spike_pushes, nullptr},
+    {"spike_factor", &AutoConstants::spike_factor, nullptr},
+    {"accel_sigmas", nullptr, &AutoConstants::accel_sigmas},
+    {"fall_sigmas", nullptr, &AutoConstants::fall_sigmas},
+    {"budget", nullptr, &AutoConstants::budget},
+};
+
+}  // namespace
+
+AutoConstants parse_auto_constants(const std::string& s) {
+  AutoConstants c;
+  auto bad = [&](const std::string& why) {
+    return InputError("policy.auto_constants = '" + s + "': " + why);
+  };
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) throw bad("expected name=value, got '" + item + "'");
+    const std::string name = item.substr(0, eq), text = item.substr(eq + 1);
+    const ConstantField* f = nullptr;
+    for (const ConstantField& g : kConstantFields) {
+      if (name == g.name) f = &g;
+    }
+    if (f == nullptr) {
+      std::string names;
+      for (const ConstantField& g : kConstantFields)
+        names += std::string(names.empty() ? "" : ", ") + g.name;
+      throw bad("unknown constant '" + name + "' (expected one of " + names + ")");
+    }
+    size_t used = 0;
+    double v = std::nan("");
+    try {
+      v = std::stod(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != text.size() || text.empty() || !std::isfinite(v)) {
+      throw bad("'" + name + "' expects a number, got '" + text + "'");
+    }
+    if (f->count != nullptr) {
+      if (v < 1 || v != std::floor(v) || v > 1 << 20) {
+        throw bad("'" + name + "' expects a whole number >= 1, got '" + text + "'");
+      }
+      c.*(f->count) = static_cast<int>(v);
+    } else {
+      if (v <= 0) throw bad("'" + name + "' expects a number > 0, got '" + text + "'");
+      c.*(f->measure) = v;
+    }
+  }
+  if (c.gap_min > c.gap_max) {
+    throw bad("gap_min (" + std::to_string(c.gap_min) + ") above gap_max (" +
+              std::to_string(c.gap_max) + ")");
+  }
+  if (c.spike_factor < 2) throw bad("'spike_factor' expects a whole number >= 2");
+  return c;
+}
+
+std::vector<std::pair<std::string, double>> auto_constant_values(const AutoConstants& c) {
+  std::vector<std::pair<std::string, double>> v;
+  for (const ConstantField& f : kConstantFields) {
+    v.emplace_back(f.name, f.count != nullptr ? static_cast<double>(c.*(f.count)) : c.*(f.measure));
+  }
+  return v;
+}
+
+AutoController::AutoController(int workers, AutoParts parts, double lr, AutoConstants constants)
     : parts_(parts),
+      cst_(constants),
       workers_(std::max(1, workers)),
       lr_(std::max(0.0, lr)),
       rate_on_(lr_ > 0),
       free_since_(kTracked, -1.0),
       duration_(kTracked, 0.0) {
+  gap_ = cst_.gap_min;
+  ban_len_ = cst_.gap_max;
   set_live(workers);
   first_k();
 }
 
 // The first K, before any staleness is measured: n workers in step give
 // staleness + 1 = (n / K + 1) / 2 on average (K = 1: (n + 1) / 2), so the
-// budget asks for K >= n / (2 kBudget / lr - 1). 1 with the budget off.
+// budget asks for K >= n / (2 cst_.budget / lr - 1). 1 with the budget off.
 void AutoController::first_k() {
   k_ = 1;
   if (budget_on()) {
-    const double r = 2 * kBudget / lr_ - 1;
+    const double r = 2 * cst_.budget / lr_ - 1;
     k_ = r <= 1 ? workers_
                 : std::clamp(static_cast<int>(std::ceil(workers_ / r - 1e-9)), 1, workers_);
   }
@@ -94,16 +185,16 @@ int AutoController::cap() const {
                    d.begin() + static_cast<std::ptrdiff_t>(m));
   const double quarter = d[m / 4];
   int n = 0;
-  for (size_t i = 0; i < m; ++i) n += d[i] <= kCapFactor * quarter ? 1 : 0;
+  for (size_t i = 0; i < m; ++i) n += d[i] <= cst_.cap_factor * quarter ? 1 : 0;
   return std::clamp(n, 1, std::max(1, live_));
 }
 
 // Staleness + 1 scales as 1 / K (n workers, K pushes per update: an update
 // every K pushes, a push spans about n / K updates), so the smallest K that
-// keeps lr x (staleness + 1) within the budget is K x lr (tau + 1) / kBudget.
+// keeps lr x (staleness + 1) within the budget is K x lr (tau + 1) / cst_.budget.
 int AutoController::budget_floor() const {
   if (!budget_on()) return 1;
-  const double need = static_cast<double>(k_) * lr_ * (tau_.mean + 1) / kBudget;
+  const double need = static_cast<double>(k_) * lr_ * (tau_.mean + 1) / cst_.budget;
   return std::clamp(static_cast<int>(std::ceil(need - 1e-9)), 1, std::max(1, live_));
 }
 
@@ -135,11 +226,12 @@ bool AutoController::budget_step() {
 // rounds of pushes, and the spike guard's line.
 void AutoController::set_live(int live) {
   live_ = std::max(1, live);
-  window_ = std::max<int64_t>(kMinWindow, live_);
+  window_ = std::max<int64_t>(cst_.min_window, live_);
 }
 
 void AutoController::set_spike_line() {
-  spike_line_ = start_mean_ + std::max(kSpike * std::abs(start_mean_), kSpikeSds * start_sd_);
+  spike_line_ =
+      start_mean_ + std::max(cst_.spike * std::abs(start_mean_), cst_.spike_sds * start_sd_);
 }
 
 double AutoController::implicit_momentum() const {
@@ -183,15 +275,15 @@ void AutoController::observe_push(const PushSignal& s) {
   }
   // Staleness, averaged over about two rounds of pushes.
   tau_.add(tau, live_);
-  // The loss window: one round of pushes (at least kMinWindow).
+  // The loss window: one round of pushes (at least cst_.min_window).
   sum_ += loss;
   sumsq_ += loss * loss;
   tsum_ += t;
   ++count_;
-  // The spike guard: kSpikePushes pushes in a row far above the starting
+  // The spike guard: cst_.spike_pushes pushes in a row far above the starting
   // loss are a blow-up under way (LeNet-5 at lr 0.1: from the first such
   // push to a dead network takes ~30 pushes, less than two windows), so K
-  // is multiplied by kSpikeFactor at the push, not at a window's end. It
+  // is multiplied by cst_.spike_factor at the push, not at a window's end. It
   // is armed again one round of pushes later (the pushes in flight were
   // computed before the new K took effect). The first test is the common
   // case's only one: armed, not cooling down, no streak, loss under the line.
@@ -201,12 +293,12 @@ void AutoController::observe_push(const PushSignal& s) {
       --spike_cool_;
     } else {
       spike_streak_ = loss > spike_line_ ? spike_streak_ + 1 : 0;
-      if (spike_streak_ >= kSpikePushes) {
+      if (spike_streak_ >= cst_.spike_pushes) {
         spike_streak_ = 0;
         spike_cool_ = window_;
         sum_ = sumsq_ = tsum_ = 0;
         count_ = 0;
-        rise(kSpikeFactor, true);
+        rise(cst_.spike_factor, true);
         set_spike_gate();
         return;
       }
@@ -254,17 +346,17 @@ void AutoController::end_window() {
   ++hist_n_;
   // Rise: this window against the kBlock before it, or against the loss at
   // the start (a stable run does not end up worse than it began), beyond
-  // noise in kRiseWindows windows in a row: the steps are too stale or too
+  // noise in cst_.rise_windows windows in a row: the steps are too stale or too
   // large for this point of training. Halve the staleness by doubling K.
   const size_t h = hist_n_;
   bool rose = false, blew_up = false;
   if (windows_ > 1 && start_armed_) {
-    rose = mean - start_mean_ > kRiseSigmas * std::sqrt(se2 + start_se2_);
-    // A blow-up: one window kBlowUp above the start (and beyond the start's
+    rose = mean - start_mean_ > cst_.rise_sigmas * std::sqrt(se2 + start_se2_);
+    // A blow-up: one window cst_.blow_up above the start (and beyond the start's
     // noise). Its own spread is not asked: a blow-up is a few huge losses,
     // which make the window's own standard error huge too.
-    blew_up = mean - start_mean_ >
-              std::max(kBlowUp * std::abs(start_mean_), kRiseSigmas * std::sqrt(2 * start_se2_));
+    blew_up = mean - start_mean_ > std::max(cst_.blow_up * std::abs(start_mean_),
+                                            cst_.rise_sigmas * std::sqrt(2 * start_se2_));
   } else if (mean < start_mean_) {
     start_armed_ = true;  // recovered below the start: the test is armed again
   }
@@ -274,10 +366,10 @@ void AutoController::end_window() {
       ref += hist_mean_[i] / kBlock;
       ref_se2 += hist_se2_[i] / (kBlock * kBlock);
     }
-    rose = rose || mean - ref > kRiseSigmas * std::sqrt(se2 + ref_se2);
+    rose = rose || mean - ref > cst_.rise_sigmas * std::sqrt(se2 + ref_se2);
   }
   rise_streak_ = rose ? rise_streak_ + 1 : 0;
-  if (parts_.rise && (rise_streak_ >= kRiseWindows || blew_up)) {
+  if (parts_.rise && (rise_streak_ >= cst_.rise_windows || blew_up)) {
     rise();
     return;
   }
@@ -301,7 +393,7 @@ void AutoController::rise(int factor, bool spike) {
     ++aborts_;
     phase_ = 0;
     k_ = static_cast<int>(base_k_);
-    gap_ = std::min<int64_t>(kGapMax, 2 * gap_);
+    gap_ = std::min<int64_t>(cst_.gap_max, 2 * gap_);
     dir_ = 1;
     ban(static_cast<int>(probe_k_));
     return;
@@ -324,9 +416,9 @@ void AutoController::rise(int factor, bool spike) {
     if (from < limit) k_ = std::min(k_, limit);
   }
   base_k_ = probe_k_ = k_;
-  start_armed_ = false;  // until the loss is back below the start
-  gap_ = 2 * kGapMin;    // a hold: the new K runs a while before anything probes it
-  dir_ = -1;             // and the first probe asks whether the rise was needed.
+  start_armed_ = false;     // until the loss is back below the start
+  gap_ = 2 * cst_.gap_min;  // a hold: the new K runs a while before anything probes it
+  dir_ = -1;                // and the first probe asks whether the rise was needed.
   // A rise of the window tests bans nothing (a loss that climbs for a while
   // at lr 0.01 on LeNet-5 is often a bump async rides out; a down-probe
   // that makes the loss climb again is aborted and bans its K then). A
@@ -379,9 +471,9 @@ void AutoController::end_block() {
     if (probe_kept()) {
       ++kept_;
       set_k(static_cast<int>(probe_k_));
-      gap_ = kGapMin;  // and probe on in the same direction soon
+      gap_ = cst_.gap_min;  // and probe on in the same direction soon
     } else {
-      gap_ = std::min<int64_t>(kGapMax, 2 * gap_);
+      gap_ = std::min<int64_t>(cst_.gap_max, 2 * gap_);
       dir_ = -dir_;
     }
     base_k_ = k_;
@@ -405,7 +497,7 @@ void AutoController::end_block() {
   // A down-probe stays within the staleness budget (K / 2 about doubles
   // staleness + 1).
   const bool in_budget =
-      !budget_on() || static_cast<double>(k_) * lr_ * (tau_.mean + 1) <= kBudget * half;
+      !budget_on() || static_cast<double>(k_) * lr_ * (tau_.mean + 1) <= cst_.budget * half;
   const int down =
       parts_.down && k_ > 1 && in_budget && (ban_ == 0 || half > unstable_k_) ? half : k_;
   int target = dir_ > 0 ? up : down;
@@ -423,8 +515,8 @@ void AutoController::end_block() {
 }
 
 // The last three blocks' means fall, and faster and faster, beyond noise:
-// the last fall exceeds kFallSigmas standard errors and the second
-// difference is below minus kAccelSigmas. (Without the first condition the
+// the last fall exceeds cst_.fall_sigmas standard errors and the second
+// difference is below minus cst_.accel_sigmas. (Without the first condition the
 // gate would also fire on noise around a flat loss and, by postponing probes
 // whenever the last block happened to be low, start them when it happened to
 // be high: a baseline biased upwards, which keeps up-probes on noise.)
@@ -433,8 +525,8 @@ bool AutoController::accelerating() const {
   const Block& a = blocks_[1];
   const Block& b = blocks_[2];
   const Block& c = blocks_[3];
-  return b.mean - c.mean > kFallSigmas * std::sqrt(b.se2 + c.se2) &&
-         c.mean - 2 * b.mean + a.mean < -kAccelSigmas * std::sqrt(a.se2 + 4 * b.se2 + c.se2);
+  return b.mean - c.mean > cst_.fall_sigmas * std::sqrt(b.se2 + c.se2) &&
+         c.mean - 2 * b.mean + a.mean < -cst_.accel_sigmas * std::sqrt(a.se2 + 4 * b.se2 + c.se2);
 }
 
 // Did the loss fall faster than before during the probe? The probe block
@@ -468,7 +560,7 @@ bool AutoController::probe_kept() const {
   const double se2 = 0.25 * (p.se2 + c.se2) + wa * wa * a.se2 + wb * wb * b.se2;
   // Waiting more must pay measurably; waiting less need only not cost: when
   // the two are level, the smaller K (less waiting) is kept.
-  const double margin = probe_k_ > base_k_ ? kProbeSigmas * std::sqrt(se2) : 0.0;
+  const double margin = probe_k_ > base_k_ ? cst_.probe_sigmas * std::sqrt(se2) : 0.0;
   return d < -margin;
 }
 

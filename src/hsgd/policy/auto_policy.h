@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hsgd/policy/mitigation.h"
@@ -26,40 +27,54 @@ struct AutoParts {
   bool spike = true;     // two pushes far above the starting loss multiply K by 4 at once
   bool spikecap = true;  // ... but from below the arrival-time cap only up to the cap
   bool curve = true;     // no probe on a speeding-up descent; no rising baseline
-  bool budget = true;    // K never below what keeps lr x (staleness + 1) within kBudget
+  bool budget = true;    // K never below what keeps lr x (staleness + 1) within the budget constant
 };
 // "" -> all on; otherwise a comma-separated list of the parts to switch off.
 // Throws InputError naming policy.auto_ablate for an unknown part.
 AutoParts parse_auto_ablate(const std::string& s);
+
+// The rule's constants (README, "The auto policy", states the meaning of
+// each; docs/results-auto-sensitivity.md the result at half and twice each).
+// The defaults are the rule; policy.auto_constants overrides them, for
+// sensitivity studies only ("name=value,...", the names below).
+struct AutoConstants {
+  int min_window = 8;         // pushes per window, at least
+  double rise_sigmas = 2.5;   // a rise: a window's mean above the reference by this many s.e. ...
+  int rise_windows = 2;       // ... in this many windows in a row
+  double blow_up = 0.1;       // or one window this fraction above the starting loss
+  double probe_sigmas = 1.0;  // a larger K is kept if it beats the trend by this many s.e.
+  int gap_min = 2;            // blocks at a K before probing from it
+  int gap_max = 16;           // the longest back-off between probes, in blocks
+  double cap_factor = 1.5;    // "in time": a duration <= this x the fastest quarter's
+  double spike = 0.5;         // a spike: a push this fraction above the starting loss ...
+  double spike_sds = 4.0;     // ... and this many of the start's per-push deviations ...
+  int spike_pushes = 2;       // ... in this many pushes in a row
+  int spike_factor = 4;       // multiplies K by this (and bans every smaller K)
+  double accel_sigmas = 1.0;  // no probe on a descent accelerating beyond this many s.e.
+  double fall_sigmas = 2.0;   // ... that is a descent: its last fall beyond this many s.e.
+  double budget = 0.5;        // the staleness budget: lr x (staleness + 1) <= this
+};
+// "" -> the defaults. Throws InputError naming policy.auto_constants for an
+// unknown name, a value that is not a number, or one out of its range.
+AutoConstants parse_auto_constants(const std::string& s);
+// The names, in the order above, and each one's value in `c` (for the
+// sensitivity script and the docs).
+std::vector<std::pair<std::string, double>> auto_constant_values(const AutoConstants& c);
 
 class AutoController final : public Policy {
  public:
   // Per-worker arrival statistics are kept for ids < kTracked (fixed, so the
   // checkpointed state has one size whatever the worker count).
   static constexpr int kTracked = 256;
-  // Constants of the rule (not per-problem settings: README explains each).
-  static constexpr int kMinWindow = 8;         // pushes per window, at least
-  static constexpr int kBlock = 4;             // windows per block (the probes' unit)
-  static constexpr double kRiseSigmas = 2.5;   // a rise: > 2.5 standard errors ...
-  static constexpr int kRiseWindows = 2;       // ... in 2 windows in a row
-  static constexpr double kBlowUp = 0.1;       // or one window 10 % above the starting loss
-  static constexpr double kProbeSigmas = 1.0;  // a larger K is kept if it beats the trend by 1 s.e.
-  static constexpr int kGapMin = 2;            // blocks at a K before probing from it
-  static constexpr int kGapMax = 16;           // the longest back-off between probes
-  static constexpr double kCapFactor = 1.5;    // "in time": duration <= 1.5 x the fastest quarter's
-  static constexpr double kSpike = 0.5;        // a spike: a push 50 % above the starting loss ...
-  static constexpr double kSpikeSds = 4.0;     // ... and 4 of the start's per-push deviations ...
-  static constexpr int kSpikePushes = 2;       // ... in 2 pushes in a row
-  static constexpr int kSpikeFactor = 4;       // multiplies K (and bans every smaller K)
-  static constexpr double kAccelSigmas = 1.0;  // no probe on a descent accelerating beyond 1 s.e.
-  static constexpr double kFallSigmas = 2.0;   // ... that is a descent: its last fall beyond 2 s.e.
-  static constexpr double kBudget = 0.5;       // the staleness budget: lr x (staleness + 1) <= 0.5
+  // Windows per block (the probes' unit). Not a tunable constant: it sizes
+  // the checkpointed state.
+  static constexpr int kBlock = 4;
 
   // `lr` > 0 turns the staleness budget on (mean aggregation), with that
   // rate until the server gives its own through on_lr; 0 with sum
   // aggregation or when unknown (the budget is then off, and on_lr does not
   // turn it on: with sum a larger K does not shorten the steps).
-  AutoController(int workers, AutoParts parts, double lr = 0);
+  AutoController(int workers, AutoParts parts, double lr = 0, AutoConstants constants = {});
   std::string name() const override { return "auto"; }
   int threshold(const Progress& p, int live) const override;
   bool pusher_waits() const override { return true; }
@@ -110,6 +125,7 @@ class AutoController final : public Policy {
   bool probe_kept() const;
 
   AutoParts parts_;
+  AutoConstants cst_;
   int workers_;
   double lr_ = 0;
   bool rate_on_ = false;  // the budget may run (lr > 0 at construction)
@@ -140,19 +156,19 @@ class AutoController final : public Policy {
   // the block after it (K = base_k_ again). since_ counts complete blocks at
   // the current K; a probe starts when since_ >= gap_; dir_ is the next
   // probe's direction (+1 up, -1 down).
-  int64_t phase_ = 0, base_k_ = 1, probe_k_ = 1, since_ = 0, gap_ = kGapMin, dir_ = 1;
+  int64_t phase_ = 0, base_k_ = 1, probe_k_ = 1, since_ = 0, gap_ = 2, dir_ = 1;
   // Probes aborted by a rise; K <= unstable_k_ is not probed while ban_ > 0
   // (blocks); the next ban lasts ban_len_ blocks.
-  int64_t aborts_ = 0, unstable_k_ = 0, ban_ = 0, ban_len_ = kGapMax;
+  int64_t aborts_ = 0, unstable_k_ = 0, ban_ = 0, ban_len_ = 16;
   // The spike guard: the first window's per-push standard deviation, pushes
   // in a row above the spike line, pushes left before it is armed again.
   double start_sd_ = 0;
   int64_t spike_streak_ = 0, spike_cool_ = 0;
-  double spike_line_ = 0;  // derived: start + max(kSpike |start|, kSpikeSds sd)
+  double spike_line_ = 0;  // derived: start + max(spike |start|, spike_sds sd)
   double spike_gate_ = 0;  // derived: spike_line_ while armed, +inf otherwise
   // Staleness of observed pushes: exponential moving average (weight 1/n).
-  StalenessMean tau_;            // staleness over about two rounds of pushes (policy/mitigation.h)
-  int64_t window_ = kMinWindow;  // derived: pushes per window, max(kMinWindow, live_)
+  StalenessMean tau_;   // staleness over about two rounds of pushes (policy/mitigation.h)
+  int64_t window_ = 8;  // derived: pushes per window, max(min_window, live_)
   // Per worker: when it last got parameters (-1 unknown) and the EMA of the
   // time from there to its next push (0 unknown).
   std::vector<double> free_since_, duration_;

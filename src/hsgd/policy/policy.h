@@ -48,6 +48,10 @@ struct PolicyOptions {
   // auto: the parts of its rule to switch off, for ablations only
   // (policy.auto_ablate; policy/auto_policy.h). "" = the full rule.
   std::string auto_ablate;
+  // auto: its rule's constants overridden, for sensitivity studies only
+  // (policy.auto_constants, "name=value,..."; policy/auto_policy.h). "" =
+  // the rule's own.
+  std::string auto_constants;
 };
 
 // What the server tells a policy after each finite, unfiltered push

@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""auto's constants at half and at twice their value (issue 32: "each constant
+has a stated meaning and a sensitivity figure").
+
+For each constant of the rule (policy/auto_policy.h, AutoConstants) and each
+factor (0.5, 2), runs `auto` alone on the families' sweeps with
+policy.auto_constants = "NAME=VALUE" added to their [set], and compares
+every cell's interval-mean accuracy with the family's whole sweep run by the
+same binary first (every fixed policy and today's auto, unchanged): the best
+fixed policy there, and today's auto there. It also says how far that
+baseline is from the committed one (docs/results/sweep/FAMILY/sweep.json).
+
+Usage:
+  scripts/auto-sensitivity.py --hsgd build/release/hsgd --out runs/sensitivity \
+      [--families heldout-data,heldout-issue] [--constants budget,rise_sigmas] \
+      [--jobs 2] [--report]
+--report only reads what --out already holds and prints the tables.
+Reads the family sweep files from examples/sweep/FAMILY.toml."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tomllib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# AutoConstants, in its order, with the rule's values; integers halve to
+# their floor (at least 1) and double exactly.
+CONSTANTS = [
+    ("min_window", 8, True), ("rise_sigmas", 2.5, False), ("rise_windows", 2, True),
+    ("blow_up", 0.1, False), ("probe_sigmas", 1.0, False), ("gap_min", 2, True),
+    ("gap_max", 16, True), ("cap_factor", 1.5, False), ("spike", 0.5, False),
+    ("spike_sds", 4.0, False), ("spike_pushes", 2, True), ("spike_factor", 4, True),
+    ("accel_sigmas", 1.0, False), ("fall_sigmas", 2.0, False), ("budget", 0.5, False),
+]
+FACTORS = [0.5, 2.0]
+
+
+def value(default, integer, factor):
+    if integer:
+        return max(1, int(default * factor))
+    return default * factor
+
+
+def fmt_value(v):
+    return ("%g" % v)
+
+
+def toml_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    return repr(v)
+
+
+def write_sweep(family, constants, path):
+    """The family's sweep with auto alone and `constants` ("" = the rule's)."""
+    src = os.path.join(ROOT, "examples", "sweep", family + ".toml")
+    with open(src, "rb") as f:
+        s = tomllib.load(f)
+    config = os.path.normpath(os.path.join(os.path.dirname(src), s["config"]))
+    lines = [f"config = {json.dumps(config)}",
+             f"seeds = {toml_value(s['seeds'])}",
+             'policies = ["auto"]', "", "[set]"]
+    for k, v in s.get("set", {}).items():
+        if isinstance(v, dict):  # a nested table: section.key
+            for k2, v2 in v.items():
+                lines.append(f"{k}.{k2} = {toml_value(v2)}")
+        else:
+            lines.append(f"{k} = {toml_value(v)}")
+    if constants:
+        lines.append(f"policy.auto_constants = {json.dumps(constants)}")
+    lines += ["", "[axes]"]
+    for k, v in s["axes"].items():
+        if isinstance(v, dict):
+            for k2, v2 in v.items():
+                lines.append(f"{k}.{k2} = {toml_value(v2)}")
+        else:
+            lines.append(f"{k} = {toml_value(v)}")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def cell_key(c):
+    return tuple(sorted(c["at"].items()))
+
+
+def auto_means(path):
+    with open(path) as f:
+        cells = json.load(f)["cells"]
+    return {cell_key(c): c["policies"]["auto"]["interval_mean"] for c in cells}
+
+
+def baseline(path):
+    with open(path) as f:
+        cells = json.load(f)["cells"]
+    out = {}
+    for c in cells:
+        pol = c["policies"]
+        fixed = {k: v["interval_mean"]["mean"] for k, v in pol.items() if k != "auto"}
+        best = max(fixed, key=fixed.get)
+        out[cell_key(c)] = dict(best=best, best_mean=fixed[best],
+                                auto=pol["auto"]["interval_mean"])
+    return out
+
+
+def run(hsgd, family, constants, out, jobs, whole=False):
+    d = os.path.join(out, family, "baseline" if whole else constants.replace("=", "-"))
+    result = os.path.join(d, "sweep.json")
+    if os.path.exists(result):
+        return result
+    os.makedirs(d, exist_ok=True)
+    if whole:  # the family's own sweep, every policy
+        spec = os.path.join(ROOT, "examples", "sweep", family + ".toml")
+    else:
+        spec = os.path.join(d, "sweep.toml")
+        write_sweep(family, constants, spec)
+    r = subprocess.run([hsgd, "sweep", spec, "--out", os.path.join(d, "runs"),
+                        "--jobs", str(jobs)], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"{family} {constants or 'rule'}: hsgd sweep failed ({r.returncode}):\n"
+                 f"{r.stderr.strip()}")
+    os.replace(os.path.join(d, "runs", "sweep.json"), result)
+    return result
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--hsgd", default=os.path.join(ROOT, "build", "release", "hsgd"))
+    ap.add_argument("--out", default="runs/sensitivity")
+    ap.add_argument("--families", default="heldout-data,heldout-issue")
+    ap.add_argument("--constants", default=",".join(c[0] for c in CONSTANTS))
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--report", action="store_true")
+    a = ap.parse_args()
+    families = a.families.split(",")
+    wanted = a.constants.split(",")
+    unknown = [w for w in wanted if w not in [c[0] for c in CONSTANTS]]
+    if unknown:
+        sys.exit(f"--constants: unknown {', '.join(unknown)}")
+
+    base = {}
+    for f in families:
+        p = os.path.join(a.out, f, "baseline", "sweep.json")
+        if not a.report:
+            p = run(a.hsgd, f, "", a.out, a.jobs, whole=True)
+        if not os.path.exists(p):
+            sys.exit(f"{f}: no baseline in {p}; run without --report first")
+        base[f] = baseline(p)
+        ref = baseline(os.path.join(ROOT, "docs", "results", "sweep", f, "sweep.json"))
+        diff = max(abs(base[f][k]["auto"]["mean"] - ref[k]["auto"]["mean"]) for k in ref)
+        diff_best = max(abs(base[f][k]["best_mean"] - ref[k]["best_mean"]) for k in ref)
+        print(f"{f}: this binary's baseline against the committed sweep: today's auto within "
+              f"{100 * diff:.4f} pp, the best fixed policy within {100 * diff_best:.4f} pp")
+    print()
+
+    print("| constant | rule | value | cells within 1.5 pp of best fixed | worst vs best (pp) "
+          "| mean vs today's auto (pp) | worst vs today's auto (pp) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    rows = [("(the rule)", "", "", "")]
+    for name, default, integer in CONSTANTS:
+        if name not in wanted:
+            continue
+        for factor in FACTORS:
+            v = value(default, integer, factor)
+            constants = f"{name}={fmt_value(v)}"
+            diffs_best, diffs_auto, n = [], [], 0
+            for f in families:
+                d = os.path.join(a.out, f, constants.replace("=", "-"), "sweep.json")
+                if not a.report:
+                    d = run(a.hsgd, f, constants, a.out, a.jobs)
+                if not os.path.exists(d):
+                    continue
+                got = auto_means(d)
+                for k, ref in base[f].items():
+                    m = got[k]["mean"]
+                    diffs_best.append(100 * (m - ref["best_mean"]))
+                    diffs_auto.append(100 * (m - ref["auto"]["mean"]))
+            if not diffs_best:
+                print(f"| {name} | {fmt_value(default)} | {fmt_value(v)} | not run | | | |")
+                continue
+            within = sum(x >= -1.5 for x in diffs_best)
+            print(f"| {name} | {fmt_value(default)} | {fmt_value(v)} | {within} of "
+                  f"{len(diffs_best)} | {min(diffs_best):+.2f} | "
+                  f"{sum(diffs_auto) / len(diffs_auto):+.2f} | {min(diffs_auto):+.2f} |")
+            sys.stdout.flush()
+    # Today's rule on the same cells, for reference.
+    db = [100 * (r["auto"]["mean"] - r["best_mean"]) for f in families for r in base[f].values()]
+    if db:
+        print(f"\nToday's rule on these {len(db)} cells: {sum(x >= -1.5 for x in db)} within "
+              f"1.5 pp of the best fixed policy, worst {min(db):+.2f} pp.")
+
+
+if __name__ == "__main__":
+    main()
