@@ -1,11 +1,16 @@
 // The simulator's network model end to end (issue 27): the model before it
-// reproduces the committed examples byte for byte, checkpoints from before
-// it resume, and a run reports its network.
+// reproduces the committed examples (every count, time and decision exactly;
+// the losses and accuracies to their last printed digit, since LibTorch's
+// kernels differ by CPU), checkpoints from before it resume, and a run
+// reports its network.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
 
 #include "cli_helpers.h"
 #include "hsgd/metrics/recorder.h"
@@ -20,10 +25,56 @@ std::string slurp_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+std::vector<std::vector<std::string>> csv_cells(const std::string& text) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::istringstream l(line);
+    std::string cell;
+    while (std::getline(l, cell, ',')) cells.push_back(cell);
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+// `got` is `want` (a golden metrics.csv), except that the columns a model
+// computes in floating point (losses, accuracies) may differ by one in their
+// last printed digit: the golden files were written on a CPU whose LibTorch
+// kernels (AVX2 or AVX-512, chosen at run time) round differently. Every
+// other column (time, updates, samples, k, bytes, idle, policy, ...) must be
+// equal as text, and so must the header.
+void expect_same_metrics(const std::string& got, const std::string& want, const std::string& what) {
+  const auto g = csv_cells(got), w = csv_cells(want);
+  ASSERT_FALSE(w.empty()) << what;
+  ASSERT_EQ(g.size(), w.size()) << what << ": rows";
+  ASSERT_EQ(g[0], w[0]) << what << ": header";
+  const std::vector<std::string>& header = w[0];
+  for (size_t r = 1; r < w.size(); ++r) {
+    ASSERT_EQ(g[r].size(), w[r].size()) << what << " row " << r;
+    for (size_t c = 0; c < w[r].size(); ++c) {
+      const std::string& name = header[c];
+      const bool model_figure =
+          name.find("loss") != std::string::npos || name.find("acc") != std::string::npos;
+      if (!model_figure || g[r][c] == w[r][c]) {
+        EXPECT_EQ(g[r][c], w[r][c]) << what << " row " << r << " column " << name;
+        continue;
+      }
+      const size_t dot = w[r][c].find('.');
+      const double ulp = dot == std::string::npos
+                             ? 1.0
+                             : std::pow(10.0, -static_cast<double>(w[r][c].size() - dot - 1));
+      EXPECT_NEAR(std::stod(g[r][c]), std::stod(w[r][c]), 1.5 * ulp)
+          << what << " row " << r << " column " << name;
+    }
+  }
+}
+
 // tests/data/golden/*.csv: metrics.csv of the committed examples as hsgd
 // wrote them before the network model (commit 3154353). (examples/paper/
 // now sets sim.network = "independent" itself; churn.toml runs the default.)
-TEST(SimNetworkCli, IndependentReproducesTheCommittedExamplesByteForByte) {
+TEST(SimNetworkCli, IndependentReproducesTheCommittedExamples) {
   for (const auto& [example, golden] : std::vector<std::pair<std::string, std::string>>{
            {"examples/churn.toml", "churn-metrics.csv"},
            {"examples/paper/synthetic.toml", "paper-synthetic-metrics.csv"}}) {
@@ -32,8 +83,8 @@ TEST(SimNetworkCli, IndependentReproducesTheCommittedExamplesByteForByte) {
     const Outcome o = run("train --config " + kSrc + "/" + example +
                           " --set sim.network=independent --quiet --out " + out);
     ASSERT_EQ(o.code, 0) << o.err;
-    EXPECT_EQ(slurp_file(out + "/metrics.csv"), slurp_file(kSrc + "/tests/data/golden/" + golden))
-        << example;
+    expect_same_metrics(slurp_file(out + "/metrics.csv"),
+                        slurp_file(kSrc + "/tests/data/golden/" + golden), example);
     // The shared network (the default) is another model: another run.
     const std::string shared = tmp("shared_" + golden);
     fs::remove_all(shared);
