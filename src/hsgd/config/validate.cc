@@ -109,7 +109,7 @@ std::vector<Refusal> table() {
          return "train.servers = 0: expected >= 1 (policy " + quoted(c.policy_name) +
                 " has a parameter server; only the gossip policies run without one)";
        }},
-      {"train.servers other than 1 off the mpi and sim runtimes",
+      {"train.servers above 1 off the mpi and sim runtimes",
        [quoted](const Config& c) -> std::string {
          if (c.train.servers <= 1 || c.train.runtime == "mpi" || c.train.runtime == "sim") {
            return "";
