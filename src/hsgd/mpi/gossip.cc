@@ -2,11 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cmath>
 #include <memory>
 #include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
