@@ -207,9 +207,10 @@ TEST(MpiGossip, DpsgdIsTheReferenceMixingStepByStep) {
 // The same config on the threads runtime (in process, on rank 0). The
 // threads workers end their last step unevenly at the epoch target (one
 // that reaches account() after the target is met drops its step, so the
-// average can miss a fraction of the last step), so the average models
-// agree to a tolerance: within 5 % of the distance they travelled from the
-// initial model, and the accuracy within 2 pp.
+// average can miss up to 3/4 of the last step of 50), so the average models
+// agree to a tolerance: within 10 % of the distance they travelled from the
+// initial model (measured: 0 when every threads worker took the last step,
+// 1.6 % when one did not), and the accuracy within 2 pp.
 TEST(MpiGossip, DpsgdMatchesTheThreadsRuntime) {
   for (int round = 0; round < 3; ++round) {
     Fixture f("vs_threads", 4, {{"train.epochs", "2"}, {"optim.lr", "0.05"}});
@@ -227,7 +228,7 @@ TEST(MpiGossip, DpsgdMatchesTheThreadsRuntime) {
         "mpi vs threads: distance of the average models %.3g of %.3g travelled, test_acc "
         "%.4f vs %.4f\n",
         distance(r->params, t.params), travelled, r->last.test_acc, t.last.test_acc);
-    EXPECT_LE(distance(r->params, t.params), 0.05 * travelled);
+    EXPECT_LE(distance(r->params, t.params), 0.10 * travelled);
     EXPECT_NEAR(r->last.test_acc, t.last.test_acc, 0.02);
     EXPECT_GT(r->last.test_acc, 0.5);
   }
