@@ -65,9 +65,9 @@ class MpiRuntime final : public Runtime {
 
   // MPI must be initialised (mpi::Session), and every rank of the
   // communicator must call run() with the same job. train.workers must be
-  // ranks - train.servers (a gossip policy: ranks; mpi/gossip.h). On ranks other than 0 the result has
-  // primary = false and rank 0's `stopped` line (nothing else), and
-  // `recorder` (which may be null) is not used.
+  // ranks - train.servers (a gossip policy: ranks; mpi/gossip.h). On ranks
+  // other than 0 the result has primary = false and rank 0's `stopped` line
+  // (nothing else), and `recorder` (which may be null) is not used.
   // Checkpoints (job.checkpoints, on rank 0 only) need
   // train.checkpoint_every > 0, which tells the workers to keep the state
   // a cut without their push in flight saves (worker.cc).
