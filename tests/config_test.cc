@@ -205,6 +205,7 @@ TEST(Config, BadInputNamesTheKeyAndWhatWasExpected) {
   expect_error({{"sampling.warmup", "-1"}}, "sampling.warmup = -1");
   expect_error({{"train.runtime", "mpi"}, {"train.servers", "0"}},
                "train.servers = 0: expected >= 1");
+  expect_error({{"train.servers", "-1"}}, "train.servers = -1: expected >= 0");
   expect_error({{"train.servers", "2"}},
                "only the mpi runtime (server ranks) and the simulator (server nodes) have server "
                "shards");

@@ -227,7 +227,8 @@ TEST(GossipSim, RefusedCombinationsNameTheKey) {
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
   };
-  refused({{"train.runtime", "mpi"}}, "policy.name = 'dpsgd'");
+  refused({{"train.runtime", "mpi"}, {"policy.name", "adpsgd"}}, "policy.name = 'adpsgd'");
+  refused({{"train.runtime", "mpi"}, {"train.checkpoint_every", "1"}}, "train.checkpoint_every");
   refused({{"train.runtime", "threads"}, {"train.checkpoint_every", "1"}},
           "train.checkpoint_every");
   refused({{"compress.push", "topk:0.1"}}, "compress.push");
@@ -236,6 +237,9 @@ TEST(GossipSim, RefusedCombinationsNameTheKey) {
   refused({{"gossip.topology", "hypercube"}}, "gossip.topology");
   refused({{"policy.name", "pdsgdm"}}, "pdsgdm:P");
   refused({{"train.servers", "2"}}, "train.servers");
+  // No server: 0 says so, 1 (the default) is ignored; both run.
+  EXPECT_NO_THROW(Gossip(std::vector<Override>{{"train.servers", "0"}}));
+  EXPECT_NO_THROW(Gossip(std::vector<Override>{{"train.runtime", "mpi"}, {"train.servers", "0"}}));
 }
 
 // The run layer's stops hold here as everywhere: a diverging run ends with

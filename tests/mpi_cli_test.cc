@@ -667,6 +667,47 @@ TEST(MpiCli, ADivergingRunExitsThreeWithOneLine) {
   EXPECT_NE(s["stopped"].get<std::string>().find("training diverged"), std::string::npos);
 }
 
+// The gossip policies on mpi (issue 28): no server ranks, every rank a
+// worker; summary.json has the gossip object and servers 0.
+TEST(MpiCli, GossipRunsWithEveryRankAWorker) {
+  const std::string out = tmp("mpi_gossip");
+  const Outcome o = run(kMpirun + "-np 3 ", kTiny +
+                                                "--runtime mpi --servers 0 --policy sgp --set "
+                                                "gossip.topology=onepeer-exp --out " +
+                                                out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  const nlohmann::json s = summary(out);
+  EXPECT_EQ(s["workers"].get<int>(), 3);
+  EXPECT_EQ(s["servers"].get<int>(), 0);
+  EXPECT_EQ(s["gossip"]["topology"], "onepeer-exp");
+  EXPECT_EQ(s["worker_pushes"].size(), 3u);
+  EXPECT_GT(s["test_acc"].get<double>(), 0.3);
+}
+
+TEST(MpiCli, GossipRefusalsAreOneLineAndExitTwo) {
+  const Outcome a = run(kMpirun + "-np 2 ",
+                        kTiny + "--runtime mpi --servers 0 --policy adpsgd --out " + tmp("ad"));
+  EXPECT_EQ(a.code, 2) << a.err;
+  EXPECT_EQ(count(a.err, "hsgd: error: "), 1) << a.err;
+  EXPECT_EQ(count(a.err, "policy.name = 'adpsgd': adpsgd's wait-free"), 1) << a.err;
+  const Outcome b = run(kMpirun + "-np 2 ",
+                        kTiny + "--runtime mpi --servers 2 --policy dpsgd --out " + tmp("s2"));
+  EXPECT_EQ(b.code, 2) << b.err;
+  EXPECT_EQ(count(b.err, "hsgd: error: train.servers = 2: policy 'dpsgd' has no server"), 1)
+      << b.err;
+}
+
+TEST(MpiCli, ADivergingGossipRunExitsThreeWithOneLine) {
+  const std::string out = tmp("mpi_gossip_diverge");
+  const Outcome o = run(kMpirun + "-np 3 ",
+                        "train --runtime mpi --servers 0 --data synthetic --model linear-test "
+                        "--policy dpsgd --set optim.lr=1e30 --budget 2 --eval-every 0.2 --out " +
+                            out);
+  EXPECT_EQ(o.code, 3) << o.err;
+  EXPECT_EQ(count(o.err, "hsgd: stopped: training diverged"), 1) << o.err;
+  EXPECT_EQ(count(o.err, "hsgd: stopped:"), 1) << o.err;
+}
+
 // Issue 25, defect 7 on mpi: a run that falls below train.min_workers stops
 // (exit 3) and its final checkpoint keeps the stop: resuming it ends at
 // once with the same line, not training on.

@@ -22,6 +22,7 @@
 #include "hsgd/metrics/plot.h"
 #include "hsgd/mpi/mpi_runtime.h"
 #include "hsgd/mpi/session.h"
+#include "hsgd/policy/gossip.h"
 #include "hsgd/runtime/runtime.h"
 
 namespace hsgd::cli {
@@ -202,9 +203,10 @@ void print_header(const Prepared& p) {
                c.train.batch, c.optim.lr,
                c.train.budget > 0 ? fmt::format("{}s", c.train.budget).c_str()
                                   : fmt::format("{} epochs", c.train.epochs).c_str(),
-               c.train.runtime == "mpi"
-                   ? fmt::format(", mpi with {} server shard(s)", c.train.servers).c_str()
-                   : "",
+               c.train.runtime != "mpi" ? ""
+               : is_gossip_policy(c.policy.kind)
+                   ? ", mpi with no server (a worker per rank)"
+                   : fmt::format(", mpi with {} server shard(s)", c.train.servers).c_str(),
                c.train.out.c_str());
   if (std::isfinite(p.test_set.planted_auc)) {
     std::fprintf(stderr,
@@ -310,7 +312,9 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
                             {"final_k", last.k},
                             {"staleness_histogram", r.staleness_histogram},
                             {"worker_pushes", r.worker_pushes}};
-  if (c.train.runtime == "mpi") summary["servers"] = c.train.servers;
+  if (c.train.runtime == "mpi") {
+    summary["servers"] = is_gossip_policy(c.policy.kind) ? 0 : c.train.servers;
+  }
   int64_t dropped = 0, nonfinite = 0;
   for (const MetricsRow& row : recorder.rows()) {
     dropped += row.dropped;
@@ -514,7 +518,11 @@ TrainOutcome run_under_mpirun(const TrainArgs& args, const TrainInputs& in,
   std::string error;
   try {
     const Config c0 = load_train_config(a, a.overrides, hooks);
-    if (c0.train.runtime == "mpi") {
+    const bool gossip = is_gossip_policy(c0.policy.kind);
+    if (c0.train.runtime == "mpi" && gossip) {
+      // No server ranks: every rank is a worker (mpi/gossip.h).
+      a.overrides.push_back({"train.workers", std::to_string(session.size())});
+    } else if (c0.train.runtime == "mpi") {
       MpiRuntime::check_launch(session.size(), c0.train.servers, INT64_MAX);
       // The workers are the ranks after the servers.
       a.overrides.push_back({"train.workers", std::to_string(session.size() - c0.train.servers)});
@@ -526,7 +534,7 @@ TrainOutcome run_under_mpirun(const TrainArgs& args, const TrainInputs& in,
     }
     p = prepare(a, in, hooks);
     check_checkpoint_settings(p->c, !a.resume_dir.empty());
-    if (p->c.train.runtime == "mpi") {
+    if (p->c.train.runtime == "mpi" && !is_gossip_policy(p->c.policy.kind)) {
       MpiRuntime::check_launch(session.size(), p->c.train.servers, job_params(p->job));
     }
     p->job.identity = CheckpointIdentity{config_hash(p->c), p->spec.name, job_params(p->job)};
@@ -561,9 +569,8 @@ TrainOutcome run_under_mpirun(const TrainArgs& args, const TrainInputs& in,
   if (p->c.train.runtime != "mpi") return run_in_process(a, *p, hooks);  // mpirun -np 1
   const auto role = [&](TrainOutcome o) {
     o.rank = session.rank();
-    o.role = session.rank() == 0                   ? "primary"
-             : session.rank() < p->c.train.servers ? "server"
-                                                   : "worker";
+    const int servers = is_gossip_policy(p->c.policy.kind) ? 0 : p->c.train.servers;
+    o.role = session.rank() == 0 ? "primary" : session.rank() < servers ? "server" : "worker";
     return o;
   };
 

@@ -288,8 +288,9 @@ std::vector<Key> declare() {
           .calibration());
 
   // ---- [train]
-  add(int_key("train", "workers", HSGD_REF(train.workers),
-              "Workers (mpi: set to the ranks minus train.servers).")
+  add(int_key(
+          "train", "workers", HSGD_REF(train.workers),
+          "Workers (mpi: set to the ranks minus train.servers; the gossip policies: the ranks).")
           .check(at_least(1), ">= 1")
           .check([](int v) { return v <= 4096; }, "<= 4096")
           .resumable()
@@ -324,8 +325,10 @@ std::vector<Key> declare() {
   add(int_key(
           "train", "servers", HSGD_REF(train.servers),
           "Server shards: on mpi the first `servers` ranks, on sim that many server nodes, each "
-          "holding a contiguous slice of the parameters (the same slices on both).")
-          .check(at_least(1), ">= 1"));
+          "holding a contiguous slice of the parameters (the same slices on both). The gossip "
+          "policies have no server: 0 (or 1, which they ignore); on mpi every rank is then a "
+          "worker.")
+          .check(at_least(0), ">= 0"));
   add(num_key("train", "checkpoint_every", HSGD_REF(train.checkpoint_every),
               "Seconds of training between checkpoints (and a final one); 0 = off.")
           .check(at_least(0), "seconds >= 0 (0 = off)")

@@ -7,8 +7,10 @@
 #include <climits>
 
 #include "hsgd/core/error.h"
+#include "hsgd/mpi/gossip.h"
 #include "hsgd/mpi/roles.h"
 #include "hsgd/mpi/transport.h"
+#include "hsgd/policy/gossip.h"
 #include "hsgd/runtime/sparse_rows.h"
 
 namespace hsgd {
@@ -73,6 +75,25 @@ void share_stop(const Layout& l, double timeout, std::string* stopped) {
   wait_one(&r, timeout, what);
 }
 
+// The gossip policies (mpi/gossip.h): every rank a worker, rank 0's initial
+// parameters for all. Frees l->comm.
+RunResult run_gossip_ranks(const Job& job, Layout* l, Recorder* recorder, Observer* observer) {
+  l->servers = 0;
+  l->workers = l->ranks;
+  l->timeout = job.config->mpi.timeout;
+  l->num_params = static_cast<size_t>(job_params(job));
+  check_gossip_launch(job, l->ranks);
+  check_same_job(*l, job);
+  Job mine = job;
+  check(MPI_Bcast(mine.initial_params.data(), as_count(mine.initial_params.size()), MPI_FLOAT, 0,
+                  l->comm),
+        "MPI_Bcast");
+  RunResult result = run_gossip(mine, l->comm, recorder, observer);
+  share_stop(*l, l->timeout, &result.stopped);
+  MPI_Comm_free(&l->comm);
+  return result;
+}
+
 }  // namespace
 
 void MpiRuntime::check_shards(uint64_t sliced, int servers) {
@@ -126,6 +147,9 @@ RunResult MpiRuntime::run(const Job& job, Recorder* recorder, Observer* observer
   check(MPI_Comm_dup(comm_, &l.comm), "MPI_Comm_dup");
   check(MPI_Comm_rank(l.comm, &l.rank), "MPI_Comm_rank");
   check(MPI_Comm_size(l.comm, &l.ranks), "MPI_Comm_size");
+  if (is_gossip_policy(job.config->policy.kind)) {
+    return run_gossip_ranks(job, &l, recorder, observer);
+  }
   fill_layout(job, &l);
   if (l.rank >= l.servers) catch_leave_signals();  // a graceful leave (issue 10)
   check_same_job(l, job);

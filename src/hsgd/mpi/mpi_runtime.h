@@ -40,9 +40,13 @@
 // wait) with stop, dropping pushes that come after the end, and tells the
 // other server ranks to stop. Every rank gets the stop line (exit 3).
 //
+// The gossip policies (dpsgd, sgp, pdsgdm) have no server ranks: every
+// rank is a worker and train.workers is the rank count (mpi/gossip.h).
+//
 // Files, by role: primary.cc (rank 0), replica.cc (server ranks 1 .. S-1),
 // shard_server.h (a server rank's shard), worker.cc (worker ranks),
-// mpi_runtime.cc (the launch); roles.h joins them.
+// gossip.cc (every rank under a gossip policy), mpi_runtime.cc (the
+// launch); roles.h joins them.
 //
 // Every wait for a message has the deadline mpi.timeout; past it the rank
 // throws MpiError naming the operation and the peer.
@@ -61,9 +65,9 @@ class MpiRuntime final : public Runtime {
 
   // MPI must be initialised (mpi::Session), and every rank of the
   // communicator must call run() with the same job. train.workers must be
-  // ranks - train.servers. On ranks other than 0 the result has
-  // primary = false and rank 0's `stopped` line (nothing else), and
-  // `recorder` (which may be null) is not used.
+  // ranks - train.servers (a gossip policy: ranks; mpi/gossip.h). On ranks
+  // other than 0 the result has primary = false and rank 0's `stopped` line
+  // (nothing else), and `recorder` (which may be null) is not used.
   // Checkpoints (job.checkpoints, on rank 0 only) need
   // train.checkpoint_every > 0, which tells the workers to keep the state
   // a cut without their push in flight saves (worker.cc).

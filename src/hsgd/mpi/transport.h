@@ -18,6 +18,7 @@
 //                                   to the worker's copy, bytes)
 //   rank 0 -> rank s   kTagEvent    Event: the next server event to replay
 //   rank s -> rank 0   kTagGather   shard s's slice, for evaluation
+// The gossip policies have no server ranks; their messages: kTagGossip*.
 // Every message of the training loop uses persistent requests; the float
 // slices are never copied into staging buffers.
 #pragma once
@@ -52,7 +53,19 @@ enum Tag : int {
   // [compress]: server rank s -> rank 0 at each evaluation, the seconds its
   // shard has spent decoding pushes and encoding pulls (one double).
   kTagCompressTime = 18,
+  // Gossip (mpi/gossip.h), worker rank -> worker rank: round t's model (or
+  // push-sum share) at gossip_tag(kTagGossipModel, t), sgp's share of the
+  // weight (one double) at gossip_tag(kTagGossipWeight, t).
+  kTagGossipModel = 1000,
+  kTagGossipWeight = 10000,
 };
+
+// The tag of gossip round t: the base plus t modulo kGossipRounds (MPI
+// guarantees tags up to 32767; the ranks are never that many rounds apart).
+inline constexpr int kGossipRounds = 8192;
+inline int gossip_tag(int base, int64_t round) {
+  return base + static_cast<int>(round % kGossipRounds);
+}
 
 // worker -> rank 0.
 struct Request {

@@ -34,6 +34,43 @@ void weighted_sum(std::span<float> out, const std::vector<double>& weights,
   }
 }
 
+void gossip_combine(const Topology& topo, int i, int64_t t, bool push_sum, std::span<float> x,
+                    std::span<const float> own, const std::vector<int>& from,
+                    const std::vector<std::span<const float>>& parts) {
+  HSGD_ASSERT(from.size() == parts.size(), "one part per in-peer");
+  std::vector<double> ws;
+  std::vector<std::span<const float>> srcs;
+  if (push_sum) {
+    bool own_done = false;
+    for (size_t k = 0; k < from.size(); ++k) {
+      if (!own_done && from[k] > i) {
+        ws.push_back(1.0);
+        srcs.push_back(own);
+        own_done = true;
+      }
+      ws.push_back(1.0);
+      srcs.push_back(parts[k]);
+    }
+    if (!own_done) {
+      ws.push_back(1.0);
+      srcs.push_back(own);
+    }
+    weighted_sum(x, ws, srcs);
+    return;
+  }
+  for (const auto& [j, wij] : topo.mixing_row(i, t)) {
+    ws.push_back(wij);
+    if (j == i) {
+      srcs.push_back(own);
+    } else {
+      const size_t k = static_cast<size_t>(std::find(from.begin(), from.end(), j) - from.begin());
+      HSGD_ASSERT(k < parts.size(), "a mixing weight for a worker that sent nothing");
+      srcs.push_back(parts[k]);
+    }
+  }
+  weighted_sum(x, ws, srcs);
+}
+
 GossipModels::GossipModels(int n, std::span<const float> init, LocalUpdate update)
     : n_(n), np_(init.size()), update_(std::move(update)) {
   x_.resize(static_cast<size_t>(n_) * np_);

@@ -121,6 +121,18 @@ class GossipModels {
 // passive one; -1 for a passive worker or one without neighbours.
 int adpsgd_peer(const Topology& topo, int w, int64_t t, Rng& rng);
 
+// Worker i's combination at gossip round t, the same on every runtime that
+// moves the parts as messages (threads, mpi): `own` is its model (or, under
+// push-sum, its kept share) before the round, `parts[k]` what in-peer
+// from[k] sent (`from` = topo.in_peers(i, t), ascending). dpsgd and pdsgdm
+// (push_sum false): x <- sum_j w_ij x_j over topo.mixing_row(i, t); sgp
+// (push_sum true): x <- the sum of own and the parts in ascending worker
+// order (the push-sum weights are the caller's to add). `x` may not alias
+// `own` or a part.
+void gossip_combine(const Topology& topo, int i, int64_t t, bool push_sum, std::span<float> x,
+                    std::span<const float> own, const std::vector<int>& from,
+                    const std::vector<std::span<const float>>& parts);
+
 // out = sum_k weights[k] * sources[k], summed in the order given (so the
 // same inputs give the same bits).
 void weighted_sum(std::span<float> out, const std::vector<double>& weights,

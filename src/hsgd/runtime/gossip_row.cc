@@ -21,8 +21,13 @@ MetricsRow gossip_row(const Config& c, const GossipModels& models, Model& model,
                       std::span<float> params, const Dataset& test, int64_t train_size, double t,
                       GossipCounts& counts, double idle_frac) {
   models.average(params);
+  return gossip_row(c, models.consensus(), model, test, train_size, t, counts, idle_frac);
+}
+
+MetricsRow gossip_row(const Config& c, const GossipModels::Consensus& cs, Model& model,
+                      const Dataset& test, int64_t train_size, double t, GossipCounts& counts,
+                      double idle_frac) {
   const EvalResult e = model.evaluate(test);
-  const GossipModels::Consensus cs = models.consensus();
   MetricsRow r;
   r.time_s = t;
   r.updates = counts.steps;

@@ -36,6 +36,12 @@ struct GossipCounts {
 MetricsRow gossip_row(const Config& c, const GossipModels& models, Model& model,
                       std::span<float> params, const Dataset& test, int64_t train_size, double t,
                       GossipCounts& counts, double idle_frac);
+// The same row from figures the runtime computed itself (mpi: by reductions
+// over the ranks): `model` is bound to parameters that already hold the
+// average model, `cs` is its consensus distance.
+MetricsRow gossip_row(const Config& c, const GossipModels::Consensus& cs, Model& model,
+                      const Dataset& test, int64_t train_size, double t, GossipCounts& counts,
+                      double idle_frac);
 
 // summary.json "gossip": `sent`/`received` bytes per worker, `steps` each
 // worker's local steps.

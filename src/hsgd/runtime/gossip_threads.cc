@@ -218,40 +218,13 @@ class Worker {
     std::lock_guard lk(*s_.model_mu[static_cast<size_t>(id_)]);
     std::span<float> x = s_.models.x(id_);
     const std::vector<float> own(x.begin(), x.end());
-    std::vector<double> ws;
-    std::vector<std::span<const float>> srcs;
-    if (kind_ == "sgp") {
-      double weight = s_.models.weight(id_);
-      bool own_done = false;
-      for (size_t k = 0; k < from.size(); ++k) {
-        if (!own_done && from[k] > id_) {
-          ws.push_back(1.0);
-          srcs.push_back(own);
-          own_done = true;
-        }
-        ws.push_back(1.0);
-        srcs.push_back(mails[k].payload);
-        weight += mails[k].weight;
-      }
-      if (!own_done) {
-        ws.push_back(1.0);
-        srcs.push_back(own);
-      }
-      weighted_sum(x, ws, srcs);
-      s_.models.weight(id_) = weight;
-      return;
+    std::vector<std::span<const float>> parts;
+    for (const Mail& m : mails) parts.push_back(m.payload);
+    const bool push_sum = kind_ == "sgp";
+    gossip_combine(s_.topo, id_, round, push_sum, x, own, from, parts);
+    if (push_sum) {
+      for (const Mail& m : mails) s_.models.weight(id_) += m.weight;
     }
-    for (const auto& [j, wij] : s_.topo.mixing_row(id_, round)) {
-      ws.push_back(wij);
-      if (j == id_) {
-        srcs.push_back(own);
-      } else {
-        const size_t k = static_cast<size_t>(std::find(from.begin(), from.end(), j) - from.begin());
-        HSGD_ASSERT(k < mails.size(), "a mixing weight for a worker that sent nothing");
-        srcs.push_back(mails[k].payload);
-      }
-    }
-    weighted_sum(x, ws, srcs);
   }
 
   void step(bool finite, float lr) {

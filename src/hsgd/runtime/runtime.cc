@@ -78,7 +78,8 @@ std::unique_ptr<Runtime> make_runtime(const Config& c) {
     if (c.train.runtime == "sim") return std::make_unique<GossipSimRuntime>();
     if (c.train.runtime == "threads") return std::make_unique<GossipThreadsRuntime>();
     throw InputError("policy.name = '" + c.policy_name +
-                     "': the gossip policies run on the sim and threads runtimes (not yet mpi)");
+                     "': the mpi runtime runs under mpirun, e.g. mpirun -np 4 hsgd train "
+                     "--runtime mpi --servers 0 ... (docs/gossip.md)");
   }
   return make_runtime(c.train.runtime);
 }

@@ -1,0 +1,516 @@
+#include "hsgd/mpi/gossip.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <memory>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "hsgd/core/error.h"
+#include "hsgd/core/simd.h"
+#include "hsgd/core/topology.h"
+#include "hsgd/mpi/roles.h"
+#include "hsgd/mpi/transport.h"
+#include "hsgd/optim/optimizer.h"
+#include "hsgd/policy/gossip.h"
+#include "hsgd/runtime/clock.h"
+#include "hsgd/runtime/delay.h"
+#include "hsgd/runtime/gossip_row.h"
+#include "hsgd/runtime/local_steps.h"
+#include "hsgd/runtime/row.h"
+#include "hsgd/runtime/run_control.h"
+
+namespace hsgd::mpi {
+namespace {
+
+std::string names(const std::vector<int>& workers) {
+  std::string out;
+  for (int w : workers) out += (out.empty() ? "" : ", ") + worker_name(w, 0);
+  return out.empty() ? "nobody" : out;
+}
+
+// One gossip round's messages of this rank: receives from the in-peers,
+// sends to the out-peers. The model sent is read in place: the caller does
+// not write it until wait() returns.
+class Exchange {
+ public:
+  Exchange(MPI_Comm comm, int rank, size_t np) : comm_(comm), rank_(rank), np_(np) {}
+  Exchange(const Exchange&) = delete;
+  Exchange& operator=(const Exchange&) = delete;
+
+  bool posted() const { return !reqs_.empty(); }
+
+  // Posts round t. `weight` (push-sum: this rank's share, sent to every
+  // out-peer) or null.
+  void post(int64_t round, std::vector<int> from, const std::vector<int>& to,
+            std::span<const float> x, const double* weight) {
+    HSGD_ASSERT(!posted(), "a gossip round posted twice");
+    round_ = round;
+    from_ = std::move(from);
+    to_ = to;
+    parts_.resize(from_.size());
+    weights_in_.assign(from_.size(), 0.0);
+    const int model_tag = gossip_tag(kTagGossipModel, round);
+    const int weight_tag = gossip_tag(kTagGossipWeight, round);
+    MPI_Request r = MPI_REQUEST_NULL;
+    for (size_t k = 0; k < from_.size(); ++k) {
+      parts_[k].resize(np_);
+      check(MPI_Irecv(parts_[k].data(), as_count(np_), MPI_FLOAT, from_[k], model_tag, comm_, &r),
+            "MPI_Irecv");
+      reqs_.push_back(r);
+      if (weight != nullptr) {
+        check(MPI_Irecv(&weights_in_[k], 1, MPI_DOUBLE, from_[k], weight_tag, comm_, &r),
+              "MPI_Irecv");
+        reqs_.push_back(r);
+      }
+    }
+    if (weight != nullptr) send_weight_ = *weight;
+    for (int j : to_) {
+      check(MPI_Isend(x.data(), as_count(np_), MPI_FLOAT, j, model_tag, comm_, &r), "MPI_Isend");
+      reqs_.push_back(r);
+      if (weight != nullptr) {
+        check(MPI_Isend(&send_weight_, 1, MPI_DOUBLE, j, weight_tag, comm_, &r), "MPI_Isend");
+        reqs_.push_back(r);
+      }
+    }
+    // Requests of a round with no peers: none; posted() stays false.
+    if (reqs_.empty()) reqs_.push_back(MPI_REQUEST_NULL);
+  }
+
+  // Waits for every message of the posted round. Returns the seconds waited.
+  double wait(double timeout) {
+    const auto t0 = SteadyClock::now();
+    wait_all(reqs_, timeout, [&] {
+      return fmt::format("on {} in gossip round {}: receiving from {}, sending to {}",
+                         worker_name(rank_, 0), round_, names(from_), names(to_));
+    });
+    reqs_.clear();
+    return since(t0);
+  }
+
+  const std::vector<int>& from() const { return from_; }
+  std::vector<std::span<const float>> parts() const {
+    return std::vector<std::span<const float>>(parts_.begin(), parts_.end());
+  }
+  double weight_in(size_t k) const { return weights_in_[k]; }
+
+ private:
+  MPI_Comm comm_;
+  int rank_;
+  size_t np_;
+  int64_t round_ = 0;
+  std::vector<int> from_, to_;
+  std::vector<std::vector<float>> parts_;
+  std::vector<double> weights_in_;
+  double send_weight_ = 0;
+  std::vector<MPI_Request> reqs_;
+};
+
+// What every rank agrees on after a step: the sums of the ranks' steps and
+// the largest training clock.
+struct Agreed {
+  double time = 0;
+  bool stop_request = false;
+  int64_t samples = 0, finite = 0, nonfinite = 0;
+  double loss_sum = 0;
+};
+
+class GossipRank {
+ public:
+  GossipRank(const Job& job, MPI_Comm comm, Recorder* recorder, Observer* observer)
+      : job_(job),
+        c_(*job.config),
+        comm_(comm),
+        timeout_(c_.mpi.timeout),
+        np_(job.initial_params.size()),
+        topo_(c_.gossip.topology, c_.gossip.weights, c_.train.workers, c_.train.seed),
+        models_(1, job.initial_params, gossip_local_update(c_)),
+        delays_(c_.stragglers, c_.train.workers, c_.train.seed),
+        schedule_(c_, job.train->size(), /*checkpoints=*/false),
+        stops_(c_),
+        recorder_(recorder),
+        observer_(observer) {
+    check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    n_ = c_.train.workers;
+    kind_ = c_.policy.kind;
+    period_ = kind_ == "pdsgdm" ? std::max(1, c_.policy.k) : 1;
+    cta_ = kind_ == "dpsgd" && c_.gossip.order == "cta";
+    push_sum_ = kind_ == "sgp";
+    message_bytes_ = 4.0 * static_cast<double>(np_) + (push_sum_ ? 8.0 : 0.0);
+    sampler_ = std::make_unique<ShardSampler>(make_sampler(job, rank_));
+    model_ = job.make_model();
+    local_.resize(np_);
+    grads_.resize(np_);
+    model_->bind(local_, grads_);
+    if (rank_ == 0) {
+      HSGD_ASSERT(recorder_ != nullptr, "rank 0 needs a recorder");
+      test_ = head(*job.test, c_.train.eval_samples);
+      eval_model_ = job.make_model();
+      eval_params_.resize(np_);
+      eval_grads_.resize(np_);
+      eval_model_->bind(eval_params_, eval_grads_);
+    }
+  }
+
+  RunResult run() {
+    const auto wall0 = SteadyClock::now();
+    if (rank_ == 0) open_outputs(job_);
+    evaluate(0.0);
+    barrier();
+    clock_.start();
+    double last_status = 0;
+    while (!diverged_) {
+      const bool gossip = n_ > 1 && (step_ + 1) % period_ == 0;
+      const int64_t round = (step_ + 1) / period_ - 1;
+      models_.debiased(0, local_);
+      Exchange ex(comm_, rank_, np_);
+      if (cta_ && gossip) post_model(ex, round);
+      const auto t0 = SteadyClock::now();
+      Batch batch;
+      const double loss = sampled_gradient(*model_, *sampler_, c_.train.batch, &batch);
+      const double delay = delays_.extra_seconds(rank_, since(t0));
+      if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+      const bool finite = std::isfinite(loss) && all_finite(grads_);
+      const Agreed a = agree(finite, batch.size(), loss);
+      // The run layer's decisions, on figures every rank holds alike.
+      bool stop = a.stop_request || schedule_.past_budget(a.time);
+      if (!stop && a.nonfinite > 0) {
+        counts_.nonfinite += a.nonfinite;
+        consecutive_nonfinite_ = a.finite == 0 ? consecutive_nonfinite_ + a.nonfinite : 0;
+        stop = stops_.check_pushes(consecutive_nonfinite_, counts_.steps, a.time);
+      } else {
+        consecutive_nonfinite_ = 0;
+      }
+      if (!stop && schedule_.eval_due(a.time)) {
+        clock_.pause();
+        evaluate(a.time);
+        clock_.resume();
+        schedule_.eval_done(a.time);
+        stop = diverged_;
+      }
+      if (stop) {
+        if (ex.posted()) ex.wait(timeout_);  // every rank posted this round
+        break;
+      }
+      const float lr = static_cast<float>(lr_at(c_.lr_schedule, c_.optim.lr, step_));
+      if (!gossip) {
+        local_step(finite, lr);
+      } else {
+        if (!cta_) {
+          local_step(finite, lr);
+          if (push_sum_) {
+            post_shares(ex, round);
+          } else {
+            post_model(ex, round);
+          }
+        }
+        idle_ += ex.wait(timeout_);
+        combine(ex, round);
+        if (cta_) local_step(finite, lr);
+        ++rounds_;
+      }
+      counts_.steps += n_;
+      counts_.samples += a.samples;
+      counts_.loss_sum += a.loss_sum;
+      counts_.loss_count += a.finite;
+      ++step_;
+      if (schedule_.epochs_done(counts_.samples)) break;
+      if (c_.gossip.global_every > 0 && n_ > 1 && step_ % c_.gossip.global_every == 0) {
+        global_average();
+      }
+      if (rank_ == 0 && a.time - last_status >= 0.5) {
+        last_status = a.time;
+        Status st;
+        st.time_s = a.time;
+        st.updates = counts_.steps;
+        st.samples = counts_.samples;
+        st.k = 1;
+        st.test_acc = last_acc_;
+        st.train_loss = std::nan("");
+        observer_->on_status(st);
+      }
+    }
+    clock_.pause();
+    double end = clock_.seconds();
+    allreduce(&end, 1, MPI_MAX, "the end of training");
+    const double train_s = schedule_.clamp(end);
+    RunResult result;
+    if (!diverged_) evaluate(train_s);
+    gather_result(&result);
+    if (rank_ != 0) {
+      result.primary = false;
+      result.stopped = stops_.reason();
+      return result;
+    }
+    result.last = recorder_->rows().back();
+    result.params = eval_params_;
+    result.stopped = stops_.reason();
+    result.train_s = result.last.time_s;
+    result.real_train_s = train_s;
+    result.gradients = counts_.steps;
+    result.wall_s = since(wall0);
+    return result;
+  }
+
+ private:
+  void post_model(Exchange& ex, int64_t round) {
+    const std::vector<int> to = topo_.out_peers(rank_, round);
+    std::vector<int> from = topo_.in_peers(rank_, round);
+    count_bytes(to.size(), from.size());
+    ex.post(round, std::move(from), to, models_.x(0), nullptr);
+  }
+
+  // Push-sum: keeps one share of (x, w) and sends one to each out-peer.
+  void post_shares(Exchange& ex, int64_t round) {
+    const std::vector<int> to = topo_.out_peers(rank_, round);
+    std::vector<int> from = topo_.in_peers(rank_, round);
+    const double share = 1.0 / (static_cast<double>(to.size()) + 1.0);
+    for (float& v : models_.x(0)) v = static_cast<float>(v * share);
+    models_.weight(0) *= share;
+    count_bytes(to.size(), from.size());
+    const double w = models_.weight(0);
+    ex.post(round, std::move(from), to, models_.x(0), &w);
+  }
+
+  void count_bytes(size_t to, size_t from) {
+    sent_ += message_bytes_ * static_cast<double>(to);
+    received_ += message_bytes_ * static_cast<double>(from);
+  }
+
+  void combine(const Exchange& ex, int64_t round) {
+    std::span<float> x = models_.x(0);
+    const std::vector<float> own(x.begin(), x.end());
+    gossip_combine(topo_, rank_, round, push_sum_, x, own, ex.from(), ex.parts());
+    if (push_sum_) {
+      for (size_t k = 0; k < ex.from().size(); ++k) models_.weight(0) += ex.weight_in(k);
+    }
+  }
+
+  void local_step(bool finite, float lr) {
+    if (finite) models_.local_step(0, grads_, lr);
+  }
+
+  // Every rank's step, summed; the largest clock. Its wait is idle time.
+  Agreed agree(bool finite, int64_t batch, double loss) {
+    double sums[4] = {finite ? static_cast<double>(batch) : 0.0, finite ? loss : 0.0,
+                      finite ? 1.0 : 0.0, finite ? 0.0 : 1.0};
+    const bool request = stops_.check_request(/*at_evaluation=*/false);
+    double maxes[2] = {clock_.seconds(), request ? 1.0 : 0.0};
+    MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    check(MPI_Iallreduce(MPI_IN_PLACE, sums, 4, MPI_DOUBLE, MPI_SUM, comm_, &r[0]),
+          "MPI_Iallreduce");
+    check(MPI_Iallreduce(MPI_IN_PLACE, maxes, 2, MPI_DOUBLE, MPI_MAX, comm_, &r[1]),
+          "MPI_Iallreduce");
+    const auto t0 = SteadyClock::now();
+    wait_all(r, timeout_, [&] {
+      return fmt::format("on {} after step {}: the agreement of every rank's step (a collective)",
+                         worker_name(rank_, 0), step_);
+    });
+    idle_ += since(t0);
+    Agreed a;
+    a.samples = static_cast<int64_t>(sums[0]);
+    a.loss_sum = sums[1];
+    a.finite = static_cast<int64_t>(sums[2]);
+    a.nonfinite = static_cast<int64_t>(sums[3]);
+    a.time = maxes[0];
+    a.stop_request = maxes[1] > 0;
+    return a;
+  }
+
+  // A collective of doubles, in place, with the deadline.
+  void allreduce(double* v, size_t count, MPI_Op op, const char* what) {
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(MPI_Iallreduce(MPI_IN_PLACE, v, as_count(count), MPI_DOUBLE, op, comm_, &r),
+          "MPI_Iallreduce");
+    wait_one(&r, timeout_, [&] {
+      return fmt::format("on {} at {} (a collective of every rank)", worker_name(rank_, 0), what);
+    });
+  }
+
+  void barrier() {
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
+    wait_one(&r, timeout_, [&] {
+      return fmt::format("on {} at the start of training (a barrier of every rank)",
+                         worker_name(rank_, 0));
+    });
+  }
+
+  // Gossip-PGA: every model becomes the average (weights 1).
+  void global_average() {
+    std::vector<double> sum(np_ + 1);
+    std::span<float> x = models_.x(0);
+    for (size_t p = 0; p < np_; ++p) sum[p] = x[p];
+    sum[np_] = models_.weight(0);
+    const auto t0 = SteadyClock::now();
+    allreduce(sum.data(), sum.size(), MPI_SUM, "a global average (gossip.global_every)");
+    idle_ += since(t0);
+    for (size_t p = 0; p < np_; ++p) x[p] = static_cast<float>(sum[p] / sum[np_]);
+    models_.weight(0) = 1.0;
+    ++global_averages_;
+    // As a ring all-reduce would carry it (gossip_threads.cc counts alike).
+    const double bytes = 2.0 * (n_ - 1) / n_ * 4.0 * static_cast<double>(np_);
+    sent_ += bytes;
+    received_ += bytes;
+  }
+
+  // Collective: the average model and the consensus distance by reductions;
+  // rank 0 evaluates, writes the row and checks it; every rank learns
+  // whether the run diverged.
+  void evaluate(double t) {
+    std::vector<double> sum(np_ + 2);
+    std::span<const float> x = models_.x(0);
+    for (size_t p = 0; p < np_; ++p) sum[p] = x[p];
+    sum[np_] = models_.weight(0);
+    sum[np_ + 1] = idle_;
+    allreduce(sum.data(), sum.size(), MPI_SUM, "an evaluation");
+    const double wsum = sum[np_];
+    const double w = models_.weight(0);
+    double sq = 0;
+    for (size_t p = 0; p < np_; ++p) {
+      const float avg = static_cast<float>(sum[p] / wsum);
+      const double d = x[p] / w - avg;
+      sq += d * d;
+      if (rank_ == 0) eval_params_[p] = avg;
+    }
+    MPI_Request r = MPI_REQUEST_NULL;
+    double sq_sum = 0;
+    check(MPI_Ireduce(&sq, &sq_sum, 1, MPI_DOUBLE, MPI_SUM, 0, comm_, &r), "MPI_Ireduce");
+    wait_one(&r, timeout_, [&] {
+      return fmt::format("on {} at an evaluation (a reduce to rank 0)", worker_name(rank_, 0));
+    });
+    int diverged = 0;
+    if (rank_ == 0) {
+      GossipModels::Consensus cs;
+      double norm = 0;
+      for (float v : eval_params_) norm += static_cast<double>(v) * v;
+      cs.xi = std::sqrt(sq_sum / n_);
+      cs.norm = std::sqrt(norm);
+      const double idle = sum[np_ + 1];
+      const double span = (t - last_time_) * n_;
+      const double idle_frac = span > 0 ? std::clamp((idle - last_idle_) / span, 0.0, 1.0) : 0.0;
+      last_idle_ = idle;
+      last_time_ = t;
+      const MetricsRow row =
+          gossip_row(c_, cs, *eval_model_, test_, job_.train->size(), t, counts_, idle_frac);
+      recorder_->write(row);
+      observer_->on_row(row);
+      last_acc_ = row.test_acc;
+      diverged = stops_.check_row(row, eval_params_, recorder_->rows()) ? 1 : 0;
+    }
+    check(MPI_Ibcast(&diverged, 1, MPI_INT, 0, comm_, &r), "MPI_Ibcast");
+    wait_one(&r, timeout_, [&] {
+      return fmt::format("on {} at an evaluation (rank 0's verdict)", worker_name(rank_, 0));
+    });
+    diverged_ = diverged != 0;
+  }
+
+  // Rank 0: every rank's bytes, steps and rounds, and summary.json's gossip.
+  void gather_result(RunResult* result) {
+    double mine[4] = {sent_, received_, static_cast<double>(step_), static_cast<double>(rounds_)};
+    std::vector<double> all(rank_ == 0 ? 4 * static_cast<size_t>(n_) : 0);
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(MPI_Igather(mine, 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, 0, comm_, &r), "MPI_Igather");
+    wait_one(&r, timeout_, [&] {
+      return fmt::format("on {} at the end (a gather to rank 0)", worker_name(rank_, 0));
+    });
+    if (rank_ != 0) return;
+    std::vector<double> sent, received;
+    std::vector<int64_t> steps;
+    int64_t rounds = 0;
+    for (int i = 0; i < n_; ++i) {
+      const double* v = all.data() + 4 * static_cast<size_t>(i);
+      sent.push_back(v[0]);
+      received.push_back(v[1]);
+      steps.push_back(static_cast<int64_t>(v[2]));
+      rounds += static_cast<int64_t>(v[3]);
+    }
+    result->worker_pushes = steps;
+    result->gossip =
+        gossip_result(c_, topo_, counts_, rounds, global_averages_, sent, received, steps);
+  }
+
+  const Job& job_;
+  const Config& c_;
+  MPI_Comm comm_;
+  double timeout_;
+  size_t np_;
+  Topology topo_;
+  GossipModels models_;  // this rank's x, m, w (worker 0 of one)
+  DelayModel delays_;
+  TrainSchedule schedule_;
+  RunStops stops_;
+  TrainClock clock_;
+  Recorder* recorder_;
+  Observer* observer_;
+  int rank_ = 0, n_ = 1;
+  std::string kind_;
+  int period_ = 1;
+  bool cta_ = false, push_sum_ = false;
+  double message_bytes_ = 0;
+  std::unique_ptr<ShardSampler> sampler_;
+  std::unique_ptr<Model> model_;
+  std::vector<float> local_, grads_;
+  int64_t step_ = 0;
+  GossipCounts counts_;  // every rank's, alike on every rank (the agreements)
+  int64_t consecutive_nonfinite_ = 0, rounds_ = 0, global_averages_ = 0;
+  double sent_ = 0, received_ = 0, idle_ = 0;
+  bool diverged_ = false;
+  // Rank 0: the evaluation.
+  Dataset test_;
+  std::unique_ptr<Model> eval_model_;
+  std::vector<float> eval_params_, eval_grads_;
+  double last_time_ = 0, last_idle_ = 0, last_acc_ = 0;
+};
+
+}  // namespace
+
+void check_gossip_launch(const Job& job, int ranks) {
+  const Config& c = *job.config;
+  const std::string policy = "policy.name = '" + c.policy_name + "'";
+  if (c.policy.kind == "adpsgd") {
+    throw InputError(policy +
+                     ": adpsgd's wait-free pairwise averaging is not implemented on the mpi "
+                     "runtime (a passive rank would have to answer while it computes); use the "
+                     "sim or threads runtime, or dpsgd/sgp on mpi");
+  }
+  if (c.train.workers != ranks) {
+    throw InputError(fmt::format(
+        "train.workers = {}: under the mpi runtime {} runs one worker on every rank (no server "
+        "ranks), and mpirun started {} (-np {}); expected train.workers = {}",
+        c.train.workers, policy, ranks, ranks, ranks));
+  }
+  if (c.train.checkpoint_every > 0 || job.checkpoints != nullptr) {
+    throw InputError(fmt::format(
+        "train.checkpoint_every = {:g}: {} checkpoints on the sim runtime only (mpi: not yet); "
+        "expected 0",
+        c.train.checkpoint_every, policy));
+  }
+  if (job.resume != nullptr) {
+    throw InputError(policy + ": the mpi runtime has no gossip checkpoints to resume");
+  }
+  if (job_params(job) > static_cast<int64_t>(INT_MAX) - 2) {
+    throw InputError(
+        fmt::format("{}: a model of {} parameters is larger than one MPI message ({} floats)",
+                    policy, job_params(job), INT_MAX));
+  }
+}
+
+RunResult run_gossip(const Job& job, MPI_Comm comm, Recorder* recorder, Observer* observer) {
+  HSGD_ASSERT(job.train && job.test && job.make_model, "incomplete job");
+  int ranks = 0;
+  check(MPI_Comm_size(comm, &ranks), "MPI_Comm_size");
+  check_gossip_launch(job, ranks);
+  check_job(job);
+  Observer quiet;
+  GossipRank rank(job, comm, recorder, observer ? observer : &quiet);
+  return rank.run();
+}
+
+}  // namespace hsgd::mpi

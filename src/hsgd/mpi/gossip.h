@@ -1,0 +1,62 @@
+// The serverless gossip policies on the mpi runtime (issue 28): no server
+// ranks; rank i is worker i, with its own model, momentum and push-sum
+// weight (policy/gossip.h's GossipModels, of one worker) and its own shard
+// of the training data. MpiRuntime::run (mpi_runtime.cc) dispatches here.
+//
+// One step of rank i, with the threads runtime's semantics
+// (runtime/gossip_threads.h) and gossip_combine's arithmetic:
+//   1. the gradient at the de-biased model; dpsgd cta posts the round's
+//      exchange (below) first, so that it overlaps the gradient;
+//   2. the agreement: one small all-reduce of every rank's step (samples,
+//      loss, finite or not, its training clock, a front end's stop request),
+//      so that every rank takes the run layer's decisions
+//      (runtime/run_control.h: budget, evaluation, epoch target,
+//      train.max_nonfinite) on the same figures at the same step. The ranks
+//      therefore advance in lockstep, one agreement per step (a cost the
+//      threads runtime does not pay; its workers are coupled only through
+//      their neighbours);
+//   3. an evaluation when one is due (below), then the step: dpsgd atc,
+//      pdsgdm (on its gossip steps) and sgp take their local step, post the
+//      round's exchange, wait for it and combine; cta waits, combines, then
+//      steps; pdsgdm's other steps are local only;
+//   4. gossip.global_every = H: after every H-th step an all-reduce replaces
+//      every model by the average (push-sum weights back to 1).
+// The exchange of round t: nonblocking point-to-point on the topology,
+// MPI_Irecv from topo.in_peers(i, t) and MPI_Isend to topo.out_peers(i, t),
+// the message tags carrying the round (gossip_tag); sgp sends its push-sum
+// share of the weight as a second message. A step dropped at the budget or
+// a stop still completes the exchange it posted (every rank posted its
+// part), so that no message is left in flight.
+//
+// Evaluation (every rank, collectively, with the training clocks paused):
+// an all-reduce of the models and the weights gives every rank the average
+// model x_bar = sum_i x_i / sum_i w_i; a reduce of ||x_i / w_i - x_bar||^2
+// gives rank 0 the consensus distance. Rank 0 evaluates x_bar, writes the
+// row (runtime/gossip_row.h) and checks it for divergence; its verdict is
+// broadcast, and a diverged run ends on every rank (the stop line reaches
+// every rank through MpiRuntime::run: exit 3).
+//
+// Not here: adpsgd (refused at launch: a wait-free pairwise exchange needs a
+// rank to answer while it computes, which one MPI thread per rank cannot do
+// without a progress thread), checkpoints (refused by config validation).
+//
+// Every wait has the deadline mpi.timeout; past it the rank throws MpiError
+// naming the step and the peers (or the collective) it waited for.
+#pragma once
+#include <mpi.h>
+
+#include "hsgd/runtime/runtime.h"
+
+namespace hsgd::mpi {
+
+// Throws InputError (the same on every rank, before any message) unless a
+// gossip run can go on `ranks` ranks: train.workers must equal the rank
+// count, the policy must not be adpsgd, a model must fit one message.
+void check_gossip_launch(const Job& job, int ranks);
+
+// Every rank of `comm` calls it with the same job (rank 0 with a recorder
+// that is not null). Rank 0's result is the run's; the others have
+// primary = false and, when they learnt of it, the stop line.
+RunResult run_gossip(const Job& job, MPI_Comm comm, Recorder* recorder, Observer* observer);
+
+}  // namespace hsgd::mpi

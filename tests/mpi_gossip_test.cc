@@ -1,0 +1,376 @@
+// The gossip policies on the mpi runtime (mpi/gossip.h) with the plain-C++
+// linear model. Run by CTest under mpirun with 4 ranks:
+//   mpirun -np 4 mpi_gossip_test
+// Every rank runs every test (the runs are collective); results are checked
+// on rank 0, which holds them. 3-rank runs use ranks 0..2 of the launch
+// (rank 3 sits them out). The process exits nonzero if any rank failed.
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+
+#include "hsgd/core/error.h"
+#include "hsgd/core/topology.h"
+#include "hsgd/mpi/mpi_runtime.h"
+#include "hsgd/mpi/session.h"
+#include "hsgd/mpi/transport.h"
+#include "hsgd/optim/optimizer.h"
+#include "hsgd/policy/gossip.h"
+#include "hsgd/runtime/gossip_row.h"
+#include "hsgd/runtime/gossip_threads.h"
+#include "hsgd/runtime/local_steps.h"
+#include "linear_job.h"
+
+namespace hsgd {
+namespace {
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+// The first `ranks` ranks of the launch, or MPI_COMM_NULL on the others.
+MPI_Comm first_ranks(int ranks) {
+  MPI_Comm c = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank() < ranks ? 0 : MPI_UNDEFINED, world_rank(), &c);
+  return c;
+}
+
+// 1600 training samples; batch 16: 4 ranks take 64 samples a step.
+struct Fixture : testing::LinearJob {
+  std::string dir;
+  int ranks;
+
+  Fixture(const std::string& name, int ranks, const std::vector<Override>& o = {})
+      : LinearJob({{"train.runtime", "mpi"},
+                   {"train.servers", "0"},
+                   {"policy.name", "dpsgd"},
+                   {"train.workers", std::to_string(ranks)},
+                   {"train.batch", "16"},
+                   {"train.budget", "0"},
+                   {"train.epochs", "1"},
+                   {"train.eval_every", "100"},
+                   {"optim.lr", "0.1"},
+                   {"mpi.timeout", "30"}},
+                  o),
+        ranks(ranks) {
+    dir = (std::filesystem::path(::testing::TempDir()) /
+           ("hsgd_mpi_gossip_" + std::to_string(getpid()) + "_" + name))
+              .string();
+    if (world_rank() == 0) {
+      std::filesystem::remove_all(dir);
+      std::filesystem::create_directories(dir);
+    }
+  }
+
+  // Exactly `steps` synchronous steps of every rank (the epoch target).
+  void steps(int steps) {
+    const int64_t per_step = static_cast<int64_t>(ranks) * config.train.batch;
+    config.train.epochs =
+        static_cast<double>(steps * per_step - per_step / 2) / static_cast<double>(train.size());
+  }
+
+  // Plain SGD for `steps` steps, then lr 0: gossip-only steps.
+  void lr_zero_after(int steps) {
+    config.lr_schedule.kind = "step";
+    config.lr_schedule.step_size = steps;
+    config.lr_schedule.gamma = 0;
+  }
+
+  // On ranks outside the run: nullopt.
+  std::optional<RunResult> run() {
+    MPI_Comm comm = first_ranks(ranks);
+    if (comm == MPI_COMM_NULL) return std::nullopt;
+    std::optional<Recorder> rec;
+    if (world_rank() == 0) rec.emplace(dir);
+    RunResult r = MpiRuntime(comm).run(job(), rec ? &*rec : nullptr, nullptr);
+    if (rec) rec->finish();
+    MPI_Comm_free(&comm);
+    return r;
+  }
+};
+
+double norm(std::span<const float> v) {
+  double s = 0;
+  for (float x : v) s += static_cast<double>(x) * x;
+  return std::sqrt(s);
+}
+
+double distance(std::span<const float> a, std::span<const float> b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += std::pow(static_cast<double>(a[i]) - b[i], 2);
+  return std::sqrt(s);
+}
+
+// Synchronous dpsgd (cta) for `steps` steps, by hand on one GossipModels of
+// every worker: what the ranks must compute. Returns the average model.
+std::vector<float> reference_dpsgd(const Fixture& f, int steps) {
+  const Config& c = f.config;
+  const Job j = f.job();
+  const int n = c.train.workers;
+  const size_t np = j.initial_params.size();
+  GossipModels models(n, j.initial_params, gossip_local_update(c));
+  const Topology topo(c.gossip.topology, c.gossip.weights, n, c.train.seed);
+  std::vector<ShardSampler> samplers;
+  std::vector<std::unique_ptr<Model>> nets;
+  std::vector<std::vector<float>> params(n, std::vector<float>(np)), grads(n, params[0]);
+  for (int i = 0; i < n; ++i) {
+    samplers.push_back(make_sampler(j, i));
+    nets.push_back(j.make_model());
+    nets.back()->bind(params[i], grads[i]);
+  }
+  Batch b;
+  for (int s = 0; s < steps; ++s) {
+    for (int i = 0; i < n; ++i) {
+      models.debiased(i, params[i]);
+      sampled_gradient(*nets[i], samplers[i], c.train.batch, &b);
+    }
+    models.mix(topo, s);
+    const float lr = static_cast<float>(lr_at(c.lr_schedule, c.optim.lr, s));
+    for (int i = 0; i < n; ++i) models.local_step(i, grads[i], lr);
+  }
+  std::vector<float> avg(np);
+  models.average(avg);
+  return avg;
+}
+
+// Doubly stochastic mixing (and push-sum) conserve the sum of the models:
+// 6 steps of SGD make the ranks' models differ, then 4 steps at lr 0 leave
+// the average model where it was (1e-6 relative).
+TEST(MpiGossip, LrZeroConservesTheSumOfTheModels) {
+  for (const std::string policy : {"dpsgd", "sgp", "pdsgdm:2"}) {
+    for (const std::string order : {"cta", "atc"}) {
+      if (order == "atc" && policy != "dpsgd") continue;
+      SCOPED_TRACE(policy + " " + order);
+      Fixture a("conserve_a", 4, {{"policy.name", policy}, {"gossip.order", order}});
+      a.steps(6);
+      const std::optional<RunResult> ra = a.run();
+      Fixture b("conserve_b", 4, {{"policy.name", policy}, {"gossip.order", order}});
+      b.steps(10);
+      b.lr_zero_after(6);
+      const std::optional<RunResult> rb = b.run();
+      if (world_rank() != 0) continue;
+      ASSERT_TRUE(ra->stopped.empty()) << ra->stopped;
+      EXPECT_EQ(ra->gradients, 4 * 6);
+      EXPECT_EQ(rb->gradients, 4 * 10);
+      EXPECT_GT(ra->last.consensus_rel, 1e-4) << "the models should differ before lr 0";
+      EXPECT_LE(distance(ra->params, rb->params), 1e-6 * norm(ra->params));
+    }
+  }
+}
+
+// onepeer-exp on 4 = 2^2 ranks: two gossip rounds after the last update
+// average exactly, one does not. dpsgd (cta) mixes before its update, so
+// that takes two gossip-only steps; sgp mixes after it, so its last step
+// with lr > 0 already brings the first of the two rounds.
+TEST(MpiGossip, OnePeerExpReachesConsensusAfterLog2NGossipSteps) {
+  for (const std::string policy : {"dpsgd", "sgp"}) {
+    SCOPED_TRACE(policy);
+    const int lr_steps = 5;
+    const int first = policy == "sgp" ? 0 : 1;  // gossip-only steps before one round is done
+    Fixture one("onepeer_1", 4, {{"policy.name", policy}, {"gossip.topology", "onepeer-exp"}});
+    one.steps(lr_steps + first);
+    one.lr_zero_after(lr_steps);
+    const std::optional<RunResult> r1 = one.run();
+    Fixture two("onepeer_2", 4, {{"policy.name", policy}, {"gossip.topology", "onepeer-exp"}});
+    two.steps(lr_steps + first + 1);
+    two.lr_zero_after(lr_steps);
+    const std::optional<RunResult> r2 = two.run();
+    if (world_rank() != 0) continue;
+    EXPECT_GT(r1->last.consensus_rel, 1e-4) << "one round does not average";
+    EXPECT_LE(r2->last.consensus_rel, 1e-6);
+    EXPECT_LE(distance(r1->params, r2->params), 1e-6 * norm(r1->params));
+  }
+}
+
+// The ranks compute synchronous dpsgd exactly: the same average model as
+// the mixing of GossipModels by hand (1e-6 relative: only the sum over the
+// ranks is in another order), for a static and a time-varying graph.
+TEST(MpiGossip, DpsgdIsTheReferenceMixingStepByStep) {
+  for (const std::string topo : {"ring", "onepeer-exp", "random-matching"}) {
+    SCOPED_TRACE(topo);
+    Fixture f("reference", 4, {{"gossip.topology", topo}, {"optim.kind", "momentum"}});
+    f.steps(20);
+    const std::optional<RunResult> r = f.run();
+    if (world_rank() != 0) continue;
+    const std::vector<float> want = reference_dpsgd(f, 20);
+    EXPECT_EQ(r->gradients, 4 * 20);
+    EXPECT_LE(distance(r->params, want), 1e-6 * norm(want));
+  }
+}
+
+// The same config on the threads runtime (in process, on rank 0). The
+// threads workers end their last step unevenly at the epoch target (one
+// that reaches account() after the target is met drops its step, so the
+// average can miss up to 3/4 of the last step of 50), so the average models
+// agree to a tolerance: within 10 % of the distance they travelled from the
+// initial model (measured: 0 when every threads worker took the last step,
+// 1.6 % when one did not), and the accuracy within 2 pp.
+TEST(MpiGossip, DpsgdMatchesTheThreadsRuntime) {
+  for (int round = 0; round < 3; ++round) {
+    Fixture f("vs_threads", 4, {{"train.epochs", "2"}, {"optim.lr", "0.05"}});
+    const std::optional<RunResult> r = f.run();
+    if (world_rank() != 0) continue;
+    Config tc = f.config;
+    tc.train.runtime = "threads";
+    Job j = f.job();
+    j.config = &tc;
+    Recorder rec(testing::fresh_dir("mpi_gossip_threads"));
+    const RunResult t = GossipThreadsRuntime().run(j, &rec, nullptr);
+    rec.finish();
+    const double travelled = distance(r->params, j.initial_params);
+    std::printf(
+        "mpi vs threads: distance of the average models %.3g of %.3g travelled, test_acc "
+        "%.4f vs %.4f\n",
+        distance(r->params, t.params), travelled, r->last.test_acc, t.last.test_acc);
+    EXPECT_LE(distance(r->params, t.params), 0.10 * travelled);
+    EXPECT_NEAR(r->last.test_acc, t.last.test_acc, 0.02);
+    EXPECT_GT(r->last.test_acc, 0.5);
+  }
+}
+
+// Every policy and topology on an odd rank count, with a time budget,
+// evaluations, and a global average.
+TEST(MpiGossip, EveryPolicyAndTopologyRunsOnThreeRanks) {
+  for (const std::string policy : {"dpsgd", "sgp", "pdsgdm:3"}) {
+    for (const std::string& topo : topology_names()) {
+      SCOPED_TRACE(policy + " on " + topo);
+      Fixture f("odd", 3,
+                {{"policy.name", policy},
+                 {"gossip.topology", topo},
+                 {"train.epochs", "0"},
+                 {"train.budget", "0.3"},
+                 {"train.eval_every", "0.1"},
+                 {"gossip.global_every", policy == "sgp" ? "5" : "0"}});
+      const std::optional<RunResult> r = f.run();
+      if (world_rank() == 3) {
+        EXPECT_FALSE(r.has_value());
+        continue;
+      }
+      if (world_rank() != 0) {
+        EXPECT_FALSE(r->primary);
+        continue;
+      }
+      EXPECT_TRUE(r->stopped.empty()) << r->stopped;
+      EXPECT_NEAR(r->train_s, 0.3, 1e-9);
+      EXPECT_GT(r->gradients, 3);
+      ASSERT_EQ(r->worker_pushes.size(), 3u);
+      EXPECT_EQ(r->worker_pushes[0] * 3, r->gradients) << "every rank takes every step";
+      EXPECT_TRUE(r->gossip.on);
+      if (policy == "sgp") {
+        EXPECT_GT(r->gossip.global_averages, 0);
+      }
+      EXPECT_TRUE(std::isfinite(r->last.consensus));
+      EXPECT_GT(r->last.test_acc, 0.3);
+      const auto rows = read_metrics_csv(f.dir + "/metrics.csv");
+      EXPECT_GE(rows.size(), 3u);
+    }
+  }
+}
+
+TEST(MpiGossip, ABadLaunchIsTheSameInputErrorOnEveryRank) {
+  {
+    Fixture f("bad_workers", 4, {{"train.workers", "5"}});
+    try {
+      f.run();
+      ADD_FAILURE() << "no error on rank " << world_rank();
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("train.workers = 5: under the mpi runtime"),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("expected train.workers = 4"), std::string::npos);
+    }
+  }
+  {
+    Fixture f("bad_adpsgd", 4);
+    f.config.policy.kind = "adpsgd";  // the config refuses it on mpi; the runtime too
+    EXPECT_THROW(f.run(), InputError);
+  }
+}
+
+// A diverging run stops at an evaluation on every rank with the run
+// layer's line (the CLI exits 3 on it).
+TEST(MpiGossip, ADivergingRunStopsOnEveryRank) {
+  Fixture f("diverge", 4,
+            {{"train.epochs", "0"},
+             {"train.budget", "2"},
+             {"train.eval_every", "0.1"},
+             {"train.max_nonfinite", "1000000000"},
+             {"optim.lr", "1e30"}});
+  const std::optional<RunResult> r = f.run();
+  EXPECT_NE(r->stopped.find("training diverged"), std::string::npos)
+      << "rank " << world_rank() << ": '" << r->stopped << "'";
+  if (world_rank() == 0) {
+    EXPECT_LT(r->train_s, 2.0);
+  }
+}
+
+// A rank slower than mpi.timeout: every rank stops with MpiError naming
+// what it waited for instead of hanging. (Last: it leaves the run's
+// collectives behind on its own communicator.)
+TEST(MpiGossip, ZzATimeoutNamesTheWaitOnEveryRank) {
+  Fixture f("timeout", 4,
+            {{"mpi.timeout", "0.5"},
+             {"stragglers.fraction", "0.25"},  // rank 0
+             {"stragglers.delay", "lognormal"},
+             {"stragglers.scale", "2"},
+             {"stragglers.sigma", "0"}});
+  try {
+    f.run();
+    ADD_FAILURE() << "no timeout on rank " << world_rank();
+  } catch (const mpi::MpiError& e) {
+    EXPECT_NE(std::string(e.what()).find("timed out after 0.5 s on worker"), std::string::npos)
+        << e.what();
+  }
+}
+
+// Runs with every rank at once: a rank that left a test early would pair
+// its next collective with another test's; abort instead.
+class LockStep : public ::testing::EmptyTestEventListener {
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    const std::string name = std::string(info.test_suite_name()) + "." + info.name();
+    const long long mine = static_cast<long long>(std::hash<std::string>()(name) & 0x7fffffffffff);
+    long long lo = 0, hi = 0;
+    MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    MPI_Iallreduce(&mine, &lo, 1, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD, &r[0]);
+    MPI_Iallreduce(&mine, &hi, 1, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, &r[1]);
+    try {
+      mpi::wait_all(r, 120, [&] { return "after " + name + ": the ranks are out of step"; });
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: %s\n", world_rank(), e.what());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (lo != hi) MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+};
+
+class FailurePrinter : public ::testing::EmptyTestEventListener {
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (!r.failed()) return;
+    std::fprintf(stderr, "rank %d: %s:%d: %s\n", world_rank(), r.file_name() ? r.file_name() : "?",
+                 r.line_number(), r.summary());
+  }
+};
+
+}  // namespace
+}  // namespace hsgd
+
+int main(int argc, char** argv) {
+  hsgd::mpi::Session session(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  if (session.rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new hsgd::FailurePrinter);
+  }
+  ::testing::UnitTest::GetInstance()->listeners().Append(new hsgd::LockStep);
+  int rc = RUN_ALL_TESTS();
+  int worst = 0;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return worst;
+}
