@@ -119,7 +119,18 @@ class Primary {
       clock_.start(0, /*paused=*/true);
       last_acc = evaluate(0).test_acc;
     }
-    clock_.start(start_s);  // training time starts after the first evaluation
+    // A resumed run whose evaluation or checkpoint falls at the cut's time
+    // (the final cut is taken before the closing row, so a run resumed
+    // from it with a longer budget owes the row at that time): the clock
+    // stands still until the first gate cut, which every worker reaches at
+    // once (each re-sends the request it was blocked in), so the row is at
+    // the cut's time exactly, as on threads and sim, and not at the time
+    // the workers' requests took to arrive.
+    const bool due_at_start = job_.resume && !stops_.stopped() &&
+                              (schedule_.eval_due(start_s) || schedule_.checkpoint_due(start_s));
+    // Training time starts after the first evaluation.
+    clock_.start(start_s, /*paused=*/due_at_start);
+    if (due_at_start) pausing_ = true;
     check(MPI_Startall(as_count(req_recv_.size()), req_recv_.data()), "MPI_Startall");
 
     double next_tick = start_s + 0.5;
