@@ -24,6 +24,7 @@
 #include "hsgd/runtime/gossip_threads.h"
 #include "hsgd/runtime/local_steps.h"
 #include "linear_job.h"
+#include "mpi_gtest.h"
 
 namespace hsgd {
 namespace {
@@ -329,48 +330,11 @@ TEST(MpiGossip, ZzATimeoutNamesTheWaitOnEveryRank) {
   }
 }
 
-// Runs with every rank at once: a rank that left a test early would pair
-// its next collective with another test's; abort instead.
-class LockStep : public ::testing::EmptyTestEventListener {
-  void OnTestEnd(const ::testing::TestInfo& info) override {
-    const std::string name = std::string(info.test_suite_name()) + "." + info.name();
-    const long long mine = static_cast<long long>(std::hash<std::string>()(name) & 0x7fffffffffff);
-    long long lo = 0, hi = 0;
-    MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-    MPI_Iallreduce(&mine, &lo, 1, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD, &r[0]);
-    MPI_Iallreduce(&mine, &hi, 1, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, &r[1]);
-    try {
-      mpi::wait_all(r, 120, [&] { return "after " + name + ": the ranks are out of step"; });
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "rank %d: %s\n", world_rank(), e.what());
-      MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    if (lo != hi) MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-};
-
-class FailurePrinter : public ::testing::EmptyTestEventListener {
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (!r.failed()) return;
-    std::fprintf(stderr, "rank %d: %s:%d: %s\n", world_rank(), r.file_name() ? r.file_name() : "?",
-                 r.line_number(), r.summary());
-  }
-};
-
 }  // namespace
 }  // namespace hsgd
 
 int main(int argc, char** argv) {
   hsgd::mpi::Session session(&argc, &argv);
   ::testing::InitGoogleTest(&argc, argv);
-  if (session.rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new hsgd::FailurePrinter);
-  }
-  ::testing::UnitTest::GetInstance()->listeners().Append(new hsgd::LockStep);
-  int rc = RUN_ALL_TESTS();
-  int worst = 0;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return worst;
+  return hsgd::mpi_gtest::run_all_tests();
 }

@@ -27,6 +27,7 @@
 #include "hsgd/runtime/sim_fabric.h"
 #include "hsgd/runtime/threads_runtime.h"
 #include "linear_job.h"
+#include "mpi_gtest.h"
 
 namespace hsgd {
 namespace {
@@ -636,40 +637,6 @@ TEST(MpiTransport, AnUpdateDuringASendDoesNotChangeWhatIsSent) {
   }
 }
 
-// After each test every rank checks that all ranks finished the same test:
-// a rank that left a test early (an exception) would otherwise pair its
-// next collective with another test's and hang. Aborts the launch instead.
-class LockStep : public ::testing::EmptyTestEventListener {
-  void OnTestEnd(const ::testing::TestInfo& info) override {
-    const std::string name = std::string(info.test_suite_name()) + "." + info.name();
-    const long long mine = static_cast<long long>(std::hash<std::string>()(name) & 0x7fffffffffff);
-    long long lo[1] = {0}, hi[1] = {0};
-    MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-    MPI_Iallreduce(&mine, lo, 1, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD, &r[0]);
-    MPI_Iallreduce(&mine, hi, 1, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD, &r[1]);
-    try {
-      mpi::wait_all(r, 120, [&] { return "after " + name + ": the ranks are out of step"; });
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "rank %d: %s\n", world_rank(), e.what());
-      MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    if (lo[0] != hi[0]) {
-      std::fprintf(stderr, "rank %d: after %s the ranks are in different tests\n", world_rank(),
-                   name.c_str());
-      MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-  }
-};
-
-// On ranks other than 0 (whose progress output is off): their failures.
-class FailurePrinter : public ::testing::EmptyTestEventListener {
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (!r.failed()) return;
-    std::fprintf(stderr, "rank %d: %s:%d: %s\n", world_rank(), r.file_name() ? r.file_name() : "?",
-                 r.line_number(), r.summary());
-  }
-};
-
 }  // namespace
 }  // namespace hsgd
 
@@ -679,14 +646,5 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--servers=", 10) == 0) hsgd::g_servers = std::atoi(argv[i] + 10);
   }
-  if (session.rank() != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new hsgd::FailurePrinter);
-  }
-  ::testing::UnitTest::GetInstance()->listeners().Append(new hsgd::LockStep);
-  int rc = RUN_ALL_TESTS();
-  int worst = 0;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return worst;
+  return hsgd::mpi_gtest::run_all_tests();
 }

@@ -226,13 +226,7 @@ class GossipRank {
       }
       if (rank_ == 0 && a.time - last_status >= 0.5) {
         last_status = a.time;
-        Status st;
-        st.time_s = a.time;
-        st.updates = counts_.steps;
-        st.samples = counts_.samples;
-        st.k = 1;
-        st.test_acc = last_acc_;
-        st.train_loss = std::nan("");
+        const Status st = gossip_status(counts_, a.time, last_acc_, job_.train->size());
         observer_->on_status(st);
       }
     }

@@ -79,4 +79,16 @@ GossipResult gossip_result(const Config& c, const Topology& topo, const GossipCo
   return out;
 }
 
+Status gossip_status(const GossipCounts& counts, double t, double test_acc, int64_t train_size) {
+  Status st;
+  st.time_s = t;
+  st.updates = counts.steps;
+  st.samples = counts.samples;
+  st.k = 1;
+  st.test_acc = test_acc;
+  st.train_loss = std::nan("");
+  st.epochs = static_cast<double>(counts.samples) / static_cast<double>(train_size);
+  return st;
+}
+
 }  // namespace hsgd

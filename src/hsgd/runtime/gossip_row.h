@@ -43,6 +43,10 @@ MetricsRow gossip_row(const Config& c, const GossipModels::Consensus& cs, Model&
                       const Dataset& test, int64_t train_size, double t, GossipCounts& counts,
                       double idle_frac);
 
+// A status line at training time t: the counts, k = 1, the last
+// evaluation's accuracy, no training loss.
+Status gossip_status(const GossipCounts& counts, double t, double test_acc, int64_t train_size);
+
 // summary.json "gossip": `sent`/`received` bytes per worker, `steps` each
 // worker's local steps.
 GossipResult gossip_result(const Config& c, const Topology& topo, const GossipCounts& counts,

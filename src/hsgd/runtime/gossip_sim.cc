@@ -151,14 +151,7 @@ class GossipRun {
       }
       if ((++processed & 1023) == 0 && since(last_status) > 0.5) {
         last_status = SteadyClock::now();
-        Status st;
-        st.time_s = ev.time;
-        st.updates = counts_.steps;
-        st.samples = counts_.samples;
-        st.k = 1;
-        st.test_acc = last_acc_;
-        st.train_loss = std::nan("");
-        st.epochs = static_cast<double>(counts_.samples) / static_cast<double>(job_.train->size());
+        const Status st = gossip_status(counts_, ev.time, last_acc_, job_.train->size());
         observer_->on_status(st);
       }
     }
