@@ -9,8 +9,10 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "hsgd/core/stop.h"
@@ -66,33 +68,54 @@ MetricsRow row(double t, double loss) {
   return r;
 }
 
-TEST(WorkerCrew, EvaluatesOnTheScheduleWithEveryWorkerPausedAndEndsAtTheBudget) {
-  const Config c = config(0.6, 0.2);
-  const TrainSchedule schedule(c, 100, /*checkpoints=*/false);
-  RunStops stops(c);
+// One run's parts: the config's schedule and stops, a clock, a recorder in
+// a fresh directory, a crew with the worker loop above, and hooks whose
+// evaluation records a row of test loss `loss(t)`.
+struct Rig {
+  Rig(const std::string& name, Config config)
+      : c(std::move(config)),
+        schedule(c, 100, /*checkpoints=*/false),
+        stops(c),
+        recorder(fresh_dir(name)) {
+    hooks.evaluate = [this](double t) {
+      const MetricsRow r = row(t, loss(t));
+      crew.record(r, params, &recorder, &observer, stops);
+      return r;
+    };
+    hooks.progress = [](Status*) {};
+    hooks.work = [this](int) { steps.work(); };
+  }
+  WorkerCrew::End run(int workers) {
+    return crew.run(workers, clock, schedule, stops, &observer, hooks);
+  }
+  Config c;
+  TrainSchedule schedule;
+  RunStops stops;
   TrainClock clock;
-  Recorder recorder(fresh_dir("schedule"));
+  Recorder recorder;
   Observer observer;
   WorkerCrew crew;
   Steps steps{crew};
+  std::vector<float> params = std::vector<float>(4, 1.0f);
+  std::function<double(double)> loss = [](double) { return 1.0; };
+  WorkerCrew::Hooks hooks;
+};
+
+TEST(WorkerCrew, EvaluatesOnTheScheduleWithEveryWorkerPausedAndEndsAtTheBudget) {
+  Rig g("schedule", config(0.6, 0.2));
   std::vector<double> times;
   std::vector<int> inside_at_eval;
-  std::vector<float> params(4, 1.0f);
-  WorkerCrew::Hooks hooks;
-  hooks.evaluate = [&](double t) {
+  const auto evaluate = g.hooks.evaluate;
+  g.hooks.evaluate = [&](double t) {
     times.push_back(t);
-    inside_at_eval.push_back(steps.inside.load());
-    const MetricsRow r = row(t, 1.0);
-    crew.record(r, params, &recorder, &observer, stops);
-    return r;
+    inside_at_eval.push_back(g.steps.inside.load());
+    return evaluate(t);
   };
-  hooks.progress = [&](Status* st) { st->updates = steps.steps.load(); };
-  hooks.work = [&](int) { steps.work(); };
-  const WorkerCrew::End end = crew.run(3, clock, schedule, stops, &observer, hooks);
+  const WorkerCrew::End end = g.run(3);
   EXPECT_FALSE(end.at_row);
-  EXPECT_DOUBLE_EQ(end.train_s, 0.6);  // clamped to the budget
-  EXPECT_EQ(steps.running.load(), 0);  // every worker joined
-  EXPECT_GT(steps.steps.load(), 0);
+  EXPECT_DOUBLE_EQ(end.train_s, 0.6);    // clamped to the budget
+  EXPECT_EQ(g.steps.running.load(), 0);  // every worker joined
+  EXPECT_GT(g.steps.steps.load(), 0);
   // The first row at 0, then one at each multiple of eval_every before the
   // budget (the closing row is the runtime's), each with nobody inside.
   ASSERT_EQ(times.size(), 3u);
@@ -102,135 +125,76 @@ TEST(WorkerCrew, EvaluatesOnTheScheduleWithEveryWorkerPausedAndEndsAtTheBudget) 
   EXPECT_GE(times[2], 0.4);
   EXPECT_LT(times[2], 0.6);
   for (int n : inside_at_eval) EXPECT_EQ(n, 0);
-  EXPECT_EQ(recorder.rows().size(), 3u);
+  EXPECT_EQ(g.recorder.rows().size(), 3u);
 }
 
 TEST(WorkerCrew, AnInitialModelThatDivergesIsTheLastRowAndNoWorkerStarts) {
-  const Config c = config(5.0, 0.1);
-  const TrainSchedule schedule(c, 100, /*checkpoints=*/false);
-  RunStops stops(c);
-  TrainClock clock;
-  Recorder recorder(fresh_dir("diverged"));
-  Observer observer;
-  WorkerCrew crew;
+  Rig g("diverged", config(5.0, 0.1));
+  g.loss = [](double) { return std::nan(""); };  // a non-finite test loss
   std::atomic<int> started{0};
-  std::vector<float> params(4, 1.0f);
-  WorkerCrew::Hooks hooks;
-  hooks.evaluate = [&](double t) {
-    const MetricsRow r = row(t, std::nan(""));  // a non-finite test loss
-    crew.record(r, params, &recorder, &observer, stops);
-    return r;
-  };
-  hooks.progress = [](Status*) {};
-  hooks.work = [&](int) { started.fetch_add(1); };
-  const WorkerCrew::End end = crew.run(4, clock, schedule, stops, &observer, hooks);
+  g.hooks.work = [&](int) { started.fetch_add(1); };
+  const WorkerCrew::End end = g.run(4);
   EXPECT_TRUE(end.at_row);
-  EXPECT_TRUE(stops.stopped());
+  EXPECT_TRUE(g.stops.stopped());
   EXPECT_EQ(started.load(), 0);
   EXPECT_LT(end.train_s, 0.01);  // the clock started and stopped at once
-  EXPECT_EQ(recorder.rows().size(), 1u);
+  EXPECT_EQ(g.recorder.rows().size(), 1u);
 }
 
 TEST(WorkerCrew, AWorkersErrorStopsTheOthersAndIsRethrownAfterTheyAreJoined) {
-  const Config c = config(30.0, 10.0);
-  const TrainSchedule schedule(c, 100, /*checkpoints=*/false);
-  RunStops stops(c);
-  TrainClock clock;
-  Recorder recorder(fresh_dir("error"));
-  Observer observer;
-  WorkerCrew crew;
-  Steps steps{crew};
-  std::vector<float> params(4, 1.0f);
-  WorkerCrew::Hooks hooks;
-  hooks.evaluate = [&](double t) {
-    const MetricsRow r = row(t, 1.0);
-    crew.record(r, params, &recorder, &observer, stops);
-    return r;
-  };
-  hooks.progress = [](Status*) {};
-  hooks.work = [&](int w) {
+  Rig g("error", config(30.0, 10.0));
+  g.hooks.work = [&](int w) {
     if (w == 1) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       throw std::runtime_error("worker 1 failed");
     }
-    steps.work();
+    g.steps.work();
   };
   const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_THROW(
-      {
-        try {
-          crew.run(3, clock, schedule, stops, &observer, hooks);
-        } catch (const std::runtime_error& e) {
-          EXPECT_STREQ(e.what(), "worker 1 failed");
-          EXPECT_EQ(steps.running.load(), 0);  // joined before the rethrow
-          throw;
-        }
-      },
-      std::runtime_error);
+  try {
+    g.run(3);
+    ADD_FAILURE() << "expected the worker's error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "worker 1 failed");
+    EXPECT_EQ(g.steps.running.load(), 0);  // joined before the rethrow
+  }
   // Not at the budget (30 s): the error ended the run.
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 10.0);
 }
 
 TEST(WorkerCrew, AnEvaluationThatThrowsJoinsTheWorkersBeforeTheErrorLeaves) {
-  const Config c = config(30.0, 0.05);
-  const TrainSchedule schedule(c, 100, /*checkpoints=*/false);
-  RunStops stops(c);
-  TrainClock clock;
-  Recorder recorder(fresh_dir("eval_error"));
-  Observer observer;
-  WorkerCrew crew;
-  Steps steps{crew};
-  std::vector<float> params(4, 1.0f);
+  Rig g("eval_error", config(30.0, 0.05));
   int evaluations = 0;
-  WorkerCrew::Hooks hooks;
-  hooks.evaluate = [&](double t) {
+  const auto evaluate = g.hooks.evaluate;
+  g.hooks.evaluate = [&](double t) {
     if (++evaluations == 2) throw std::runtime_error("evaluation failed");
-    const MetricsRow r = row(t, 1.0);
-    crew.record(r, params, &recorder, &observer, stops);
-    return r;
+    return evaluate(t);
   };
-  hooks.progress = [](Status*) {};
-  hooks.work = [&](int) { steps.work(); };
   try {
-    crew.run(2, clock, schedule, stops, &observer, hooks);
+    g.run(2);
     ADD_FAILURE() << "expected the evaluation's error";
   } catch (const std::runtime_error& e) {
     EXPECT_STREQ(e.what(), "evaluation failed");
     // The workers use state the runtime unwinds next: none may still run.
-    EXPECT_EQ(steps.running.load(), 0);
+    EXPECT_EQ(g.steps.running.load(), 0);
   }
 }
 
 TEST(WorkerCrew, AFrontEndsStopRequestEndsTheRunLikeItsBudget) {
-  Config c = config(30.0, 10.0);
   StopRequest request;
+  Config c = config(30.0, 10.0);
   c.stop = &request;
-  const TrainSchedule schedule(c, 100, /*checkpoints=*/false);
-  RunStops stops(c);
-  TrainClock clock;
-  Recorder recorder(fresh_dir("request"));
-  Observer observer;
-  WorkerCrew crew;
-  Steps steps{crew};
-  std::vector<float> params(4, 1.0f);
-  WorkerCrew::Hooks hooks;
-  hooks.evaluate = [&](double t) {
-    const MetricsRow r = row(t, 1.0);
-    crew.record(r, params, &recorder, &observer, stops);
-    return r;
-  };
-  hooks.progress = [](Status*) {};
-  hooks.work = [&](int) { steps.work(); };
+  Rig g("request", c);
   std::thread asker([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     request.request("Ctrl-C");
   });
-  const WorkerCrew::End end = crew.run(2, clock, schedule, stops, &observer, hooks);
+  const WorkerCrew::End end = g.run(2);
   asker.join();
   EXPECT_FALSE(end.at_row);
   EXPECT_LT(end.train_s, 5.0);
-  EXPECT_EQ(steps.running.load(), 0);
-  EXPECT_TRUE(StopRequest::is_request(stops.reason()));
+  EXPECT_EQ(g.steps.running.load(), 0);
+  EXPECT_TRUE(StopRequest::is_request(g.stops.reason()));
 }
 
 }  // namespace
