@@ -742,18 +742,12 @@ std::vector<std::pair<std::string, std::string>> GossipSimRuntime::resolve(const
 }
 
 RunResult GossipSimRuntime::run(const Job& job, Recorder* recorder, Observer* observer) {
-  const Config& c = *job.config;
   check_job(job);
   Observer quiet;
   if (!observer) observer = &quiet;
   std::vector<std::pair<std::string, std::string>> resolved = resolve(job);
   std::optional<Config> with_costs;
-  Job j = job;
-  if (!resolved.empty()) {
-    with_costs = c;
-    with_costs->sim.compute_time = std::stod(resolved[0].second);
-    j.config = &*with_costs;
-  }
+  const Job j = with_resolved_costs(job, resolved, &with_costs);
   RunResult r = GossipRun(j, recorder, observer).run();
   r.resolved = std::move(resolved);
   return r;

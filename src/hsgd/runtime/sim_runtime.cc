@@ -902,25 +902,36 @@ std::vector<std::pair<std::string, std::string>> SimRuntime::resolve(const Job& 
   return out;
 }
 
+Job with_resolved_costs(const Job& job,
+                        const std::vector<std::pair<std::string, std::string>>& resolved,
+                        std::optional<Config>* config) {
+  if (resolved.empty()) return job;
+  *config = *job.config;
+  for (const auto& [k, v] : resolved) {
+    const double x = std::stod(v);
+    if (k == "sim.compute_time") {
+      (*config)->sim.compute_time = x;
+    } else if (k == "sim.server_ns_per_param") {
+      (*config)->sim.server_ns_per_param = x;
+    } else if (k == "compress.sim_ns_per_param") {
+      (*config)->compress.sim_ns_per_param = x;
+    } else {
+      HSGD_ASSERT(false, "a resolved cost the simulators do not know");
+    }
+  }
+  Job j = job;
+  j.config = &**config;
+  return j;
+}
+
 RunResult SimRuntime::run(const Job& job, Recorder* recorder, Observer* observer) {
-  const Config& c = *job.config;
   check_job(job);
   Observer quiet;
   if (!observer) observer = &quiet;
   // Costs not resolved by the caller are measured here and reported back.
   std::vector<std::pair<std::string, std::string>> resolved = resolve(job);
   std::optional<Config> with_costs;
-  Job j = job;
-  if (!resolved.empty()) {
-    with_costs = c;
-    for (const auto& [k, v] : resolved) {
-      const double x = std::stod(v);
-      if (k == "sim.compute_time") with_costs->sim.compute_time = x;
-      if (k == "sim.server_ns_per_param") with_costs->sim.server_ns_per_param = x;
-      if (k == "compress.sim_ns_per_param") with_costs->compress.sim_ns_per_param = x;
-    }
-    j.config = &*with_costs;
-  }
+  const Job j = with_resolved_costs(job, resolved, &with_costs);
   RunResult r = SimRun(j, recorder, observer).run();
   r.resolved = std::move(resolved);
   return r;

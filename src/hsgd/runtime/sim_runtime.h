@@ -16,6 +16,11 @@
 // server_ns_per_param = -1) are measured once and returned in
 // RunResult::resolved, so the written config.toml reproduces the run.
 #pragma once
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "hsgd/runtime/runtime.h"
 
 namespace hsgd {
@@ -32,6 +37,14 @@ class SimRuntime final : public Runtime {
   // train.workers required).
   RunResult run(const Job& job, Recorder* recorder, Observer* observer) override;
 };
+
+// `job` with the costs a simulator's resolve() measured (sim.compute_time,
+// sim.server_ns_per_param, compress.sim_ns_per_param) set in a copy of its
+// config, held by `config`, which must outlive the returned job. Both
+// simulators (this one and gossip_sim.h) run on what it returns.
+Job with_resolved_costs(const Job& job,
+                        const std::vector<std::pair<std::string, std::string>>& resolved,
+                        std::optional<Config>* config);
 
 // Median real seconds of one gradient of `model` on batches of `batch` from
 // `data` (after a warm-up).
