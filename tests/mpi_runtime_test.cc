@@ -371,6 +371,38 @@ TEST(MpiRuntime, APushWithANaNInItsLastChunkLeavesTheParametersUntouched) {
   }
 }
 
+// Issue 30: the server's update overlaps its sends: a step is run chunk by
+// chunk (mpi.chunk floats) and each chunk goes to the pulling workers as
+// soon as it is final, while the next is computed. Sync on 2 workers (a
+// mean of two pushes: the same bits in either order) with momentum, in
+// chunks of 7 floats and in one message a slice: the same updates, and the
+// same final parameters bit for bit. A chunk sent before its step was done
+// would give a worker stale values and another trajectory.
+TEST(MpiRuntime, AnUpdateSentChunkByChunkGivesTheParametersOfOneSentWhole) {
+  const int servers = world_size() - 2;
+  std::vector<RunResult> runs;
+  for (const char* chunk : {"7", "1073741824"}) {
+    SCOPED_TRACE(std::string("mpi.chunk = ") + chunk);
+    Fixture f(std::string("chunked_") + chunk,
+              {{"train.epochs", "2"},
+               {"policy.name", "sync"},
+               {"optim.kind", "momentum"},
+               {"optim.momentum", "0.9"},
+               {"mpi.chunk", chunk}},
+              servers);
+    ASSERT_GT(f.job().initial_params.size(), 7u * 3 * static_cast<size_t>(servers))
+        << "several chunks a shard";
+    runs.push_back(f.run());
+  }
+  if (world_rank() != 0) return;
+  ASSERT_GT(runs[0].gradients, 0);
+  EXPECT_EQ(runs[0].gradients, runs[1].gradients);
+  ASSERT_EQ(runs[0].params.size(), runs[1].params.size());
+  EXPECT_EQ(std::memcmp(runs[0].params.data(), runs[1].params.data(),
+                        runs[0].params.size() * sizeof(float)),
+            0);
+}
+
 // Issue 25, defect 11 on mpi: bytes_pushed counts a push when the server
 // takes it, not when a worker sends it: the pushes that come after the end
 // of training (one per async worker, computing when the budget passes) are

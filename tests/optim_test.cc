@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <span>
 
 #include "hsgd/core/error.h"
 #include "hsgd/optim/optimizer.h"
@@ -182,6 +184,42 @@ TEST(Optimizer, VectorizedAdamAndAdagradAreBitwiseTheScalarFormula) {
       ASSERT_EQ(std::bit_cast<uint32_t>(wg[i]), std::bit_cast<uint32_t>(rg[i]))
           << "adagrad, step " << t << ", element " << i << ": " << wg[i] << " vs " << rg[i];
     }
+  }
+}
+
+// Issue 30: the mpi server runs a step in parts (chunks of mpi.chunk
+// floats) to send each part as it becomes final. Parts of odd sizes (not
+// multiples of any vector width), taken front to back, give the bits of the
+// whole step, for every optimizer, over steps whose state carries on.
+TEST(Optimizer, AStepInPartsIsBitwiseTheWholeStep) {
+  const KernelInputs in;
+  const size_t n = in.n;
+  const std::vector<OptimizerOptions> kinds = {
+      {.kind = "sgd", .weight_decay = 0.01},
+      {.kind = "momentum", .momentum = 0.9, .weight_decay = 0.01},
+      {.kind = "nesterov", .momentum = 0.9},
+      {.kind = "adam", .weight_decay = 0.01},
+      {.kind = "adagrad", .weight_decay = 0.01}};
+  for (const OptimizerOptions& o : kinds) {
+    SCOPED_TRACE(o.kind);
+    auto whole = make_optimizer(o, n);
+    auto parts = make_optimizer(o, n);
+    std::vector<float> ww = in.w0, wp = in.w0;
+    for (int t = 0; t < 3; ++t) {
+      const double lr = 0.01 * (t + 1);
+      whole->step(ww, in.grads[t], lr);
+      parts->begin_step(lr);
+      for (size_t b = 0, len = 1; b < n; b += len, len = len * 3 + 2) {
+        const size_t m = std::min(len, n - b);
+        parts->step_part(std::span<float>(wp).subspan(b, m),
+                         std::span<const float>(in.grads[t]).subspan(b, m), b);
+      }
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(ww[i]), std::bit_cast<uint32_t>(wp[i]))
+            << "step " << t << ", element " << i << ": " << ww[i] << " vs " << wp[i];
+      }
+    }
+    EXPECT_EQ(whole->save_state(), parts->save_state());
   }
 }
 

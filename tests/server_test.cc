@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <deque>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -740,6 +743,76 @@ TEST(Server, FinitenessCheckOfLongPushes) {
   const Decision d = server.on_push(0, server.version(), g, 1, 0.0, 0.0);
   EXPECT_TRUE(d.applied);
   EXPECT_EQ(server.consecutive_nonfinite(), 0);
+}
+
+// Issue 30: deferred updates (the mpi server's step overlapped with its
+// sends). The same script of events on a server that runs each step in the
+// event and on one that leaves it pending and runs it in parts (or not at
+// all, letting the next event finish it) gives the same decisions, the
+// same version at once, and the same parameters bit for bit once the step
+// is done; until then the parameters are the old ones. Sync (the buffer's
+// mean, zeroed after the step), async (the push taken straight), momentum
+// and Adam, and DC-ASGD (a pull copies the parameters: it finishes the
+// step first).
+TEST(Server, DeferredUpdatesInPartsEqualTheStepRunInTheEvent) {
+  struct Case {
+    const char* policy;
+    const char* optimizer;
+    bool dcasgd;
+  };
+  for (const Case& cs : {Case{"async", "momentum", false}, Case{"sync", "adam", false},
+                         Case{"kasync", "momentum", false}, Case{"async", "sgd", true}}) {
+    SCOPED_TRACE(std::string(cs.policy) + " " + cs.optimizer + (cs.dcasgd ? " dc-asgd" : ""));
+    const size_t n = 37;
+    ServerOptions so;
+    so.staleness.dc_asgd = cs.dcasgd;
+    const OptimizerOptions oo{.kind = cs.optimizer, .momentum = 0.9};
+    Rig now(3, kind(cs.policy, 2), 0.05, n, Aggregation::kMean, so, oo);
+    Rig later(3, kind(cs.policy, 2), 0.05, n, Aggregation::kMean, so, oo);
+    later.server->set_deferred_updates(true);
+    int deferred = 0;
+    std::vector<uint64_t> pulled(3, 0);
+    std::deque<std::vector<float>> grads;
+    for (int e = 0; e < 30; ++e) {
+      const int w = (e * 7) % 3;
+      if (now.server->is_waiting(w)) continue;
+      // A pending step reads the push it takes straight: it must outlive it.
+      std::vector<float>& g = grads.emplace_back(n);
+      for (size_t i = 0; i < n; ++i) g[i] = std::sin(0.3f * static_cast<float>(i + 5 * e));
+      const std::vector<float> before = now.params;
+      const uint64_t v = pulled[static_cast<size_t>(w)];
+      const Decision a = now.server->on_push(w, v, g, 1, 0.5, 0.0);
+      const Decision b = later.server->on_push(w, v, g, 1, 0.5, 0.0);
+      ASSERT_EQ(a.applied, b.applied);
+      ASSERT_EQ(a.version, b.version);
+      ASSERT_EQ(a.caller_waits, b.caller_waits);
+      ASSERT_EQ(a.released, b.released);
+      if (b.applied && later.server->update_done() < n) {
+        ++deferred;
+        EXPECT_EQ(later.params, before) << "a deferred step wrote before update_to";
+        if (e % 3 != 0) {  // in parts; every third left to the next event
+          for (size_t end = 5; later.server->update_done() < n; end += 11) {
+            later.server->update_to(end);
+          }
+        }
+      }
+      for (int p : a.released) {
+        pulled[static_cast<size_t>(p)] = now.server->on_pull(p).version;
+        later.server->on_pull(p);
+      }
+      if (!a.caller_waits) {
+        pulled[static_cast<size_t>(w)] = now.server->on_pull(w).version;
+        later.server->on_pull(w);
+      }
+      if (e % 3 == 0 && e + 1 < 30) continue;  // the next push finishes the step
+      later.server->finish_update();
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(now.params[i]), std::bit_cast<uint32_t>(later.params[i]))
+            << "event " << e << ", parameter " << i;
+      }
+    }
+    if (!cs.dcasgd) EXPECT_GT(deferred, 5) << "the steps were deferred";
+  }
 }
 
 }  // namespace

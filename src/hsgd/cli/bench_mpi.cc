@@ -89,13 +89,15 @@ RunResult run(const Job& job, MPI_Comm comm, int rank) {
   return r;
 }
 
+// `chunk`: mpi.chunk, or 0 for its default.
 Config config(const std::string& runtime, int workers, double seconds,
-              const std::string& compress = "none") {
+              const std::string& compress = "none", int64_t chunk = 0) {
   std::vector<Override> o = {
       {"train.runtime", runtime},      {"train.workers", std::to_string(workers)},
       {"train.batch", "64"},           {"train.budget", fmt::format("{}", seconds)},
       {"train.eval_every", "1000000"}, {"train.eval_samples", "256"},
       {"policy.name", "async"},        {"mpi.timeout", "120"}};
+  if (chunk > 0) o.push_back({"mpi.chunk", std::to_string(chunk)});
   if (compress != "none") {  // issue 14: both directions
     o.push_back({"compress.push", compress});
     o.push_back({"compress.pull", compress});
@@ -171,33 +173,47 @@ int bench_mpi(const BenchArgs& a) {
         "MPI_Recv of the same floats there and back; bandwidth = 2 x 4 bytes x params / round "
         "trip\ntransport: %s (Open MPI btl)\n\n",
         session.size(), transport().c_str());
-    std::printf("%-10s %14s %14s %14s %14s %8s\n", "params", "raw rt ms", "raw GB/s", "hsgd rt ms",
-                "hsgd GB/s", "ratio");
+    std::printf(
+        "hsgd: chunks of mpi.chunk = %lld floats (the default: the server's update overlaps its "
+        "sends); whole: one message a slice (mpi.chunk = 2^30), the update before the send\n\n",
+        static_cast<long long>(a.chunk > 0 ? a.chunk : Config{}.mpi.chunk));
+    std::printf("%-10s %10s %10s %12s %10s %12s %10s\n", "params", "raw rt ms", "raw GB/s",
+                "hsgd rt ms", "hsgd GB/s", "whole rt ms", "ratio");
   }
   for (const int64_t n : {int64_t{1} << 20, int64_t{10} << 20}) {
     const auto bytes = 2.0 * 4.0 * static_cast<double>(n);
-    std::vector<double> raw, ours, ratios;
+    std::vector<double> raw, ours, whole, ratios, whole_ratios;
     for (int round = 0; round < a.repeats; ++round) {
-      double raw_s = 0, ours_s = 0;
+      double raw_s = 0, ours_s = 0, whole_s = 0;
       if (pair != MPI_COMM_NULL) {
         raw_s = pingpong(pair, static_cast<size_t>(n), 10);
-        const Config c = config("mpi", 1, std::max(1.0, a.seconds / 2));
-        const RunResult r = run(null_job(c, n), pair, rank);
-        if (root) ours_s = r.train_s / static_cast<double>(r.gradients);
+        for (const bool chunked : {true, false}) {
+          const Config c =
+              config("mpi", 1, std::max(1.0, a.seconds / 2), "none", chunked ? a.chunk : 1 << 30);
+          const RunResult r = run(null_job(c, n), pair, rank);
+          if (root) (chunked ? ours_s : whole_s) = r.train_s / static_cast<double>(r.gradients);
+        }
       }
       quiet_barrier();
       raw.push_back(raw_s);
       ours.push_back(ours_s);
+      whole.push_back(whole_s);
       ratios.push_back(raw_s / ours_s);
+      whole_ratios.push_back(raw_s / whole_s);
     }
     if (root) {
-      std::printf("%-10lld %14.3f %14.2f %14.3f %14.2f %8.3f\n", static_cast<long long>(n),
-                  1e3 * median(raw), bytes / median(raw) / 1e9, 1e3 * median(ours),
-                  bytes / median(ours) / 1e9, median(ratios));
+      std::printf("%-10lld %10.3f %10.2f %12.3f %10.2f %12.3f %10.3f   (whole: %.3f)\n",
+                  static_cast<long long>(n), 1e3 * median(raw), bytes / median(raw) / 1e9,
+                  1e3 * median(ours), bytes / median(ours) / 1e9, 1e3 * median(whole),
+                  median(ratios), median(whole_ratios));
       std::fflush(stdout);
     }
   }
 
+  if (a.round_trip_only) {
+    if (pair != MPI_COMM_NULL) MPI_Comm_free(&pair);
+    return 0;
+  }
   // 1b. The same round trip at 10M parameters with both directions
   //     compressed (issue 14): bytes on the wire per push and per pull
   //     against the plain 4 bytes per parameter, and the round trip.

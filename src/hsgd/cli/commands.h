@@ -176,6 +176,8 @@ struct BenchArgs {
   double seconds = 3;            // per throughput measurement
   int repeats = 5;               // compute-only rounds (median reported)
   bool mpi = false;              // the mpi runtime's figures (under mpirun -np 3)
+  int64_t chunk = 0;             // --mpi: mpi.chunk of the chunked round trip (0: its default)
+  bool round_trip_only = false;  // --mpi: only the round trips (no compression, no LeNet-5)
   bool checkpoint = false;       // only the checkpoint write/resume figures
   bool compress = false;         // only the compressors' costs (issue 14)
   std::string model = "lenet5";  // the model of --compress

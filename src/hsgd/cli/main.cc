@@ -166,6 +166,12 @@ int main(int argc, char** argv) {
   bench->add_option("--repeats", ba.repeats, "rounds per compute-only figure (median)");
   bench->add_flag("--mpi", ba.mpi,
                   "the mpi runtime's figures instead; run as mpirun -np 3 hsgd bench --mpi");
+  bench
+      ->add_option("--chunk", ba.chunk,
+                   "with --mpi: mpi.chunk of the chunked round trip (default: mpi.chunk's)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  bench->add_flag("--round-trip", ba.round_trip_only,
+                  "with --mpi: only the push + pull round trips against raw MPI");
   bench->add_flag("--checkpoint", ba.checkpoint, "only the checkpoint write and resume figures");
   bench->add_flag("--compress", ba.compress,
                   "only the compressors' cost per gradient and bytes per push ([compress])");

@@ -15,15 +15,14 @@ ParamBuffers::ParamBuffers(std::vector<float> initial, MPI_Comm comm,
   bufs_[0] = std::move(initial);
   bufs_[1].assign(bufs_[0].size(), 0.0f);
   const int n = static_cast<int>(bufs_[0].size());
-  const std::vector<Chunk> chunks = chunks_of(bufs_[0].size(), chunk);
-  chunks_ = chunks.size();
+  chunks_ = chunks_of(bufs_[0].size(), chunk);
+  const size_t nc = chunks_.size();
   for (int b = 0; b < 2; ++b) {
-    sends_[b].assign(worker_ranks.size() * chunks_, MPI_REQUEST_NULL);
+    sends_[b].assign(worker_ranks.size() * nc, MPI_REQUEST_NULL);
     for (size_t w = 0; w < worker_ranks.size(); ++w) {
-      for (size_t c = 0; c < chunks_; ++c) {
-        check(MPI_Send_init(bufs_[b].data() + chunks[c].begin, static_cast<int>(chunks[c].size),
-                            MPI_FLOAT, worker_ranks[w], kTagParams, comm_,
-                            &sends_[b][w * chunks_ + c]),
+      for (size_t c = 0; c < nc; ++c) {
+        check(MPI_Send_init(bufs_[b].data() + chunks_[c].begin, static_cast<int>(chunks_[c].size),
+                            MPI_FLOAT, worker_ranks[w], kTagParams, comm_, &sends_[b][w * nc + c]),
               "MPI_Send_init");
       }
     }
@@ -81,6 +80,12 @@ bool ParamBuffers::prepare_write(int pusher) {
 }
 
 void ParamBuffers::send(int w) {
+  begin_send(w);
+  const std::span<MPI_Request> to = sends_to(live_, w);
+  check(MPI_Startall(static_cast<int>(to.size()), to.data()), "MPI_Startall");
+}
+
+void ParamBuffers::begin_send(int w) {
   const auto i = static_cast<size_t>(w);
   for (int b = 0; b < 2; ++b) {
     wait_all(sends_to(b, w), timeout_, [&] {
@@ -88,8 +93,10 @@ void ParamBuffers::send(int w) {
                          worker_ranks_[i]);
     });
   }
-  const std::span<MPI_Request> to = sends_to(live_, w);
-  check(MPI_Startall(static_cast<int>(to.size()), to.data()), "MPI_Startall");
+}
+
+void ParamBuffers::send_chunk(int w, size_t c) {
+  check(MPI_Start(&sends_to(live_, w)[c]), "MPI_Start");
 }
 
 void ParamBuffers::send_gather() {

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "hsgd/mpi/transport.h"
+
 namespace hsgd::mpi {
 
 class ParamBuffers {
@@ -51,6 +53,13 @@ class ParamBuffers {
   // Starts sending live() to worker w (after w's previous send completes:
   // it has, w received it before computing the push that led here).
   void send(int w);
+  // The same in two steps, for parameters that become final chunk by chunk
+  // (a pending update: mpi/shard_server.h): begin_send waits for w's
+  // previous send, then send_chunk starts chunk c of live() (chunks(), each
+  // once, any order).
+  void begin_send(int w);
+  void send_chunk(int w, size_t c);
+  const std::vector<Chunk>& chunks() const { return chunks_; }
   // Starts sending live() to the gather rank.
   void send_gather();
   // Waits for every send in flight, from both buffers.
@@ -67,7 +76,8 @@ class ParamBuffers {
   void wait_buffer(int b);
   // Worker w's chunk sends from buffer b.
   std::span<MPI_Request> sends_to(int b, int w) {
-    return std::span<MPI_Request>(sends_[b]).subspan(static_cast<size_t>(w) * chunks_, chunks_);
+    return std::span<MPI_Request>(sends_[b]).subspan(static_cast<size_t>(w) * chunks_.size(),
+                                                     chunks_.size());
   }
 
   MPI_Comm comm_;
@@ -78,7 +88,7 @@ class ParamBuffers {
   // Persistent sends per buffer: [b][w * chunks_ + c] chunk c to worker w,
   // and [b] to gather.
   std::array<std::vector<MPI_Request>, 2> sends_;
-  size_t chunks_ = 1;
+  std::vector<Chunk> chunks_;
   std::array<MPI_Request, 2> gather_{MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   int live_ = 0;
   int64_t moves_ = 0, in_place_ = 0;

@@ -232,7 +232,12 @@ class Primary {
             "mpi.timeout if this is slow, not stuck)",
             l_.timeout, who));
       }
-      backoff.idle();
+      // Nothing came: the pending update's next chunk (shard_server.h).
+      if (shard_.advance()) {
+        backoff.reset();
+      } else {
+        backoff.idle();
+      }
     }
     clock_.pause();
     if (!closed_) {  // every worker left before a cut could end training

@@ -25,7 +25,7 @@ void run_replica(const Job& job, const Layout& l, const std::vector<float>& init
   } free_recv{&recv};
   for (;;) {
     check(MPI_Start(&recv), "MPI_Start");
-    wait_one(&recv, l.timeout, [&] {
+    shard.wait_advancing(&recv, [&] {
       return fmt::format("on server shard {} waiting for the next event from rank 0", l.rank);
     });
     const Event e = ev;

@@ -44,6 +44,8 @@ ShardServer::ShardServer(const Job& job, const Layout& l, int shard,
       chunks_(chunks_of(range_.size, l.chunk)) {
   const Config& c = *job.config;
   make_server(job, l, range_, params_.live(), &server_);
+  // The step overlaps the sends only where it writes the plain slice alone.
+  server_->set_deferred_updates(!c.compress.on() && l.rows.rows == 0);
   const auto nw = static_cast<size_t>(l.workers);
   grads_.assign(nw, std::vector<float>(range_.size));
   grad_recv_.assign(nw, {});
@@ -85,6 +87,7 @@ void ShardServer::start_receive(int w) {
 
 Decision ShardServer::push(int w, uint64_t version, int64_t batch, double loss, double seconds,
                            bool finite) {
+  flush();
   take_gradient(w);
   writable(w);
   if (sparse_) loss = sparse_->stage(w, loss);  // its rows join with its dense part
@@ -94,27 +97,84 @@ Decision ShardServer::push(int w, uint64_t version, int64_t batch, double loss, 
   Decision d = z_ && z_->push_on()
                    ? server_->on_push(w, version, g, batch, loss, seconds)
                    : server_->on_screened_push(w, version, g, batch, loss, seconds, finite);
-  start_receive(w);
+  // The step may still read this gradient (an update of one push).
+  if (server_->update_done() < range_.size) {
+    receives_due_.push_back(w);
+  } else {
+    start_receive(w);
+  }
   return d;
 }
 
-void ShardServer::discard(int w) { take_gradient(w); }
+void ShardServer::discard(int w) {
+  flush();
+  take_gradient(w);
+}
 
 Decision ShardServer::leave(int w, double seconds) {
+  flush();
   writable();
   return server_->on_leave(w, seconds);
 }
 
 void ShardServer::send_params(int w) {
   if (z_ && z_->pull_on()) {  // [compress]: the compressed difference, from its own buffer
+    flush();
     z_->send_pull(w, params_.live(), server_->version());
+    return;
+  }
+  if (server_->update_done() < range_.size) {  // chunk by chunk as the step finishes them
+    params_.begin_send(w);
+    queued_.push_back({w, 0});
+    send_finished_chunks();
     return;
   }
   params_.send(w);
   if (sparse_) sparse_->send_rows(w);
 }
 
+void ShardServer::send_finished_chunks() {
+  const size_t done = server_->update_done();
+  for (Queued& q : queued_) {
+    for (; q.next < chunks_.size() && chunks_[q.next].begin + chunks_[q.next].size <= done;
+         ++q.next) {
+      params_.send_chunk(q.worker, q.next);
+    }
+  }
+}
+
+bool ShardServer::advance() {
+  const size_t done = server_->update_done();
+  if (done >= range_.size) return false;
+  size_t end = range_.size;  // the end of the chunk holding `done`
+  for (const Chunk& ch : chunks_) {
+    if (ch.begin + ch.size > done) {
+      end = ch.begin + ch.size;
+      break;
+    }
+  }
+  server_->update_to(end);
+  send_finished_chunks();
+  if (server_->update_done() >= range_.size) {
+    queued_.clear();
+    for (int w : receives_due_) start_receive(w);
+    receives_due_.clear();
+  }
+  return true;
+}
+
+void ShardServer::wait_advancing(MPI_Request* r, const std::function<std::string()>& what) {
+  for (;;) {
+    int done = 0;
+    check(MPI_Test(r, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done) return;
+    if (!advance()) break;
+  }
+  wait_one(r, l_.timeout, what);
+}
+
 void ShardServer::send_gather() {
+  flush();
   params_.send_gather();
   if (sparse_) sparse_->send_gather();
   if (z_) {  // [compress]: this shard's seconds, for the compress_s column
@@ -143,7 +203,7 @@ double ShardServer::gather_compress_seconds() {
 }
 
 std::string ShardServer::save() {
-  settle();
+  settle();  // and the pending step
   StateWriter w;
   server_->save(w);
   if (z_) z_->save(w);
@@ -151,6 +211,7 @@ std::string ShardServer::save() {
 }
 
 void ShardServer::load(const std::string& bytes, const std::string& what, double seconds) {
+  flush();
   StateReader r(bytes, what);
   decode(r, *server_, z_.get());
   for (int w = l_.workers; w < server_->known_workers(); ++w) server_->on_leave(w, seconds);
@@ -163,6 +224,7 @@ void ShardServer::load(const std::string& bytes, const std::string& what, double
 }
 
 void ShardServer::settle() {
+  flush();
   params_.settle();
   if (z_) z_->settle();
 }

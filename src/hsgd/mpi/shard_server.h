@@ -7,6 +7,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -66,12 +67,33 @@ class ShardServer {
   // Waits for every parameter send in flight.
   void settle();
 
+  // The update overlapped with the parameter sends (issue 30). A push that
+  // applies an update leaves its step pending (Server::set_deferred_updates,
+  // on unless compression or a row-sparse table needs the whole step), and
+  // send_params queues the workers to send to. advance() runs the step over
+  // its next chunk (chunks_of(slice, mpi.chunk), the messages' own) and
+  // starts the queued sends of every chunk the step has finished, so a
+  // worker receives chunk c while the server computes chunk c + 1. Returns
+  // false when no step was pending. Every other method finishes the step
+  // first, so the results are those of a step run whole; callers advance
+  // while they would otherwise wait (primary.cc's loop, wait_advancing).
+  bool advance();
+  void flush() {
+    while (advance()) {
+    }
+  }
+  // Waits for `r` (a receive of the next event) while advancing the
+  // pending step; the timeout counts from the call.
+  void wait_advancing(MPI_Request* r, const std::function<std::string()>& what);
+
  private:
   // Before an event that may write the parameters: sends in flight keep
   // reading their version (the server moves to the other buffer).
   void writable(int pusher = -1);
   void take_gradient(int w);
   void start_receive(int w);
+  // Starts every queued send of a chunk the pending step has finished.
+  void send_finished_chunks();
 
   const Layout& l_;
   int shard_;
@@ -83,7 +105,13 @@ class ShardServer {
   // or one for a compressed push.
   std::vector<std::vector<MPI_Request>> grad_recv_;
   std::vector<Chunk> chunks_;
-  bool finite_ = true;                   // the push taken last passed screen_part chunk by chunk
+  // Sends waiting for the pending step: worker and the next chunk to send.
+  struct Queued {
+    int worker;
+    size_t next;
+  };
+  std::vector<Queued> queued_;
+  std::vector<int> receives_due_;        // gradient receives to restart once the step is done
   std::unique_ptr<SparseShard> sparse_;  // model.sparse: attached to server_
   std::unique_ptr<ShardCompression> z_;  // [compress]; null when off
 };

@@ -53,10 +53,26 @@ void wait_all(std::span<MPI_Request> reqs, double timeout_s,
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(timeout_s));
   Backoff backoff;
+  size_t first = 0;  // the requests before it have completed
   for (int polls = 0;; ++polls) {
-    int done = 0;
-    check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, statuses), "MPI_Testall");
-    if (done) return;
+    // In order (a test progresses every request): one that completes
+    // restarts the backoff, so that a message in chunks is taken chunk by
+    // chunk as they come, not after a sleep each.
+    bool progressed = false;
+    while (first < reqs.size()) {
+      int done = 0;
+      check(MPI_Test(&reqs[first], &done,
+                     statuses == MPI_STATUSES_IGNORE ? MPI_STATUS_IGNORE : &statuses[first]),
+            "MPI_Test");
+      if (!done) break;
+      ++first;
+      progressed = true;
+    }
+    if (first == reqs.size()) return;
+    if (progressed) {
+      backoff.reset();
+      continue;
+    }
     if ((polls & 63) == 63 && Clock::now() > deadline) {
       throw MpiError(
           fmt::format("timed out after {:g} s {} (raise mpi.timeout if this is slow, not "

@@ -153,13 +153,15 @@ void momentum_kernel(float* w, const float* g, float* v, size_t n, float a, floa
 class Sgd final : public Optimizer {
  public:
   explicit Sgd(double wd) : wd_(static_cast<float>(wd)) {}
-  void step(std::span<float> w, std::span<const float> g, double lr) override {
+  void begin_step(double lr) override { a_ = static_cast<float>(lr); }
+  void step_part(std::span<float> w, std::span<const float> g, size_t) override {
     HSGD_ASSERT(g.size() == w.size(), "sgd: size mismatch");
-    sgd_kernel(w.data(), g.data(), w.size(), static_cast<float>(lr), wd_);
+    sgd_kernel(w.data(), g.data(), w.size(), a_, wd_);
   }
 
  private:
   float wd_;
+  float a_ = 0;
 };
 
 // Heavy-ball momentum (PyTorch convention): v = mu v + g; w -= lr v.
@@ -172,10 +174,13 @@ class Momentum final : public Optimizer {
         wd_(static_cast<float>(wd)),
         nesterov_(nesterov),
         v_(n, 0.0f) {}
-  void step(std::span<float> w, std::span<const float> g, double lr) override {
-    HSGD_ASSERT(g.size() == w.size() && v_.size() == w.size(), "momentum: size mismatch");
-    momentum_kernel(w.data(), g.data(), v_.data(), w.size(), static_cast<float>(lr), mu_, wd_,
-                    nesterov_);
+  void begin_step(double lr) override {
+    a_ = static_cast<float>(lr);
+    step_mu_ = mu_;
+  }
+  void step_part(std::span<float> w, std::span<const float> g, size_t offset) override {
+    HSGD_ASSERT(g.size() == w.size() && offset + w.size() <= v_.size(), "momentum: size mismatch");
+    momentum_kernel(w.data(), g.data(), v_.data() + offset, w.size(), a_, step_mu_, wd_, nesterov_);
   }
   void set_implicit_momentum(double m) override {
     m = std::clamp(m, 0.0, 0.999);
@@ -196,6 +201,7 @@ class Momentum final : public Optimizer {
   float wd_;
   bool nesterov_;
   std::vector<float> v_;
+  float a_ = 0, step_mu_ = 0;  // the step begun
 };
 
 // Adam with bias correction. State: t (as two exact float halves), m, v.
@@ -208,15 +214,19 @@ class Adam final : public Optimizer {
         wd_(static_cast<float>(o.weight_decay)),
         m_(n, 0.0f),
         v_(n, 0.0f) {}
-  void step(std::span<float> w, std::span<const float> g, double lr) override {
+  void begin_step(double lr) override {
     ++t_;
     const double t = static_cast<double>(t_);
-    const float c1 = static_cast<float>(1.0 - std::pow(b1_, t));
-    const float c2 = static_cast<float>(1.0 - std::pow(b2_, t));
+    c1_ = static_cast<float>(1.0 - std::pow(b1_, t));
+    c2_ = static_cast<float>(1.0 - std::pow(b2_, t));
+    a_ = static_cast<float>(lr);
+  }
+  void step_part(std::span<float> w, std::span<const float> g, size_t offset) override {
     const float b1 = static_cast<float>(b1_), b2 = static_cast<float>(b2_);
-    const float a = static_cast<float>(lr), eps = static_cast<float>(eps_);
-    HSGD_ASSERT(w.size() == m_.size() && g.size() == w.size(), "adam: size mismatch");
-    adam_kernel({w.data(), g.data(), m_.data(), v_.data(), w.size(), wd_, b1, b2, c1, c2, a, eps});
+    const float eps = static_cast<float>(eps_);
+    HSGD_ASSERT(offset + w.size() <= m_.size() && g.size() == w.size(), "adam: size mismatch");
+    adam_kernel({w.data(), g.data(), m_.data() + offset, v_.data() + offset, w.size(), wd_, b1, b2,
+                 c1_, c2_, a_, eps});
   }
   // [t / 2^24, t mod 2^24, m..., v...]: both halves are exact in a float.
   std::vector<float> save_state() const override {
@@ -256,6 +266,7 @@ class Adam final : public Optimizer {
   float wd_;
   uint64_t t_ = 0;
   std::vector<float> m_, v_;
+  float c1_ = 0, c2_ = 0, a_ = 0;  // the step begun
 };
 
 // Adagrad (Duchi et al. 2011): a += g^2; w -= lr * g / (sqrt(a) + eps), with
@@ -264,9 +275,10 @@ class Adagrad final : public Optimizer {
  public:
   Adagrad(const OptimizerOptions& o, size_t n)
       : eps_(static_cast<float>(o.eps)), wd_(static_cast<float>(o.weight_decay)), a_(n, 0.0f) {}
-  void step(std::span<float> w, std::span<const float> g, double lr) override {
-    HSGD_ASSERT(w.size() == a_.size() && g.size() == w.size(), "adagrad: size mismatch");
-    adagrad_kernel(w.data(), g.data(), a_.data(), w.size(), wd_, static_cast<float>(lr), eps_);
+  void begin_step(double lr) override { lr_ = static_cast<float>(lr); }
+  void step_part(std::span<float> w, std::span<const float> g, size_t offset) override {
+    HSGD_ASSERT(offset + w.size() <= a_.size() && g.size() == w.size(), "adagrad: size mismatch");
+    adagrad_kernel(w.data(), g.data(), a_.data() + offset, w.size(), wd_, lr_, eps_);
   }
   std::vector<float> save_state() const override { return a_; }
   void restore_state(std::span<const float> s) override {
@@ -279,6 +291,7 @@ class Adagrad final : public Optimizer {
  private:
   float eps_, wd_;
   std::vector<float> a_;
+  float lr_ = 0;  // the step begun
 };
 
 }  // namespace

@@ -61,8 +61,20 @@ void validate(const OptimizerOptions& o, const LrSchedule& s);
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  // params -= lr * direction(grad).
-  virtual void step(std::span<float> params, std::span<const float> grad, double lr) = 0;
+  // params -= lr * direction(grad): one step over every parameter.
+  void step(std::span<float> params, std::span<const float> grad, double lr) {
+    begin_step(lr);
+    step_part(params, grad, 0);
+  }
+  // The same step in parts, for a runtime that sends the parameters as
+  // they become final (mpi/shard_server.h): begin_step once (it advances
+  // the per-step state, Adam's count, and fixes lr and the momentum), then
+  // step_part on disjoint parts whose union is every parameter; `params`
+  // and `grad` are the part starting at parameter `offset`. Every kernel is
+  // elementwise and rounds each element alike, so the parts give the bits
+  // of one whole step (Optimizer.AStepInPartsIsBitwiseTheWholeStep).
+  virtual void begin_step(double lr) = 0;
+  virtual void step_part(std::span<float> params, std::span<const float> grad, size_t offset) = 0;
   // The momentum asynchrony adds by itself, m in [0, 1) (Policy::
   // implicit_momentum; Mitliagkas et al. 2016). Momentum and Nesterov then
   // use mu' = max(0, 1 - (1 - mu) / (1 - m)), so that momenta composed as

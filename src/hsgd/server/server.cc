@@ -45,6 +45,8 @@ void Server::grow(size_t workers) {
 }
 
 void Server::set_params(std::span<float> p) {
+  // The caller copied params() into p: a pending step would be lost.
+  HSGD_ASSERT(!step_.pending, "set_params with a step pending");
   HSGD_ASSERT(p.size() == params_.size(), "set_params: another parameter count");
   params_ = p;
 }
@@ -100,6 +102,7 @@ Decision Server::on_pull(int worker) {
     }
   }
   if (opt_.staleness.needs_pulled_copy()) {
+    finish_update();
     const auto w = static_cast<size_t>(worker);
     pulled_[w].assign(params_.begin(), params_.end());  // allocated on the first pull
     pulled_version_[w] = version_;
@@ -183,13 +186,14 @@ void Server::apply(Decision* d, std::span<const float> sum) {
     m = std::max(m, implicit_momentum_of_staleness(tau_mean_.mean));
   }
   optimizer_->set_implicit_momentum(m);
-  optimizer_->step(params_, sum, lr);
+  optimizer_->begin_step(lr);
+  step_ = {.pending = true, .clears_acc = buffered, .sum = sum, .done = 0};
+  if (!defer_ || hook_ || opt_.staleness.gap_aware) finish_update();
   if (hook_) hook_->on_apply(n, lr);
   if (opt_.staleness.gap_aware) {
     track_step(step_ema_, before_, params_, opt_.staleness.gap_decay);
     ++tracked_updates_;
   }
-  if (buffered) std::fill(acc_.begin(), acc_.end(), 0.0f);
   ++version_;
   policy_->on_lr(lr_at(opt_.lr_schedule, opt_.lr, static_cast<int64_t>(version_)));
   ++stats_.updates;
@@ -205,6 +209,20 @@ void Server::apply(Decision* d, std::span<const float> sum) {
   d->version = version_;
 }
 
+void Server::update_to(size_t end) {
+  if (!step_.pending) return;
+  end = std::min(end, params_.size());
+  if (end > step_.done) {
+    const size_t n = end - step_.done;
+    optimizer_->step_part(params_.subspan(step_.done, n), step_.sum.subspan(step_.done, n),
+                          step_.done);
+    step_.done = end;
+  }
+  if (step_.done < params_.size()) return;
+  if (step_.clears_acc) std::fill(acc_.begin(), acc_.end(), 0.0f);
+  step_ = {};
+}
+
 Decision Server::on_push(int worker, uint64_t version, std::span<const float> grad,
                          int64_t batch_size, double loss, double seconds) {
   return push(worker, version, grad, batch_size, loss, seconds, nullptr);
@@ -217,6 +235,7 @@ Decision Server::on_screened_push(int worker, uint64_t version, std::span<const 
 
 Decision Server::push(int worker, uint64_t version, std::span<const float> grad, int64_t batch_size,
                       double loss, double seconds, const bool* finite) {
+  finish_update();
   const auto w = static_cast<size_t>(worker);
   HSGD_ASSERT(worker >= 0 && w < live_.size() && live_[w], "push from a worker that is not live");
   HSGD_ASSERT(!waiting_[w], "push from a worker that is waiting");
@@ -279,6 +298,7 @@ Decision Server::push(int worker, uint64_t version, std::span<const float> grad,
 }
 
 Decision Server::on_join(int worker, double seconds) {
+  finish_update();
   HSGD_ASSERT(worker >= 0, "negative worker id");
   const auto w = static_cast<size_t>(worker);
   if (w >= live_.size()) {
@@ -301,6 +321,7 @@ Decision Server::on_join(int worker, double seconds) {
 }
 
 Decision Server::on_leave(int worker, double seconds) {
+  finish_update();
   const auto w = static_cast<size_t>(worker);
   HSGD_ASSERT(worker >= 0 && w < live_.size(), "leave from unknown worker");
   Decision d = decision();
@@ -330,6 +351,7 @@ constexpr uint32_t kServerTag = 0x53525652;  // "SRVR"
 }
 
 void Server::save(StateWriter& w) const {
+  HSGD_ASSERT(!step_.pending, "a server saved with a step pending");
   w.tag(kServerTag);
   w.put_span(std::span<const float>(params_));
   w.put<uint64_t>(version_);
@@ -365,6 +387,7 @@ void Server::save(StateWriter& w) const {
 }
 
 void Server::load(StateReader& r) {
+  finish_update();
   r.expect_tag(kServerTag, "server");
   r.get_into(params_, "parameters");
   version_ = r.get<uint64_t>();

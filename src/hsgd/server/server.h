@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "hsgd/core/error.h"
 #include "hsgd/core/state.h"
 #include "hsgd/optim/optimizer.h"
 #include "hsgd/policy/mitigation.h"
@@ -155,7 +156,31 @@ class Server {
   // detaches). See ServerHook and server/sparse.h.
   void set_hook(ServerHook* hook) { hook_ = hook; }
 
-  std::span<const float> params() const { return params_; }
+  // Overlapping an update with the sends of its parameters (the mpi
+  // runtime: mpi/shard_server.h). With deferred updates on, an event that
+  // applies an update leaves the optimizer's step pending: its Decision,
+  // the version and every counter are as after the step, but the
+  // parameters change only as update_to(end) runs the step over
+  // [update_done(), end), front to back. Every event that reads or writes
+  // the parameters (a push, join, leave, load; a pull only when DC-ASGD or
+  // Gap-Aware copies them) first finishes a pending step, so the results
+  // equal those of the step run in the event. save(), params() and
+  // set_params() require no pending step.
+  // The push an update takes straight (one push alone, async) is read by
+  // the pending step: the caller keeps it unchanged until the step is done.
+  // Never deferred (the step runs in the event) while Gap-Aware or a
+  // row-sparse table needs the whole step at once; off by default.
+  void set_deferred_updates(bool on) { defer_ = on; }
+  // The first parameter the pending step has not yet written:
+  // params().size() when no step is pending.
+  size_t update_done() const { return step_.pending ? step_.done : params_.size(); }
+  void update_to(size_t end);
+  void finish_update() { update_to(params_.size()); }
+
+  std::span<const float> params() const {
+    HSGD_ASSERT(!step_.pending, "the parameters read with a step pending");
+    return params_;
+  }
   // Moves the server onto `p`, which must hold the same values as params()
   // (same size): for a runtime that double-buffers the parameters its
   // sends read (mpi/param_buffers.h).
@@ -247,6 +272,16 @@ class Server {
   int64_t consecutive_nonfinite_ = 0;
   std::vector<float> clipped_;  // the clipped push (clip_norm > 0)
   ServerHook* hook_ = nullptr;  // row-sparse table, if any
+  // The pending step (set_deferred_updates): the sum it applies (acc_, or
+  // the one push it takes straight) and how far it has written.
+  struct PendingStep {
+    bool pending = false;
+    bool clears_acc = false;  // the sum is acc_: zeroed once the step is done
+    std::span<const float> sum;
+    size_t done = 0;
+  };
+  bool defer_ = false;
+  PendingStep step_;
 };
 
 }  // namespace hsgd
