@@ -174,8 +174,8 @@ int bench_mpi(const BenchArgs& a) {
         "trip\ntransport: %s (Open MPI btl)\n\n",
         session.size(), transport().c_str());
     std::printf(
-        "hsgd: chunks of mpi.chunk = %lld floats (the default: the server's update overlaps its "
-        "sends); whole: one message a slice (mpi.chunk = 2^30), the update before the send\n\n",
+        "hsgd: chunks of mpi.chunk = %lld floats (the server's update overlaps its sends); whole: "
+        "one message a slice (mpi.chunk = 2^30), the update before the send\n\n",
         static_cast<long long>(a.chunk > 0 ? a.chunk : Config{}.mpi.chunk));
     std::printf("%-10s %10s %10s %12s %10s %12s %10s\n", "params", "raw rt ms", "raw GB/s",
                 "hsgd rt ms", "hsgd GB/s", "whole rt ms", "ratio");

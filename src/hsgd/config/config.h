@@ -98,10 +98,11 @@ struct MpiConfig {
   // legitimate wait: a gradient plus straggler delay, an evaluation.
   double timeout = 120;
   // Floats per message of a push or a pull (a shard's slice travels in
-  // chunks of this many, the last shorter). The default sends a slice in
-  // one message: chunks of 256K floats made the 1M round trip 8x slower here
-  // (BENCHMARKS.md); smaller values reach the chunked paths in tests.
-  int64_t chunk = int64_t{1} << 30;
+  // chunks of this many, the last shorter). The server's update runs and
+  // is sent chunk by chunk (mpi/shard_server.h); 2^17 floats (512 KiB) was
+  // the best of 64K-2M floats at 1M and 10M parameters over shared memory
+  // here (docs/benchmarks.md). Changes no result.
+  int64_t chunk = int64_t{1} << 17;
 };
 
 struct StragglerConfig {

@@ -366,13 +366,15 @@ std::vector<Key> declare() {
           .moot(runtime("mpi")));
   add(int_key("mpi", "chunk", HSGD_REF(mpi.chunk),
               "Floats per message of a push or a pull: a shard's slice travels in chunks of this "
-              "many (the default: one message). The worker screens each chunk of a push as it "
-              "sends it; the push is applied only whole and finite. Changes no result.")
+              "many. The worker screens each chunk of a push as it sends it (the push is applied "
+              "only whole and finite); the server runs its update chunk by chunk and sends each "
+              "chunk once final. Changes no result, only the time (hsgd bench --mpi --round-trip "
+              "--chunk N).")
           .check(at_least(1), ">= 1")
           .moot(runtime("mpi"))
           .resumable()
           .written(Written::kNotDefault)
-          .hash_as("1073741824"));  // the default: out of every identity and older configs' TOML
+          .hash_as("1073741824"));  // out of every identity (the text is the old default's)
 
   // ---- [policy]
   add(str_key(

@@ -39,7 +39,7 @@ struct Layout {
   int servers = 1;
   int workers = 1;
   double timeout = 120;
-  size_t chunk = size_t{1} << 30;  // mpi.chunk: floats per message of a push or a pull
+  size_t chunk = size_t{1} << 17;  // mpi.chunk: floats per message of a push or a pull
   size_t num_params = 0;
   std::vector<Shard> shards;
   RowLayout rows;  // model.sparse: the rows (rows = 0 otherwise); shards cover the dense part
