@@ -374,7 +374,7 @@ std::vector<Key> declare() {
           .moot(runtime("mpi"))
           .resumable()
           .written(Written::kNotDefault)
-          .hash_as("1073741824"));  // out of every identity (the text is the old default's)
+          .hash_as("131072"));  // the default: out of every identity and older configs' TOML
 
   // ---- [policy]
   add(str_key(
