@@ -11,6 +11,7 @@
 #include "hsgd/mpi/fair.h"
 #include "hsgd/mpi/roles.h"
 #include "hsgd/mpi/shard_server.h"
+#include "hsgd/runtime/gossip_checkpoint.h"
 #include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/membership.h"
 #include "hsgd/runtime/row.h"
@@ -721,6 +722,7 @@ class Primary {
 }  // namespace
 
 void check_primary_state(const Job& job, const Layout& l, const Checkpoint& ck) {
+  refuse_gossip_checkpoint(ck, job.config->policy_name);
   decode_primary_state(ck, l, job.config->compress.on());
   RunStops stops(*job.config);
   TrainSchedule schedule(*job.config, job.train->size(), job.config->train.checkpoint_every > 0);
