@@ -290,7 +290,6 @@ TEST(GossipThreadsCheckpoint, PushSumWeightIsConservedAcrossAResume) {
       EXPECT_NEAR(d.total_weight, n, 1e-6 * n) << path;
     }
     const Checkpoint ck = CheckpointStore::load_latest(dir, a.job().identity);
-    const Decoded saved = decode(a, ck);
     with.back().second = "0.4";
     Gossip b(with);
     run_with_checkpoints(b, dir, &ck);
@@ -298,7 +297,7 @@ TEST(GossipThreadsCheckpoint, PushSumWeightIsConservedAcrossAResume) {
     ASSERT_NE(end.path, ck.path);
     const Decoded after = decode(b, end);
     EXPECT_NEAR(after.total_weight, n, 1e-6 * n);
-    EXPECT_NE(after.weights, saved.weights) << "the resumed run mixed on";
+    EXPECT_GT(end.info.updates, ck.info.updates) << "the resumed run mixed on";
   }
 }
 

@@ -54,6 +54,12 @@ namespace hsgd::mpi {
 // count, the policy must not be adpsgd, a model must fit one message.
 void check_gossip_launch(const Job& job, int ranks);
 
+// Rank 0 of a resumed launch of `ranks` ranks, before anything is written:
+// `ck` must be a gossip checkpoint of the mpi layout with one worker per rank
+// (the same rank count), every part decoding as the ranks' restore will.
+// Throws InputError, one line naming the file.
+void check_gossip_resume(const Job& job, const Checkpoint& ck, int ranks);
+
 // Every rank of `comm` calls it with the same job (rank 0 with a recorder
 // that is not null). Rank 0's result is the run's; the others have
 // primary = false and, when they learnt of it, the stop line.

@@ -115,19 +115,25 @@ void load_gossip_run(StateReader& r, int workers, GossipRunState* s) {
   *s = st;
 }
 
-void check_gossip_checkpoint(const Checkpoint& ck, const std::string& policy, int workers) {
+void check_gossip_checkpoint(const Checkpoint& ck, const std::string& policy,
+                             const std::string& runtime, int workers) {
   if (!ck.has(kGossipRunBlob)) {
     const char* what = ck.has("gossip")               ? "the simulator's gossip checkpoint"
                        : ck.has("server") || ck.has("server-0") ? "a parameter-server checkpoint"
                                                                 : "not a gossip checkpoint";
     throw InputError(fmt::format("{}: {} (no {}.bin); policy '{}' on the {} runtime resumes from "
                                  "a gossip checkpoint of that runtime",
-                                 ck.path, what, kGossipRunBlob, policy, ck.info.runtime));
+                                 ck.path, what, kGossipRunBlob, policy, runtime));
+  }
+  if (ck.info.runtime != runtime) {
+    throw InputError(fmt::format("{}: written by the {} runtime; policy '{}' on the {} runtime "
+                                 "resumes from a gossip checkpoint of that runtime",
+                                 ck.path, ck.info.runtime, policy, runtime));
   }
   if (ck.info.workers != workers) {
     throw InputError(fmt::format(
         "{}: a gossip checkpoint of {} workers; policy '{}' resumes with the same train.workers "
-        "(the gossip graph is over the workers): expected {} workers, not {}",
+        "(the gossip graph is over the workers; on mpi, the rank count): expected {}, not {}",
         ck.path, ck.info.workers, policy, ck.info.workers, workers));
   }
   for (int w = 0; w < workers; ++w) {

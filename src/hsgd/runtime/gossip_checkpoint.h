@@ -90,10 +90,11 @@ void save_gossip_run(StateWriter& w, int workers, const GossipRunState& s);
 void load_gossip_run(StateReader& r, int workers, GossipRunState* s);
 
 // Before anything is restored: `ck` must be a gossip checkpoint of this
-// layout (not a parameter server's, nor the simulator's) with `workers`
-// workers. Throws InputError, one line naming ck.path and what was
-// expected.
-void check_gossip_checkpoint(const Checkpoint& ck, const std::string& policy, int workers);
+// layout (not a parameter server's, nor the simulator's), written by
+// `runtime` ("threads" or "mpi"), with `workers` workers. Throws
+// InputError, one line naming ck.path and what was expected.
+void check_gossip_checkpoint(const Checkpoint& ck, const std::string& policy,
+                             const std::string& runtime, int workers);
 
 // A parameter-server runtime's check of the same: throws InputError when
 // `ck` holds a gossip policy's state (naming ck.path and `policy`).

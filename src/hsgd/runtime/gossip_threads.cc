@@ -516,7 +516,7 @@ RunResult GossipThreadsRuntime::run(const Job& job, Recorder* recorder, Observer
   WorkerCrew::Resumed resumed;
   if (job.resume) {
     const Checkpoint& ck = *job.resume;
-    check_gossip_checkpoint(ck, c.policy_name, n);
+    check_gossip_checkpoint(ck, c.policy_name, "threads", n);
     ck.read(kGossipRunBlob, [&](StateReader& r) { load_gossip_run(r, n, &rs); });
     for (int w = 0; w < n; ++w) {
       ck.read(gossip_worker_blob(w),
