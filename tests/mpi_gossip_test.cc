@@ -382,6 +382,8 @@ std::vector<std::vector<Override>> CheckpointedJobs() {
       {{"policy.name", "dpsgd"}, {"optim.kind", "momentum"}, {"optim.momentum", "0.9"}},
       {{"policy.name", "dpsgd"}, {"gossip.order", "atc"}, {"optim.kind", "nesterov"}},
       {{"policy.name", "sgp"}, {"gossip.topology", "onepeer-exp"}, {"optim.kind", "momentum"}},
+      // (push-sum weights stay 1 on a regular graph; the star's do not)
+      {{"policy.name", "sgp"}, {"gossip.topology", "star"}},
       {{"policy.name", "pdsgdm:2"}, {"gossip.global_every", "3"}, {"optim.kind", "momentum"}},
   };
 }
@@ -488,6 +490,7 @@ TEST(MpiGossipCheckpoint, RestoredStateIsTheSavedStateExactly) {
 // from the start of the original run, every rank at the same step.
 TEST(MpiGossipCheckpoint, ResumeContinuesTheRun) {
   std::vector<Override> with = {{"policy.name", "sgp"},
+                                {"gossip.topology", "star"},
                                 {"train.checkpoint_every", "0.1"},
                                 {"train.eval_every", "0.1"},
                                 {"train.epochs", "0"},
