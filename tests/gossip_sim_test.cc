@@ -240,8 +240,8 @@ TEST(GossipSim, RefusedCombinationsNameTheKey) {
   // Checkpoints on every runtime (threads and mpi: gossip_threads_test,
   // mpi_gossip_test).
   for (const std::string runtime : {"threads", "mpi"}) {
-    EXPECT_NO_THROW(Gossip(std::vector<Override>{{"train.runtime", runtime},
-                                                 {"train.checkpoint_every", "1"}}));
+    EXPECT_NO_THROW(
+        Gossip(std::vector<Override>{{"train.runtime", runtime}, {"train.checkpoint_every", "1"}}));
   }
 }
 

@@ -131,8 +131,8 @@ RunResult run_with_checkpoints(Gossip& g, const std::string& dir, const Checkpoi
   j.resume = resume;
   if (opened) j.open_outputs = [opened] { *opened = true; };
   const bool keep = resume && std::filesystem::exists(dir + "/metrics.csv");
-  std::unique_ptr<Recorder> rec = keep ? std::make_unique<Recorder>(dir, resume->info.rows)
-                                         : std::make_unique<Recorder>(dir);
+  std::unique_ptr<Recorder> rec =
+      keep ? std::make_unique<Recorder>(dir, resume->info.rows) : std::make_unique<Recorder>(dir);
   RunResult r = GossipThreadsRuntime().run(j, rec.get(), nullptr);
   rec->finish();
   return r;

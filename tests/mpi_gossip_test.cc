@@ -11,11 +11,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
-#include <filesystem>
 #include <optional>
+#include <sstream>
 
 #include "hsgd/core/error.h"
 #include "hsgd/core/topology.h"
@@ -482,19 +482,18 @@ TEST(MpiGossipCheckpoint, RestoredStateIsTheSavedStateExactly) {
             << ck->path << ": " << name << " differs";
       }
     }
-    if (world_rank() == 0) EXPECT_EQ(in_hand, 4) << "the final cut: every rank's gradient in hand";
+    if (world_rank() == 0) {
+      EXPECT_EQ(in_hand, 4) << "the final cut: every rank's gradient in hand";
+    }
   }
 }
 
 // A resumed run goes on from its cut: the rows kept, the budget counting
 // from the start of the original run, every rank at the same step.
 TEST(MpiGossipCheckpoint, ResumeContinuesTheRun) {
-  std::vector<Override> with = {{"policy.name", "sgp"},
-                                {"gossip.topology", "star"},
-                                {"train.checkpoint_every", "0.1"},
-                                {"train.eval_every", "0.1"},
-                                {"train.epochs", "0"},
-                                {"train.budget", "0.15"}};
+  std::vector<Override> with = {
+      {"policy.name", "sgp"},      {"gossip.topology", "star"}, {"train.checkpoint_every", "0.1"},
+      {"train.eval_every", "0.1"}, {"train.epochs", "0"},       {"train.budget", "0.15"}};
   Fixture a("ckpt_continue", 4, with);
   a.run();
   std::optional<Checkpoint> ck;

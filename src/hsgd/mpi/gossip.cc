@@ -306,9 +306,9 @@ class GossipRank {
     st.received = received_;
     st.rounds = rounds_;
     StateWriter w;
-    save_gossip_worker(w, rank_, models_, 0, *sampler_, delays_, st,
-                       phase_ == kGossipGradient ? std::span<const float>(grads_)
-                                                 : std::span<const float>());
+    save_gossip_worker(
+        w, rank_, models_, 0, *sampler_, delays_, st,
+        phase_ == kGossipGradient ? std::span<const float>(grads_) : std::span<const float>());
     return w.take();
   }
 

@@ -224,7 +224,8 @@ void GossipModels::save_worker(int i, StateWriter& w) const {
   w.put<int32_t>(1);
   w.put<uint64_t>(np_);
   w.put_span(x(i));
-  w.put_span(m_.empty() ? std::span<const float>() : std::span<const float>(m_).subspan(off(i), np_));
+  w.put_span(m_.empty() ? std::span<const float>()
+                        : std::span<const float>(m_).subspan(off(i), np_));
   w.put_vec(std::vector<double>{weight(i)});
 }
 

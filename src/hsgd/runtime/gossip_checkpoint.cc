@@ -118,17 +118,19 @@ void load_gossip_run(StateReader& r, int workers, GossipRunState* s) {
 void check_gossip_checkpoint(const Checkpoint& ck, const std::string& policy,
                              const std::string& runtime, int workers) {
   if (!ck.has(kGossipRunBlob)) {
-    const char* what = ck.has("gossip")               ? "the simulator's gossip checkpoint"
+    const char* what = ck.has("gossip") ? "the simulator's gossip checkpoint"
                        : ck.has("server") || ck.has("server-0") ? "a parameter-server checkpoint"
                                                                 : "not a gossip checkpoint";
-    throw InputError(fmt::format("{}: {} (no {}.bin); policy '{}' on the {} runtime resumes from "
-                                 "a gossip checkpoint of that runtime",
-                                 ck.path, what, kGossipRunBlob, policy, runtime));
+    throw InputError(
+        fmt::format("{}: {} (no {}.bin); policy '{}' on the {} runtime resumes from "
+                    "a gossip checkpoint of that runtime",
+                    ck.path, what, kGossipRunBlob, policy, runtime));
   }
   if (ck.info.runtime != runtime) {
-    throw InputError(fmt::format("{}: written by the {} runtime; policy '{}' on the {} runtime "
-                                 "resumes from a gossip checkpoint of that runtime",
-                                 ck.path, ck.info.runtime, policy, runtime));
+    throw InputError(
+        fmt::format("{}: written by the {} runtime; policy '{}' on the {} runtime "
+                    "resumes from a gossip checkpoint of that runtime",
+                    ck.path, ck.info.runtime, policy, runtime));
   }
   if (ck.info.workers != workers) {
     throw InputError(fmt::format(
@@ -146,10 +148,10 @@ void check_gossip_checkpoint(const Checkpoint& ck, const std::string& policy,
 
 void refuse_gossip_checkpoint(const Checkpoint& ck, const std::string& policy) {
   if (!ck.has(kGossipRunBlob) && !ck.has("gossip")) return;
-  throw InputError(fmt::format(
-      "{}: a gossip policy's checkpoint; policy '{}' resumes from a parameter-server "
-      "checkpoint (server.bin)",
-      ck.path, policy));
+  throw InputError(
+      fmt::format("{}: a gossip policy's checkpoint; policy '{}' resumes from a parameter-server "
+                  "checkpoint (server.bin)",
+                  ck.path, policy));
 }
 
 }  // namespace hsgd

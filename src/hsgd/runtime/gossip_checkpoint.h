@@ -53,9 +53,9 @@ struct GossipMail {
 struct GossipWorkerState {
   int64_t step = 0;  // local steps completed
   int32_t phase = kGossipBetween;
-  double loss = 0;     // the step in progress (phase kGossipGradient or kGossipRound)
-  int64_t batch = 0;   // its samples
-  uint8_t finite = 1;  // its gradient and loss finite
+  double loss = 0;       // the step in progress (phase kGossipGradient or kGossipRound)
+  int64_t batch = 0;     // its samples
+  uint8_t finite = 1;    // its gradient and loss finite
   uint64_t pairing = 0;  // adpsgd's pairing stream (Rng::state)
   double idle = 0, sent = 0, received = 0;  // seconds waited, bytes
   int64_t rounds = 0;                       // gossip rounds completed

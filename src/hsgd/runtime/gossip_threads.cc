@@ -221,9 +221,11 @@ class Worker {
   // Restores the worker's part, before any thread starts.
   void load(StateReader& r) {
     GossipWorkerState st;
-    const bool had = load_gossip_worker(r, id_, s_.n, s_.models, id_, sampler_, delays_, &st, grads_);
+    const bool had =
+        load_gossip_worker(r, id_, s_.n, s_.models, id_, sampler_, delays_, &st, grads_);
     const bool in_hand = st.phase == kGossipGradient || (st.phase == kGossipRound && cta_);
-    if (had != in_hand) r.fail("corrupt (a gradient in hand where the phase holds none, or none where it does)");
+    if (had != in_hand)
+      r.fail("corrupt (a gradient in hand where the phase holds none, or none where it does)");
     step_ = st.step;
     s_.phases[static_cast<size_t>(id_)] = st.phase;
     loss_ = st.loss;
@@ -527,8 +529,8 @@ RunResult GossipThreadsRuntime::run(const Job& job, Recorder* recorder, Observer
     s.consecutive_nonfinite = rs.consecutive_nonfinite;
     s.global_averages = rs.global_averages;
     resumed.at = ck.info.train_s;
-    resumed.ended = schedule.past_budget(resumed.at) ||
-                    schedule.epochs_done(s.counts.samples) || stops.stopped();
+    resumed.ended = schedule.past_budget(resumed.at) || schedule.epochs_done(s.counts.samples) ||
+                    stops.stopped();
     resumed.last_acc = rs.last_acc;
   }
   open_outputs(job);
@@ -546,8 +548,8 @@ RunResult GossipThreadsRuntime::run(const Job& job, Recorder* recorder, Observer
       k.pending->commit(k.info);
     };
   }
-  const WorkerCrew::End end = s.crew.run(n, clock, schedule, stops, observer, hooks,
-                                         job.resume ? &resumed : nullptr);
+  const WorkerCrew::End end =
+      s.crew.run(n, clock, schedule, stops, observer, hooks, job.resume ? &resumed : nullptr);
   const double train_s = end.train_s;
 
   RunResult result;

@@ -181,8 +181,8 @@ void load_run_state(const Checkpoint& ck, RunStops& stops, TrainSchedule& schedu
                  schedule);
 }
 
-void load_run_state(std::string_view bytes, const std::string& what, double cut_s,
-                    RunStops& stops, TrainSchedule& schedule) {
+void load_run_state(std::string_view bytes, const std::string& what, double cut_s, RunStops& stops,
+                    TrainSchedule& schedule) {
   StateReader r(bytes, what);
   stops.load(r);
   schedule.load(r, cut_s);

@@ -174,8 +174,8 @@ std::string save_run_state(const RunStops& stops, const TrainSchedule& schedule)
 void load_run_state(const Checkpoint& ck, RunStops& stops, TrainSchedule& schedule);
 // The same from the blob's bytes (`what` names them in messages) and the
 // cut's training time (an mpi rank that received them from rank 0).
-void load_run_state(std::string_view bytes, const std::string& what, double cut_s,
-                    RunStops& stops, TrainSchedule& schedule);
+void load_run_state(std::string_view bytes, const std::string& what, double cut_s, RunStops& stops,
+                    TrainSchedule& schedule);
 
 // The lines themselves (tests and the stops above).
 std::string divergence_line(std::span<const float> params, const MetricsRow& row,
