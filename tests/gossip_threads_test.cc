@@ -1,13 +1,23 @@
 // The gossip policies on the threads runtime (runtime/gossip_threads.h)
 // with the plain-C++ linear model: every policy and topology runs for odd
-// n, lr 0 keeps the average model, the global average and the budget.
+// n, lr 0 keeps the average model, the global average and the budget;
+// checkpoints restore every worker's state exactly and a resume continues.
 #include "hsgd/runtime/gossip_threads.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 
 #include "hsgd/core/error.h"
+#include "hsgd/runtime/gossip_checkpoint.h"
+#include "hsgd/runtime/gossip_row.h"
+#include "hsgd/runtime/gossip_sim.h"
+#include "hsgd/runtime/threads_runtime.h"
 #include "linear_job.h"
 
 namespace hsgd {
@@ -92,6 +102,270 @@ TEST(GossipThreads, DivergenceStopsTheRun) {
     const RunResult r = Gossip({{"policy.name", policy}, {"optim.lr", "1e6"}}).run("diverge");
     EXPECT_FALSE(r.stopped.empty());
   }
+}
+
+// ---- checkpoints
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Every blob of a checkpoint, as its file holds it.
+std::map<std::string, std::string> blobs(const Checkpoint& ck) {
+  std::map<std::string, std::string> out;
+  for (const auto& [name, entry] : ck.entries) out[name] = slurp(ck.path + "/" + name + ".bin");
+  return out;
+}
+
+// A run of `g` into `dir` with a checkpoint every train.checkpoint_every
+// (all kept), resumed from `resume` when not null (its rows kept when `dir`
+// holds them: the run's own directory).
+RunResult run_with_checkpoints(Gossip& g, const std::string& dir, const Checkpoint* resume,
+                               bool* opened = nullptr) {
+  Job j = g.job();
+  CheckpointStore store(dir, 100);
+  j.checkpoints = &store;
+  j.resume = resume;
+  if (opened) j.open_outputs = [opened] { *opened = true; };
+  const bool keep = resume && std::filesystem::exists(dir + "/metrics.csv");
+  std::unique_ptr<Recorder> rec =
+      keep ? std::make_unique<Recorder>(dir, resume->info.rows) : std::make_unique<Recorder>(dir);
+  RunResult r = GossipThreadsRuntime().run(j, rec.get(), nullptr);
+  rec->finish();
+  return r;
+}
+
+// What a checkpoint says of every worker, decoded by the runtime's own
+// readers.
+struct Decoded {
+  std::vector<GossipWorkerState> workers;
+  std::vector<double> weights;  // push-sum weights
+  double total_weight = 0;      // models' plus messages' (push-sum mass)
+};
+Decoded decode(const Gossip& g, const Checkpoint& ck) {
+  const Job j = g.job();
+  const int n = g.config.train.workers;
+  GossipModels models(n, j.initial_params, gossip_local_update(g.config));
+  DelayModel delays(g.config.stragglers, n, g.config.train.seed);
+  std::vector<float> grad(j.initial_params.size());
+  Decoded d;
+  for (int w = 0; w < n; ++w) {
+    ShardSampler sampler = make_sampler(j, w);
+    GossipWorkerState st;
+    ck.read(gossip_worker_blob(w), [&](StateReader& r) {
+      load_gossip_worker(r, w, n, models, w, sampler, delays, &st, grad);
+    });
+    d.weights.push_back(models.weight(w));
+    d.total_weight += models.weight(w);
+    for (const GossipMail& m : st.inbox) d.total_weight += m.weight;
+    d.workers.push_back(std::move(st));
+  }
+  return d;
+}
+
+std::vector<std::vector<Override>> CheckpointedJobs() {
+  return {
+      {{"policy.name", "dpsgd"}, {"optim.kind", "momentum"}, {"optim.momentum", "0.9"}},
+      {{"policy.name", "dpsgd"}, {"gossip.order", "atc"}, {"optim.kind", "nesterov"}},
+      {{"policy.name", "sgp"}, {"gossip.topology", "onepeer-exp"}, {"optim.kind", "momentum"}},
+      {{"policy.name", "sgp"}, {"gossip.global_every", "4"}},
+      {{"policy.name", "pdsgdm:3"}, {"gossip.global_every", "6"}, {"optim.kind", "momentum"}},
+      {{"policy.name", "adpsgd"}, {"stragglers.fraction", "0.4"}, {"stragglers.sigma", "0.002"}},
+  };
+}
+
+std::string describe(const std::vector<Override>& o) {
+  std::string out;
+  for (const auto& [k, v] : o) out += k + "=" + v + " ";
+  return out;
+}
+
+// Every checkpoint (the periodic cuts, with workers paused between steps or
+// waiting for their in-peers, and the final one) restores exactly: a run
+// resumed from it that ends at once (its budget is the cut's time) writes a
+// final checkpoint whose every part (models, momenta, push-sum weights,
+// samplers, steps and phases, gradients in hand, messages not yet taken,
+// counters, the run layer's schedule) is byte for byte the one it read.
+TEST(GossipThreadsCheckpoint, RestoredStateIsTheSavedStateExactly) {
+  for (const std::vector<Override>& o : CheckpointedJobs()) {
+    SCOPED_TRACE(describe(o));
+    std::vector<Override> with = o;
+    with.push_back({"train.checkpoint_every", "0.1"});
+    Gossip a(with);
+    const std::string dir = testing::fresh_dir("gossip_threads_ckpt");
+    const RunResult ra = run_with_checkpoints(a, dir, nullptr);
+    ASSERT_TRUE(ra.stopped.empty()) << ra.stopped;
+    const std::vector<std::string> cks = CheckpointStore::list(dir);
+    ASSERT_GE(cks.size(), 2u) << "periodic cuts and the final one";
+    int waiting = 0;
+    for (const std::string& path : cks) {
+      const Checkpoint ck = CheckpointStore::load(path, a.job().identity);
+      EXPECT_EQ(ck.info.runtime, "threads");
+      for (const GossipWorkerState& w : decode(a, ck).workers) waiting += w.phase != kGossipBetween;
+      std::vector<Override> until = with;
+      until.push_back({"train.budget", fmt::format("{:.17g}", ck.info.train_s)});
+      Gossip b(until);
+      const std::string bdir = testing::fresh_dir("gossip_threads_ckpt_b");
+      const RunResult rb = run_with_checkpoints(b, bdir, &ck);
+      EXPECT_TRUE(rb.stopped.empty()) << rb.stopped;
+      EXPECT_EQ(rb.gradients, ck.info.updates) << "no step after the cut";
+      const std::vector<std::string> again = CheckpointStore::list(bdir);
+      ASSERT_EQ(again.size(), 1u);
+      const Checkpoint ck2 = CheckpointStore::load(again[0], b.job().identity);
+      EXPECT_EQ(ck2.info.train_s, ck.info.train_s);
+      EXPECT_EQ(ck2.info.updates, ck.info.updates);
+      const auto want = blobs(ck), got = blobs(ck2);
+      ASSERT_EQ(got.size(), want.size());
+      for (const auto& [name, bytes] : want) {
+        EXPECT_TRUE(got.count(name) && got.at(name) == bytes) << path << ": " << name << " differs";
+      }
+    }
+    std::printf("%s: %zu checkpoints, %d workers cut inside a step\n", describe(o).c_str(),
+                cks.size(), waiting);
+  }
+}
+
+// A resumed run goes on: the rows before the cut are kept and new ones
+// follow, the budget counts from the start of the original run (training
+// from the cut's time to it), every worker goes on from its step, and the
+// counters continue.
+TEST(GossipThreadsCheckpoint, ResumeContinuesTheRun) {
+  for (const std::vector<Override>& o : CheckpointedJobs()) {
+    SCOPED_TRACE(describe(o));
+    std::vector<Override> with = o;
+    with.push_back({"train.checkpoint_every", "0.1"});
+    with.push_back({"train.budget", "0.15"});
+    Gossip a(with);
+    const std::string dir = testing::fresh_dir("gossip_threads_resume");
+    const RunResult ra = run_with_checkpoints(a, dir, nullptr);
+    ASSERT_TRUE(ra.stopped.empty()) << ra.stopped;
+    const Checkpoint ck = CheckpointStore::load_latest(dir, a.job().identity);
+    EXPECT_DOUBLE_EQ(ck.info.train_s, 0.15);
+    const std::vector<MetricsRow> before = read_metrics_csv(dir + "/metrics.csv");
+    const Decoded saved = decode(a, ck);
+    with.back().second = "0.4";
+    Gossip b(with);
+    const RunResult rb = run_with_checkpoints(b, dir, &ck);
+    ASSERT_TRUE(rb.stopped.empty()) << rb.stopped;
+    EXPECT_NEAR(rb.train_s, 0.4, 1e-9);
+    EXPECT_NEAR(rb.real_train_s, 0.4 - 0.15, 1e-9) << "the budget counts from the cut";
+    EXPECT_GT(rb.gradients, ck.info.updates);
+    ASSERT_EQ(rb.worker_pushes.size(), saved.workers.size());
+    for (size_t w = 0; w < saved.workers.size(); ++w) {
+      EXPECT_GE(rb.worker_pushes[w], saved.workers[w].step);
+    }
+    const std::vector<MetricsRow> rows = read_metrics_csv(dir + "/metrics.csv");
+    ASSERT_GT(rows.size(), static_cast<size_t>(ck.info.rows));
+    for (int64_t i = 0; i < ck.info.rows; ++i) {
+      EXPECT_EQ(rows[static_cast<size_t>(i)].time_s, before[static_cast<size_t>(i)].time_s);
+      EXPECT_EQ(rows[static_cast<size_t>(i)].updates, before[static_cast<size_t>(i)].updates);
+    }
+    for (size_t i = static_cast<size_t>(ck.info.rows); i < rows.size(); ++i) {
+      EXPECT_GT(rows[i].time_s, 0.15);
+      EXPECT_GE(rows[i].updates, ck.info.updates);
+    }
+    EXPECT_NEAR(rows.back().time_s, 0.4, 1e-9);
+    EXPECT_GT(rb.last.test_acc, 0.3);
+  }
+}
+
+// Push-sum conserves the total weight (the workers' plus the shares in the
+// mailboxes), n, across a cut and a resume (1e-6 relative).
+TEST(GossipThreadsCheckpoint, PushSumWeightIsConservedAcrossAResume) {
+  for (const std::string topo : {"ring", "onepeer-exp", "exp"}) {
+    SCOPED_TRACE(topo);
+    std::vector<Override> with = {{"policy.name", "sgp"},
+                                  {"gossip.topology", topo},
+                                  {"train.checkpoint_every", "0.1"},
+                                  {"train.budget", "0.2"}};
+    Gossip a(with);
+    const std::string dir = testing::fresh_dir("gossip_threads_pushsum");
+    run_with_checkpoints(a, dir, nullptr);
+    const int n = a.config.train.workers;
+    for (const std::string& path : CheckpointStore::list(dir)) {
+      const Decoded d = decode(a, CheckpointStore::load(path, a.job().identity));
+      EXPECT_NEAR(d.total_weight, n, 1e-6 * n) << path;
+    }
+    const Checkpoint ck = CheckpointStore::load_latest(dir, a.job().identity);
+    with.back().second = "0.4";
+    Gossip b(with);
+    run_with_checkpoints(b, dir, &ck);
+    const Checkpoint end = CheckpointStore::load_latest(dir, b.job().identity);
+    ASSERT_NE(end.path, ck.path);
+    const Decoded after = decode(b, end);
+    EXPECT_NEAR(after.total_weight, n, 1e-6 * n);
+    EXPECT_GT(end.info.updates, ck.info.updates) << "the resumed run mixed on";
+  }
+}
+
+// What a gossip run on threads cannot resume from: one line naming the
+// checkpoint and what was expected, and nothing opened for writing.
+TEST(GossipThreadsCheckpoint, RefusesCheckpointsOfAnotherKind) {
+  auto refused = [](Gossip& g, const Checkpoint& ck, const std::string& what) {
+    bool opened = false;
+    try {
+      run_with_checkpoints(g, testing::fresh_dir("gossip_threads_refused"), &ck, &opened);
+      ADD_FAILURE() << "accepted: " << ck.path;
+    } catch (const InputError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(ck.path), std::string::npos) << m;
+      EXPECT_NE(m.find(what), std::string::npos) << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+    EXPECT_FALSE(opened) << "outputs opened before the refusal";
+  };
+  // A parameter server's checkpoint (threads, policy sync).
+  Gossip ps({{"policy.name", "sync"}, {"train.checkpoint_every", "0.1"}});
+  const std::string ps_dir = testing::fresh_dir("gossip_threads_ps");
+  {
+    Job j = ps.job();
+    CheckpointStore store(ps_dir, 2);
+    j.checkpoints = &store;
+    Recorder rec(ps_dir);
+    ThreadsRuntime().run(j, &rec, nullptr);
+    rec.finish();
+  }
+  const Checkpoint ps_ck = CheckpointStore::load_latest(ps_dir, ps.job().identity);
+  Gossip g(std::vector<Override>{{"train.checkpoint_every", "0.1"}});
+  refused(g, ps_ck, "a parameter-server checkpoint");
+  // A gossip checkpoint given to a parameter server's runtime.
+  const std::string dir = testing::fresh_dir("gossip_threads_for_ps");
+  run_with_checkpoints(g, dir, nullptr);
+  const Checkpoint gossip_ck = CheckpointStore::load_latest(dir, g.job().identity);
+  {
+    Job j = ps.job();
+    j.resume = &gossip_ck;
+    bool opened = false;
+    j.open_outputs = [&] { opened = true; };
+    Recorder rec(testing::fresh_dir("gossip_threads_ps_refused"));
+    try {
+      ThreadsRuntime().run(j, &rec, nullptr);
+      ADD_FAILURE() << "a parameter server resumed a gossip checkpoint";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("a gossip policy's checkpoint"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_FALSE(opened);
+  }
+  // Another worker count.
+  Gossip seven({{"train.checkpoint_every", "0.1"}, {"train.workers", "7"}});
+  refused(seven, gossip_ck, "resumes with the same train.workers");
+  // The simulator's gossip checkpoint.
+  Gossip sim({{"train.runtime", "sim"}, {"train.checkpoint_every", "0.1"}});
+  const std::string sim_dir = testing::fresh_dir("gossip_threads_sim");
+  {
+    Job j = sim.job();
+    CheckpointStore store(sim_dir, 2);
+    j.checkpoints = &store;
+    Recorder rec(sim_dir);
+    GossipSimRuntime().run(j, &rec, nullptr);
+    rec.finish();
+  }
+  refused(g, CheckpointStore::load_latest(sim_dir, sim.job().identity),
+          "the simulator's gossip checkpoint");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // Every rank runs every test (the runs are collective); results are checked
 // on rank 0, which holds them. 3-rank runs use ranks 0..2 of the launch
 // (rank 3 sits them out). The process exits nonzero if any rank failed.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -11,7 +12,10 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <optional>
+#include <sstream>
 
 #include "hsgd/core/error.h"
 #include "hsgd/core/topology.h"
@@ -20,6 +24,7 @@
 #include "hsgd/mpi/transport.h"
 #include "hsgd/optim/optimizer.h"
 #include "hsgd/policy/gossip.h"
+#include "hsgd/runtime/gossip_checkpoint.h"
 #include "hsgd/runtime/gossip_row.h"
 #include "hsgd/runtime/gossip_threads.h"
 #include "hsgd/runtime/local_steps.h"
@@ -83,13 +88,34 @@ struct Fixture : testing::LinearJob {
     config.lr_schedule.gamma = 0;
   }
 
-  // On ranks outside the run: nullopt.
-  std::optional<RunResult> run() {
+  // On ranks outside the run: nullopt. Rank 0 writes checkpoints into `dir`
+  // (every one kept) when train.checkpoint_every > 0, and resumes from
+  // `resume` (rank 0's; its rows kept when `dir` holds them).
+  std::optional<RunResult> run(const Checkpoint* resume = nullptr, bool* opened = nullptr) {
     MPI_Comm comm = first_ranks(ranks);
     if (comm == MPI_COMM_NULL) return std::nullopt;
     std::optional<Recorder> rec;
-    if (world_rank() == 0) rec.emplace(dir);
-    RunResult r = MpiRuntime(comm).run(job(), rec ? &*rec : nullptr, nullptr);
+    std::optional<CheckpointStore> store;
+    Job j = job();
+    if (world_rank() == 0) {
+      const bool keep = resume && std::filesystem::exists(dir + "/metrics.csv");
+      if (keep) {
+        rec.emplace(dir, resume->info.rows);
+      } else {
+        rec.emplace(dir);
+      }
+      if (config.train.checkpoint_every > 0) store.emplace(dir, 100);
+      j.checkpoints = store ? &*store : nullptr;
+      j.resume = resume;
+      if (opened) j.open_outputs = [opened] { *opened = true; };
+    }
+    RunResult r;
+    try {
+      r = MpiRuntime(comm).run(j, rec ? &*rec : nullptr, nullptr);
+    } catch (...) {
+      MPI_Comm_free(&comm);
+      throw;
+    }
     if (rec) rec->finish();
     MPI_Comm_free(&comm);
     return r;
@@ -309,6 +335,230 @@ TEST(MpiGossip, ADivergingRunStopsOnEveryRank) {
   if (world_rank() == 0) {
     EXPECT_LT(r->train_s, 2.0);
   }
+}
+
+// ---- checkpoints
+
+// Rank 0's value on every rank.
+template <class T>
+T from_rank0(T v, MPI_Datatype type) {
+  MPI_Bcast(&v, 1, type, 0, MPI_COMM_WORLD);
+  return v;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Every rank's part of a checkpoint, decoded by the runtime's readers.
+struct Decoded {
+  std::vector<GossipWorkerState> workers;
+  double total_weight = 0;  // push-sum mass: the ranks' weights
+};
+Decoded decode(const Fixture& f, const Checkpoint& ck) {
+  const Job j = f.job();
+  const int n = f.config.train.workers;
+  GossipModels models(n, j.initial_params, gossip_local_update(f.config));
+  DelayModel delays(f.config.stragglers, n, f.config.train.seed);
+  std::vector<float> grad(j.initial_params.size());
+  Decoded d;
+  for (int w = 0; w < n; ++w) {
+    ShardSampler sampler = make_sampler(j, w);
+    GossipWorkerState st;
+    ck.read(gossip_worker_blob(w), [&](StateReader& r) {
+      load_gossip_worker(r, w, n, models, w, sampler, delays, &st, grad);
+    });
+    d.total_weight += models.weight(w);
+    d.workers.push_back(std::move(st));
+  }
+  return d;
+}
+
+std::vector<std::vector<Override>> CheckpointedJobs() {
+  return {
+      {{"policy.name", "dpsgd"}, {"optim.kind", "momentum"}, {"optim.momentum", "0.9"}},
+      {{"policy.name", "dpsgd"}, {"gossip.order", "atc"}, {"optim.kind", "nesterov"}},
+      {{"policy.name", "sgp"}, {"gossip.topology", "onepeer-exp"}, {"optim.kind", "momentum"}},
+      // (push-sum weights stay 1 on a regular graph; the star's do not)
+      {{"policy.name", "sgp"}, {"gossip.topology", "star"}},
+      {{"policy.name", "pdsgdm:2"}, {"gossip.global_every", "3"}, {"optim.kind", "momentum"}},
+  };
+}
+
+std::string describe(const std::vector<Override>& o) {
+  std::string out;
+  for (const auto& [k, v] : o) out += k + "=" + v + " ";
+  return out;
+}
+
+// The ranks advance in lockstep, so a run resumed from a checkpoint is the
+// run without one: 10 steps, a final checkpoint, a resume to 20 steps give
+// the 20-step run's average model bit for bit (models, momenta, push-sum
+// weights, samplers, steps and the lr schedule's position all restored),
+// and push-sum's total weight is n in both checkpoints.
+TEST(MpiGossipCheckpoint, AResumedRunIsTheRunWithoutACheckpoint) {
+  for (const std::vector<Override>& o : CheckpointedJobs()) {
+    SCOPED_TRACE(describe(o));
+    std::vector<Override> with = o;
+    with.push_back({"train.checkpoint_every", "1000"});  // the final checkpoint only
+    Fixture whole("ckpt_whole", 4, o);
+    whole.steps(20);
+    const std::optional<RunResult> rw = whole.run();
+    Fixture a("ckpt_a", 4, with);
+    a.steps(10);
+    a.run();
+    std::optional<Checkpoint> ck;
+    if (world_rank() == 0) {
+      ck.emplace(CheckpointStore::load_latest(a.dir, a.job().identity));
+      EXPECT_EQ(ck->info.runtime, "mpi");
+      EXPECT_EQ(ck->info.workers, 4);
+      EXPECT_EQ(ck->info.updates, 4 * 10);
+      EXPECT_NEAR(decode(a, *ck).total_weight, 4.0, 4e-6);
+      for (const GossipWorkerState& w : decode(a, *ck).workers) {
+        EXPECT_EQ(w.step, 10);
+        EXPECT_EQ(w.phase, kGossipBetween);
+      }
+    }
+    Fixture b("ckpt_a_resumed", 4, with);
+    b.dir = a.dir;  // the same directory: the run goes on
+    b.steps(20);
+    const std::optional<RunResult> rb = b.run(ck ? &*ck : nullptr);
+    if (world_rank() != 0) continue;
+    ASSERT_TRUE(rb->stopped.empty()) << rb->stopped;
+    EXPECT_EQ(rb->gradients, 4 * 20);
+    EXPECT_EQ(rb->params, rw->params) << "the resumed run differs from the whole one";
+    EXPECT_EQ(rb->worker_pushes, rw->worker_pushes);
+    EXPECT_EQ(rb->gossip.rounds, rw->gossip.rounds);
+    EXPECT_EQ(rb->gossip.global_averages, rw->gossip.global_averages);
+    const Checkpoint end = CheckpointStore::load_latest(a.dir, b.job().identity);
+    EXPECT_EQ(end.info.updates, 4 * 20);
+    EXPECT_NEAR(decode(b, end).total_weight, 4.0, 4e-6);
+  }
+}
+
+// Every checkpoint of a run with a time budget (the periodic cuts, every
+// rank between steps, and the final one, each rank's gradient in hand)
+// restores exactly: a run resumed from it that ends at once writes a final
+// checkpoint whose every part is byte for byte the one it read.
+TEST(MpiGossipCheckpoint, RestoredStateIsTheSavedStateExactly) {
+  for (const std::vector<Override>& o : CheckpointedJobs()) {
+    SCOPED_TRACE(describe(o));
+    std::vector<Override> with = o;
+    with.push_back({"train.checkpoint_every", "0.1"});
+    with.push_back({"train.eval_every", "0.1"});
+    with.push_back({"train.epochs", "0"});
+    with.push_back({"train.budget", "0.3"});
+    Fixture a("ckpt_exact", 4, with);
+    a.run();
+    std::vector<std::string> cks;
+    if (world_rank() == 0) cks = CheckpointStore::list(a.dir);
+    const int count = from_rank0(static_cast<int>(cks.size()), MPI_INT);
+    EXPECT_GE(count, 2) << "periodic cuts and the final one";
+    int in_hand = 0;
+    for (int i = 0; i < count; ++i) {
+      std::optional<Checkpoint> ck;
+      if (world_rank() == 0) {
+        ck.emplace(CheckpointStore::load(cks[static_cast<size_t>(i)], a.job().identity));
+        for (const GossipWorkerState& w : decode(a, *ck).workers) {
+          in_hand += w.phase == kGossipGradient;
+        }
+      }
+      const double t = from_rank0(ck ? ck->info.train_s : 0.0, MPI_DOUBLE);
+      std::vector<Override> until = with;
+      until.push_back({"train.budget", fmt::format("{:.17g}", t)});
+      Fixture b("ckpt_exact_b", 4, until);
+      const std::optional<RunResult> rb = b.run(ck ? &*ck : nullptr);
+      if (world_rank() != 0) continue;
+      EXPECT_TRUE(rb->stopped.empty()) << rb->stopped;
+      EXPECT_EQ(rb->gradients, ck->info.updates) << "no step after the cut";
+      const Checkpoint again = CheckpointStore::load_latest(b.dir, b.job().identity);
+      EXPECT_EQ(again.info.train_s, ck->info.train_s);
+      ASSERT_EQ(again.entries.size(), ck->entries.size());
+      for (const auto& [name, entry] : ck->entries) {
+        EXPECT_EQ(slurp(again.path + "/" + name + ".bin"), slurp(ck->path + "/" + name + ".bin"))
+            << ck->path << ": " << name << " differs";
+      }
+    }
+    if (world_rank() == 0) {
+      EXPECT_EQ(in_hand, 4) << "the final cut: every rank's gradient in hand";
+    }
+  }
+}
+
+// A resumed run goes on from its cut: the rows kept, the budget counting
+// from the start of the original run, every rank at the same step.
+TEST(MpiGossipCheckpoint, ResumeContinuesTheRun) {
+  std::vector<Override> with = {
+      {"policy.name", "sgp"},      {"gossip.topology", "star"}, {"train.checkpoint_every", "0.1"},
+      {"train.eval_every", "0.1"}, {"train.epochs", "0"},       {"train.budget", "0.15"}};
+  Fixture a("ckpt_continue", 4, with);
+  a.run();
+  std::optional<Checkpoint> ck;
+  if (world_rank() == 0) ck.emplace(CheckpointStore::load_latest(a.dir, a.job().identity));
+  with.back().second = "0.4";
+  Fixture b("ckpt_continue_b", 4, with);
+  b.dir = a.dir;
+  const std::optional<RunResult> rb = b.run(ck ? &*ck : nullptr);
+  if (world_rank() != 0) return;
+  EXPECT_DOUBLE_EQ(ck->info.train_s, 0.15);
+  ASSERT_TRUE(rb->stopped.empty()) << rb->stopped;
+  EXPECT_NEAR(rb->train_s, 0.4, 1e-9);
+  EXPECT_NEAR(rb->real_train_s, 0.4 - 0.15, 1e-9) << "the budget counts from the cut";
+  EXPECT_GT(rb->gradients, ck->info.updates);
+  EXPECT_EQ(rb->worker_pushes[0] * 4, rb->gradients) << "every rank takes every step";
+  const std::vector<MetricsRow> rows = read_metrics_csv(a.dir + "/metrics.csv");
+  ASSERT_GT(rows.size(), static_cast<size_t>(ck->info.rows));
+  for (size_t i = static_cast<size_t>(ck->info.rows); i < rows.size(); ++i) {
+    EXPECT_GT(rows[i].time_s, 0.15);
+    EXPECT_GE(rows[i].updates, ck->info.updates);
+  }
+  EXPECT_NEAR(rows.back().time_s, 0.4, 1e-9);
+  const Checkpoint end = CheckpointStore::load_latest(a.dir, b.job().identity);
+  EXPECT_NEAR(decode(b, end).total_weight, 4.0, 4e-6) << "push-sum weight across the resume";
+}
+
+// What a gossip run on mpi does not resume from: the same InputError, one
+// line naming the checkpoint, on every rank, and nothing opened.
+TEST(MpiGossipCheckpoint, RefusalsAreTheSameOnEveryRank) {
+  Fixture a("ckpt_refuse", 4, {{"train.checkpoint_every", "1000"}});
+  a.steps(3);
+  a.run();
+  std::optional<Checkpoint> four, threads;
+  if (world_rank() == 0) {
+    four.emplace(CheckpointStore::load_latest(a.dir, a.job().identity));
+    // A threads run's gossip checkpoint of the same job.
+    Config tc = a.config;
+    tc.train.runtime = "threads";
+    Job j = a.job();
+    j.config = &tc;
+    const std::string dir = testing::fresh_dir("mpi_gossip_threads_ckpt");
+    CheckpointStore store(dir, 2);
+    j.checkpoints = &store;
+    Recorder rec(dir);
+    GossipThreadsRuntime().run(j, &rec, nullptr);
+    rec.finish();
+    threads.emplace(CheckpointStore::load_latest(dir, j.identity));
+  }
+  auto refused = [](Fixture& f, const std::optional<Checkpoint>& ck, const std::string& what) {
+    bool opened = false;
+    try {
+      const std::optional<RunResult> r = f.run(ck ? &*ck : nullptr, &opened);
+      if (r) ADD_FAILURE() << "accepted on rank " << world_rank();
+    } catch (const InputError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(what), std::string::npos) << m;
+      EXPECT_NE(m.find("/checkpoints/ckpt-"), std::string::npos) << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+    EXPECT_FALSE(opened) << "outputs opened before the refusal";
+  };
+  Fixture three("ckpt_refuse_3", 3, {{"train.checkpoint_every", "1000"}});
+  refused(three, four, "expected 4, not 3");
+  Fixture from_threads("ckpt_refuse_threads", 4, {{"train.checkpoint_every", "1000"}});
+  refused(from_threads, threads, "written by the threads runtime");
 }
 
 // A rank slower than mpi.timeout: every rank stops with MpiError naming

@@ -74,7 +74,7 @@ MetricsRow row(double t, double loss) {
 struct Rig {
   Rig(const std::string& name, Config config)
       : c(std::move(config)),
-        schedule(c, 100, /*checkpoints=*/false),
+        schedule(c, 100, /*checkpoints=*/c.train.checkpoint_every > 0),
         stops(c),
         recorder(fresh_dir(name)) {
     hooks.evaluate = [this](double t) {
@@ -85,8 +85,8 @@ struct Rig {
     hooks.progress = [](Status*) {};
     hooks.work = [this](int) { steps.work(); };
   }
-  WorkerCrew::End run(int workers) {
-    return crew.run(workers, clock, schedule, stops, &observer, hooks);
+  WorkerCrew::End run(int workers, const WorkerCrew::Resumed* resumed = nullptr) {
+    return crew.run(workers, clock, schedule, stops, &observer, hooks, resumed);
   }
   Config c;
   TrainSchedule schedule;
@@ -195,6 +195,61 @@ TEST(WorkerCrew, AFrontEndsStopRequestEndsTheRunLikeItsBudget) {
   EXPECT_LT(end.train_s, 5.0);
   EXPECT_EQ(g.steps.running.load(), 0);
   EXPECT_TRUE(StopRequest::is_request(g.stops.reason()));
+}
+
+// Checkpoints at the schedule's times, with every worker paused and after
+// the evaluation due at the same time (the checkpoint holds its row).
+TEST(WorkerCrew, CheckpointsOnTheScheduleAfterTheRowOfTheSameTime) {
+  Config c = config(0.7, 0.2);
+  c.train.checkpoint_every = 0.2;
+  Rig g("checkpoints", c);
+  std::vector<std::pair<char, double>> events;
+  std::vector<int> inside_at_cut;
+  const auto evaluate = g.hooks.evaluate;
+  g.hooks.evaluate = [&](double t) {
+    events.push_back({'e', t});
+    return evaluate(t);
+  };
+  g.hooks.checkpoint = [&](double t) {
+    events.push_back({'c', t});
+    inside_at_cut.push_back(g.steps.inside.load());
+  };
+  g.run(3);
+  // e0, then (e, c) at about 0.2, 0.4, 0.6.
+  ASSERT_EQ(events.size(), 7u);
+  for (size_t i = 1; i < events.size(); i += 2) {
+    EXPECT_EQ(events[i].first, 'e');
+    EXPECT_EQ(events[i + 1].first, 'c');
+    EXPECT_EQ(events[i + 1].second, events[i].second);
+    EXPECT_GE(events[i].second, 0.2 * static_cast<double>((i + 1) / 2));
+  }
+  for (int n : inside_at_cut) EXPECT_EQ(n, 0);
+  EXPECT_GE(g.schedule.next_checkpoint(), 0.8) << "the runtime's schedule is advanced";
+}
+
+// A resumed run: no row at 0, the clock from the cut's time; one that had
+// ended at its cut starts no worker.
+TEST(WorkerCrew, AResumedRunStartsAtItsCut) {
+  Rig g("resumed", config(0.5, 0.2));
+  g.schedule.start_at(0.3);
+  WorkerCrew::Resumed at;
+  at.at = 0.3;
+  const WorkerCrew::End end = g.run(2, &at);
+  EXPECT_DOUBLE_EQ(end.train_s, 0.5);
+  EXPECT_GT(g.steps.steps.load(), 0);
+  ASSERT_EQ(g.recorder.rows().size(), 1u);  // at 0.4 only
+  EXPECT_GE(g.recorder.rows()[0].time_s, 0.4);
+
+  Rig h("resumed_ended", config(0.5, 0.2));
+  std::atomic<int> started{0};
+  h.hooks.work = [&](int) { started.fetch_add(1); };
+  WorkerCrew::Resumed ended;
+  ended.at = 0.5;
+  ended.ended = true;
+  const WorkerCrew::End e = h.run(2, &ended);
+  EXPECT_DOUBLE_EQ(e.train_s, 0.5);
+  EXPECT_EQ(started.load(), 0);
+  EXPECT_TRUE(h.recorder.rows().empty());
 }
 
 }  // namespace

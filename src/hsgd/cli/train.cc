@@ -545,7 +545,8 @@ TrainOutcome run_under_mpirun(const TrainArgs& args, const TrainInputs& in,
           throw InputError(ck->path + ": written by the " + ck->info.runtime + " runtime, not " +
                            p->c.train.runtime);
         }
-        if (ck->info.servers != p->c.train.servers) {
+        // (A gossip policy has no server ranks: train.servers 0 or 1 alike.)
+        if (!is_gossip_policy(p->c.policy.kind) && ck->info.servers != p->c.train.servers) {
           throw InputError(fmt::format(
               "--resume: {} was written by {} server ranks; resume with --servers {} (the "
               "worker ranks may differ)",

@@ -203,16 +203,6 @@ std::vector<Refusal> table() {
                 "(a passive rank would have to answer while it computes); use the sim or "
                 "threads runtime, or dpsgd/sgp on mpi";
        }},
-      {"a gossip policy with checkpoints on the threads or mpi runtime",
-       [quoted](const Config& c) -> std::string {
-         if (!is_gossip_policy(c.policy.kind) || c.train.runtime == "sim" ||
-             c.train.checkpoint_every == 0) {
-           return "";
-         }
-         return "train.checkpoint_every = " + num(c.train.checkpoint_every) + ": policy " +
-                quoted(c.policy_name) + " checkpoints on the sim runtime only (" + c.train.runtime +
-                ": not yet); expected 0";
-       }},
       {"a gossip policy with train.servers above 1 (there is no server: 0, or the default 1, "
        "which it ignores)",
        [quoted](const Config& c) -> std::string {

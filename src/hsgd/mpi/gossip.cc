@@ -7,6 +7,7 @@
 #include <climits>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "hsgd/policy/gossip.h"
 #include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/delay.h"
+#include "hsgd/runtime/gossip_checkpoint.h"
 #include "hsgd/runtime/gossip_row.h"
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/row.h"
@@ -132,7 +134,8 @@ class GossipRank {
         topo_(c_.gossip.topology, c_.gossip.weights, c_.train.workers, c_.train.seed),
         models_(1, job.initial_params, gossip_local_update(c_)),
         delays_(c_.stragglers, c_.train.workers, c_.train.seed),
-        schedule_(c_, job.train->size(), /*checkpoints=*/false),
+        // Every rank takes the checkpoint decisions (job.checkpoints is rank 0's).
+        schedule_(c_, job.train->size(), c_.train.checkpoint_every > 0),
         stops_(c_),
         recorder_(recorder),
         observer_(observer) {
@@ -160,24 +163,37 @@ class GossipRank {
 
   RunResult run() {
     const auto wall0 = SteadyClock::now();
+    // A resume: every rank's state from rank 0's checkpoint (a refusal is
+    // the same InputError on every rank, before anything is written).
+    double start_s = 0;
+    const bool resumed = restore(&start_s);
     if (rank_ == 0) open_outputs(job_);
-    evaluate(0.0);
+    if (!resumed) evaluate(0.0);
     barrier();
-    clock_.start();
+    clock_.start(start_s);
+    // A resumed run that had ended at its cut (budget, epochs, a stop)
+    // takes no step.
+    const bool ended = resumed && (schedule_.past_budget(start_s) ||
+                                   schedule_.epochs_done(counts_.samples) || stops_.stopped());
     double last_status = 0;
-    while (!diverged_) {
+    while (!diverged_ && !ended) {
       const bool gossip = n_ > 1 && (step_ + 1) % period_ == 0;
       const int64_t round = (step_ + 1) / period_ - 1;
-      models_.debiased(0, local_);
       Exchange ex(comm_, rank_, np_);
       if (cta_ && gossip) post_model(ex, round);
-      const auto t0 = SteadyClock::now();
-      Batch batch;
-      const double loss = sampled_gradient(*model_, *sampler_, c_.train.batch, &batch);
-      const double delay = delays_.extra_seconds(rank_, since(t0));
-      if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
-      const bool finite = std::isfinite(loss) && all_finite(grads_);
-      const Agreed a = agree(finite, batch.size(), loss);
+      if (phase_ != kGossipGradient) {  // (resumed with its gradient in hand: that one)
+        models_.debiased(0, local_);
+        const auto t0 = SteadyClock::now();
+        Batch batch;
+        loss_ = sampled_gradient(*model_, *sampler_, c_.train.batch, &batch);
+        batch_ = batch.size();
+        const double delay = delays_.extra_seconds(rank_, since(t0));
+        if (delay > 0) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
+        finite_ = std::isfinite(loss_) && all_finite(grads_);
+        phase_ = kGossipGradient;
+      }
+      const bool finite = finite_;
+      const Agreed a = agree(finite, batch_, loss_);
       // The run layer's decisions, on figures every rank holds alike.
       bool stop = a.stop_request || schedule_.past_budget(a.time);
       if (!stop && a.nonfinite > 0) {
@@ -195,7 +211,9 @@ class GossipRank {
         stop = diverged_;
       }
       if (stop) {
-        if (ex.posted()) ex.wait(timeout_);  // every rank posted this round
+        // Every rank posted this round; the gradient stays in hand (the
+        // final checkpoint keeps it, and the round is posted again).
+        if (ex.posted()) ex.wait(timeout_);
         break;
       }
       const float lr = static_cast<float>(lr_at(c_.lr_schedule, c_.optim.lr, step_));
@@ -220,9 +238,18 @@ class GossipRank {
       counts_.loss_sum += a.loss_sum;
       counts_.loss_count += a.finite;
       ++step_;
+      phase_ = kGossipBetween;
       if (schedule_.epochs_done(counts_.samples)) break;
       if (c_.gossip.global_every > 0 && n_ > 1 && step_ % c_.gossip.global_every == 0) {
         global_average();
+      }
+      // Every rank between steps, at the same step: a due checkpoint.
+      if (schedule_.checkpoint_due(a.time)) {
+        clock_.pause();
+        schedule_.checkpoint_done(a.time);
+        PendingCut cut = gather_cut();
+        if (cut) cut->commit(cut_info(a.time));
+        clock_.resume();
       }
       if (rank_ == 0 && a.time - last_status >= 0.5) {
         last_status = a.time;
@@ -233,9 +260,18 @@ class GossipRank {
     clock_.pause();
     double end = clock_.seconds();
     allreduce(&end, 1, MPI_MAX, "the end of training");
-    const double train_s = schedule_.clamp(end);
+    const double train_s = ended ? start_s : schedule_.clamp(end);
     RunResult result;
+    // The final checkpoint is the state at the end of training, before the
+    // closing row; written only if that row finds no divergence.
+    PendingCut final_cut;
+    CheckpointInfo final_info;
+    if (c_.train.checkpoint_every > 0 && !diverged_ && stops_.final_checkpoint_allowed()) {
+      final_cut = gather_cut();
+      if (rank_ == 0) final_info = cut_info(train_s);  // the rows before the closing one
+    }
     if (!diverged_) evaluate(train_s);
+    if (final_cut && !diverged_ && stops_.final_checkpoint_allowed()) final_cut->commit(final_info);
     gather_result(&result);
     if (rank_ != 0) {
       result.primary = false;
@@ -246,13 +282,174 @@ class GossipRank {
     result.params = eval_params_;
     result.stopped = stops_.reason();
     result.train_s = result.last.time_s;
-    result.real_train_s = train_s;
+    result.real_train_s = train_s - start_s;
     result.gradients = counts_.steps;
     result.wall_s = since(wall0);
     return result;
   }
 
  private:
+  // ---- checkpoints (runtime/gossip_checkpoint.h's layout, as on threads)
+  using PendingCut = std::optional<PendingCheckpoint>;
+
+  // This rank's part: its model, momentum and weight, step and phase, the
+  // gradient in hand, sampler, delay stream and counters.
+  std::string worker_bytes() const {
+    GossipWorkerState st;
+    st.step = step_;
+    st.phase = phase_;
+    st.loss = loss_;
+    st.batch = batch_;
+    st.finite = finite_ ? 1 : 0;
+    st.idle = idle_;
+    st.sent = sent_;
+    st.received = received_;
+    st.rounds = rounds_;
+    StateWriter w;
+    save_gossip_worker(
+        w, rank_, models_, 0, *sampler_, delays_, st,
+        phase_ == kGossipGradient ? std::span<const float>(grads_) : std::span<const float>());
+    return w.take();
+  }
+
+  GossipRunState run_state() const {
+    GossipRunState rs;
+    rs.counts = counts_;
+    rs.consecutive_nonfinite = consecutive_nonfinite_;
+    rs.global_averages = global_averages_;
+    rs.last_time = last_time_;
+    rs.last_idle = last_idle_;
+    rs.last_acc = last_acc_;
+    return rs;
+  }
+
+  CheckpointInfo cut_info(double t) const {
+    CheckpointInfo info;
+    info.id = job_.identity;
+    info.runtime = "mpi";
+    info.workers = n_;
+    info.train_s = t;
+    info.updates = counts_.steps;
+    info.rows = static_cast<int64_t>(recorder_->rows().size());
+    return info;
+  }
+
+  // Collective, every rank between steps (or stopped, its gradient in
+  // hand): each sends its part to rank 0, which writes them as they come
+  // (gossip_worker-W), then the run's (alike on every rank) and the run
+  // layer's. The checkpoint is complete once rank 0 commits it.
+  PendingCut gather_cut() {
+    const auto what = [&](int r) {
+      return [this, r] {
+        return fmt::format("on {} at a checkpoint (rank {}'s state to rank 0)",
+                           worker_name(rank_, 0), r);
+      };
+    };
+    if (rank_ != 0) {
+      send_bytes(comm_, 0, worker_bytes(), timeout_, what(rank_));
+      return std::nullopt;
+    }
+    PendingCut cut;
+    if (job_.checkpoints) cut.emplace(job_.checkpoints->begin());
+    for (int r = 0; r < n_; ++r) {
+      const std::string bytes = r == 0 ? worker_bytes() : recv_bytes(comm_, r, timeout_, what(r));
+      if (cut) cut->add(gossip_worker_blob(r), bytes);
+    }
+    if (!cut) return cut;
+    const GossipRunState rs = run_state();
+    cut->add(kGossipRunBlob, [&](StateWriter& w) { save_gossip_run(w, n_, rs); });
+    cut->add(kRunBlob, save_run_state(stops_, schedule_));
+    return cut;
+  }
+
+  // Collective. Rank 0 (job.resume) checks its checkpoint and sends every
+  // rank its part with the run's; every rank restores. False for a fresh
+  // run (no rank has a checkpoint). Throws InputError on every rank when
+  // rank 0 refuses the checkpoint.
+  bool restore(double* start_s) {
+    int resumed = rank_ == 0 && job_.resume != nullptr ? 1 : 0;
+    MPI_Request req = MPI_REQUEST_NULL;
+    check(MPI_Ibcast(&resumed, 1, MPI_INT, 0, comm_, &req), "MPI_Ibcast");
+    const auto what = [&] {
+      return fmt::format("on {} at the resume (rank 0's checkpoint)", worker_name(rank_, 0));
+    };
+    wait_one(&req, timeout_, what);
+    if (!resumed) return false;
+    std::string error;
+    if (rank_ == 0) {
+      try {
+        check_gossip_resume(job_, *job_.resume, n_);
+      } catch (const InputError& e) {
+        error = e.what();
+      }
+    }
+    int64_t len = static_cast<int64_t>(error.size());
+    check(MPI_Ibcast(&len, 1, MPI_INT64_T, 0, comm_, &req), "MPI_Ibcast");
+    wait_one(&req, timeout_, what);
+    error.resize(static_cast<size_t>(len));
+    if (len > 0) {
+      check(MPI_Ibcast(error.data(), as_count(error.size()), MPI_CHAR, 0, comm_, &req),
+            "MPI_Ibcast");
+      wait_one(&req, timeout_, what);
+      throw InputError(error);
+    }
+    std::string mine;
+    if (rank_ == 0) {
+      const Checkpoint& ck = *job_.resume;
+      for (int r = n_ - 1; r >= 0; --r) {  // rank 0's own last: it keeps it
+        const std::string name = gossip_worker_blob(r);
+        StateWriter w;
+        w.put(ck.info.train_s);
+        w.put_str(ck.blob(name));
+        w.put_str(ck.blob(kGossipRunBlob));
+        w.put_str(ck.blob(kRunBlob));
+        ck.cache.erase(name);  // one rank's part in memory at a time
+        if (r == 0) {
+          mine = w.take();
+        } else {
+          send_bytes(comm_, r, w.take(), timeout_, what);
+        }
+      }
+    } else {
+      mine = recv_bytes(comm_, 0, timeout_, what);
+    }
+    const std::string where = fmt::format("{} (rank {})", "the resumed gossip state", rank_);
+    StateReader r(mine, where);
+    *start_s = r.get<double>();
+    const std::string wb = r.get_str(), gb = r.get_str(), rb = r.get_str();
+    r.expect_end();
+    GossipWorkerState st;
+    StateReader wr(wb, where + ": " + gossip_worker_blob(rank_));
+    const bool in_hand =
+        load_gossip_worker(wr, rank_, n_, models_, 0, *sampler_, delays_, &st, grads_);
+    wr.expect_end();
+    if (in_hand != (st.phase == kGossipGradient) ||
+        (st.phase != kGossipBetween && st.phase != kGossipGradient) || !st.inbox.empty()) {
+      wr.fail("corrupt (an mpi gossip rank is cut between steps or with its gradient in hand)");
+    }
+    step_ = st.step;
+    phase_ = st.phase;
+    loss_ = st.loss;
+    batch_ = st.batch;
+    finite_ = st.finite != 0;
+    idle_ = st.idle;
+    sent_ = st.sent;
+    received_ = st.received;
+    rounds_ = st.rounds;
+    GossipRunState rs;
+    StateReader gr(gb, where + ": " + kGossipRunBlob);
+    load_gossip_run(gr, n_, &rs);
+    gr.expect_end();
+    counts_ = rs.counts;
+    consecutive_nonfinite_ = rs.consecutive_nonfinite;
+    global_averages_ = rs.global_averages;
+    last_time_ = rs.last_time;
+    last_idle_ = rs.last_idle;
+    last_acc_ = rs.last_acc;
+    load_run_state(rb, where + ": " + kRunBlob, *start_s, stops_, schedule_);
+    return true;
+  }
+
   void post_model(Exchange& ex, int64_t round) {
     const std::vector<int> to = topo_.out_peers(rank_, round);
     std::vector<int> from = topo_.in_peers(rank_, round);
@@ -452,6 +649,10 @@ class GossipRank {
   std::unique_ptr<Model> model_;
   std::vector<float> local_, grads_;
   int64_t step_ = 0;
+  int32_t phase_ = kGossipBetween;  // kGossipGradient: the gradient below is in hand
+  double loss_ = 0;
+  int64_t batch_ = 0;
+  bool finite_ = true;
   GossipCounts counts_;  // every rank's, alike on every rank (the agreements)
   int64_t consecutive_nonfinite_ = 0, rounds_ = 0, global_averages_ = 0;
   double sent_ = 0, received_ = 0, idle_ = 0;
@@ -480,20 +681,36 @@ void check_gossip_launch(const Job& job, int ranks) {
         "ranks), and mpirun started {} (-np {}); expected train.workers = {}",
         c.train.workers, policy, ranks, ranks, ranks));
   }
-  if (c.train.checkpoint_every > 0 || job.checkpoints != nullptr) {
-    throw InputError(fmt::format(
-        "train.checkpoint_every = {:g}: {} checkpoints on the sim runtime only (mpi: not yet); "
-        "expected 0",
-        c.train.checkpoint_every, policy));
-  }
-  if (job.resume != nullptr) {
-    throw InputError(policy + ": the mpi runtime has no gossip checkpoints to resume");
-  }
   if (job_params(job) > static_cast<int64_t>(INT_MAX) - 2) {
     throw InputError(
         fmt::format("{}: a model of {} parameters is larger than one MPI message ({} floats)",
                     policy, job_params(job), INT_MAX));
   }
+}
+
+void check_gossip_resume(const Job& job, const Checkpoint& ck, int ranks) {
+  const Config& c = *job.config;
+  check_gossip_checkpoint(ck, c.policy_name, "mpi", ranks);
+  // Every part decoded as the ranks will, into objects then dropped.
+  GossipModels models(1, job.initial_params, gossip_local_update(c));
+  DelayModel delays(c.stragglers, ranks, c.train.seed);
+  std::vector<float> grad(job.initial_params.size());
+  for (int w = 0; w < ranks; ++w) {
+    ShardSampler sampler = make_sampler(job, w);
+    GossipWorkerState st;
+    ck.read(gossip_worker_blob(w), [&](StateReader& r) {
+      const bool in_hand = load_gossip_worker(r, w, ranks, models, 0, sampler, delays, &st, grad);
+      if (in_hand != (st.phase == kGossipGradient) ||
+          (st.phase != kGossipBetween && st.phase != kGossipGradient) || !st.inbox.empty()) {
+        r.fail("corrupt (an mpi gossip rank is cut between steps or with its gradient in hand)");
+      }
+    });
+  }
+  GossipRunState rs;
+  ck.read(kGossipRunBlob, [&](StateReader& r) { load_gossip_run(r, ranks, &rs); });
+  RunStops stops(c);
+  TrainSchedule schedule(c, job.train->size(), c.train.checkpoint_every > 0);
+  load_run_state(ck, stops, schedule);
 }
 
 RunResult run_gossip(const Job& job, MPI_Comm comm, Recorder* recorder, Observer* observer) {

@@ -36,9 +36,18 @@
 // broadcast, and a diverged run ends on every rank (the stop line reaches
 // every rank through MpiRuntime::run: exit 3).
 //
+// Checkpoints (runtime/gossip_checkpoint.h's layout, as on threads): a
+// checkpoint due at the agreed time is cut after that step, every rank
+// between steps; each rank sends its part to rank 0, which writes it. At the
+// final cut of a budget or a stop every rank holds the gradient it computed
+// past the end (a resume takes it first). On resume rank 0 checks the
+// checkpoint (check_gossip_resume; a refusal is the same InputError on
+// every rank) and sends each rank its part: a resumed run is the
+// uninterrupted one, bit for bit. The same rank count is needed.
+//
 // Not here: adpsgd (refused at launch: a wait-free pairwise exchange needs a
 // rank to answer while it computes, which one MPI thread per rank cannot do
-// without a progress thread), checkpoints (refused by config validation).
+// without a progress thread).
 //
 // Every wait has the deadline mpi.timeout; past it the rank throws MpiError
 // naming the step and the peers (or the collective) it waited for.
@@ -53,6 +62,12 @@ namespace hsgd::mpi {
 // gossip run can go on `ranks` ranks: train.workers must equal the rank
 // count, the policy must not be adpsgd, a model must fit one message.
 void check_gossip_launch(const Job& job, int ranks);
+
+// Rank 0 of a resumed launch of `ranks` ranks, before anything is written:
+// `ck` must be a gossip checkpoint of the mpi layout with one worker per rank
+// (the same rank count), every part decoding as the ranks' restore will.
+// Throws InputError, one line naming the file.
+void check_gossip_resume(const Job& job, const Checkpoint& ck, int ranks);
 
 // Every rank of `comm` calls it with the same job (rank 0 with a recorder
 // that is not null). Rank 0's result is the run's; the others have

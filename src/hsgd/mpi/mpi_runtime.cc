@@ -124,6 +124,7 @@ void MpiRuntime::check_launch(int ranks, int servers, int64_t num_params) {
 }
 
 void MpiRuntime::check_resume(const Job& job, const Checkpoint& ck, int ranks) {
+  if (is_gossip_policy(job.config->policy.kind)) return check_gossip_resume(job, ck, ranks);
   Layout l;
   l.ranks = ranks;
   fill_layout(job, &l);

@@ -12,6 +12,7 @@
 #include "hsgd/mpi/roles.h"
 #include "hsgd/mpi/shard_server.h"
 #include "hsgd/runtime/clock.h"
+#include "hsgd/runtime/gossip_checkpoint.h"
 #include "hsgd/runtime/membership.h"
 #include "hsgd/runtime/row.h"
 #include "hsgd/runtime/run_control.h"
@@ -726,6 +727,7 @@ class Primary {
 }  // namespace
 
 void check_primary_state(const Job& job, const Layout& l, const Checkpoint& ck) {
+  refuse_gossip_checkpoint(ck, job.config->policy_name);
   decode_primary_state(ck, l, job.config->compress.on());
   RunStops stops(*job.config);
   TrainSchedule schedule(*job.config, job.train->size(), job.config->train.checkpoint_every > 0);

@@ -219,4 +219,31 @@ void GossipModels::load(StateReader& r) {
   w_ = std::move(w);
 }
 
+void GossipModels::save_worker(int i, StateWriter& w) const {
+  w.tag(0x47535331);  // "GSS1": as save() of one worker
+  w.put<int32_t>(1);
+  w.put<uint64_t>(np_);
+  w.put_span(x(i));
+  w.put_span(m_.empty() ? std::span<const float>()
+                        : std::span<const float>(m_).subspan(off(i), np_));
+  w.put_vec(std::vector<double>{weight(i)});
+}
+
+void GossipModels::load_worker(int i, StateReader& r) {
+  if (r.get<uint32_t>() != 0x47535331) r.fail("corrupt (gossip model missing)");
+  if (r.get<int32_t>() != 1 || r.get<uint64_t>() != np_) {
+    r.fail("corrupt (a gossip model of another shape)");
+  }
+  r.get_into(x(i), "the model");
+  if (m_.empty()) {
+    r.get_into(std::span<float>(), "the momentum (sgd has none)");
+  } else {
+    r.get_into(std::span<float>(m_).subspan(off(i), np_), "the momentum");
+  }
+  double wi = 0;
+  r.get_into(std::span<double>(&wi, 1), "the push-sum weight");
+  if (!(wi > 0) || !std::isfinite(wi)) r.fail("corrupt (a push-sum weight that is not positive)");
+  weight(i) = wi;
+}
+
 }  // namespace hsgd

@@ -104,6 +104,11 @@ class GossipModels {
   void save(StateWriter& w) const;
   // Throws InputError naming the blob when it holds another shape.
   void load(StateReader& r);
+  // Worker i's x_i, m_i and w_i alone, in the layout save() gives a set of
+  // one worker (the gossip checkpoints of threads and mpi hold one blob per
+  // worker: runtime/gossip_checkpoint.h).
+  void save_worker(int i, StateWriter& w) const;
+  void load_worker(int i, StateReader& r);
 
  private:
   size_t off(int i) const { return static_cast<size_t>(i) * np_; }

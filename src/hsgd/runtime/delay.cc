@@ -30,4 +30,12 @@ void DelayModel::load(StateReader& r) {
   for (size_t i = 0; i < st.size() && i < rngs_.size(); ++i) rngs_[i].set_state(st[i]);
 }
 
+void DelayModel::save_worker(int w, StateWriter& out) const {
+  out.put(rngs_[static_cast<size_t>(w)].state());
+}
+
+void DelayModel::load_worker(int w, StateReader& r) {
+  rngs_[static_cast<size_t>(w)].set_state(r.get<uint64_t>());
+}
+
 }  // namespace hsgd

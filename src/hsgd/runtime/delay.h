@@ -33,6 +33,9 @@ class DelayModel {
   // fresh (a resume with a different --workers).
   void save(StateWriter& w) const;
   void load(StateReader& r);
+  // Worker w's stream alone (a gossip checkpoint's per-worker part).
+  void save_worker(int w, StateWriter& out) const;
+  void load_worker(int w, StateReader& r);
 
  private:
   StragglerConfig c_;

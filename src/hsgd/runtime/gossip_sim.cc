@@ -18,6 +18,7 @@
 #include "hsgd/policy/gossip.h"
 #include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/delay.h"
+#include "hsgd/runtime/gossip_checkpoint.h"
 #include "hsgd/runtime/gossip_row.h"
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/row.h"
@@ -630,7 +631,11 @@ class GossipRun {
                       ck.path, ck.info.workers));
     }
     if (!ck.has("gossip")) {
-      throw InputError(ck.path + ": not a gossip policy's checkpoint (no gossip.bin)");
+      throw InputError(ck.path + ": " +
+                       (ck.has(kGossipRunBlob) ? "a gossip checkpoint of the " + ck.info.runtime +
+                                                     " runtime, not the simulator's"
+                                               : std::string("not a gossip policy's checkpoint")) +
+                       " (no gossip.bin)");
     }
     StateReader r(ck.blob("gossip"), ck.path + "/gossip.bin");
     if (r.get<uint32_t>() != kGossipTag) r.fail("corrupt (gossip section missing)");

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "hsgd/core/error.h"
 #include "hsgd/core/rng.h"
@@ -17,6 +19,7 @@
 #include "hsgd/policy/gossip.h"
 #include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/delay.h"
+#include "hsgd/runtime/gossip_checkpoint.h"
 #include "hsgd/runtime/gossip_row.h"
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/row.h"
@@ -41,6 +44,8 @@ struct Shared {
         sent(static_cast<size_t>(n), 0.0),
         received(static_cast<size_t>(n), 0.0),
         steps(static_cast<size_t>(n), 0),
+        rounds(static_cast<size_t>(n), 0),
+        phases(static_cast<size_t>(n), kGossipBetween),
         idle(static_cast<size_t>(n), 0.0) {
     for (int i = 0; i < n; ++i) model_mu.push_back(std::make_unique<std::mutex>());
   }
@@ -53,11 +58,14 @@ struct Shared {
   WorkerCrew crew;  // the threads, and crew.mu: it guards everything below
   std::map<std::array<int64_t, 3>, Mail> mailbox;  // (receiver, round, sender)
   GossipCounts counts;
-  int64_t consecutive_nonfinite = 0, rounds = 0, global_averages = 0;
+  int64_t consecutive_nonfinite = 0, global_averages = 0;
   int barrier_count = 0;
   int64_t barrier_gen = 0;
   std::vector<double> sent, received;
-  std::vector<int64_t> steps;
+  std::vector<int64_t> steps, rounds;
+  // Where each worker is in its step (GossipPhase): changed only inside the
+  // gate, so a pause sees every worker's as it is.
+  std::vector<int32_t> phases;
   std::vector<double> idle;  // seconds each worker spent waiting
   SamplerCost sampler_cost;
   RunStops* stops = nullptr;
@@ -78,6 +86,19 @@ void post(Shared& s, int from, int to, int64_t round, std::span<const float> x, 
   s.crew.cv.notify_all();
 }
 
+// One worker's loop. A step goes through the phases of GossipPhase, each
+// entered afresh by a worker resumed from a checkpoint in it:
+//   between   (inside the gate) cta posts the round; the gradient;
+//   gradient  (inside) the run layer's rules (account); atc, pdsgdm and sgp
+//             take the local step and post; adpsgd averages with its peer
+//             and steps; a step without a round ends here;
+//   round     the wait for the in-peers' parts (outside the gate, so an
+//             evaluation or a checkpoint can pause every worker
+//             meanwhile), then (inside) the parts are taken and combined;
+//             cta takes its local step;
+//   barrier   after every H-th step (gossip.global_every), outside.
+// A stop leaves the worker in its phase, with what it holds (the gradient,
+// the parts not yet taken): the final checkpoint saves it as it is.
 class Worker {
  public:
   Worker(int id, const Job& job, Shared& s, DelayModel& delays)
@@ -98,72 +119,143 @@ class Worker {
 
   void run() {
     GateScope inside(s_.crew.gate);
+    // Resumed at the global average's barrier: that first.
+    if (phase() == kGossipBarrier && !global_average(inside)) return end_run();
     while (inside.enter()) {
       if (s_.crew.stopped()) break;
       const bool gossip = kind_ != "adpsgd" && s_.n > 1 && (step_ + 1) % period_ == 0;
       const int64_t round = (step_ + 1) / period_ - 1;
-      {
-        std::lock_guard lk(*s_.model_mu[static_cast<size_t>(id_)]);
-        s_.models.debiased(id_, local_);
+      if (phase() == kGossipBetween) {
+        {
+          std::lock_guard lk(*s_.model_mu[static_cast<size_t>(id_)]);
+          s_.models.debiased(id_, local_);
+        }
+        if (cta_ && gossip) post_model(round);
+        const auto t0 = SteadyClock::now();
+        Batch batch;
+        loss_ = sampled_gradient(*model_, sampler_, c_.train.batch, &batch);
+        batch_ = batch.size();
+        const double delay = delays_.extra_seconds(id_, since(t0));
+        if (delay > 0) {
+          std::unique_lock lk(s_.crew.mu);
+          s_.crew.cv.wait_for(lk, std::chrono::duration<double>(delay),
+                              [&] { return s_.crew.stop; });
+        }
+        finite_ = std::isfinite(loss_) && all_finite(grads_);
+        set_phase(kGossipGradient);
       }
-      if (cta_ && gossip) post_model(round);
-      const auto t0 = SteadyClock::now();
-      Batch batch;
-      const double loss = sampled_gradient(*model_, sampler_, c_.train.batch, &batch);
-      const double delay = delays_.extra_seconds(id_, since(t0));
-      if (delay > 0) {
-        std::unique_lock lk(s_.crew.mu);
-        s_.crew.cv.wait_for(lk, std::chrono::duration<double>(delay), [&] { return s_.crew.stop; });
-      }
-      const bool finite = std::isfinite(loss) && all_finite(grads_);
-      if (!account(finite)) break;  // past the budget, or stopped
       const float lr = static_cast<float>(lr_at(c_.lr_schedule, c_.optim.lr, step_));
-      if (kind_ == "adpsgd") {
-        const int peer = hsgd::adpsgd_peer(s_.topo, id_, step_, rng_);
-        if (peer >= 0) {
-          std::scoped_lock lk(*s_.model_mu[static_cast<size_t>(id_)],
-                              *s_.model_mu[static_cast<size_t>(peer)]);
-          s_.models.pair_average(id_, peer);
-          std::lock_guard g(s_.crew.mu);
-          const double bytes = 4.0 * static_cast<double>(s_.np);
-          s_.sent[static_cast<size_t>(id_)] += bytes;
-          s_.received[static_cast<size_t>(peer)] += bytes;
-          s_.sent[static_cast<size_t>(peer)] += bytes;
-          s_.received[static_cast<size_t>(id_)] += bytes;
-        }
-        step(finite, lr);
-      } else if (!gossip) {
-        step(finite, lr);
-      } else {
-        if (!cta_) {
-          step(finite, lr);
-          if (kind_ == "sgp") {
-            post_shares(round);
-          } else {
-            post_model(round);
+      if (phase() == kGossipGradient) {
+        // Past the budget, or stopped: the gradient stays in hand.
+        if (!account(finite_)) break;
+        if (kind_ == "adpsgd") {
+          const int peer = hsgd::adpsgd_peer(s_.topo, id_, step_, rng_);
+          if (peer >= 0) {
+            std::scoped_lock lk(*s_.model_mu[static_cast<size_t>(id_)],
+                                *s_.model_mu[static_cast<size_t>(peer)]);
+            s_.models.pair_average(id_, peer);
+            std::lock_guard g(s_.crew.mu);
+            const double bytes = 4.0 * static_cast<double>(s_.np);
+            s_.sent[static_cast<size_t>(id_)] += bytes;
+            s_.received[static_cast<size_t>(peer)] += bytes;
+            s_.sent[static_cast<size_t>(peer)] += bytes;
+            s_.received[static_cast<size_t>(id_)] += bytes;
           }
+          step(finite_, lr);
+        } else if (!gossip) {
+          step(finite_, lr);
+        } else {
+          if (!cta_) {
+            step(finite_, lr);
+            if (kind_ == "sgp") {
+              post_shares(round);
+            } else {
+              post_model(round);
+            }
+          }
+          set_phase(kGossipRound);
         }
+      }
+      if (phase() == kGossipRound) {
         // The wait for the in-peers happens outside the gate, so an
-        // evaluation can pause every worker meanwhile.
+        // evaluation or a checkpoint can pause every worker meanwhile; the
+        // parts stay in the mailbox until taken inside it.
         inside.exit();
-        std::vector<Mail> mails;
-        std::vector<int> from = s_.topo.in_peers(id_, round);
-        if (!wait_for_round(round, from, &mails)) break;
+        const std::vector<int> from = s_.topo.in_peers(id_, round);
+        if (!wait_for_round(round, from)) break;
         if (!inside.enter()) break;
-        combine(round, from, mails);
-        if (cta_) step(finite, lr);
+        combine(round, from, take_round(round, from));
+        if (cta_) step(finite_, lr);
       }
-      finish(batch.size(), loss, finite);
+      finish();
       inside.exit();
-      if (c_.gossip.global_every > 0 && s_.n > 1 && step_ % c_.gossip.global_every == 0) {
-        if (!global_average(inside)) break;
-      }
+      if (phase() == kGossipBarrier && !global_average(inside)) break;
     }
+    end_run();
+  }
+
+  // The worker's part of a checkpoint (every worker paused between steps,
+  // or stopped), with crew.mu held.
+  void save(StateWriter& w) const {
+    GossipWorkerState st;
+    st.step = step_;
+    st.phase = s_.phases[static_cast<size_t>(id_)];
+    st.loss = loss_;
+    st.batch = batch_;
+    st.finite = finite_ ? 1 : 0;
+    st.pairing = rng_.state();
+    st.idle = s_.idle[static_cast<size_t>(id_)];
+    st.sent = s_.sent[static_cast<size_t>(id_)];
+    st.received = s_.received[static_cast<size_t>(id_)];
+    st.rounds = s_.rounds[static_cast<size_t>(id_)];
+    for (auto it = s_.mailbox.lower_bound({id_, INT64_MIN, INT64_MIN});
+         it != s_.mailbox.end() && it->first[0] == id_; ++it) {
+      st.inbox.push_back(GossipMail{it->first[1], static_cast<int32_t>(it->first[2]),
+                                    it->second.weight, it->second.payload});
+    }
+    const bool in_hand = st.phase == kGossipGradient || (st.phase == kGossipRound && cta_);
+    save_gossip_worker(w, id_, s_.models, id_, sampler_, delays_, st,
+                       in_hand ? std::span<const float>(grads_) : std::span<const float>());
+  }
+
+  // Restores the worker's part, before any thread starts.
+  void load(StateReader& r) {
+    GossipWorkerState st;
+    const bool had =
+        load_gossip_worker(r, id_, s_.n, s_.models, id_, sampler_, delays_, &st, grads_);
+    const bool in_hand = st.phase == kGossipGradient || (st.phase == kGossipRound && cta_);
+    if (had != in_hand)
+      r.fail("corrupt (a gradient in hand where the phase holds none, or none where it does)");
+    step_ = st.step;
+    s_.phases[static_cast<size_t>(id_)] = st.phase;
+    loss_ = st.loss;
+    batch_ = st.batch;
+    finite_ = st.finite != 0;
+    rng_.set_state(st.pairing);
+    s_.idle[static_cast<size_t>(id_)] = st.idle;
+    s_.sent[static_cast<size_t>(id_)] = st.sent;
+    s_.received[static_cast<size_t>(id_)] = st.received;
+    s_.rounds[static_cast<size_t>(id_)] = st.rounds;
+    s_.steps[static_cast<size_t>(id_)] = st.step;
+    for (GossipMail& m : st.inbox) {
+      s_.mailbox[{id_, m.round, m.from}] = Mail{std::move(m.payload), m.weight};
+    }
+  }
+
+ private:
+  int32_t phase() {
+    std::lock_guard lk(s_.crew.mu);
+    return s_.phases[static_cast<size_t>(id_)];
+  }
+  void set_phase(int32_t p) {
+    std::lock_guard lk(s_.crew.mu);
+    s_.phases[static_cast<size_t>(id_)] = p;
+  }
+  void end_run() {
     std::lock_guard lk(s_.crew.mu);
     s_.sampler_cost += sampler_.cost;
   }
 
- private:
   void post_model(int64_t round) {
     std::vector<float> x;
     {
@@ -191,9 +283,9 @@ class Worker {
     for (int to : out) post(s_, id_, to, round, x, w);
   }
 
-  // Waits until every in-peer's part of `round` is in the mailbox and takes
-  // them, in `from`'s (ascending) order. False when the run stopped.
-  bool wait_for_round(int64_t round, const std::vector<int>& from, std::vector<Mail>* mails) {
+  // Waits until every in-peer's part of `round` is in the mailbox. False
+  // when the run stopped.
+  bool wait_for_round(int64_t round, const std::vector<int>& from) {
     const auto t0 = SteadyClock::now();
     std::unique_lock lk(s_.crew.mu);
     s_.crew.cv.wait(lk, [&] {
@@ -204,14 +296,22 @@ class Worker {
       return true;
     });
     s_.idle[static_cast<size_t>(id_)] += since(t0);
-    if (s_.crew.stop) return false;
+    return !s_.crew.stop;
+  }
+
+  // Takes the parts of `round` (inside the gate), in `from`'s (ascending)
+  // order.
+  std::vector<Mail> take_round(int64_t round, const std::vector<int>& from) {
+    std::vector<Mail> mails;
+    std::lock_guard lk(s_.crew.mu);
     for (int j : from) {
       auto it = s_.mailbox.find({id_, round, j});
-      mails->push_back(std::move(it->second));
+      HSGD_ASSERT(it != s_.mailbox.end(), "a gossip part taken before it came");
+      mails.push_back(std::move(it->second));
       s_.mailbox.erase(it);
     }
-    ++s_.rounds;
-    return true;
+    ++s_.rounds[static_cast<size_t>(id_)];
+    return mails;
   }
 
   void combine(int64_t round, const std::vector<int>& from, const std::vector<Mail>& mails) {
@@ -259,37 +359,39 @@ class Worker {
     return true;
   }
 
-  void finish(int64_t batch, double loss, bool finite) {
+  // The step is done (inside the gate): counted; the next phase is the
+  // global average's barrier after every H-th step.
+  void finish() {
     ++step_;
     bool done = false;
     {
       std::lock_guard lk(s_.crew.mu);
       ++s_.counts.steps;
       s_.steps[static_cast<size_t>(id_)] = step_;
-      if (finite) {
-        s_.counts.samples += batch;
-        s_.counts.loss_sum += loss;
+      if (finite_) {
+        s_.counts.samples += batch_;
+        s_.counts.loss_sum += loss_;
         ++s_.counts.loss_count;
       }
+      const bool global =
+          c_.gossip.global_every > 0 && s_.n > 1 && step_ % c_.gossip.global_every == 0;
+      s_.phases[static_cast<size_t>(id_)] = global ? kGossipBarrier : kGossipBetween;
       done = s_.schedule->epochs_done(s_.counts.samples);
     }
     if (done) s_.crew.request_stop();
   }
 
   // Gossip-PGA: every worker meets; the last to arrive averages every model
-  // (inside the gate, so no evaluation sees half of it). False when the run
-  // stopped.
+  // and ends every worker's barrier phase (inside the gate, so no
+  // evaluation or checkpoint sees half of it). False when the run stopped.
   bool global_average(GateScope& inside) {
     const auto t0 = SteadyClock::now();
     std::unique_lock lk(s_.crew.mu);
     const int64_t gen = s_.barrier_gen;
-    const double bytes = 2.0 * (s_.n - 1) / s_.n * 4.0 * static_cast<double>(s_.np);
-    s_.sent[static_cast<size_t>(id_)] += bytes;
-    s_.received[static_cast<size_t>((id_ + 1) % s_.n)] += bytes;
     if (++s_.barrier_count < s_.n) {
       s_.crew.cv.wait(lk, [&] { return s_.crew.stop || s_.barrier_gen != gen; });
       s_.idle[static_cast<size_t>(id_)] += since(t0);
-      return !s_.crew.stop;
+      return s_.barrier_gen != gen;
     }
     s_.barrier_count = 0;
     lk.unlock();
@@ -299,12 +401,20 @@ class Worker {
       for (auto& m : s_.model_mu) all.emplace_back(*m);
       s_.models.global_average();
     }
-    inside.exit();
     lk.lock();
+    // As a ring all-reduce would carry it, for every worker.
+    const double bytes = 2.0 * (s_.n - 1) / s_.n * 4.0 * static_cast<double>(s_.np);
+    for (int w = 0; w < s_.n; ++w) {
+      s_.sent[static_cast<size_t>(w)] += bytes;
+      s_.received[static_cast<size_t>((w + 1) % s_.n)] += bytes;
+      s_.phases[static_cast<size_t>(w)] = kGossipBetween;
+    }
     ++s_.barrier_gen;
     ++s_.global_averages;
     s_.crew.cv.notify_all();
-    return !s_.crew.stop;
+    lk.unlock();
+    inside.exit();
+    return true;
   }
 
   const int id_;
@@ -319,6 +429,10 @@ class Worker {
   int period_ = 1;
   bool cta_ = false;
   int64_t step_ = 0;
+  // The step in progress (phases gradient and round).
+  double loss_ = 0;
+  int64_t batch_ = 0;
+  bool finite_ = true;
 };
 
 }  // namespace
@@ -338,12 +452,12 @@ RunResult GossipThreadsRuntime::run(const Job& job, Recorder* recorder, Observer
   eval_model->bind(eval_params, eval_grads);
 
   TrainClock clock;
-  const TrainSchedule schedule(c, job.train->size(), /*checkpoints=*/false);
+  TrainSchedule schedule(c, job.train->size(), job.checkpoints != nullptr);
   RunStops stops(c);
   s.stops = &stops;
   s.schedule = &schedule;
   s.clock = &clock;
-  double last_time = 0, last_idle = 0;
+  GossipRunState rs;  // the rows' bookkeeping (counts, averages: in s)
   // Evaluates with every worker paused between steps.
   auto evaluate = [&](double time_s) {
     double idle_frac = 0;
@@ -352,9 +466,9 @@ RunResult GossipThreadsRuntime::run(const Job& job, Recorder* recorder, Observer
       std::lock_guard lk(s.crew.mu);
       double idle = 0;
       for (double x : s.idle) idle += x;
-      const double span = (time_s - last_time) * n;
-      idle_frac = span > 0 ? std::clamp((idle - last_idle) / span, 0.0, 1.0) : 0.0;
-      last_idle = idle;
+      const double span = (time_s - rs.last_time) * n;
+      idle_frac = span > 0 ? std::clamp((idle - rs.last_idle) / span, 0.0, 1.0) : 0.0;
+      rs.last_idle = idle;
       counts = s.counts;
       s.counts.loss_sum = 0;
       s.counts.loss_count = 0;
@@ -362,14 +476,64 @@ RunResult GossipThreadsRuntime::run(const Job& job, Recorder* recorder, Observer
     }
     const MetricsRow r = gossip_row(c, s.models, *eval_model, eval_params, test, job.train->size(),
                                     time_s, counts, idle_frac);
-    last_time = time_s;
+    rs.last_time = time_s;
+    rs.last_acc = r.test_acc;
     s.crew.record(r, eval_params, recorder, observer, stops);
     return r;
   };
 
-  open_outputs(job);
   std::vector<std::unique_ptr<Worker>> workers;
   for (int w = 0; w < n; ++w) workers.push_back(std::make_unique<Worker>(w, job, s, delays));
+
+  // A checkpoint of the state with every worker paused between steps (or
+  // stopped) at training time t: its parts are streamed to their files now,
+  // the checkpoint is complete once committed.
+  struct Cut {
+    CheckpointInfo info;
+    std::optional<PendingCheckpoint> pending;
+  };
+  auto cut = [&](double t) {
+    Cut k;
+    std::lock_guard lk(s.crew.mu);
+    k.info.id = job.identity;
+    k.info.runtime = "threads";
+    k.info.workers = n;
+    k.info.train_s = t;
+    k.info.updates = s.counts.steps;
+    k.info.rows = static_cast<int64_t>(recorder->rows().size());
+    PendingCheckpoint& p = k.pending.emplace(job.checkpoints->begin());
+    GossipRunState now = rs;
+    now.counts = s.counts;
+    now.consecutive_nonfinite = s.consecutive_nonfinite;
+    now.global_averages = s.global_averages;
+    p.add(kGossipRunBlob, [&](StateWriter& w) { save_gossip_run(w, n, now); });
+    for (int w = 0; w < n; ++w) {
+      p.add(gossip_worker_blob(w),
+            [&](StateWriter& sw) { workers[static_cast<size_t>(w)]->save(sw); });
+    }
+    p.add(kRunBlob, save_run_state(stops, schedule));
+    return k;
+  };
+
+  WorkerCrew::Resumed resumed;
+  if (job.resume) {
+    const Checkpoint& ck = *job.resume;
+    check_gossip_checkpoint(ck, c.policy_name, "threads", n);
+    ck.read(kGossipRunBlob, [&](StateReader& r) { load_gossip_run(r, n, &rs); });
+    for (int w = 0; w < n; ++w) {
+      ck.read(gossip_worker_blob(w),
+              [&](StateReader& r) { workers[static_cast<size_t>(w)]->load(r); });
+    }
+    load_run_state(ck, stops, schedule);
+    s.counts = rs.counts;
+    s.consecutive_nonfinite = rs.consecutive_nonfinite;
+    s.global_averages = rs.global_averages;
+    resumed.at = ck.info.train_s;
+    resumed.ended = schedule.past_budget(resumed.at) || schedule.epochs_done(s.counts.samples) ||
+                    stops.stopped();
+    resumed.last_acc = rs.last_acc;
+  }
+  open_outputs(job);
   WorkerCrew::Hooks hooks;
   hooks.evaluate = evaluate;
   hooks.progress = [&](Status* st) {
@@ -378,7 +542,14 @@ RunResult GossipThreadsRuntime::run(const Job& job, Recorder* recorder, Observer
     st->samples = s.counts.samples;
   };
   hooks.work = [&](int w) { workers[static_cast<size_t>(w)]->run(); };
-  const WorkerCrew::End end = s.crew.run(n, clock, schedule, stops, observer, hooks);
+  if (job.checkpoints) {
+    hooks.checkpoint = [&](double t) {
+      Cut k = cut(t);
+      k.pending->commit(k.info);
+    };
+  }
+  const WorkerCrew::End end =
+      s.crew.run(n, clock, schedule, stops, observer, hooks, job.resume ? &resumed : nullptr);
   const double train_s = end.train_s;
 
   RunResult result;
@@ -386,18 +557,26 @@ RunResult GossipThreadsRuntime::run(const Job& job, Recorder* recorder, Observer
     result.last = recorder->rows().back();
     s.models.average(eval_params);
   } else {
+    // The final checkpoint is the state at the end of training, before the
+    // closing row; it is written only if the closing row finds no
+    // divergence.
+    std::optional<Cut> final_cut;
+    if (job.checkpoints && stops.final_checkpoint_allowed()) final_cut = cut(train_s);
     result.last = evaluate(train_s);
+    if (final_cut && stops.final_checkpoint_allowed()) final_cut->pending->commit(final_cut->info);
   }
   result.params.assign(eval_params.begin(), eval_params.end());
   result.stopped = stops.reason();
   result.train_s = result.last.time_s;
-  result.real_train_s = train_s;
+  result.real_train_s = train_s - resumed.at;
   result.gradients = s.counts.steps;
   result.wall_s = since(wall0);
   result.sampler_cost = s.sampler_cost;
   result.worker_pushes = s.steps;
+  int64_t rounds = 0;
+  for (int64_t r : s.rounds) rounds += r;
   result.gossip =
-      gossip_result(c, s.topo, s.counts, s.rounds, s.global_averages, s.sent, s.received, s.steps);
+      gossip_result(c, s.topo, s.counts, rounds, s.global_averages, s.sent, s.received, s.steps);
   return result;
 }
 

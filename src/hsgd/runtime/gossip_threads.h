@@ -16,10 +16,15 @@
 //   gossip.global_every = H: a barrier of every worker after each H-th step;
 //                 the last to arrive replaces every model by the average.
 // A worker waits for messages and barriers outside the evaluation gate, so an
-// evaluation (of the average model, with the consensus distance) pauses
-// every worker between steps. Bytes per node are those a message would
-// carry (4 x params; push-sum + 8). Checkpoints are refused (config
-// validation): the sim runtime checkpoints and resumes gossip runs exactly.
+// evaluation (of the average model, with the consensus distance) or a
+// checkpoint pauses every worker between steps or in such a wait. Bytes per
+// node are those a message would carry (4 x params; push-sum + 8).
+// Checkpoints (runtime/gossip_checkpoint.h): each worker is saved in its
+// phase of the step (between steps, waiting for its in-peers' round with
+// the parts already in its mailbox, at a global average's barrier, or, at
+// the final cut, its gradient not yet counted) and resumes in it; a resume
+// needs the same train.workers. Restoring is exact; the run after it is as
+// nondeterministic as any threads run.
 #pragma once
 #include "hsgd/runtime/runtime.h"
 

@@ -125,7 +125,7 @@ RunResult HogwildRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   eval_model->bind(eval_params, eval_grads);
 
   TrainClock clock;  // runtime/clock.h: stands still while the workers are paused
-  const TrainSchedule schedule(c, job.train->size(), /*checkpoints=*/false);
+  TrainSchedule schedule(c, job.train->size(), /*checkpoints=*/false);
   RunStops stops(c);
   s.stops = &stops;
   s.schedule = &schedule;

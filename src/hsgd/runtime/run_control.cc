@@ -177,9 +177,15 @@ void load_run_state(const Checkpoint& ck, RunStops& stops, TrainSchedule& schedu
     schedule.start_at(ck.info.train_s);
     return;
   }
-  StateReader r(ck.blob(kRunBlob), ck.path + "/" + kRunBlob + ".bin");
+  load_run_state(ck.blob(kRunBlob), ck.path + "/" + kRunBlob + ".bin", ck.info.train_s, stops,
+                 schedule);
+}
+
+void load_run_state(std::string_view bytes, const std::string& what, double cut_s, RunStops& stops,
+                    TrainSchedule& schedule) {
+  StateReader r(bytes, what);
   stops.load(r);
-  schedule.load(r, ck.info.train_s);
+  schedule.load(r, cut_s);
   r.expect_end();
 }
 

@@ -34,6 +34,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hsgd/checkpoint/checkpoint.h"
@@ -171,6 +172,10 @@ std::string save_run_state(const RunStops& stops, const TrainSchedule& schedule)
 // existed has none: the schedule then starts after the cut (ck.info.train_s)
 // and no stop is pending. Throws InputError naming the blob if corrupt.
 void load_run_state(const Checkpoint& ck, RunStops& stops, TrainSchedule& schedule);
+// The same from the blob's bytes (`what` names them in messages) and the
+// cut's training time (an mpi rank that received them from rank 0).
+void load_run_state(std::string_view bytes, const std::string& what, double cut_s, RunStops& stops,
+                    TrainSchedule& schedule);
 
 // The lines themselves (tests and the stops above).
 std::string divergence_line(std::span<const float> params, const MetricsRow& row,

@@ -15,6 +15,7 @@
 #include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/compression.h"
 #include "hsgd/runtime/delay.h"
+#include "hsgd/runtime/gossip_checkpoint.h"
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/membership.h"
 #include "hsgd/runtime/row.h"
@@ -661,6 +662,7 @@ class SimRun final : public PushKernel, public SimFabric::Host {
   }
 
   void load(const Checkpoint& ck) {
+    refuse_gossip_checkpoint(ck, c_.policy_name);
     if (ck.info.workers != n_) {
       throw InputError(fmt::format(
           "{}: a simulation of {} workers; the simulator resumes exactly, with the same "

@@ -18,6 +18,7 @@
 #include "hsgd/runtime/compression.h"
 #include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/gate.h"
+#include "hsgd/runtime/gossip_checkpoint.h"
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/membership.h"
 #include "hsgd/runtime/row.h"
@@ -591,6 +592,7 @@ class Pauser {
 double restore(const Checkpoint& ck, const Config& c, Server& server,
                std::vector<WorkerState>& workers, DelayModel& delays, IdleMeter& idle,
                Pauser& pauser, Shared& s, bool* membership_restored) {
+  refuse_gossip_checkpoint(ck, c.policy_name);
   ck.read("server", [&](StateReader& sr) { server.load(sr); });
   double t = 0;
   bool members = false;

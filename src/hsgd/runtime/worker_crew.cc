@@ -39,25 +39,40 @@ void WorkerCrew::record(const MetricsRow& r, std::span<const float> params, Reco
   }
 }
 
-WorkerCrew::End WorkerCrew::run(int workers, TrainClock& clock, const TrainSchedule& schedule,
-                                RunStops& stops, Observer* observer, const Hooks& hooks) {
+WorkerCrew::End WorkerCrew::run(int workers, TrainClock& clock, TrainSchedule& schedule,
+                                RunStops& stops, Observer* observer, const Hooks& hooks,
+                                const Resumed* resumed) {
   try {
-    return drive(workers, clock, schedule, stops, observer, hooks);
+    return drive(workers, clock, schedule, stops, observer, hooks, resumed);
   } catch (...) {
     join();  // before the runtime's state that the workers use unwinds
     throw;
   }
 }
 
-WorkerCrew::End WorkerCrew::drive(int workers, TrainClock& clock, const TrainSchedule& schedule,
-                                  RunStops& stops, Observer* observer, const Hooks& hooks) {
+WorkerCrew::End WorkerCrew::drive(int workers, TrainClock& clock, TrainSchedule& schedule,
+                                  RunStops& stops, Observer* observer, const Hooks& hooks,
+                                  const Resumed* resumed) {
   End end;
-  gate.pause();
-  end.first = hooks.evaluate(0.0);
-  // The initial model diverged: that row is the last, and no worker starts.
-  end.at_row = stops.stopped();
-  clock.start();
-  gate.resume();
+  double last_acc = 0;
+  if (resumed) {
+    last_acc = resumed->last_acc;
+    clock.start(resumed->at);
+    if (resumed->ended) {  // no training: the run ends at the cut's time
+      clock.pause();
+      end.train_s = resumed->at;
+      join();
+      return end;
+    }
+  } else {
+    gate.pause();
+    end.first = hooks.evaluate(0.0);
+    last_acc = end.first.test_acc;
+    // The initial model diverged: that row is the last, and no worker starts.
+    end.at_row = stops.stopped();
+    clock.start();
+    gate.resume();
+  }
 
   for (int w = 0; w < workers && !stopped(); ++w) {
     threads_.emplace_back([this, &hooks, w] {
@@ -72,11 +87,10 @@ WorkerCrew::End WorkerCrew::drive(int workers, TrainClock& clock, const TrainSch
       }
     });
   }
-  TrainSchedule evals = schedule;  // this loop's evaluation times
-  double last_acc = end.first.test_acc;
   while (!end.at_row) {
     const double now = clock.seconds();
-    const double wake = std::min({evals.next_eval(), schedule.budget(), now + 0.5});
+    const double wake =
+        std::min({schedule.next_eval(), schedule.next_checkpoint(), schedule.budget(), now + 0.5});
     {
       std::unique_lock lk(mu);
       cv.wait_for(lk, std::chrono::duration<double>(std::max(0.0, wake - now)),
@@ -88,15 +102,24 @@ WorkerCrew::End WorkerCrew::drive(int workers, TrainClock& clock, const TrainSch
     }
     const double t = clock.seconds();
     if (schedule.past_budget(t)) break;
-    if (evals.eval_due(t)) {
+    if (schedule.eval_due(t) || schedule.checkpoint_due(t)) {
       gate.pause();
       clock.pause();
-      const MetricsRow r = hooks.evaluate(clock.seconds());
-      last_acc = r.test_acc;
-      end.at_row = stops.stopped();
+      const double at = schedule.clamp(clock.seconds());
+      if (schedule.eval_due(at)) {
+        const MetricsRow r = hooks.evaluate(at);
+        last_acc = r.test_acc;
+        end.at_row = stops.stopped();
+        schedule.eval_done(at);
+      }
+      // A stop found meanwhile (a worker's, a row's) ends the run: its
+      // final checkpoint follows.
+      if (!stops.stopped() && !stopped() && schedule.checkpoint_due(at)) {
+        schedule.checkpoint_done(at);
+        if (hooks.checkpoint) hooks.checkpoint(at);
+      }
       clock.resume();
       gate.resume();
-      evals.eval_done(t);
     }
     Status st;
     st.time_s = clock.seconds();

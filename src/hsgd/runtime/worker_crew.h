@@ -8,9 +8,13 @@
 //   (an initial model that diverges is the last row: no worker starts);
 // - the workers, one thread each; an exception in one is kept (the first
 //   wins), stops the others and is rethrown once all are joined;
-// - evaluations at the run layer's schedule (TrainSchedule), with every
-//   worker paused between steps and the training clock stopped, and a
-//   status line for the observer at least every 0.5 s;
+// - evaluations and checkpoints at the run layer's schedule
+//   (TrainSchedule, advanced here), with every worker paused between steps
+//   and the training clock stopped (an evaluation due at a checkpoint's
+//   time first, so the checkpoint holds its row), and a status line for
+//   the observer at least every 0.5 s;
+// - a resumed run (Resumed): no first row, the clock starting at the cut's
+//   time, and no worker at all when the run had already ended there;
 // - the end: a stop (a worker's, a row's, a front end's request checked at
 //   most 0.5 s after it) or the budget; then the clock stops, no step is
 //   taken after it, and the workers are joined.
@@ -66,19 +70,29 @@ class WorkerCrew {
     std::function<void(Status*)> progress;
     // Worker w's loop, on its own thread.
     std::function<void(int w)> work;
+    // A checkpoint at training time t, with every worker paused between
+    // steps (may be empty when the schedule has no checkpoints).
+    std::function<void(double t)> checkpoint;
+  };
+  // A run resumed from a checkpoint taken at training time `at`.
+  struct Resumed {
+    double at = 0;
+    bool ended = false;   // it had ended there (budget, epochs, a stop): no worker starts
+    double last_acc = 0;  // the last row's accuracy, for status lines
   };
   struct End {
     double train_s = 0;   // training time at the end, clamped to the budget
     bool at_row = false;  // a row's stop ended the run: that row is the last
-    MetricsRow first;     // the row at time 0
+    MetricsRow first;     // the row at time 0 (none when resumed)
   };
   // The controller (see the top of this file). Rethrows a worker's error.
-  End run(int workers, TrainClock& clock, const TrainSchedule& schedule, RunStops& stops,
-          Observer* observer, const Hooks& hooks);
+  // `resumed`: null for a fresh run.
+  End run(int workers, TrainClock& clock, TrainSchedule& schedule, RunStops& stops,
+          Observer* observer, const Hooks& hooks, const Resumed* resumed = nullptr);
 
  private:
-  End drive(int workers, TrainClock& clock, const TrainSchedule& schedule, RunStops& stops,
-            Observer* observer, const Hooks& hooks);
+  End drive(int workers, TrainClock& clock, TrainSchedule& schedule, RunStops& stops,
+            Observer* observer, const Hooks& hooks, const Resumed* resumed);
   void join();  // stops, closes the gate, joins every thread
 
   std::exception_ptr error_;  // under mu: the first worker error
