@@ -324,14 +324,7 @@ class GossipRank {
   }
 
   CheckpointInfo cut_info(double t) const {
-    CheckpointInfo info;
-    info.id = job_.identity;
-    info.runtime = "mpi";
-    info.workers = n_;
-    info.train_s = t;
-    info.updates = counts_.steps;
-    info.rows = static_cast<int64_t>(recorder_->rows().size());
-    return info;
+    return gossip_cut_info(job_.identity, "mpi", n_, t, counts_.steps, recorder_->rows().size());
   }
 
   // Collective, every rank between steps (or stopped, its gradient in

@@ -11,6 +11,18 @@ constexpr uint32_t kWorkerTag = 0x47535731;  // "GSW1"
 constexpr uint32_t kRunTag = 0x47535231;     // "GSR1"
 }  // namespace
 
+CheckpointInfo gossip_cut_info(const CheckpointIdentity& id, const char* runtime, int workers,
+                               double t, int64_t steps, size_t rows) {
+  CheckpointInfo info;
+  info.id = id;
+  info.runtime = runtime;
+  info.workers = workers;
+  info.train_s = t;
+  info.updates = steps;
+  info.rows = static_cast<int64_t>(rows);
+  return info;
+}
+
 std::string gossip_worker_blob(int w) { return "gossip_worker-" + std::to_string(w); }
 
 void save_gossip_worker(StateWriter& w, int id, const GossipModels& models, int i,

@@ -69,6 +69,11 @@ struct GossipRunState {
   double last_time = 0, last_idle = 0, last_acc = 0;  // the last row's time, idle total, accuracy
 };
 
+// A gossip checkpoint's manifest info, alike on every runtime: the cut at
+// training time t after `steps` local steps in all, `rows` metrics rows.
+CheckpointInfo gossip_cut_info(const CheckpointIdentity& id, const char* runtime, int workers,
+                               double t, int64_t steps, size_t rows);
+
 inline constexpr const char* kGossipRunBlob = "gossip_run";
 // "gossip_worker-W".
 std::string gossip_worker_blob(int w);

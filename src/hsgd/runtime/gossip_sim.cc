@@ -587,13 +587,8 @@ class GossipRun {
     w.put(last_acc_);
     w.put_vec(last_carried_.sent);
     w.put_vec(last_carried_.received);
-    CheckpointInfo info;
-    info.id = job_.identity;
-    info.runtime = "sim";
-    info.workers = n_;
-    info.train_s = t;
-    info.updates = counts_.steps;
-    info.rows = static_cast<int64_t>(recorder_->rows().size());
+    const CheckpointInfo info =
+        gossip_cut_info(job_.identity, "sim", n_, t, counts_.steps, recorder_->rows().size());
     Cut cut{info, {{"gossip", w.take()}, {kRunBlob, save_run_state(stops_, schedule_)}}};
     if (std::string rng = model_->rng_state(); !rng.empty())
       cut.blobs["model_rng"] = std::move(rng);

@@ -495,12 +495,8 @@ RunResult GossipThreadsRuntime::run(const Job& job, Recorder* recorder, Observer
   auto cut = [&](double t) {
     Cut k;
     std::lock_guard lk(s.crew.mu);
-    k.info.id = job.identity;
-    k.info.runtime = "threads";
-    k.info.workers = n;
-    k.info.train_s = t;
-    k.info.updates = s.counts.steps;
-    k.info.rows = static_cast<int64_t>(recorder->rows().size());
+    k.info =
+        gossip_cut_info(job.identity, "threads", n, t, s.counts.steps, recorder->rows().size());
     PendingCheckpoint& p = k.pending.emplace(job.checkpoints->begin());
     GossipRunState now = rs;
     now.counts = s.counts;
