@@ -98,7 +98,7 @@ Decision ShardServer::push(int w, uint64_t version, int64_t batch, double loss, 
                    ? server_->on_push(w, version, g, batch, loss, seconds)
                    : server_->on_screened_push(w, version, g, batch, loss, seconds, finite);
   // The step may still read this gradient (an update of one push).
-  if (server_->update_done() < range_.size) {
+  if (stepping()) {
     receives_due_.push_back(w);
   } else {
     start_receive(w);
@@ -123,7 +123,7 @@ void ShardServer::send_params(int w) {
     z_->send_pull(w, params_.live(), server_->version());
     return;
   }
-  if (server_->update_done() < range_.size) {  // chunk by chunk as the step finishes them
+  if (stepping()) {  // chunk by chunk as the step finishes them
     params_.begin_send(w);
     queued_.push_back({w, 0});
     send_finished_chunks();
@@ -144,8 +144,8 @@ void ShardServer::send_finished_chunks() {
 }
 
 bool ShardServer::advance() {
+  if (!stepping()) return false;
   const size_t done = server_->update_done();
-  if (done >= range_.size) return false;
   size_t end = range_.size;  // the end of the chunk holding `done`
   for (const Chunk& ch : chunks_) {
     if (ch.begin + ch.size > done) {
@@ -155,7 +155,7 @@ bool ShardServer::advance() {
   }
   server_->update_to(end);
   send_finished_chunks();
-  if (server_->update_done() >= range_.size) {
+  if (!stepping()) {
     queued_.clear();
     for (int w : receives_due_) start_receive(w);
     receives_due_.clear();

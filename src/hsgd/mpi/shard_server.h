@@ -92,6 +92,8 @@ class ShardServer {
   void writable(int pusher = -1);
   void take_gradient(int w);
   void start_receive(int w);
+  // A step is pending (not yet written over the whole slice).
+  bool stepping() const { return server_->update_done() < range_.size; }
   // Starts every queued send of a chunk the pending step has finished.
   void send_finished_chunks();
 
