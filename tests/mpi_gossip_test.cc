@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 
@@ -28,6 +29,7 @@
 #include "hsgd/runtime/gossip_row.h"
 #include "hsgd/runtime/gossip_threads.h"
 #include "hsgd/runtime/local_steps.h"
+#include "hsgd/runtime/row.h"
 #include "linear_job.h"
 #include "mpi_gtest.h"
 
@@ -564,6 +566,52 @@ TEST(MpiGossipCheckpoint, RefusalsAreTheSameOnEveryRank) {
 // A rank slower than mpi.timeout: every rank stops with MpiError naming
 // what it waited for instead of hanging. (Last: it leaves the run's
 // collectives behind on its own communicator.)
+// gossip.eval_workers on mpi: every rank evaluates its own de-biased model
+// and rank 0 reduces the lowest, mean and highest accuracy. Checked against
+// the models of the final checkpoint, each evaluated here: sgp on a star,
+// where the push-sum weights differ from 1 (so de-biasing matters).
+TEST(MpiGossipCheckpoint, EvalWorkersIsEachRanksOwnModelEvaluated) {
+  Fixture f("eval_workers", 4,
+            {{"policy.name", "sgp"},
+             {"gossip.topology", "star"},
+             {"optim.lr", "0.5"},
+             {"gossip.eval_workers", "true"},
+             {"train.checkpoint_every", "1000"}});  // the final checkpoint only
+  f.accuracy_is_param0 = true;  // the accuracy shows the scale of what was evaluated
+  f.steps(6);
+  const std::optional<RunResult> r = f.run();
+  if (world_rank() != 0) return;
+  ASSERT_TRUE(r->stopped.empty()) << r->stopped;
+  ASSERT_TRUE(r->last.has_worker_eval);
+  const Checkpoint ck = CheckpointStore::load_latest(f.dir, f.job().identity);
+  const Job j = f.job();
+  const int n = f.config.train.workers;
+  GossipModels models(n, j.initial_params, gossip_local_update(f.config));
+  DelayModel delays(f.config.stragglers, n, f.config.train.seed);
+  std::vector<float> grad(j.initial_params.size()), own(j.initial_params.size()), g2(own.size());
+  const Dataset test = head(*j.test, f.config.train.eval_samples);
+  std::unique_ptr<Model> m = j.make_model();
+  m->bind(own, g2);
+  std::vector<double> acc;
+  bool weights_differ = false;
+  for (int w = 0; w < n; ++w) {
+    ShardSampler sampler = make_sampler(j, w);
+    GossipWorkerState st;
+    ck.read(gossip_worker_blob(w), [&](StateReader& rd) {
+      load_gossip_worker(rd, w, n, models, w, sampler, delays, &st, grad);
+    });
+    weights_differ = weights_differ || std::abs(models.weight(w) - 1.0) > 1e-6;
+    models.debiased(w, own);
+    acc.push_back(m->evaluate(test).accuracy);
+  }
+  EXPECT_TRUE(weights_differ) << "every push-sum weight is 1: the test does not see de-biasing";
+  const WorkerAccuracy want = worker_accuracy(acc);
+  EXPECT_EQ(r->last.worker_acc_min, want.min);
+  EXPECT_NEAR(r->last.worker_acc_mean, want.mean, 1e-12);
+  EXPECT_EQ(r->last.worker_acc_max, want.max);
+  EXPECT_LT(want.min, want.max) << "the workers' models scored alike: the test cannot tell them";
+}
+
 TEST(MpiGossip, ZzATimeoutNamesTheWaitOnEveryRank) {
   Fixture f("timeout", 4,
             {{"mpi.timeout", "0.5"},

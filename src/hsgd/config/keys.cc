@@ -530,6 +530,12 @@ std::vector<Key> declare() {
           .check(at_least(0), ">= 0 (0 = never)")
           .moot(policies({"dpsgd", "sgp", "pdsgdm"}))
           .written(Written::kNotDefault));
+  add(bool_key("gossip", "eval_workers", HSGD_REF(gossip.eval_workers),
+               "dpsgd, adpsgd, sgp, pdsgdm: at each evaluation, also evaluate every worker's own "
+               "(de-biased) model: columns worker_acc_min, worker_acc_mean, worker_acc_max "
+               "(n evaluations a row instead of 1).")
+          .moot(policies({"dpsgd", "adpsgd", "sgp", "pdsgdm"}))
+          .written(Written::kNotDefault));
 
   // ---- [optim]
   add(str_key("optim", "kind", HSGD_REF(optim.kind),

@@ -151,8 +151,10 @@ class GossipRank {
     local_.resize(np_);
     grads_.resize(np_);
     model_->bind(local_, grads_);
-    if (rank_ == 0) {
-      HSGD_ASSERT(recorder_ != nullptr, "rank 0 needs a recorder");
+    // Rank 0 evaluates the average model; with gossip.eval_workers every
+    // rank also evaluates its own.
+    if (rank_ == 0 || c_.gossip.eval_workers) {
+      HSGD_ASSERT(rank_ != 0 || recorder_ != nullptr, "rank 0 needs a recorder");
       test_ = head(*job.test, c_.train.eval_samples);
       eval_model_ = job.make_model();
       eval_params_.resize(np_);
@@ -548,6 +550,22 @@ class GossipRank {
   // rank 0 evaluates, writes the row and checks it; every rank learns
   // whether the run diverged.
   void evaluate(double t) {
+    // gossip.eval_workers: this rank's own de-biased model first (rank 0's
+    // eval_params_ take the average below); min, sum and max to rank 0.
+    WorkerAccuracy workers;
+    if (c_.gossip.eval_workers) {
+      models_.debiased(0, eval_params_);
+      const double acc = eval_model_->evaluate(test_).accuracy;
+      double extremes[2] = {-acc, acc}, sum_acc = 0, most[2] = {0, 0};
+      MPI_Request rq[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+      check(MPI_Ireduce(extremes, most, 2, MPI_DOUBLE, MPI_MAX, 0, comm_, &rq[0]), "MPI_Ireduce");
+      check(MPI_Ireduce(&acc, &sum_acc, 1, MPI_DOUBLE, MPI_SUM, 0, comm_, &rq[1]), "MPI_Ireduce");
+      wait_all(rq, timeout_, [&] {
+        return fmt::format("on {} at an evaluation of every worker's model (a reduce to rank 0)",
+                           worker_name(rank_, 0));
+      });
+      workers = {-most[0], sum_acc / n_, most[1]};
+    }
     std::vector<double> sum(np_ + 2);
     std::span<const float> x = models_.x(0);
     for (size_t p = 0; p < np_; ++p) sum[p] = x[p];
@@ -581,8 +599,8 @@ class GossipRank {
       const double idle_frac = span > 0 ? std::clamp((idle - last_idle_) / span, 0.0, 1.0) : 0.0;
       last_idle_ = idle;
       last_time_ = t;
-      const MetricsRow row =
-          gossip_row(c_, cs, *eval_model_, test_, job_.train->size(), t, counts_, idle_frac);
+      const MetricsRow row = gossip_row(c_, cs, *eval_model_, test_, job_.train->size(), t, counts_,
+                                        idle_frac, &workers);
       recorder_->write(row);
       observer_->on_row(row);
       last_acc_ = row.test_acc;

@@ -51,6 +51,7 @@ struct GossipOptions {
   std::string weights = "uniform";  // uniform | metropolis
   std::string order = "cta";        // dpsgd: cta | atc
   int global_every = 0;             // Gossip-PGA: global average every H steps; 0 = never
+  bool eval_workers = false;        // also evaluate every worker's own model (n evaluations)
 };
 
 // Whether policy kind `kind` is one of the serverless gossip policies.
