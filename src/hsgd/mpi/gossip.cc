@@ -176,7 +176,7 @@ class GossipRank {
     // A resumed run that had ended at its cut (budget, epochs, a stop)
     // takes no step.
     const bool ended = resumed && (schedule_.past_budget(start_s) ||
-                                   schedule_.epochs_done(counts_.samples) || stops_.stopped());
+                                   schedule_.epochs_done(run_.counts.samples) || stops_.stopped());
     double last_status = 0;
     while (!diverged_ && !ended) {
       const bool gossip = n_ > 1 && (step_ + 1) % period_ == 0;
@@ -199,11 +199,11 @@ class GossipRank {
       // The run layer's decisions, on figures every rank holds alike.
       bool stop = a.stop_request || schedule_.past_budget(a.time);
       if (!stop && a.nonfinite > 0) {
-        counts_.nonfinite += a.nonfinite;
-        consecutive_nonfinite_ = a.finite == 0 ? consecutive_nonfinite_ + a.nonfinite : 0;
-        stop = stops_.check_pushes(consecutive_nonfinite_, counts_.steps, a.time);
+        run_.counts.nonfinite += a.nonfinite;
+        run_.consecutive_nonfinite = a.finite == 0 ? run_.consecutive_nonfinite + a.nonfinite : 0;
+        stop = stops_.check_pushes(run_.consecutive_nonfinite, run_.counts.steps, a.time);
       } else {
-        consecutive_nonfinite_ = 0;
+        run_.consecutive_nonfinite = 0;
       }
       if (!stop && schedule_.eval_due(a.time)) {
         clock_.pause();
@@ -235,13 +235,13 @@ class GossipRank {
         if (cta_) local_step(finite, lr);
         ++rounds_;
       }
-      counts_.steps += n_;
-      counts_.samples += a.samples;
-      counts_.loss_sum += a.loss_sum;
-      counts_.loss_count += a.finite;
+      run_.counts.steps += n_;
+      run_.counts.samples += a.samples;
+      run_.counts.loss_sum += a.loss_sum;
+      run_.counts.loss_count += a.finite;
       ++step_;
       phase_ = kGossipBetween;
-      if (schedule_.epochs_done(counts_.samples)) break;
+      if (schedule_.epochs_done(run_.counts.samples)) break;
       if (c_.gossip.global_every > 0 && n_ > 1 && step_ % c_.gossip.global_every == 0) {
         global_average();
       }
@@ -255,7 +255,7 @@ class GossipRank {
       }
       if (rank_ == 0 && a.time - last_status >= 0.5) {
         last_status = a.time;
-        const Status st = gossip_status(counts_, a.time, last_acc_, job_.train->size());
+        const Status st = gossip_status(run_.counts, a.time, run_.last_acc, job_.train->size());
         observer_->on_status(st);
       }
     }
@@ -285,7 +285,7 @@ class GossipRank {
     result.stopped = stops_.reason();
     result.train_s = result.last.time_s;
     result.real_train_s = train_s - start_s;
-    result.gradients = counts_.steps;
+    result.gradients = run_.counts.steps;
     result.wall_s = since(wall0);
     return result;
   }
@@ -314,19 +314,9 @@ class GossipRank {
     return w.take();
   }
 
-  GossipRunState run_state() const {
-    GossipRunState rs;
-    rs.counts = counts_;
-    rs.consecutive_nonfinite = consecutive_nonfinite_;
-    rs.global_averages = global_averages_;
-    rs.last_time = last_time_;
-    rs.last_idle = last_idle_;
-    rs.last_acc = last_acc_;
-    return rs;
-  }
-
   CheckpointInfo cut_info(double t) const {
-    return gossip_cut_info(job_.identity, "mpi", n_, t, counts_.steps, recorder_->rows().size());
+    return gossip_cut_info(job_.identity, "mpi", n_, t, run_.counts.steps,
+                           recorder_->rows().size());
   }
 
   // Collective, every rank between steps (or stopped, its gradient in
@@ -351,8 +341,7 @@ class GossipRank {
       if (cut) cut->add(gossip_worker_blob(r), bytes);
     }
     if (!cut) return cut;
-    const GossipRunState rs = run_state();
-    cut->add(kGossipRunBlob, [&](StateWriter& w) { save_gossip_run(w, n_, rs); });
+    cut->add(kGossipRunBlob, [&](StateWriter& w) { save_gossip_run(w, n_, run_); });
     cut->add(kRunBlob, save_run_state(stops_, schedule_));
     return cut;
   }
@@ -431,16 +420,9 @@ class GossipRank {
     sent_ = st.sent;
     received_ = st.received;
     rounds_ = st.rounds;
-    GossipRunState rs;
     StateReader gr(gb, where + ": " + kGossipRunBlob);
-    load_gossip_run(gr, n_, &rs);
+    load_gossip_run(gr, n_, &run_);
     gr.expect_end();
-    counts_ = rs.counts;
-    consecutive_nonfinite_ = rs.consecutive_nonfinite;
-    global_averages_ = rs.global_averages;
-    last_time_ = rs.last_time;
-    last_idle_ = rs.last_idle;
-    last_acc_ = rs.last_acc;
     load_run_state(rb, where + ": " + kRunBlob, *start_s, stops_, schedule_);
     return true;
   }
@@ -539,7 +521,7 @@ class GossipRank {
     idle_ += since(t0);
     for (size_t p = 0; p < np_; ++p) x[p] = static_cast<float>(sum[p] / sum[np_]);
     models_.weight(0) = 1.0;
-    ++global_averages_;
+    ++run_.global_averages;
     // As a ring all-reduce would carry it (gossip_threads.cc counts alike).
     const double bytes = 2.0 * (n_ - 1) / n_ * 4.0 * static_cast<double>(np_);
     sent_ += bytes;
@@ -595,15 +577,16 @@ class GossipRank {
       cs.xi = std::sqrt(sq_sum / n_);
       cs.norm = std::sqrt(norm);
       const double idle = sum[np_ + 1];
-      const double span = (t - last_time_) * n_;
-      const double idle_frac = span > 0 ? std::clamp((idle - last_idle_) / span, 0.0, 1.0) : 0.0;
-      last_idle_ = idle;
-      last_time_ = t;
-      const MetricsRow row = gossip_row(c_, cs, *eval_model_, test_, job_.train->size(), t, counts_,
-                                        idle_frac, &workers);
+      const double span = (t - run_.last_time) * n_;
+      const double idle_frac =
+          span > 0 ? std::clamp((idle - run_.last_idle) / span, 0.0, 1.0) : 0.0;
+      run_.last_idle = idle;
+      run_.last_time = t;
+      const MetricsRow row = gossip_row(c_, cs, *eval_model_, test_, job_.train->size(), t,
+                                        run_.counts, idle_frac, &workers);
       recorder_->write(row);
       observer_->on_row(row);
-      last_acc_ = row.test_acc;
+      run_.last_acc = row.test_acc;
       diverged = stops_.check_row(row, eval_params_, recorder_->rows()) ? 1 : 0;
     }
     check(MPI_Ibcast(&diverged, 1, MPI_INT, 0, comm_, &r), "MPI_Ibcast");
@@ -635,7 +618,7 @@ class GossipRank {
     }
     result->worker_pushes = steps;
     result->gossip =
-        gossip_result(c_, topo_, counts_, rounds, global_averages_, sent, received, steps);
+        gossip_result(c_, topo_, run_.counts, rounds, run_.global_averages, sent, received, steps);
   }
 
   const Job& job_;
@@ -664,15 +647,16 @@ class GossipRank {
   double loss_ = 0;
   int64_t batch_ = 0;
   bool finite_ = true;
-  GossipCounts counts_;  // every rank's, alike on every rank (the agreements)
-  int64_t consecutive_nonfinite_ = 0, rounds_ = 0, global_averages_ = 0;
+  // The run's counters (every rank's steps, samples, losses; the last
+  // row's), alike on every rank (the agreements); a checkpoint's gossip_run.
+  GossipRunState run_;
+  int64_t rounds_ = 0;
   double sent_ = 0, received_ = 0, idle_ = 0;
   bool diverged_ = false;
   // Rank 0: the evaluation.
   Dataset test_;
   std::unique_ptr<Model> eval_model_;
   std::vector<float> eval_params_, eval_grads_;
-  double last_time_ = 0, last_idle_ = 0, last_acc_ = 0;
 };
 
 }  // namespace
