@@ -219,6 +219,37 @@ TEST(GossipSim, ResumesExactly) {
       {{"policy.name", "adpsgd"}, {"stragglers.fraction", "0.4"}, {"stragglers.sigma", "0.02"}},
       "adpsgd");
   ExpectExactResume({{"policy.name", "pdsgdm:3"}, {"gossip.global_every", "6"}}, "pdsgdm");
+  ExpectExactResume({{"policy.name", "pdsgdm:3"},
+                     {"gossip.global_every", "6"},
+                     {"local.outer", "momentum"},
+                     {"local.outer_momentum", "0.5"}},
+                    "pdsgdm_slowmo");
+}
+
+double Distance(std::span<const float> a, std::span<const float> b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+  return std::sqrt(d);
+}
+
+// SlowMo's outer step is taken at every global average: with local.outer =
+// sgd and a tiny local.outer_lr every average sends the workers back to
+// (almost) where the previous one started, so the run hardly leaves the
+// initial model (it ends about one local step away), while the plain
+// average (the default) trains.
+TEST(GossipSim, TheOuterStepIsTakenAtEveryGlobalAverage) {
+  for (const std::string policy : {"dpsgd", "sgp", "pdsgdm:1"}) {
+    SCOPED_TRACE(policy);
+    const std::vector<Override> o = {{"policy.name", policy}, {"gossip.global_every", "1"}};
+    Gossip plain(o);
+    std::vector<Override> with = o;
+    with.push_back({"local.outer_lr", "1e-6"});
+    Gossip held(with);
+    const double moved = Distance(plain.run("outer_plain").params, plain.job().initial_params);
+    const double held_moved = Distance(held.run("outer_held").params, held.job().initial_params);
+    EXPECT_GT(moved, 0.1);
+    EXPECT_LT(held_moved, 0.1 * moved);  // about one local step against many
+  }
 }
 
 TEST(GossipSim, RefusedCombinationsNameTheKey) {

@@ -387,6 +387,11 @@ std::vector<std::vector<Override>> CheckpointedJobs() {
       // (push-sum weights stay 1 on a regular graph; the star's do not)
       {{"policy.name", "sgp"}, {"gossip.topology", "star"}},
       {{"policy.name", "pdsgdm:2"}, {"gossip.global_every", "3"}, {"optim.kind", "momentum"}},
+      {{"policy.name", "sgp"},  // SlowMo
+       {"gossip.topology", "star"},
+       {"gossip.global_every", "3"},
+       {"local.outer", "momentum"},
+       {"local.outer_momentum", "0.5"}},
   };
 }
 
@@ -610,6 +615,22 @@ TEST(MpiGossipCheckpoint, EvalWorkersIsEachRanksOwnModelEvaluated) {
   EXPECT_NEAR(r->last.worker_acc_mean, want.mean, 1e-12);
   EXPECT_EQ(r->last.worker_acc_max, want.max);
   EXPECT_LT(want.min, want.max) << "the workers' models scored alike: the test cannot tell them";
+}
+
+// SlowMo's outer step is taken at every global average, alike on every
+// rank: with a tiny local.outer_lr the run stays about one local step
+// from the initial model.
+TEST(MpiGossip, TheOuterStepIsTakenAtEveryGlobalAverage) {
+  Fixture plain("outer_plain", 3, {{"gossip.global_every", "1"}});
+  plain.steps(40);
+  const std::optional<RunResult> rp = plain.run();
+  Fixture held("outer_held", 3, {{"gossip.global_every", "1"}, {"local.outer_lr", "1e-6"}});
+  held.steps(40);
+  const std::optional<RunResult> rh = held.run();
+  if (world_rank() != 0) return;
+  const double moved = distance(rp->params, plain.job().initial_params);
+  EXPECT_GT(moved, 0.1);
+  EXPECT_LT(distance(rh->params, held.job().initial_params), 0.3 * moved);  // one step, 40
 }
 
 TEST(MpiGossip, ZzATimeoutNamesTheWaitOnEveryRank) {

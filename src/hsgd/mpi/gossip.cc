@@ -23,6 +23,7 @@
 #include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/gossip_checkpoint.h"
+#include "hsgd/runtime/gossip_outer.h"
 #include "hsgd/runtime/gossip_row.h"
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/row.h"
@@ -133,6 +134,7 @@ class GossipRank {
         np_(job.initial_params.size()),
         topo_(c_.gossip.topology, c_.gossip.weights, c_.train.workers, c_.train.seed),
         models_(1, job.initial_params, gossip_local_update(c_)),
+        outer_(GossipOuter::make(c_, job.initial_params)),
         delays_(c_.stragglers, c_.train.workers, c_.train.seed),
         // Every rank takes the checkpoint decisions (job.checkpoints is rank 0's).
         schedule_(c_, job.train->size(), c_.train.checkpoint_every > 0),
@@ -342,6 +344,7 @@ class GossipRank {
     }
     if (!cut) return cut;
     cut->add(kGossipRunBlob, [&](StateWriter& w) { save_gossip_run(w, n_, run_); });
+    if (outer_) cut->add(kGossipOuterBlob, [&](StateWriter& w) { outer_->save(w); });
     cut->add(kRunBlob, save_run_state(stops_, schedule_));
     return cut;
   }
@@ -386,6 +389,7 @@ class GossipRank {
         w.put(ck.info.train_s);
         w.put_str(ck.blob(name));
         w.put_str(ck.blob(kGossipRunBlob));
+        w.put_str(outer_ ? ck.blob(kGossipOuterBlob) : std::string());
         w.put_str(ck.blob(kRunBlob));
         ck.cache.erase(name);  // one rank's part in memory at a time
         if (r == 0) {
@@ -400,7 +404,7 @@ class GossipRank {
     const std::string where = fmt::format("{} (rank {})", "the resumed gossip state", rank_);
     StateReader r(mine, where);
     *start_s = r.get<double>();
-    const std::string wb = r.get_str(), gb = r.get_str(), rb = r.get_str();
+    const std::string wb = r.get_str(), gb = r.get_str(), ob = r.get_str(), rb = r.get_str();
     r.expect_end();
     GossipWorkerState st;
     StateReader wr(wb, where + ": " + gossip_worker_blob(rank_));
@@ -423,6 +427,11 @@ class GossipRank {
     StateReader gr(gb, where + ": " + kGossipRunBlob);
     load_gossip_run(gr, n_, &run_);
     gr.expect_end();
+    if (outer_) {
+      StateReader orr(ob, where + ": " + kGossipOuterBlob);
+      outer_->load(orr);
+      orr.expect_end();
+    }
     load_run_state(rb, where + ": " + kRunBlob, *start_s, stops_, schedule_);
     return true;
   }
@@ -520,6 +529,7 @@ class GossipRank {
     allreduce(sum.data(), sum.size(), MPI_SUM, "a global average (gossip.global_every)");
     idle_ += since(t0);
     for (size_t p = 0; p < np_; ++p) x[p] = static_cast<float>(sum[p] / sum[np_]);
+    if (outer_) outer_->apply(x);  // SlowMo: alike on every rank (the same average)
     models_.weight(0) = 1.0;
     ++run_.global_averages;
     // As a ring all-reduce would carry it (gossip_threads.cc counts alike).
@@ -627,7 +637,8 @@ class GossipRank {
   double timeout_;
   size_t np_;
   Topology topo_;
-  GossipModels models_;  // this rank's x, m, w (worker 0 of one)
+  GossipModels models_;                 // this rank's x, m, w (worker 0 of one)
+  std::unique_ptr<GossipOuter> outer_;  // SlowMo (null when off): alike on every rank
   DelayModel delays_;
   TrainSchedule schedule_;
   RunStops stops_;
@@ -703,6 +714,9 @@ void check_gossip_resume(const Job& job, const Checkpoint& ck, int ranks) {
   }
   GossipRunState rs;
   ck.read(kGossipRunBlob, [&](StateReader& r) { load_gossip_run(r, ranks, &rs); });
+  if (std::unique_ptr<GossipOuter> outer = GossipOuter::make(c, job.initial_params)) {
+    ck.read(kGossipOuterBlob, [&](StateReader& r) { outer->load(r); });
+  }
   RunStops stops(c);
   TrainSchedule schedule(c, job.train->size(), c.train.checkpoint_every > 0);
   load_run_state(ck, stops, schedule);

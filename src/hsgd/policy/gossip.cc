@@ -157,9 +157,10 @@ void GossipModels::pair_average(int i, int j) {
   weight(j) = w;
 }
 
-void GossipModels::global_average() {
+void GossipModels::global_average(const std::function<void(std::span<float>)>& outer) {
   std::vector<float> avg(np_);
   average(avg);
+  if (outer) outer(avg);
   for (int i = 0; i < n_; ++i) {
     std::copy(avg.begin(), avg.end(), x_.begin() + off(i));
     w_[static_cast<size_t>(i)] = 1.0;

@@ -36,6 +36,7 @@
 // Thread-safety: none; a runtime serialises the calls on one worker.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -91,7 +92,9 @@ class GossipModels {
   // x_i, x_j <- (x_i + x_j) / 2.
   void pair_average(int i, int j);
   // Every x_i <- the average model, w_i <- 1 (Gossip-PGA's global average).
-  void global_average();
+  // `outer`, if given, first turns the average into the model every worker
+  // restarts from (SlowMo: runtime/gossip_outer.h).
+  void global_average(const std::function<void(std::span<float>)>& outer = {});
 
   // The average model x_bar = sum_i x_i / sum_i w_i (what is evaluated).
   void average(std::span<float> out) const;
