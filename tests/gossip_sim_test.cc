@@ -226,12 +226,6 @@ TEST(GossipSim, ResumesExactly) {
                     "pdsgdm_slowmo");
 }
 
-double Distance(std::span<const float> a, std::span<const float> b) {
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-  return std::sqrt(d);
-}
-
 // SlowMo's outer step is taken at every global average: with local.outer =
 // sgd and a tiny local.outer_lr every average sends the workers back to
 // (almost) where the previous one started, so the run hardly leaves the
@@ -245,8 +239,10 @@ TEST(GossipSim, TheOuterStepIsTakenAtEveryGlobalAverage) {
     std::vector<Override> with = o;
     with.push_back({"local.outer_lr", "1e-6"});
     Gossip held(with);
-    const double moved = Distance(plain.run("outer_plain").params, plain.job().initial_params);
-    const double held_moved = Distance(held.run("outer_held").params, held.job().initial_params);
+    const double moved =
+        testing::distance(plain.run("outer_plain").params, plain.job().initial_params);
+    const double held_moved =
+        testing::distance(held.run("outer_held").params, held.job().initial_params);
     EXPECT_GT(moved, 0.1);
     EXPECT_LT(held_moved, 0.1 * moved);  // about one local step against many
   }

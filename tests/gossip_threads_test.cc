@@ -48,12 +48,6 @@ const std::vector<std::string>& Policies() {
   return p;
 }
 
-double Distance(std::span<const float> a, std::span<const float> b) {
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-  return std::sqrt(d);
-}
-
 // SlowMo's outer step is taken at every global average (gossip_sim_test
 // has the same): with a tiny local.outer_lr the run stays within about one
 // step of the initial model (a worker may stop between its step and the
@@ -67,8 +61,8 @@ TEST(GossipThreads, TheOuterStepIsTakenAtEveryGlobalAverage) {
     with.push_back({"local.outer_lr", "1e-6"});
     Gossip held(with);
     const RunResult rp = plain.run("outer_plain"), rh = held.run("outer_held");
-    const double moved = Distance(rp.params, plain.job().initial_params);
-    const double held_moved = Distance(rh.params, held.job().initial_params);
+    const double moved = testing::distance(rp.params, plain.job().initial_params);
+    const double held_moved = testing::distance(rh.params, held.job().initial_params);
     ASSERT_GT(rp.gossip.global_averages, 20);
     ASSERT_GT(rh.gossip.global_averages, 20);
     EXPECT_LT(held_moved, 0.2 * moved);

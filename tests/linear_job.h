@@ -3,6 +3,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <span>
@@ -96,6 +97,16 @@ struct LinearJob {
     return w;
   }
 };
+
+// The Euclidean distance between two parameter vectors of one size.
+inline double distance(std::span<const float> a, std::span<const float> b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    s += d * d;
+  }
+  return std::sqrt(s);
+}
 
 // A fresh, empty directory under the test temp dir.
 inline std::string fresh_dir(const std::string& name) {

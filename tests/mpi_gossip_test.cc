@@ -130,11 +130,7 @@ double norm(std::span<const float> v) {
   return std::sqrt(s);
 }
 
-double distance(std::span<const float> a, std::span<const float> b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += std::pow(static_cast<double>(a[i]) - b[i], 2);
-  return std::sqrt(s);
-}
+using testing::distance;
 
 // Synchronous dpsgd (cta) for `steps` steps, by hand on one GossipModels of
 // every worker: what the ranks must compute. Returns the average model.
