@@ -156,6 +156,13 @@ std::vector<BadCase> bad_cases() {
       {"compress_unknown", syn + "--set compress.push=zip", "compress.push = 'zip'"},
       {"compress_hogwild", syn + "--policy hogwild --set optim.kind=sgd --set compress.push=sign",
        "policy hogwild has no server"},
+      // Gossip membership runs on the simulator only (issue 28).
+      {"gossip_faults_threads",
+       syn + "--runtime threads --policy dpsgd --set faults.kill=worker:1@1s",
+       "[faults] with policy 'dpsgd': membership changes of the gossip graph run on the sim "
+       "runtime only, not on threads"},
+      {"gossip_faults_mpi", syn + "--runtime mpi --policy sgp --set faults.kill=worker:1@1s",
+       "[faults]: fault injection runs on the sim and threads runtimes, not on mpi"},
       {"sparse_compressed",
        "train --model dlrm --data synthetic-ctr --budget 1 --set model.sparse=true "
        "--set compress.push=sign",

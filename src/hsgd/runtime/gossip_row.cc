@@ -19,14 +19,15 @@ LocalUpdate gossip_local_update(const Config& c) {
 
 MetricsRow gossip_row(const Config& c, const GossipModels& models, Model& model,
                       std::span<float> params, const Dataset& test, int64_t train_size, double t,
-                      GossipCounts& counts, double idle_frac) {
+                      GossipCounts& counts, double idle_frac, int live_workers) {
   models.average(params);
-  return gossip_row(c, models.consensus(), model, test, train_size, t, counts, idle_frac);
+  return gossip_row(c, models.consensus(), model, test, train_size, t, counts, idle_frac,
+                    live_workers);
 }
 
 MetricsRow gossip_row(const Config& c, const GossipModels::Consensus& cs, Model& model,
                       const Dataset& test, int64_t train_size, double t, GossipCounts& counts,
-                      double idle_frac) {
+                      double idle_frac, int live_workers) {
   const EvalResult e = model.evaluate(test);
   MetricsRow r;
   r.time_s = t;
@@ -42,7 +43,7 @@ MetricsRow gossip_row(const Config& c, const GossipModels::Consensus& cs, Model&
   r.nonfinite = counts.nonfinite;
   counts.nonfinite = 0;
   r.idle_frac = idle_frac;
-  r.live_workers = c.train.workers;
+  r.live_workers = live_workers < 0 ? c.train.workers : live_workers;
   r.policy = c.policy_name;
   r.seed = c.train.seed;
   r.has_consensus = true;
