@@ -221,6 +221,40 @@ TEST(Cli, TrainWritesEveryOutputAndEvalAgrees) {
   EXPECT_TRUE(fs::exists(tmp("two.png")));
 }
 
+// Gossip membership on the simulator (issue 28): the example config runs
+// end to end and writes the membership log; below train.min_workers the
+// run stops with one line, exit 3.
+TEST(Cli, GossipChurnRunsAndStopsBelowMinWorkers) {
+  const std::string ex = std::string(HSGD_SOURCE_DIR) + "/examples/gossip/churn.toml";
+  for (const char* policy : {"dpsgd", "sgp", "pdsgdm:4", "adpsgd"}) {
+    SCOPED_TRACE(policy);
+    const std::string out = tmp(std::string("gossip_churn_") + policy);
+    fs::remove_all(out);
+    Outcome o = run("train --quiet --config " + ex + " --policy " + policy +
+                    " --set train.budget=8 --set train.eval_every=4 --out " + out);
+    ASSERT_EQ(o.code, 0) << o.err;
+    const nlohmann::json s = summary(out);
+    ASSERT_TRUE(s.contains("membership")) << s.dump();
+    bool killed3 = false;
+    for (const auto& e : s["membership"]) {
+      killed3 |= e["worker"] == 3 && e["event"] == "leave" && e["cause"] == "kill";
+    }
+    EXPECT_TRUE(killed3) << s["membership"].dump();
+
+    const std::string low = tmp(std::string("gossip_low_") + policy);
+    fs::remove_all(low);
+    o = run("train --quiet --config " + ex + " --policy " + policy +
+            " --set train.budget=8 --set train.min_workers=7 --set faults.kill_rate=0 "
+            "--set faults.exception_rate=0 --out " + low);
+    EXPECT_EQ(o.code, 3) << o.err;
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+    EXPECT_NE(o.err.find("6 of 8 workers live, fewer than train.min_workers = 7: worker 4 left "
+                         "at 6.000 s"),
+              std::string::npos)
+        << o.err;
+  }
+}
+
 TEST(Cli, SoftmaxOnCsvMatchesASingleProcessLibTorchLoop) {
   configure_math_threads();
   SyntheticOptions so;
