@@ -239,6 +239,11 @@ TEST(GossipSim, ResumesExactlyWithFaults) {
     o.push_back({"faults.rejoin", "worker:1@0.9s,worker:3@1.6s"});
     o.push_back({"faults.kill_rate", "6"});
     o.push_back({"faults.rejoin_after", "0.2"});
+    // A slow network and stragglers: messages are in flight at the cut and
+    // at the changes.
+    o.push_back({"sim.latency", "0.004"});
+    o.push_back({"stragglers.fraction", "0.4"});
+    o.push_back({"stragglers.sigma", "0.003"});
     return o;
   };
   ExpectExactResume(faults({{"policy.name", "dpsgd"}, {"optim.kind", "momentum"}}), "churn_dpsgd");
@@ -309,6 +314,28 @@ TEST(GossipSim, EveryPolicyRunsThroughKillsAndRejoins) {
   }
 }
 
+// Nothing is sent to a worker once it left: worker 1 (killed at 0.6 s,
+// never back; passive under adpsgd) receives no more by 2 s than by 0.62 s
+// (messages in flight at its kill arrive by then).
+TEST(GossipSim, NothingIsSentToALeaver) {
+  for (const std::string& policy : Policies()) {
+    for (const std::string topo : {"ring", "complete"}) {
+      SCOPED_TRACE(policy + " on " + topo);
+      auto received = [&](const std::string& budget) {
+        const RunResult r = Gossip({{"policy.name", policy},
+                                    {"gossip.topology", topo},
+                                    {"faults.kill", "worker:1@0.6s"},
+                                    {"train.budget", budget}})
+                                .run("leaver");
+        return r.network.received.at(1);
+      };
+      const double at_kill = received("0.62"), at_end = received("2");
+      EXPECT_GT(at_kill, 0);
+      EXPECT_EQ(at_end, at_kill);
+    }
+  }
+}
+
 // Below train.min_workers the run stops with the run layer's line (the CLI
 // exits 3 on it: cli_test).
 TEST(GossipSim, TooFewLiveWorkersStopTheRun) {
@@ -331,11 +358,15 @@ TEST(GossipSim, PushSumKeepsTotalWeightAndMassThroughChurn) {
   for (const std::string budget :
        {"0.3", "0.5", "0.55", "0.6", "0.61", "0.95", "1.0", "1.02", "1.5"}) {
     SCOPED_TRACE(budget);
+    // A slow network (shares in flight most of the time) and many changes.
     Gossip g(Churn({{"policy.name", "sgp"},
                     {"gossip.topology", "exp"},
                     {"train.budget", budget},
                     {"stragglers.fraction", "0.4"},
                     {"stragglers.sigma", "0.01"},
+                    {"sim.latency", "0.006"},
+                    {"faults.kill_rate", "20"},
+                    {"faults.rejoin_after", "0.05"},
                     {"train.checkpoint_every", "100"}}));
     g.config.optim.lr = 0;
     const std::string dir = testing::fresh_dir("gossip_mass");
