@@ -33,8 +33,7 @@ namespace {
 using sim::EventQueue;
 using sim::EventType;
 
-constexpr uint32_t kGossipTag = 0x47535332;    // "GSS2": part version 2
-constexpr uint32_t kGossipTagV1 = 0x47535331;  // "GSS1": before membership
+constexpr uint32_t kGossipTag = 0x47535332;  // "GSS2": part version 2
 constexpr double kInf = std::numeric_limits<double>::infinity();
 // The event ending a global average (the queue's membership type, which the
 // gossip policies do not otherwise use).
@@ -792,16 +791,14 @@ class GossipRun {
     w.put(m.weight);
     w.put_vec(m.payload);
   }
-  Message get_message(StateReader& r, bool v1) const {
+  Message get_message(StateReader& r) const {
     Message m;
     m.from = r.get<int32_t>();
     m.to = r.get<int32_t>();
     m.kind = r.get<int32_t>();
     m.round = r.get<int64_t>();
-    if (!v1) {
-      m.gen = r.get<int64_t>();
-      m.life = r.get<int32_t>();
-    }
+    m.gen = r.get<int64_t>();
+    m.life = r.get<int32_t>();
     m.weight = r.get<double>();
     m.payload = r.get_vec<float>();
     if (m.from < 0 || m.from >= n_ || m.to < 0 || m.to >= n_ || m.kind < kModel ||
@@ -833,37 +830,33 @@ class GossipRun {
         if (membership_.changed()) worker(w).sampler = membership_.sampler_for(w);
       }
     }
-    StateReader r(ck.blob("gossip"), ck.path + "/gossip.bin");
-    const bool v1 = ck.version("gossip") < 2;
-    if (r.get<uint32_t>() != (v1 ? kGossipTagV1 : kGossipTag)) {
-      r.fail("corrupt (gossip section missing)");
+    // Version 1 (before membership) was written only by unreleased
+    // builds: refused, not read.
+    if (ck.version("gossip") < 2) {
+      throw InputError(ck.path +
+                       "/gossip.bin: part version 1, written by an unreleased hsgd before gossip "
+                       "membership; resume it with that build");
     }
+    StateReader r(ck.blob("gossip"), ck.path + "/gossip.bin");
+    if (r.get<uint32_t>() != kGossipTag) r.fail("corrupt (gossip section missing)");
     if (r.get<int32_t>() != n_) r.fail("corrupt (worker count)");
     (void)r.get<double>();
     now_ = r.get<double>();
     models_.load(r);
-    if (v1) {  // version 1: the queue and the network before the messages
-      events_.load(r, n_, 1);
-      net_.load(r);
-      net_due_ = r.get<double>();
-      next_tag_ = r.get<int64_t>();
-    }
     in_flight_.clear();
     for (uint64_t k = r.get<uint64_t>(); k > 0; --k) {
       const auto tag = r.get<int64_t>();
-      in_flight_.emplace(tag, get_message(r, v1));
+      in_flight_.emplace(tag, get_message(r));
     }
     inbox_.clear();
     for (uint64_t k = r.get<uint64_t>(); k > 0; --k) {
       std::array<int64_t, 3> key{r.get<int64_t>(), r.get<int64_t>(), r.get<int64_t>()};
-      inbox_.emplace(key, get_message(r, v1));
+      inbox_.emplace(key, get_message(r));
     }
-    if (!v1) {
-      events_.load(r, n_, n_);  // kShardDone is kMembershipDue, per worker
-      net_.load(r);
-      net_due_ = r.get<double>();
-      next_tag_ = r.get<int64_t>();
-    }
+    events_.load(r, n_, n_);  // kShardDone is kMembershipDue, per worker
+    net_.load(r);
+    net_due_ = r.get<double>();
+    next_tag_ = r.get<int64_t>();
     for (GWorker& g : workers_) {
       g.step = r.get<int64_t>();
       g.stage = r.get<int32_t>();
@@ -879,10 +872,6 @@ class GossipRun {
       }
       load_sampler(g.sampler, r);
       g.rng.set_state(r.get<uint64_t>());
-      if (v1) {  // no membership: rounds are steps / period; reduce_in below
-        g.round = g.step / period_;
-        continue;
-      }
       g.round = r.get<int64_t>();
       g.inherited = r.get<int64_t>();
       g.life = r.get<int32_t>();
@@ -893,24 +882,11 @@ class GossipRun {
     counts_.samples = r.get<int64_t>();
     rounds_ = r.get<int64_t>();
     global_averages_ = r.get<int64_t>();
-    if (v1) {
-      // reduce_entered_ and reduce_arrived_: the barrier's messages that
-      // arrived are those of the waiting workers not on the network; an
-      // average is due when a kGlobalDone is queued.
-      (void)r.get<int>();
-      (void)r.get<int>();
-      for (GWorker& g : workers_) g.reduce_in = g.stage == kBarrier;
-      for (const auto& [tag, m] : in_flight_) {
-        if (m.kind == kReduce) worker(m.from).reduce_in = 0;
-      }
-      average_due_ = events_.workers_with(kGlobalDone, n_)[0] ? 1 : 0;
-    } else {
-      average_due_ = r.get<uint8_t>();
-      generation_ = r.get<int64_t>();
-      std::vector<char> live = r.get_vec<char>();
-      if (live.size() != static_cast<size_t>(n_)) r.fail("corrupt (live workers)");
-      graph_.set_live(std::move(live));
-    }
+    average_due_ = r.get<uint8_t>();
+    generation_ = r.get<int64_t>();
+    std::vector<char> live = r.get_vec<char>();
+    if (live.size() != static_cast<size_t>(n_)) r.fail("corrupt (live workers)");
+    graph_.set_live(std::move(live));
     counts_.loss_sum = r.get<double>();
     counts_.loss_count = r.get<int64_t>();
     counts_.nonfinite = r.get<int64_t>();
