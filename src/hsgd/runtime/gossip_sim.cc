@@ -262,6 +262,10 @@ class GossipRun {
   void start_step(int w, double t) {
     GWorker& g = worker(w);
     g.stage = kComputing;
+    // Shards follow the live set (Membership: from the worker's next epoch).
+    if (membership_.faults_on()) {
+      membership_.refresh(w, g.sampler, c_.train.batch, graph_.live_mask(), false);
+    }
     // The gradient is taken now, at the model the worker holds (push-sum:
     // de-biased); it is applied when its compute time has passed.
     models_.debiased(w, work_params_);
