@@ -80,7 +80,7 @@ TEST(FidelityCli, MpiOverFourRateLimitedHosts) {
   if (getuid() != 0) GTEST_SKIP() << "mpi-netns.sh needs root";
   const std::string out = tmp("fid-mpi");
   const Outcome o = run("fidelity --config " + job_config() +
-                        " --real mpi --hosts 4 --rate 100mbit --rounds 1 --policies async"
+                        " --real mpi --hosts 4 --rate 100mbit --rounds 1 --policies async,dpsgd"
                         " --set mpi.timeout=60"
                         " --netns-script " HSGD_SOURCE_DIR "/scripts/mpi-netns.sh --out " +
                         out);
@@ -98,6 +98,17 @@ TEST(FidelityCli, MpiOverFourRateLimitedHosts) {
   EXPECT_EQ(util["figure"], "server link util");
   EXPECT_TRUE(util["real_mean"].is_number()) << util;
   EXPECT_TRUE(util["sim_mean"].is_number()) << util;
+  // A gossip policy: the same 3 workers, on a host each, with no server;
+  // its busiest link, measured and predicted.
+  const nlohmann::json gossip =
+      nlohmann::json::parse(std::ifstream(out + "/dpsgd/round-0/real/summary.json"));
+  EXPECT_EQ(gossip["runtime"], "mpi");
+  EXPECT_EQ(gossip["servers"], 0);
+  EXPECT_EQ(gossip["workers"], 3);
+  EXPECT_EQ(gossip["worker_pushes"].size(), 3u);
+  const nlohmann::json& gutil = j["runs"][1]["figures"][6];
+  EXPECT_TRUE(gutil["real_mean"].is_number()) << gutil;
+  EXPECT_TRUE(gutil["sim_mean"].is_number()) << gutil;
 }
 
 }  // namespace

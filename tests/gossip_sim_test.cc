@@ -7,12 +7,15 @@
 
 #include <cmath>
 #include <filesystem>
+#include <memory>
 
 #include "hsgd/checkpoint/checkpoint.h"
 #include "hsgd/core/error.h"
 #include "hsgd/core/state.h"
 #include "hsgd/policy/gossip.h"
+#include "hsgd/runtime/gossip_row.h"
 #include "hsgd/runtime/membership.h"
+#include "hsgd/runtime/row.h"
 #include "linear_job.h"
 #include "test_helpers.h"
 
@@ -219,6 +222,33 @@ TEST(GossipSim, ResumesExactly) {
       {{"policy.name", "adpsgd"}, {"stragglers.fraction", "0.4"}, {"stragglers.sigma", "0.02"}},
       "adpsgd");
   ExpectExactResume({{"policy.name", "pdsgdm:3"}, {"gossip.global_every", "6"}}, "pdsgdm");
+  ExpectExactResume({{"policy.name", "pdsgdm:3"},
+                     {"gossip.global_every", "6"},
+                     {"local.outer", "momentum"},
+                     {"local.outer_momentum", "0.5"}},
+                    "pdsgdm_slowmo");
+}
+
+// SlowMo's outer step is taken at every global average: with local.outer =
+// sgd and a tiny local.outer_lr every average sends the workers back to
+// (almost) where the previous one started, so the run hardly leaves the
+// initial model (it ends about one local step away), while the plain
+// average (the default) trains.
+TEST(GossipSim, TheOuterStepIsTakenAtEveryGlobalAverage) {
+  for (const std::string policy : {"dpsgd", "sgp", "pdsgdm:1"}) {
+    SCOPED_TRACE(policy);
+    const std::vector<Override> o = {{"policy.name", policy}, {"gossip.global_every", "1"}};
+    Gossip plain(o);
+    std::vector<Override> with = o;
+    with.push_back({"local.outer_lr", "1e-6"});
+    Gossip held(with);
+    const double moved =
+        testing::distance(plain.run("outer_plain").params, plain.job().initial_params);
+    const double held_moved =
+        testing::distance(held.run("outer_held").params, held.job().initial_params);
+    EXPECT_GT(moved, 0.1);
+    EXPECT_LT(held_moved, 0.1 * moved);  // about one local step against many
+  }
 }
 
 // ---- membership (docs/gossip.md#membership)
@@ -367,6 +397,23 @@ TEST(GossipSim, ShardsFollowTheLiveSet) {
   }
 }
 
+// gossip.eval_workers evaluates the live workers' models only: worker 2
+// (killed at 0.6 s for good) holds no model, and the lowest accuracy stays
+// that of a trained model.
+TEST(GossipSim, EvalWorkersSkipsTheWorkersThatLeft) {
+  for (const std::string& policy : Policies()) {
+    SCOPED_TRACE(policy);
+    std::string csv;
+    Gossip({{"policy.name", policy},
+            {"faults.kill", "worker:2@0.6s"},
+            {"gossip.eval_workers", "true"}})
+        .run("eval_workers", &csv);
+    const std::vector<double> low = Column(csv, "worker_acc_min");
+    ASSERT_FALSE(low.empty());
+    EXPECT_GT(low.back(), 0.3);
+  }
+}
+
 // Below train.min_workers the run stops with the run layer's line (the CLI
 // exits 3 on it: cli_test).
 TEST(GossipSim, TooFewLiveWorkersStopTheRun) {
@@ -494,6 +541,87 @@ TEST(GossipSim, DivergenceStopsTheRun) {
     SCOPED_TRACE(policy);
     const RunResult r = Gossip({{"policy.name", policy}, {"optim.lr", "1e6"}}).run("diverge");
     EXPECT_FALSE(r.stopped.empty());
+  }
+}
+
+// The row's worker_acc_* columns (gossip_row, shared by sim and threads)
+// are the workers' own de-biased models evaluated one by one, and the
+// average model is evaluated after them (its accuracy is test_acc).
+TEST(GossipSim, TheWorkerAccuracyColumnsAreEachDebiasedModelEvaluated) {
+  Gossip g(std::vector<Override>{{"gossip.eval_workers", "true"}});
+  g.accuracy_is_param0 = true;  // the accuracy shows the scale of what was evaluated
+  const Job j = g.job();
+  const int n = 5;
+  const size_t np = j.initial_params.size();
+  GossipModels models(n, j.initial_params, gossip_local_update(g.config));
+  for (int i = 0; i < n; ++i) {  // models far apart, push-sum weights != 1
+    std::span<float> x = models.x(i);
+    for (size_t p = 0; p < np; ++p) x[p] = static_cast<float>(std::sin(1.0 + i * 7.0 + p * 0.37));
+    models.weight(i) = 0.5 + 0.25 * i;
+  }
+  const Dataset test = head(*j.test, g.config.train.eval_samples);
+  std::vector<float> params(np), grads(np);
+  std::unique_ptr<Model> m = j.make_model();
+  m->bind(params, grads);
+  std::vector<double> acc;
+  for (int i = 0; i < n; ++i) {
+    models.debiased(i, params);
+    acc.push_back(m->evaluate(test).accuracy);
+  }
+  models.average(params);
+  const double avg_acc = m->evaluate(test).accuracy;
+  GossipCounts counts;
+  const MetricsRow r =
+      gossip_row(g.config, models, *m, params, test, j.train->size(), 1.0, counts, 0.0);
+  const WorkerAccuracy want = worker_accuracy(acc);
+  ASSERT_LT(want.min, want.max) << "the models scored alike: the test cannot tell them";
+  EXPECT_TRUE(r.has_worker_eval);
+  EXPECT_EQ(r.worker_acc_min, want.min);
+  EXPECT_EQ(r.worker_acc_mean, want.mean);
+  EXPECT_EQ(r.worker_acc_max, want.max);
+  EXPECT_EQ(r.test_acc, avg_acc);
+  std::vector<double> raw;  // what the probe reads from the un-de-biased models
+  for (int i = 0; i < n; ++i) raw.push_back(models.x(i)[0]);
+  EXPECT_NE(worker_accuracy(raw).mean, want.mean) << "the test cannot tell de-biasing";
+  std::vector<float> avg(np);
+  models.average(avg);
+  EXPECT_EQ(params, avg) << "params must hold the average model after the row";
+}
+
+// gossip.eval_workers: the spread of the workers' own models. At t = 0
+// every worker holds the initial model, so min = mean = max = the average
+// model's accuracy; later they differ (a ring mixes slowly), and the run is
+// otherwise the run without the option, column for column.
+TEST(GossipSim, EvalWorkersReportsTheSpreadOfTheWorkersOwnModels) {
+  for (const auto& [policy, topology] :
+       std::vector<std::pair<std::string, std::string>>{{"dpsgd", "ring"}, {"sgp", "star"}}) {
+    SCOPED_TRACE(policy);
+    const std::vector<Override> o = {
+        {"policy.name", policy}, {"gossip.topology", topology}, {"optim.lr", "0.5"}};
+    std::vector<Override> with = o;
+    with.push_back({"gossip.eval_workers", "true"});
+    std::string plain, spread;
+    Gossip(o).run("ew_plain_" + policy, &plain);
+    Gossip(with).run("ew_" + policy, &spread);
+    for (const char* col : {"test_acc", "test_loss", "consensus", "samples", "time_s"}) {
+      EXPECT_EQ(Column(plain, col), Column(spread, col)) << col;
+    }
+    const std::vector<double> acc = Column(spread, "test_acc");
+    const std::vector<double> lo = Column(spread, "worker_acc_min");
+    const std::vector<double> mean = Column(spread, "worker_acc_mean");
+    const std::vector<double> hi = Column(spread, "worker_acc_max");
+    ASSERT_EQ(lo.size(), acc.size());
+    ASSERT_GT(acc.size(), 4u);
+    EXPECT_EQ(lo[0], acc[0]);
+    EXPECT_EQ(mean[0], acc[0]);
+    EXPECT_EQ(hi[0], acc[0]);
+    int apart = 0;
+    for (size_t i = 0; i < acc.size(); ++i) {
+      EXPECT_LE(lo[i], mean[i] + 1e-12);
+      EXPECT_LE(mean[i], hi[i] + 1e-12);
+      if (hi[i] > lo[i]) ++apart;
+    }
+    EXPECT_GT(apart, 0) << "every worker's model scored alike at every row";
   }
 }
 

@@ -48,6 +48,27 @@ const std::vector<std::string>& Policies() {
   return p;
 }
 
+// SlowMo's outer step is taken at every global average (gossip_sim_test
+// has the same): with a tiny local.outer_lr the run stays within about one
+// step of the initial model (a worker may stop between its step and the
+// barrier), while the plain average trains.
+TEST(GossipThreads, TheOuterStepIsTakenAtEveryGlobalAverage) {
+  for (const std::string policy : {"dpsgd", "sgp"}) {
+    SCOPED_TRACE(policy);
+    const std::vector<Override> o = {{"policy.name", policy}, {"gossip.global_every", "1"}};
+    Gossip plain(o);
+    std::vector<Override> with = o;
+    with.push_back({"local.outer_lr", "1e-6"});
+    Gossip held(with);
+    const RunResult rp = plain.run("outer_plain"), rh = held.run("outer_held");
+    const double moved = testing::distance(rp.params, plain.job().initial_params);
+    const double held_moved = testing::distance(rh.params, held.job().initial_params);
+    ASSERT_GT(rp.gossip.global_averages, 20);
+    ASSERT_GT(rh.gossip.global_averages, 20);
+    EXPECT_LT(held_moved, 0.2 * moved);
+  }
+}
+
 TEST(GossipThreads, EveryPolicyAndTopologyRunsForOddN) {
   for (const std::string& policy : Policies()) {
     for (const std::string& topo : topology_names()) {
@@ -173,6 +194,10 @@ std::vector<std::vector<Override>> CheckpointedJobs() {
       {{"policy.name", "sgp"}, {"gossip.topology", "onepeer-exp"}, {"optim.kind", "momentum"}},
       {{"policy.name", "sgp"}, {"gossip.global_every", "4"}},
       {{"policy.name", "pdsgdm:3"}, {"gossip.global_every", "6"}, {"optim.kind", "momentum"}},
+      {{"policy.name", "dpsgd"},  // SlowMo
+       {"gossip.global_every", "4"},
+       {"local.outer", "nesterov"},
+       {"local.outer_momentum", "0.5"}},
       {{"policy.name", "adpsgd"}, {"stragglers.fraction", "0.4"}, {"stragglers.sigma", "0.002"}},
   };
 }

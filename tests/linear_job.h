@@ -3,7 +3,10 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -14,9 +17,37 @@
 
 namespace hsgd::testing {
 
+// The linear model, except that its evaluation reports the first parameter
+// as the accuracy: a probe that tells which parameters (and at what scale)
+// an evaluation saw, where a linear classifier's accuracy is blind to scale.
+class Param0Accuracy final : public Model {
+ public:
+  explicit Param0Accuracy(std::unique_ptr<Model> inner) : inner_(std::move(inner)) {}
+  int64_t num_params() const override { return inner_->num_params(); }
+  std::vector<std::vector<int64_t>> param_shapes() const override { return inner_->param_shapes(); }
+  void bind(std::span<float> params, std::span<float> grads) override {
+    params_ = params;
+    inner_->bind(params, grads);
+  }
+  void init_params(uint64_t seed) override { inner_->init_params(seed); }
+  double gradient(const Batch& batch, std::span<float> losses) override {
+    return inner_->gradient(batch, losses);
+  }
+  EvalResult evaluate(const Dataset& data) override {
+    EvalResult e = inner_->evaluate(data);
+    e.accuracy = params_[0];
+    return e;
+  }
+
+ private:
+  std::unique_ptr<Model> inner_;
+  std::span<float> params_;
+};
+
 struct LinearJob {
   Config config;
   Dataset train, test;
+  bool accuracy_is_param0 = false;  // evaluate with Param0Accuracy
 
   // The config: synthetic data and the linear-test model, then `defaults`,
   // then `overrides`; `samples` synthetic samples split 80:20.
@@ -37,7 +68,13 @@ struct LinearJob {
     j.test = &test;
     const int64_t f = train.sample_size();
     const int k = train.num_classes;
-    j.make_model = [f, k] { return make_linear_model(f, k); };
+    if (accuracy_is_param0) {
+      j.make_model = [f, k]() -> std::unique_ptr<Model> {
+        return std::make_unique<Param0Accuracy>(make_linear_model(f, k));
+      };
+    } else {
+      j.make_model = [f, k] { return make_linear_model(f, k); };
+    }
     j.initial_params = initial_params(j.make_model, config.train.seed);
     return j;
   }
@@ -60,6 +97,16 @@ struct LinearJob {
     return w;
   }
 };
+
+// The Euclidean distance between two parameter vectors of one size.
+inline double distance(std::span<const float> a, std::span<const float> b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    s += d * d;
+  }
+  return std::sqrt(s);
+}
 
 // A fresh, empty directory under the test temp dir.
 inline std::string fresh_dir(const std::string& name) {

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "hsgd/core/error.h"
@@ -322,6 +323,91 @@ TEST(Recorder, MixtureColumnsAreWrittenReadAndResumed) {
   ASSERT_EQ(resumed.size(), 3u);
   EXPECT_DOUBLE_EQ(resumed[2].effective_k, 9);
   EXPECT_DOUBLE_EQ(resumed[2].ari, 0.75);
+}
+
+// Every combination of the optional groups: the header names them in the
+// documented order, a reader finds each column by name, and a resumed
+// recorder keeps them.
+TEST(Recorder, EveryCombinationOfOptionalGroupsIsWrittenReadAndResumed) {
+  EXPECT_EQ(
+      csv_header_of(Columns{.consensus = true, .worker_eval = true}),
+      csv_header() + ",consensus,consensus_rel,worker_acc_min,worker_acc_mean,worker_acc_max");
+  EXPECT_EQ(columns_of_header(csv_header() + ",worker_acc_min"), std::nullopt);
+  EXPECT_EQ(columns_of_header("time_s,updates"), std::nullopt);
+  for (int bits = 0; bits < 32; ++bits) {
+    const Columns c{.compress = (bits & 1) != 0,
+                    .net = (bits & 2) != 0,
+                    .consensus = (bits & 4) != 0,
+                    .worker_eval = (bits & 8) != 0,
+                    .mixture = (bits & 16) != 0};
+    SCOPED_TRACE(bits);
+    ASSERT_EQ(columns_of_header(csv_header_of(c)), c);
+    auto make = [&](int t) {
+      MetricsRow r = row(t, 0.5, "dpsgd");
+      r.has_compress = c.compress;
+      r.bytes_pushed = 100 + t;
+      r.bytes_pulled = 200 + t;
+      r.compress_s = 0.125 * t;
+      r.has_net = c.net;
+      r.net_util = 0.25 * t;
+      r.has_consensus = c.consensus;
+      r.consensus = 0.5 + t;
+      r.consensus_rel = 0.0625 * t;
+      r.has_worker_eval = c.worker_eval;
+      r.worker_acc_min = 0.25 + 0.125 * t;
+      r.worker_acc_mean = 0.5 + 0.125 * t;
+      r.worker_acc_max = 0.625 + 0.125 * t;
+      r.has_mixture = c.mixture;
+      r.effective_k = 3 + t;
+      r.ari = 0.375;
+      return r;
+    };
+    const std::string d = fresh_dir("groups-" + std::to_string(bits));
+    {
+      Recorder rec(d, c.compress);
+      for (int t = 0; t < 3; ++t) rec.write(make(t));
+      rec.finish();
+    }
+    {
+      Recorder again(d, int64_t{2}, c.compress);  // resume after two rows
+      again.write(make(7));
+      again.finish();
+    }
+    std::ifstream in(d + "/metrics.csv");
+    std::string header;
+    std::getline(in, header);
+    EXPECT_EQ(header, csv_header_of(c));
+    const std::vector<MetricsRow> rows = read_metrics_csv(d + "/metrics.csv");
+    ASSERT_EQ(rows.size(), 3u);
+    const MetricsRow& r = rows[2];
+    EXPECT_EQ(Columns::of(r), c);
+    if (c.compress) {
+      EXPECT_EQ(r.bytes_pushed, 107);
+      EXPECT_EQ(r.bytes_pulled, 207);
+      EXPECT_DOUBLE_EQ(r.compress_s, 0.875);
+    }
+    if (c.net) {
+      EXPECT_DOUBLE_EQ(r.net_util, 1.75);
+    }
+    if (c.consensus) {
+      EXPECT_DOUBLE_EQ(r.consensus, 7.5);
+      EXPECT_DOUBLE_EQ(r.consensus_rel, 0.4375);
+    }
+    if (c.worker_eval) {
+      EXPECT_DOUBLE_EQ(r.worker_acc_min, 1.125);
+      EXPECT_DOUBLE_EQ(r.worker_acc_mean, 1.375);
+      EXPECT_DOUBLE_EQ(r.worker_acc_max, 1.5);
+    }
+    if (c.mixture) {
+      EXPECT_DOUBLE_EQ(r.effective_k, 10);
+      EXPECT_DOUBLE_EQ(r.ari, 0.375);
+    }
+    std::ifstream jl(d + "/metrics.jsonl");
+    std::string last, line;
+    while (std::getline(jl, line)) last = line;
+    EXPECT_EQ(last.find("worker_acc_mean") != std::string::npos, c.worker_eval);
+    EXPECT_EQ(last.find("net_util") != std::string::npos, c.net);
+  }
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 
@@ -28,6 +29,7 @@
 #include "hsgd/runtime/gossip_row.h"
 #include "hsgd/runtime/gossip_threads.h"
 #include "hsgd/runtime/local_steps.h"
+#include "hsgd/runtime/row.h"
 #include "linear_job.h"
 #include "mpi_gtest.h"
 
@@ -128,11 +130,7 @@ double norm(std::span<const float> v) {
   return std::sqrt(s);
 }
 
-double distance(std::span<const float> a, std::span<const float> b) {
-  double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += std::pow(static_cast<double>(a[i]) - b[i], 2);
-  return std::sqrt(s);
-}
+using testing::distance;
 
 // Synchronous dpsgd (cta) for `steps` steps, by hand on one GossipModels of
 // every worker: what the ranks must compute. Returns the average model.
@@ -385,6 +383,11 @@ std::vector<std::vector<Override>> CheckpointedJobs() {
       // (push-sum weights stay 1 on a regular graph; the star's do not)
       {{"policy.name", "sgp"}, {"gossip.topology", "star"}},
       {{"policy.name", "pdsgdm:2"}, {"gossip.global_every", "3"}, {"optim.kind", "momentum"}},
+      {{"policy.name", "sgp"},  // SlowMo
+       {"gossip.topology", "star"},
+       {"gossip.global_every", "3"},
+       {"local.outer", "momentum"},
+       {"local.outer_momentum", "0.5"}},
   };
 }
 
@@ -564,6 +567,68 @@ TEST(MpiGossipCheckpoint, RefusalsAreTheSameOnEveryRank) {
 // A rank slower than mpi.timeout: every rank stops with MpiError naming
 // what it waited for instead of hanging. (Last: it leaves the run's
 // collectives behind on its own communicator.)
+// gossip.eval_workers on mpi: every rank evaluates its own de-biased model
+// and rank 0 reduces the lowest, mean and highest accuracy. Checked against
+// the models of the final checkpoint, each evaluated here: sgp on a star,
+// where the push-sum weights differ from 1 (so de-biasing matters).
+TEST(MpiGossipCheckpoint, EvalWorkersIsEachRanksOwnModelEvaluated) {
+  Fixture f("eval_workers", 4,
+            {{"policy.name", "sgp"},
+             {"gossip.topology", "star"},
+             {"optim.lr", "0.5"},
+             {"gossip.eval_workers", "true"},
+             {"train.checkpoint_every", "1000"}});  // the final checkpoint only
+  f.accuracy_is_param0 = true;  // the accuracy shows the scale of what was evaluated
+  f.steps(6);
+  const std::optional<RunResult> r = f.run();
+  if (world_rank() != 0) return;
+  ASSERT_TRUE(r->stopped.empty()) << r->stopped;
+  ASSERT_TRUE(r->last.has_worker_eval);
+  const Checkpoint ck = CheckpointStore::load_latest(f.dir, f.job().identity);
+  const Job j = f.job();
+  const int n = f.config.train.workers;
+  GossipModels models(n, j.initial_params, gossip_local_update(f.config));
+  DelayModel delays(f.config.stragglers, n, f.config.train.seed);
+  std::vector<float> grad(j.initial_params.size()), own(j.initial_params.size()), g2(own.size());
+  const Dataset test = head(*j.test, f.config.train.eval_samples);
+  std::unique_ptr<Model> m = j.make_model();
+  m->bind(own, g2);
+  std::vector<double> acc;
+  bool weights_differ = false;
+  for (int w = 0; w < n; ++w) {
+    ShardSampler sampler = make_sampler(j, w);
+    GossipWorkerState st;
+    ck.read(gossip_worker_blob(w), [&](StateReader& rd) {
+      load_gossip_worker(rd, w, n, models, w, sampler, delays, &st, grad);
+    });
+    weights_differ = weights_differ || std::abs(models.weight(w) - 1.0) > 1e-6;
+    models.debiased(w, own);
+    acc.push_back(m->evaluate(test).accuracy);
+  }
+  EXPECT_TRUE(weights_differ) << "every push-sum weight is 1: the test does not see de-biasing";
+  const WorkerAccuracy want = worker_accuracy(acc);
+  EXPECT_EQ(r->last.worker_acc_min, want.min);
+  EXPECT_NEAR(r->last.worker_acc_mean, want.mean, 1e-12);
+  EXPECT_EQ(r->last.worker_acc_max, want.max);
+  EXPECT_LT(want.min, want.max) << "the workers' models scored alike: the test cannot tell them";
+}
+
+// SlowMo's outer step is taken at every global average, alike on every
+// rank: with a tiny local.outer_lr the run stays about one local step
+// from the initial model.
+TEST(MpiGossip, TheOuterStepIsTakenAtEveryGlobalAverage) {
+  Fixture plain("outer_plain", 3, {{"gossip.global_every", "1"}});
+  plain.steps(40);
+  const std::optional<RunResult> rp = plain.run();
+  Fixture held("outer_held", 3, {{"gossip.global_every", "1"}, {"local.outer_lr", "1e-6"}});
+  held.steps(40);
+  const std::optional<RunResult> rh = held.run();
+  if (world_rank() != 0) return;
+  const double moved = distance(rp->params, plain.job().initial_params);
+  EXPECT_GT(moved, 0.1);
+  EXPECT_LT(distance(rh->params, held.job().initial_params), 0.3 * moved);  // one step, 40
+}
+
 TEST(MpiGossip, ZzATimeoutNamesTheWaitOnEveryRank) {
   Fixture f("timeout", 4,
             {{"mpi.timeout", "0.5"},

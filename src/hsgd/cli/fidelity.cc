@@ -8,12 +8,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
 #include "hsgd/cli/commands.h"
 #include "hsgd/cli/spawn.h"
 #include "hsgd/core/error.h"
+#include "hsgd/policy/gossip.h"
 
 namespace hsgd::cli {
 namespace {
@@ -26,15 +28,18 @@ nlohmann::json read_json(const std::string& path) {
   return nlohmann::json::parse(in);
 }
 
-// The bytes hosta's link carried (mpi-netns.sh -S): max(tx, rx).
-double server_link_bytes(const std::string& stats_path) {
+// The bytes a link carried (mpi-netns.sh -S), max(tx, rx): hosta's (the
+// server's), or with `busiest` the most any host's carried (gossip: every
+// host is a worker).
+double link_bytes(const std::string& stats_path, bool busiest) {
   std::ifstream in(stats_path);
   std::string host;
-  double tx = 0, rx = 0;
+  double tx = 0, rx = 0, most = std::nan("");
   while (in >> host >> tx >> rx) {
-    if (host == "hosta") return std::max(tx, rx);
+    if (!busiest && host == "hosta") return std::max(tx, rx);
+    if (busiest && !(most >= std::max(tx, rx))) most = std::max(tx, rx);
   }
-  return std::nan("");
+  return most;
 }
 
 // Runs one child to completion; exit 0 or 3 (stopped early: its metrics are
@@ -86,11 +91,12 @@ int fidelity(const FidelityArgs& a) {
   const Config c0 = load_config(a.config_path, base);
   std::vector<std::string> policies = a.policies;
   if (policies.empty()) policies.push_back(c0.policy_name);
+  std::map<std::string, bool> serverless;  // the gossip policies run with --servers 0
   for (const std::string& p : policies) {
     std::vector<Override> o = base;
     o.push_back({"policy.name", "\"" + p + "\""});
     o.push_back({"train.runtime", "\"sim\""});
-    (void)load_config(a.config_path, o);
+    serverless[p] = is_gossip_policy(load_config(a.config_path, o).policy.kind);
   }
   fs::create_directories(a.out);
 
@@ -129,12 +135,17 @@ int fidelity(const FidelityArgs& a) {
                    a.real.c_str());
       std::vector<std::string> real_args;
       const std::string stats = dir + "/links.txt";
+      const bool gossip = serverless.at(policy);
       if (a.real == "mpi") {
+        // A server policy: the server alone on hosta, a worker on every
+        // other host. A gossip policy: the same workers on one host each
+        // (hosta and all but the last of the others), no server.
         real_args = {"/bin/bash", script, "-n", std::to_string(a.hosts), "-S", stats};
         if (!a.rate.empty()) real_args.insert(real_args.end(), {"-r", a.rate, "-R", srate_text});
-        real_args.insert(real_args.end(), {"--", "-np", std::to_string(a.hosts)});
+        real_args.insert(real_args.end(),
+                         {"--", "-np", std::to_string(gossip ? workers : a.hosts)});
         for (const std::string& s : common(policy, seed, dir + "/real")) real_args.push_back(s);
-        real_args.insert(real_args.end(), {"--runtime", "mpi", "--servers", "1"});
+        real_args.insert(real_args.end(), {"--runtime", "mpi", "--servers", gossip ? "0" : "1"});
       } else {
         real_args = common(policy, seed, dir + "/real");
         real_args.insert(real_args.end(),
@@ -143,8 +154,10 @@ int fidelity(const FidelityArgs& a) {
       run_child(real_args, dir);
       std::fprintf(stderr, "hsgd fidelity: %s round %d: sim ...\n", policy.c_str(), r);
       std::vector<std::string> sim_args = common(policy, seed, dir + "/sim");
-      sim_args.insert(sim_args.end(), {"--runtime", "sim", "--workers", std::to_string(workers),
-                                       "--set", "sim.cores=" + std::to_string(cores)});
+      sim_args.insert(sim_args.end(), {"--runtime", "sim", "--workers", std::to_string(workers)});
+      // The gossip simulator gives every worker a core of its own (it has no
+      // sim.cores): on fewer cores than workers its compute is optimistic.
+      if (!gossip) sim_args.insert(sim_args.end(), {"--set", "sim.cores=" + std::to_string(cores)});
       for (const Override& o : costs)
         sim_args.insert(sim_args.end(), {"--set", o.first + "=" + o.second});
       if (a.real == "threads") {
@@ -163,9 +176,10 @@ int fidelity(const FidelityArgs& a) {
       const nlohmann::json ss = read_json(dir + "/sim/summary.json");
       RunFigures rf = run_figures(read_metrics_csv(dir + "/real/metrics.csv"), rs, a.target);
       RunFigures sf = run_figures(read_metrics_csv(dir + "/sim/metrics.csv"), ss, a.target);
-      if (a.real == "mpi" && srate > 0 && rs.contains("train_s"))
-        rf.link_util = server_link_bytes(stats) / (srate * rs["train_s"].get<double>());
-      // A parameter server's busiest interface is the server's.
+      // The busiest link: the server's, or (gossip) the busiest worker's.
+      const double link_rate = gossip ? rate : srate;
+      if (a.real == "mpi" && link_rate > 0 && rs.contains("train_s"))
+        rf.link_util = link_bytes(stats, gossip) / (link_rate * rs["train_s"].get<double>());
       if (ss.contains("network") && ss["network"].contains("busiest_util"))
         sf.link_util = ss["network"]["busiest_util"].get<double>();
       real.push_back(rf);

@@ -140,7 +140,8 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   fidelity->add_option("--real", fa.real, "mpi (emulated hosts, needs root) | threads");
   fidelity->add_option("--hosts", fa.hosts,
-                       "mpi: emulated hosts, 1 server + HOSTS - 1 workers (4)");
+                       "mpi: emulated hosts, 1 server + HOSTS - 1 workers; a gossip policy: "
+                       "the HOSTS - 1 workers on a host each, no server (4)");
   fidelity->add_option("--workers", fa.workers, "threads: worker threads (4)");
   fidelity->add_option("--rate", fa.rate,
                        "mpi: every link's rate, e.g. 100mbit (default unlimited)");

@@ -378,7 +378,14 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
   }
   if (r.sparse.on) summary["sparse"] = sparse_summary(r.sparse, c.train.runtime);  // issue 16
   if (r.network.on) summary["network"] = network_summary(r.network);               // issue 27
-  if (r.gossip.on) summary["gossip"] = gossip_summary(r.gossip);                   // issue 28
+  if (r.gossip.on) {                                                               // issue 28
+    summary["gossip"] = gossip_summary(r.gossip);
+    if (last.has_worker_eval) {  // gossip.eval_workers: the last row's
+      summary["gossip"]["worker_acc"] = {{"min", last.worker_acc_min},
+                                         {"mean", last.worker_acc_mean},
+                                         {"max", last.worker_acc_max}};
+    }
+  }
   write_file_atomic(out + "/summary.json", summary.dump(2) + "\n");
   recorder.finish();
   std::string plot_note;

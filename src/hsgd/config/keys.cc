@@ -118,6 +118,14 @@ std::vector<Key> declare() {
   auto add = [&v](auto&& decl) { v.push_back(decl.done()); };
   const auto hybrid = [](const Config& c) { return c.policy.kind == "hybrid"; };
   const auto local = [](const Config& c) { return c.policy.kind == "local"; };
+  // The outer optimizer: local:H's (DiLoCo), or SlowMo's on a gossip
+  // policy's global average (runtime/gossip_outer.h).
+  const auto outer = [](const Config& c) {
+    return c.policy.kind == "local" ||
+           (is_gossip_policy(c.policy.kind) && c.gossip.global_every > 0);
+  };
+  const Moot not_outer{"policy.name is not local, nor a gossip policy with gossip.global_every > 0",
+                       [outer](const Config& c) { return outer(c) ? "" : policy_is(c); }};
 
   // ---- [data]
   add(str_key("data", "spec", HSGD_REF(data.spec),
@@ -481,27 +489,27 @@ std::vector<Key> declare() {
           .moot(policies({"local"})));
   add(str_key("local", "outer", HSGD_REF(policy.local.outer),
               "local: the outer optimizer on the averaged delta: sgd, momentum or nesterov "
-              "(DiLoCo).")
+              "(DiLoCo). dpsgd, sgp, pdsgdm with gossip.global_every: the same on the delta "
+              "since the last global average (momentum: SlowMo).")
           .check_if(
-              local,
+              outer,
               [](const std::string& s) {
                 return among(s, {"sgd", "momentum", "nesterov"});
               },
               "sgd, momentum or nesterov")
-          .moot(policies({"local"})));
+          .moot(not_outer));
   add(num_key("local", "outer_lr", HSGD_REF(policy.local.outer_lr),
-              "local: the outer learning rate (sgd with 1 and mean aggregation = model "
-              "averaging).")
-          .check_if(local, above(0), "> 0")
-          .moot(policies({"local"})));
+              "local, and gossip.global_every: the outer learning rate (sgd with 1 and mean "
+              "aggregation = model averaging).")
+          .check_if(outer, above(0), "> 0")
+          .moot(not_outer));
   add(num_key("local", "outer_momentum", HSGD_REF(policy.local.outer_momentum),
-              "local: the outer optimizer's momentum (momentum, nesterov).")
-          .check_if(local, in_unit_open_right(), "in [0, 1)")
-          .moot(policies({"local"}))
-          .moot({"local.outer = 'sgd'", [](const Config& c) {
-                   return c.policy.kind == "local" && c.policy.local.outer == "sgd"
-                              ? "local.outer = 'sgd'"
-                              : "";
+              "local, and gossip.global_every: the outer optimizer's momentum (momentum, "
+              "nesterov).")
+          .check_if(outer, in_unit_open_right(), "in [0, 1)")
+          .moot(not_outer)
+          .moot({"local.outer = 'sgd'", [outer](const Config& c) {
+                   return outer(c) && c.policy.local.outer == "sgd" ? "local.outer = 'sgd'" : "";
                  }}));
 
   // ---- [gossip] (issue 28: the serverless policies, policy/gossip.h)
@@ -529,6 +537,12 @@ std::vector<Key> declare() {
               "(Gossip-PGA); 0 = never.")
           .check(at_least(0), ">= 0 (0 = never)")
           .moot(policies({"dpsgd", "sgp", "pdsgdm"}))
+          .written(Written::kNotDefault));
+  add(bool_key("gossip", "eval_workers", HSGD_REF(gossip.eval_workers),
+               "dpsgd, adpsgd, sgp, pdsgdm: at each evaluation, also evaluate every worker's own "
+               "(de-biased) model: columns worker_acc_min, worker_acc_mean, worker_acc_max "
+               "(n evaluations a row instead of 1).")
+          .moot(policies({"dpsgd", "adpsgd", "sgp", "pdsgdm"}))
           .written(Written::kNotDefault));
 
   // ---- [optim]

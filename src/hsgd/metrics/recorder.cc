@@ -33,7 +33,75 @@ void rename_or_throw(const std::string& from, const std::string& to) {
 // JSON has no NaN: a missing value is null.
 nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
 
+// One optional column: its name, its text in metrics.csv, its value in
+// metrics.jsonl, and how a reader stores it.
+struct OptionalColumn {
+  const char* name;
+  std::string (*csv)(const MetricsRow&);
+  nlohmann::json (*json)(const MetricsRow&);
+  void (*set)(MetricsRow&, double);
+};
+// A group of optional columns (Columns), written together.
+struct Group {
+  bool Columns::*on;
+  bool MetricsRow::*has;
+  std::vector<OptionalColumn> cols;
+};
+
+// Every group, in the order of the columns.
+const std::vector<Group>& groups() {
+  using R = MetricsRow;
+  using J = nlohmann::json;
+  static const std::vector<Group> g = {
+      {&Columns::compress,
+       &R::has_compress,
+       {{"bytes_pushed", [](const R& r) { return fmt::format("{}", r.bytes_pushed); },
+         [](const R& r) { return J(r.bytes_pushed); },
+         [](R& r, double v) { r.bytes_pushed = static_cast<int64_t>(v); }},
+        {"bytes_pulled", [](const R& r) { return fmt::format("{}", r.bytes_pulled); },
+         [](const R& r) { return J(r.bytes_pulled); },
+         [](R& r, double v) { r.bytes_pulled = static_cast<int64_t>(v); }},
+        {"compress_s", [](const R& r) { return fmt::format("{:.6f}", r.compress_s); },
+         [](const R& r) { return J(r.compress_s); }, [](R& r, double v) { r.compress_s = v; }}}},
+      {&Columns::net,
+       &R::has_net,
+       {{"net_util", [](const R& r) { return fmt::format("{:.4f}", r.net_util); },
+         [](const R& r) { return J(r.net_util); }, [](R& r, double v) { r.net_util = v; }}}},
+      {&Columns::consensus,
+       &R::has_consensus,
+       {{"consensus", [](const R& r) { return fmt::format("{:.6g}", r.consensus); },
+         [](const R& r) { return J(r.consensus); }, [](R& r, double v) { r.consensus = v; }},
+        {"consensus_rel", [](const R& r) { return fmt::format("{:.6g}", r.consensus_rel); },
+         [](const R& r) { return J(r.consensus_rel); },
+         [](R& r, double v) { r.consensus_rel = v; }}}},
+      {&Columns::worker_eval,
+       &R::has_worker_eval,
+       {{"worker_acc_min", [](const R& r) { return fmt::format("{:.6f}", r.worker_acc_min); },
+         [](const R& r) { return num(r.worker_acc_min); },
+         [](R& r, double v) { r.worker_acc_min = v; }},
+        {"worker_acc_mean", [](const R& r) { return fmt::format("{:.6f}", r.worker_acc_mean); },
+         [](const R& r) { return num(r.worker_acc_mean); },
+         [](R& r, double v) { r.worker_acc_mean = v; }},
+        {"worker_acc_max", [](const R& r) { return fmt::format("{:.6f}", r.worker_acc_max); },
+         [](const R& r) { return num(r.worker_acc_max); },
+         [](R& r, double v) { r.worker_acc_max = v; }}}},
+      {&Columns::mixture,
+       &R::has_mixture,
+       {{"effective_k", [](const R& r) { return fmt::format("{:.0f}", r.effective_k); },
+         [](const R& r) { return num(r.effective_k); }, [](R& r, double v) { r.effective_k = v; }},
+        {"ari", [](const R& r) { return fmt::format("{:.6f}", r.ari); },
+         [](const R& r) { return num(r.ari); }, [](R& r, double v) { r.ari = v; }}}},
+  };
+  return g;
+}
+
 }  // namespace
+
+Columns Columns::of(const MetricsRow& r) {
+  Columns c;
+  for (const Group& g : groups()) c.*g.on = r.*g.has;
+  return c;
+}
 
 const std::string& csv_header() {
   static const std::string h =
@@ -48,7 +116,8 @@ const std::string& csv_header_compress() {
   return h;
 }
 
-Recorder::Recorder(const std::string& dir, bool compress) : dir_(dir), compress_(compress) {
+Recorder::Recorder(const std::string& dir, bool compress) : dir_(dir) {
+  cols_.compress = compress;
   csv_ = open_or_throw(dir + "/metrics.csv.partial");
   jsonl_ = open_or_throw(dir + "/metrics.jsonl.partial");
 }
@@ -87,28 +156,16 @@ std::vector<std::string> first_lines(const std::string& path, size_t n) {
 
 }  // namespace
 
-Recorder::Recorder(const std::string& dir, int64_t keep_rows, bool compress)
-    : dir_(dir), compress_(compress) {
+Recorder::Recorder(const std::string& dir, int64_t keep_rows, bool compress) : dir_(dir) {
   const auto keep = static_cast<size_t>(std::max<int64_t>(0, keep_rows));
   const std::string csv_path = newest_of(dir, "metrics.csv");
   const std::vector<std::string> csv = first_lines(csv_path, keep + 1);
-  const std::string& header = compress ? csv_header_compress() : csv_header();
-  bool known = false;
-  for (const bool net : {false, true}) {
-    for (const bool cons : {false, true}) {
-      for (const bool mixture : {false, true}) {
-        if (csv[0] == csv_header_of(compress, net, cons, mixture)) {
-          known = true;
-          net_ = net;
-          consensus_ = cons;
-          mixture_ = mixture;
-        }
-      }
-    }
+  const std::optional<Columns> cols = columns_of_header(csv[0]);
+  if (!cols || cols->compress != compress) {
+    throw InputError(csv_path + ":1: expected the hsgd metrics header '" +
+                     (compress ? csv_header_compress() : csv_header()) + "'");
   }
-  if (!known) {
-    throw InputError(csv_path + ":1: expected the hsgd metrics header '" + header + "'");
-  }
+  cols_ = *cols;
   header_ = true;
   const std::vector<std::string> jsonl = first_lines(newest_of(dir, "metrics.jsonl"), keep);
   for (const std::string& l : csv) kept_csv_ += l + "\n";
@@ -141,21 +198,45 @@ Recorder::~Recorder() {
   if (jsonl_) std::fclose(jsonl_);
 }
 
-std::string csv_header_of(bool compress, bool net, bool consensus, bool mixture) {
-  return (compress ? csv_header_compress() : csv_header()) + (net ? ",net_util" : "") +
-         (consensus ? ",consensus,consensus_rel" : "") + (mixture ? ",effective_k,ari" : "");
+std::string csv_header_of(Columns c) {
+  std::string h = csv_header();
+  for (const Group& g : groups()) {
+    if (!(c.*g.on)) continue;
+    for (const OptionalColumn& col : g.cols) h += std::string(",") + col.name;
+  }
+  return h;
 }
 
-std::string csv_line(const MetricsRow& r, bool compress, bool net, bool consensus, bool mixture) {
+std::optional<Columns> columns_of_header(const std::string& header) {
+  const std::string& base = csv_header();
+  if (header.rfind(base, 0) != 0) return std::nullopt;
+  std::string rest = header.substr(base.size());
+  Columns c;
+  for (const Group& g : groups()) {
+    std::string names;
+    for (const OptionalColumn& col : g.cols) names += std::string(",") + col.name;
+    if (rest.rfind(names, 0) == 0) {
+      c.*g.on = true;
+      rest = rest.substr(names.size());
+    }
+  }
+  if (!rest.empty()) return std::nullopt;
+  return c;
+}
+
+std::string csv_line(const MetricsRow& r, Columns c) {
   std::string line = fmt::format(
       "{:.3f},{},{},{:.4f},{},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.4f},{},{},{},{:.4f},{},{},{}",
       r.time_s, r.updates, r.samples, r.epoch, r.k, r.train_loss, r.test_loss, r.test_acc,
       r.test_auc, r.test_logloss, r.staleness_mean, r.staleness_max, r.dropped, r.nonfinite,
       r.idle_frac, r.live_workers, r.policy, r.seed);
-  if (compress) line += fmt::format(",{},{},{:.6f}", r.bytes_pushed, r.bytes_pulled, r.compress_s);
-  if (net) line += fmt::format(",{:.4f}", r.net_util);
-  if (consensus) line += fmt::format(",{:.6g},{:.6g}", r.consensus, r.consensus_rel);
-  if (mixture) line += fmt::format(",{:.0f},{:.6f}", r.effective_k, r.ari);
+  for (const Group& g : groups()) {
+    if (!(c.*g.on)) continue;
+    for (const OptionalColumn& col : g.cols) {
+      line += ',';
+      line += col.csv(r);
+    }
+  }
   return line;
 }
 
@@ -163,13 +244,13 @@ void Recorder::write(const MetricsRow& r) {
   open();
   if (!header_) {
     header_ = true;
-    net_ = r.has_net;
-    consensus_ = r.has_consensus;
-    mixture_ = r.has_mixture;
-    std::fprintf(csv_, "%s\n", csv_header_of(compress_, net_, consensus_, mixture_).c_str());
+    const bool compress = cols_.compress;  // the constructor's, not the row's
+    cols_ = Columns::of(r);
+    cols_.compress = compress;
+    std::fprintf(csv_, "%s\n", csv_header_of(cols_).c_str());
   }
   rows_.push_back(r);
-  std::fputs((csv_line(r, compress_, net_, consensus_, mixture_) + "\n").c_str(), csv_);
+  std::fputs((csv_line(r, cols_) + "\n").c_str(), csv_);
   nlohmann::json j = {{"time_s", r.time_s},
                       {"updates", r.updates},
                       {"samples", r.samples},
@@ -188,19 +269,9 @@ void Recorder::write(const MetricsRow& r) {
                       {"live_workers", r.live_workers},
                       {"policy", r.policy},
                       {"seed", r.seed}};
-  if (compress_) {
-    j["bytes_pushed"] = r.bytes_pushed;
-    j["bytes_pulled"] = r.bytes_pulled;
-    j["compress_s"] = r.compress_s;
-  }
-  if (net_) j["net_util"] = r.net_util;
-  if (consensus_) {
-    j["consensus"] = r.consensus;
-    j["consensus_rel"] = r.consensus_rel;
-  }
-  if (mixture_) {
-    j["effective_k"] = num(r.effective_k);
-    j["ari"] = num(r.ari);
+  for (const Group& g : groups()) {
+    if (!(cols_.*g.on)) continue;
+    for (const OptionalColumn& col : g.cols) j[col.name] = col.json(r);
   }
   std::fputs((j.dump() + "\n").c_str(), jsonl_);
   std::fflush(csv_);
@@ -212,7 +283,7 @@ void Recorder::finish() {
   if (!csv_) return;
   if (!header_) {  // no row: the header alone
     header_ = true;
-    std::fprintf(csv_, "%s\n", (compress_ ? csv_header_compress() : csv_header()).c_str());
+    std::fprintf(csv_, "%s\n", csv_header_of(Columns{.compress = cols_.compress}).c_str());
   }
   std::fclose(csv_);
   std::fclose(jsonl_);
@@ -236,19 +307,20 @@ std::vector<MetricsRow> parse_metrics_csv(std::istream& in, const std::string& p
     while (std::getline(ss, cell, ',')) f.push_back(cell);
     return f;
   };
-  // The base columns first (as written), then the optional ones
-  // (compression, net_util); each is read by its name.
+  // The base columns first (as written), then the optional groups
+  // (Columns); each column is read by its name.
   if (!std::getline(in, line) || line.rfind(csv_header(), 0) != 0) {
     throw InputError(path + ":1: expected the hsgd metrics header '" + csv_header() + "'");
   }
   const std::vector<std::string> names = split(line);
   std::map<std::string, size_t> at;
   for (size_t i = 0; i < names.size(); ++i) at[names[i]] = i;
-  const bool compress =
-      at.count("bytes_pushed") && at.count("bytes_pulled") && at.count("compress_s");
-  const bool net = at.count("net_util") > 0;
-  const bool consensus = at.count("consensus") > 0 && at.count("consensus_rel") > 0;
-  const bool mixture = at.count("effective_k") && at.count("ari");
+  std::vector<const Group*> present;  // the optional groups whose every column is there
+  for (const Group& g : groups()) {
+    bool all = true;
+    for (const OptionalColumn& col : g.cols) all = all && at.count(col.name) > 0;
+    if (all) present.push_back(&g);
+  }
   const size_t fields = names.size();
   std::vector<MetricsRow> rows;
   int lineno = 1;
@@ -292,25 +364,9 @@ std::vector<MetricsRow> parse_metrics_csv(std::istream& in, const std::string& p
     r.live_workers = static_cast<int>(d("live_workers"));
     r.policy = f[at.at("policy")];
     r.seed = static_cast<uint64_t>(d("seed"));
-    if (compress) {
-      r.has_compress = true;
-      r.bytes_pushed = static_cast<int64_t>(d("bytes_pushed"));
-      r.bytes_pulled = static_cast<int64_t>(d("bytes_pulled"));
-      r.compress_s = d("compress_s");
-    }
-    if (net) {
-      r.has_net = true;
-      r.net_util = d("net_util");
-    }
-    if (consensus) {
-      r.has_consensus = true;
-      r.consensus = d("consensus");
-      r.consensus_rel = d("consensus_rel");
-    }
-    if (mixture) {
-      r.has_mixture = true;
-      r.effective_k = d("effective_k");
-      r.ari = d("ari");
+    for (const Group* g : present) {
+      r.*g->has = true;
+      for (const OptionalColumn& col : g->cols) col.set(r, d(col.name));
     }
     rows.push_back(r);
   }

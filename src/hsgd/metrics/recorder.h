@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <istream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,13 @@ struct MetricsRow {
   bool has_consensus = false;
   double consensus = 0;
   double consensus_rel = 0;
+  // Gossip with gossip.eval_workers (issue 28): three more columns, the
+  // test accuracy of every worker's own (de-biased) model: the lowest, the
+  // mean and the highest over the workers.
+  bool has_worker_eval = false;
+  double worker_acc_min = std::nan("");
+  double worker_acc_mean = std::nan("");
+  double worker_acc_max = std::nan("");
   // Mixture models (model dpgmm, issue 31): two more columns after all
   // the others, effective_k (components with E[pi_k] > 1 %) and ari (the
   // adjusted Rand index against the test labels; NaN without labels).
@@ -58,18 +66,33 @@ struct MetricsRow {
   double ari = std::nan("");
 };
 
+// The optional column groups of metrics.csv. They follow the base columns
+// (csv_header()) in this order, each when on: compress (bytes_pushed,
+// bytes_pulled, compress_s), net (net_util), consensus (consensus,
+// consensus_rel), worker_eval (worker_acc_min, worker_acc_mean,
+// worker_acc_max), mixture (effective_k, ari).
+struct Columns {
+  bool compress = false;
+  bool net = false;
+  bool consensus = false;
+  bool worker_eval = false;
+  bool mixture = false;
+  // The groups row `r` has (its has_* flags).
+  static Columns of(const MetricsRow& r);
+  bool operator==(const Columns&) const = default;
+};
+
 // The CSV header line (no newline).
 const std::string& csv_header();
 // The same with the compression columns appended.
 const std::string& csv_header_compress();
 
-// The header (no newline) with the compression columns when `compress`,
-// net_util when `net`, consensus,consensus_rel when `consensus` and
-// effective_k,ari when `mixture`, in that order; and a row as metrics.csv
-// holds it, the values of that header's columns.
-std::string csv_header_of(bool compress, bool net, bool consensus = false, bool mixture = false);
-std::string csv_line(const MetricsRow& r, bool compress, bool net, bool consensus = false,
-                     bool mixture = false);
+// The header (no newline) with the optional groups `c`, and a row as
+// metrics.csv holds it: the values of that header's columns.
+std::string csv_header_of(Columns c);
+std::string csv_line(const MetricsRow& r, Columns c);
+// The groups of a header line csv_header_of wrote; nullopt for any other line.
+std::optional<Columns> columns_of_header(const std::string& header);
 
 // Thread-safety: none (one writer). The header is written with the first
 // row: its columns are the compression ones when `compress`, and net_util
@@ -102,18 +125,15 @@ class Recorder {
   std::FILE* csv_ = nullptr;
   std::FILE* jsonl_ = nullptr;
   std::vector<MetricsRow> rows_;
-  bool compress_ = false;
-  bool pending_ = false;    // a resume not yet open(): the kept text below
-  bool header_ = false;     // the header line is written (or kept)
-  bool net_ = false;        // the net_util column
-  bool consensus_ = false;  // the consensus columns
-  bool mixture_ = false;    // the effective_k and ari columns
+  bool pending_ = false;  // a resume not yet open(): the kept text below
+  bool header_ = false;   // the header line is written (or kept)
+  Columns cols_;          // compress from the constructor, the rest from the first row
   std::string kept_csv_, kept_jsonl_;
 };
 
 // Reads a metrics.csv written by Recorder: it starts with the base columns
-// (csv_header()); every column is found by its header name, the compression,
-// net_util, consensus and mixture ones when present.
+// (csv_header()); every column is found by its header name, the optional
+// groups' (Columns) when present.
 // Throws InputError naming the file and line on anything else.
 std::vector<MetricsRow> read_metrics_csv(const std::string& path);
 // The same from a stream; `path` names it in messages.

@@ -23,6 +23,7 @@
 #include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/gossip_checkpoint.h"
+#include "hsgd/runtime/gossip_outer.h"
 #include "hsgd/runtime/gossip_row.h"
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/row.h"
@@ -133,6 +134,7 @@ class GossipRank {
         np_(job.initial_params.size()),
         topo_(c_.gossip.topology, c_.gossip.weights, c_.train.workers, c_.train.seed),
         models_(1, job.initial_params, gossip_local_update(c_)),
+        outer_(GossipOuter::make(c_, job.initial_params)),
         delays_(c_.stragglers, c_.train.workers, c_.train.seed),
         // Every rank takes the checkpoint decisions (job.checkpoints is rank 0's).
         schedule_(c_, job.train->size(), c_.train.checkpoint_every > 0),
@@ -151,8 +153,10 @@ class GossipRank {
     local_.resize(np_);
     grads_.resize(np_);
     model_->bind(local_, grads_);
-    if (rank_ == 0) {
-      HSGD_ASSERT(recorder_ != nullptr, "rank 0 needs a recorder");
+    // Rank 0 evaluates the average model; with gossip.eval_workers every
+    // rank also evaluates its own.
+    if (rank_ == 0 || c_.gossip.eval_workers) {
+      HSGD_ASSERT(rank_ != 0 || recorder_ != nullptr, "rank 0 needs a recorder");
       test_ = head(*job.test, c_.train.eval_samples);
       eval_model_ = job.make_model();
       eval_params_.resize(np_);
@@ -174,7 +178,7 @@ class GossipRank {
     // A resumed run that had ended at its cut (budget, epochs, a stop)
     // takes no step.
     const bool ended = resumed && (schedule_.past_budget(start_s) ||
-                                   schedule_.epochs_done(counts_.samples) || stops_.stopped());
+                                   schedule_.epochs_done(run_.counts.samples) || stops_.stopped());
     double last_status = 0;
     while (!diverged_ && !ended) {
       const bool gossip = n_ > 1 && (step_ + 1) % period_ == 0;
@@ -197,11 +201,11 @@ class GossipRank {
       // The run layer's decisions, on figures every rank holds alike.
       bool stop = a.stop_request || schedule_.past_budget(a.time);
       if (!stop && a.nonfinite > 0) {
-        counts_.nonfinite += a.nonfinite;
-        consecutive_nonfinite_ = a.finite == 0 ? consecutive_nonfinite_ + a.nonfinite : 0;
-        stop = stops_.check_pushes(consecutive_nonfinite_, counts_.steps, a.time);
+        run_.counts.nonfinite += a.nonfinite;
+        run_.consecutive_nonfinite = a.finite == 0 ? run_.consecutive_nonfinite + a.nonfinite : 0;
+        stop = stops_.check_pushes(run_.consecutive_nonfinite, run_.counts.steps, a.time);
       } else {
-        consecutive_nonfinite_ = 0;
+        run_.consecutive_nonfinite = 0;
       }
       if (!stop && schedule_.eval_due(a.time)) {
         clock_.pause();
@@ -233,13 +237,13 @@ class GossipRank {
         if (cta_) local_step(finite, lr);
         ++rounds_;
       }
-      counts_.steps += n_;
-      counts_.samples += a.samples;
-      counts_.loss_sum += a.loss_sum;
-      counts_.loss_count += a.finite;
+      run_.counts.steps += n_;
+      run_.counts.samples += a.samples;
+      run_.counts.loss_sum += a.loss_sum;
+      run_.counts.loss_count += a.finite;
       ++step_;
       phase_ = kGossipBetween;
-      if (schedule_.epochs_done(counts_.samples)) break;
+      if (schedule_.epochs_done(run_.counts.samples)) break;
       if (c_.gossip.global_every > 0 && n_ > 1 && step_ % c_.gossip.global_every == 0) {
         global_average();
       }
@@ -253,7 +257,7 @@ class GossipRank {
       }
       if (rank_ == 0 && a.time - last_status >= 0.5) {
         last_status = a.time;
-        const Status st = gossip_status(counts_, a.time, last_acc_, job_.train->size());
+        const Status st = gossip_status(run_.counts, a.time, run_.last_acc, job_.train->size());
         observer_->on_status(st);
       }
     }
@@ -283,7 +287,7 @@ class GossipRank {
     result.stopped = stops_.reason();
     result.train_s = result.last.time_s;
     result.real_train_s = train_s - start_s;
-    result.gradients = counts_.steps;
+    result.gradients = run_.counts.steps;
     result.wall_s = since(wall0);
     return result;
   }
@@ -312,19 +316,9 @@ class GossipRank {
     return w.take();
   }
 
-  GossipRunState run_state() const {
-    GossipRunState rs;
-    rs.counts = counts_;
-    rs.consecutive_nonfinite = consecutive_nonfinite_;
-    rs.global_averages = global_averages_;
-    rs.last_time = last_time_;
-    rs.last_idle = last_idle_;
-    rs.last_acc = last_acc_;
-    return rs;
-  }
-
   CheckpointInfo cut_info(double t) const {
-    return gossip_cut_info(job_.identity, "mpi", n_, t, counts_.steps, recorder_->rows().size());
+    return gossip_cut_info(job_.identity, "mpi", n_, t, run_.counts.steps,
+                           recorder_->rows().size());
   }
 
   // Collective, every rank between steps (or stopped, its gradient in
@@ -349,8 +343,8 @@ class GossipRank {
       if (cut) cut->add(gossip_worker_blob(r), bytes);
     }
     if (!cut) return cut;
-    const GossipRunState rs = run_state();
-    cut->add(kGossipRunBlob, [&](StateWriter& w) { save_gossip_run(w, n_, rs); });
+    cut->add(kGossipRunBlob, [&](StateWriter& w) { save_gossip_run(w, n_, run_); });
+    if (outer_) cut->add(kGossipOuterBlob, [&](StateWriter& w) { outer_->save(w); });
     cut->add(kRunBlob, save_run_state(stops_, schedule_));
     return cut;
   }
@@ -395,6 +389,7 @@ class GossipRank {
         w.put(ck.info.train_s);
         w.put_str(ck.blob(name));
         w.put_str(ck.blob(kGossipRunBlob));
+        w.put_str(outer_ ? ck.blob(kGossipOuterBlob) : std::string());
         w.put_str(ck.blob(kRunBlob));
         ck.cache.erase(name);  // one rank's part in memory at a time
         if (r == 0) {
@@ -409,7 +404,7 @@ class GossipRank {
     const std::string where = fmt::format("{} (rank {})", "the resumed gossip state", rank_);
     StateReader r(mine, where);
     *start_s = r.get<double>();
-    const std::string wb = r.get_str(), gb = r.get_str(), rb = r.get_str();
+    const std::string wb = r.get_str(), gb = r.get_str(), ob = r.get_str(), rb = r.get_str();
     r.expect_end();
     GossipWorkerState st;
     StateReader wr(wb, where + ": " + gossip_worker_blob(rank_));
@@ -429,16 +424,14 @@ class GossipRank {
     sent_ = st.sent;
     received_ = st.received;
     rounds_ = st.rounds;
-    GossipRunState rs;
     StateReader gr(gb, where + ": " + kGossipRunBlob);
-    load_gossip_run(gr, n_, &rs);
+    load_gossip_run(gr, n_, &run_);
     gr.expect_end();
-    counts_ = rs.counts;
-    consecutive_nonfinite_ = rs.consecutive_nonfinite;
-    global_averages_ = rs.global_averages;
-    last_time_ = rs.last_time;
-    last_idle_ = rs.last_idle;
-    last_acc_ = rs.last_acc;
+    if (outer_) {
+      StateReader orr(ob, where + ": " + kGossipOuterBlob);
+      outer_->load(orr);
+      orr.expect_end();
+    }
     load_run_state(rb, where + ": " + kRunBlob, *start_s, stops_, schedule_);
     return true;
   }
@@ -536,8 +529,9 @@ class GossipRank {
     allreduce(sum.data(), sum.size(), MPI_SUM, "a global average (gossip.global_every)");
     idle_ += since(t0);
     for (size_t p = 0; p < np_; ++p) x[p] = static_cast<float>(sum[p] / sum[np_]);
+    if (outer_) outer_->apply(x);  // SlowMo: alike on every rank (the same average)
     models_.weight(0) = 1.0;
-    ++global_averages_;
+    ++run_.global_averages;
     // As a ring all-reduce would carry it (gossip_threads.cc counts alike).
     const double bytes = 2.0 * (n_ - 1) / n_ * 4.0 * static_cast<double>(np_);
     sent_ += bytes;
@@ -548,6 +542,22 @@ class GossipRank {
   // rank 0 evaluates, writes the row and checks it; every rank learns
   // whether the run diverged.
   void evaluate(double t) {
+    // gossip.eval_workers: this rank's own de-biased model first (rank 0's
+    // eval_params_ take the average below); min, sum and max to rank 0.
+    WorkerAccuracy workers;
+    if (c_.gossip.eval_workers) {
+      models_.debiased(0, eval_params_);
+      const double acc = eval_model_->evaluate(test_).accuracy;
+      double extremes[2] = {-acc, acc}, sum_acc = 0, most[2] = {0, 0};
+      MPI_Request rq[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+      check(MPI_Ireduce(extremes, most, 2, MPI_DOUBLE, MPI_MAX, 0, comm_, &rq[0]), "MPI_Ireduce");
+      check(MPI_Ireduce(&acc, &sum_acc, 1, MPI_DOUBLE, MPI_SUM, 0, comm_, &rq[1]), "MPI_Ireduce");
+      wait_all(rq, timeout_, [&] {
+        return fmt::format("on {} at an evaluation of every worker's model (a reduce to rank 0)",
+                           worker_name(rank_, 0));
+      });
+      workers = {-most[0], sum_acc / n_, most[1]};
+    }
     std::vector<double> sum(np_ + 2);
     std::span<const float> x = models_.x(0);
     for (size_t p = 0; p < np_; ++p) sum[p] = x[p];
@@ -577,15 +587,16 @@ class GossipRank {
       cs.xi = std::sqrt(sq_sum / n_);
       cs.norm = std::sqrt(norm);
       const double idle = sum[np_ + 1];
-      const double span = (t - last_time_) * n_;
-      const double idle_frac = span > 0 ? std::clamp((idle - last_idle_) / span, 0.0, 1.0) : 0.0;
-      last_idle_ = idle;
-      last_time_ = t;
-      const MetricsRow row =
-          gossip_row(c_, cs, *eval_model_, test_, job_.train->size(), t, counts_, idle_frac);
+      const double span = (t - run_.last_time) * n_;
+      const double idle_frac =
+          span > 0 ? std::clamp((idle - run_.last_idle) / span, 0.0, 1.0) : 0.0;
+      run_.last_idle = idle;
+      run_.last_time = t;
+      const MetricsRow row = gossip_row(c_, cs, *eval_model_, test_, job_.train->size(), t,
+                                        run_.counts, idle_frac, &workers);
       recorder_->write(row);
       observer_->on_row(row);
-      last_acc_ = row.test_acc;
+      run_.last_acc = row.test_acc;
       diverged = stops_.check_row(row, eval_params_, recorder_->rows()) ? 1 : 0;
     }
     check(MPI_Ibcast(&diverged, 1, MPI_INT, 0, comm_, &r), "MPI_Ibcast");
@@ -617,7 +628,7 @@ class GossipRank {
     }
     result->worker_pushes = steps;
     result->gossip =
-        gossip_result(c_, topo_, counts_, rounds, global_averages_, sent, received, steps);
+        gossip_result(c_, topo_, run_.counts, rounds, run_.global_averages, sent, received, steps);
   }
 
   const Job& job_;
@@ -626,7 +637,8 @@ class GossipRank {
   double timeout_;
   size_t np_;
   Topology topo_;
-  GossipModels models_;  // this rank's x, m, w (worker 0 of one)
+  GossipModels models_;                 // this rank's x, m, w (worker 0 of one)
+  std::unique_ptr<GossipOuter> outer_;  // SlowMo (null when off): alike on every rank
   DelayModel delays_;
   TrainSchedule schedule_;
   RunStops stops_;
@@ -646,15 +658,16 @@ class GossipRank {
   double loss_ = 0;
   int64_t batch_ = 0;
   bool finite_ = true;
-  GossipCounts counts_;  // every rank's, alike on every rank (the agreements)
-  int64_t consecutive_nonfinite_ = 0, rounds_ = 0, global_averages_ = 0;
+  // The run's counters (every rank's steps, samples, losses; the last
+  // row's), alike on every rank (the agreements); a checkpoint's gossip_run.
+  GossipRunState run_;
+  int64_t rounds_ = 0;
   double sent_ = 0, received_ = 0, idle_ = 0;
   bool diverged_ = false;
   // Rank 0: the evaluation.
   Dataset test_;
   std::unique_ptr<Model> eval_model_;
   std::vector<float> eval_params_, eval_grads_;
-  double last_time_ = 0, last_idle_ = 0, last_acc_ = 0;
 };
 
 }  // namespace
@@ -701,6 +714,9 @@ void check_gossip_resume(const Job& job, const Checkpoint& ck, int ranks) {
   }
   GossipRunState rs;
   ck.read(kGossipRunBlob, [&](StateReader& r) { load_gossip_run(r, ranks, &rs); });
+  if (std::unique_ptr<GossipOuter> outer = GossipOuter::make(c, job.initial_params)) {
+    ck.read(kGossipOuterBlob, [&](StateReader& r) { outer->load(r); });
+  }
   RunStops stops(c);
   TrainSchedule schedule(c, job.train->size(), c.train.checkpoint_every > 0);
   load_run_state(ck, stops, schedule);

@@ -227,9 +227,10 @@ void GossipModels::pair_average(int i, int j) {
   weight(j) = w;
 }
 
-void GossipModels::global_average() {
+void GossipModels::global_average(const std::function<void(std::span<float>)>& outer) {
   std::vector<float> avg(np_);
   average(avg);
+  if (outer) outer(avg);
   double total = 0;
   int live_n = 0;
   for (int i = 0; i < n_; ++i) {

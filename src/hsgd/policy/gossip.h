@@ -36,6 +36,7 @@
 // Thread-safety: none; a runtime serialises the calls on one worker.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -51,6 +52,7 @@ struct GossipOptions {
   std::string weights = "uniform";  // uniform | metropolis
   std::string order = "cta";        // dpsgd: cta | atc
   int global_every = 0;             // Gossip-PGA: global average every H steps; 0 = never
+  bool eval_workers = false;        // also evaluate every worker's own model (n evaluations)
 };
 
 // Whether policy kind `kind` is one of the serverless gossip policies.
@@ -92,8 +94,9 @@ class GossipModels {
   // Every live x_i <- the average model (Gossip-PGA's global average): w_i
   // <- W / m and x_i <- x_bar w_i, W the total weight and m the live
   // workers (w_i = 1 when no worker ever left). A worker that left stays
-  // out.
-  void global_average();
+  // out. `outer`, if given, first turns the average into the model every
+  // worker restarts from (SlowMo: runtime/gossip_outer.h).
+  void global_average(const std::function<void(std::span<float>)>& outer = {});
 
   // Membership (docs/gossip.md#membership). A worker that left holds
   // x = 0, m = 0, w = 0, and weight(i) == 0 marks it.

@@ -232,8 +232,7 @@ void serve(Body body, const py::object& on_row, const py::object& on_status, Sto
           if (py_error || on_row.is_none()) break;
           try {
             const py::object keep_going =
-                on_row(csv_header_of(r.has_compress, r.has_net, r.has_consensus, r.has_mixture),
-                       csv_line(r, r.has_compress, r.has_net, r.has_consensus, r.has_mixture));
+                on_row(csv_header_of(Columns::of(r)), csv_line(r, Columns::of(r)));
             if (keep_going.is(py::bool_(false))) {
               stop.request(fmt_stop(r), /*at_evaluation=*/true);
             }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "hsgd/core/error.h"
 #include "hsgd/runtime/row.h"
 
 namespace hsgd {
@@ -17,17 +18,39 @@ LocalUpdate gossip_local_update(const Config& c) {
   return u;
 }
 
+WorkerAccuracy worker_accuracy(std::span<const double> acc) {
+  HSGD_ASSERT(!acc.empty(), "worker_accuracy of no worker");
+  WorkerAccuracy w{acc[0], 0.0, acc[0]};
+  for (double a : acc) {
+    w.min = std::min(w.min, a);
+    w.max = std::max(w.max, a);
+    w.mean += a;
+  }
+  w.mean /= static_cast<double>(acc.size());
+  return w;
+}
+
 MetricsRow gossip_row(const Config& c, const GossipModels& models, Model& model,
                       std::span<float> params, const Dataset& test, int64_t train_size, double t,
                       GossipCounts& counts, double idle_frac, int live_workers) {
+  WorkerAccuracy workers;
+  if (c.gossip.eval_workers) {
+    std::vector<double> acc;
+    for (int i = 0; i < models.size(); ++i) {
+      if (!models.live(i)) continue;  // left (membership)
+      models.debiased(i, params);
+      acc.push_back(model.evaluate(test).accuracy);
+    }
+    if (!acc.empty()) workers = worker_accuracy(acc);
+  }
   models.average(params);
-  return gossip_row(c, models.consensus(), model, test, train_size, t, counts, idle_frac,
+  return gossip_row(c, models.consensus(), model, test, train_size, t, counts, idle_frac, &workers,
                     live_workers);
 }
 
 MetricsRow gossip_row(const Config& c, const GossipModels::Consensus& cs, Model& model,
                       const Dataset& test, int64_t train_size, double t, GossipCounts& counts,
-                      double idle_frac, int live_workers) {
+                      double idle_frac, const WorkerAccuracy* workers, int live_workers) {
   const EvalResult e = model.evaluate(test);
   MetricsRow r;
   r.time_s = t;
@@ -49,6 +72,13 @@ MetricsRow gossip_row(const Config& c, const GossipModels::Consensus& cs, Model&
   r.has_consensus = true;
   r.consensus = cs.xi;
   r.consensus_rel = cs.norm > 0 ? cs.xi / cs.norm : 0.0;
+  if (c.gossip.eval_workers) {
+    HSGD_ASSERT(workers != nullptr, "gossip.eval_workers needs the workers' accuracies");
+    r.has_worker_eval = true;
+    r.worker_acc_min = workers->min;
+    r.worker_acc_mean = workers->mean;
+    r.worker_acc_max = workers->max;
+  }
   return r;
 }
 

@@ -19,6 +19,7 @@
 #include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/gossip_checkpoint.h"
+#include "hsgd/runtime/gossip_outer.h"
 #include "hsgd/runtime/gossip_row.h"
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/membership.h"
@@ -94,6 +95,7 @@ class GossipRun {
         topo_(c_.gossip.topology, c_.gossip.weights, n_, c_.train.seed),
         graph_(c_.gossip.topology, c_.gossip.weights, n_, c_.train.seed),
         models_(n_, job.initial_params, gossip_local_update(c_)),
+        outer_(GossipOuter::make(c_, job.initial_params)),
         model_(job.make_model()),
         work_params_(np_),
         work_grads_(np_),
@@ -524,7 +526,7 @@ class GossipRun {
   }
   void global_average_done(double t) {
     average_due_ = 0;
-    models_.global_average();
+    models_.global_average(outer_hook(outer_.get()));
     ++global_averages_;
     for (int w = 0; w < n_; ++w) {
       GWorker& g = worker(w);
@@ -782,6 +784,11 @@ class GossipRun {
     }
     if (std::string rng = model_->rng_state(); !rng.empty())
       cut.blobs["model_rng"] = std::move(rng);
+    if (outer_) {
+      StateWriter ow;
+      outer_->save(ow);
+      cut.blobs[kGossipOuterBlob] = ow.take();
+    }
     return cut;
   }
 
@@ -905,6 +912,7 @@ class GossipRun {
     if (ck.has("model_rng")) {
       model_->set_rng_state(ck.blob("model_rng"), ck.path + "/model_rng.bin");
     }
+    if (outer_) ck.read(kGossipOuterBlob, [&](StateReader& r) { outer_->load(r); });
   }
 
   const Job& job_;
@@ -917,7 +925,8 @@ class GossipRun {
   const Topology topo_;  // the configured graph (summary.json)
   GossipGraph graph_;    // the graph over the live workers
   GossipModels models_;
-  std::unique_ptr<Model> model_;  // gradients and evaluations
+  std::unique_ptr<GossipOuter> outer_;  // SlowMo; null when off
+  std::unique_ptr<Model> model_;        // gradients and evaluations
   std::vector<float> work_params_, work_grads_;
   const Dataset test_;
   DelayModel delays_;

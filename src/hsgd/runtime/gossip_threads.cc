@@ -20,6 +20,7 @@
 #include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/gossip_checkpoint.h"
+#include "hsgd/runtime/gossip_outer.h"
 #include "hsgd/runtime/gossip_row.h"
 #include "hsgd/runtime/local_steps.h"
 #include "hsgd/runtime/row.h"
@@ -41,6 +42,7 @@ struct Shared {
         np(job.initial_params.size()),
         topo(c.gossip.topology, c.gossip.weights, n, c.train.seed),
         models(n, job.initial_params, gossip_local_update(c)),
+        outer(GossipOuter::make(c, job.initial_params)),
         sent(static_cast<size_t>(n), 0.0),
         received(static_cast<size_t>(n), 0.0),
         steps(static_cast<size_t>(n), 0),
@@ -54,6 +56,9 @@ struct Shared {
   const size_t np;
   const Topology topo;
   GossipModels models;  // x_i, m_i, w_i: worker i's under model_mu[i]
+  // SlowMo's state (null when off): used by the last worker to reach a
+  // global average's barrier, with every model_mu held.
+  std::unique_ptr<GossipOuter> outer;
   std::vector<std::unique_ptr<std::mutex>> model_mu;
   WorkerCrew crew;  // the threads, and crew.mu: it guards everything below
   std::map<std::array<int64_t, 3>, Mail> mailbox;  // (receiver, round, sender)
@@ -399,7 +404,7 @@ class Worker {
     {
       std::vector<std::unique_lock<std::mutex>> all;
       for (auto& m : s_.model_mu) all.emplace_back(*m);
-      s_.models.global_average();
+      s_.models.global_average(outer_hook(s_.outer.get()));
     }
     lk.lock();
     // As a ring all-reduce would carry it, for every worker.
@@ -503,6 +508,7 @@ RunResult GossipThreadsRuntime::run(const Job& job, Recorder* recorder, Observer
     now.consecutive_nonfinite = s.consecutive_nonfinite;
     now.global_averages = s.global_averages;
     p.add(kGossipRunBlob, [&](StateWriter& w) { save_gossip_run(w, n, now); });
+    if (s.outer) p.add(kGossipOuterBlob, [&](StateWriter& w) { s.outer->save(w); });
     for (int w = 0; w < n; ++w) {
       p.add(gossip_worker_blob(w),
             [&](StateWriter& sw) { workers[static_cast<size_t>(w)]->save(sw); });
@@ -516,6 +522,7 @@ RunResult GossipThreadsRuntime::run(const Job& job, Recorder* recorder, Observer
     const Checkpoint& ck = *job.resume;
     check_gossip_checkpoint(ck, c.policy_name, "threads", n);
     ck.read(kGossipRunBlob, [&](StateReader& r) { load_gossip_run(r, n, &rs); });
+    if (s.outer) ck.read(kGossipOuterBlob, [&](StateReader& r) { s.outer->load(r); });
     for (int w = 0; w < n; ++w) {
       ck.read(gossip_worker_blob(w),
               [&](StateReader& r) { workers[static_cast<size_t>(w)]->load(r); });
