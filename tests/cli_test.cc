@@ -156,6 +156,13 @@ std::vector<BadCase> bad_cases() {
       {"compress_unknown", syn + "--set compress.push=zip", "compress.push = 'zip'"},
       {"compress_hogwild", syn + "--policy hogwild --set optim.kind=sgd --set compress.push=sign",
        "policy hogwild has no server"},
+      // Gossip membership runs on the simulator only (issue 28).
+      {"gossip_faults_threads",
+       syn + "--runtime threads --policy dpsgd --set faults.kill=worker:1@1s",
+       "[faults] with policy 'dpsgd': membership changes of the gossip graph run on the sim "
+       "runtime only, not on threads"},
+      {"gossip_faults_mpi", syn + "--runtime mpi --policy sgp --set faults.kill=worker:1@1s",
+       "[faults]: fault injection runs on the sim and threads runtimes, not on mpi"},
       {"sparse_compressed",
        "train --model dlrm --data synthetic-ctr --budget 1 --set model.sparse=true "
        "--set compress.push=sign",
@@ -212,6 +219,40 @@ TEST(Cli, TrainWritesEveryOutputAndEvalAgrees) {
   Outcome p = run("plot " + out + " " + out + "_again -o " + tmp("two.png"));
   EXPECT_EQ(p.code, 0) << p.err;
   EXPECT_TRUE(fs::exists(tmp("two.png")));
+}
+
+// Gossip membership on the simulator (issue 28): the example config runs
+// end to end and writes the membership log; below train.min_workers the
+// run stops with one line, exit 3.
+TEST(Cli, GossipChurnRunsAndStopsBelowMinWorkers) {
+  const std::string ex = std::string(HSGD_SOURCE_DIR) + "/examples/gossip/churn.toml";
+  for (const char* policy : {"dpsgd", "sgp", "pdsgdm:4", "adpsgd"}) {
+    SCOPED_TRACE(policy);
+    const std::string out = tmp(std::string("gossip_churn_") + policy);
+    fs::remove_all(out);
+    Outcome o = run("train --quiet --config " + ex + " --policy " + policy +
+                    " --set train.budget=8 --set train.eval_every=4 --out " + out);
+    ASSERT_EQ(o.code, 0) << o.err;
+    const nlohmann::json s = summary(out);
+    ASSERT_TRUE(s.contains("membership")) << s.dump();
+    bool killed3 = false;
+    for (const auto& e : s["membership"]) {
+      killed3 |= e["worker"] == 3 && e["event"] == "leave" && e["cause"] == "kill";
+    }
+    EXPECT_TRUE(killed3) << s["membership"].dump();
+
+    const std::string low = tmp(std::string("gossip_low_") + policy);
+    fs::remove_all(low);
+    o = run("train --quiet --config " + ex + " --policy " + policy +
+            " --set train.budget=8 --set train.min_workers=7 --set faults.kill_rate=0 "
+            "--set faults.exception_rate=0 --out " + low);
+    EXPECT_EQ(o.code, 3) << o.err;
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+    EXPECT_NE(o.err.find("6 of 8 workers live, fewer than train.min_workers = 7: worker 4 left "
+                         "at 6.000 s"),
+              std::string::npos)
+        << o.err;
+  }
 }
 
 TEST(Cli, SoftmaxOnCsvMatchesASingleProcessLibTorchLoop) {

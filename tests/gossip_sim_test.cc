@@ -11,7 +11,10 @@
 
 #include "hsgd/checkpoint/checkpoint.h"
 #include "hsgd/core/error.h"
+#include "hsgd/core/state.h"
+#include "hsgd/policy/gossip.h"
 #include "hsgd/runtime/gossip_row.h"
+#include "hsgd/runtime/membership.h"
 #include "hsgd/runtime/row.h"
 #include "linear_job.h"
 #include "test_helpers.h"
@@ -245,6 +248,262 @@ TEST(GossipSim, TheOuterStepIsTakenAtEveryGlobalAverage) {
         testing::distance(held.run("outer_held").params, held.job().initial_params);
     EXPECT_GT(moved, 0.1);
     EXPECT_LT(held_moved, 0.1 * moved);  // about one local step against many
+  }
+}
+
+// ---- membership (docs/gossip.md#membership)
+
+// Kills of workers 1 and 2 at 0.5 and 0.6 s, worker 1 back at 1.0 s.
+std::vector<Override> Churn(std::vector<Override> o) {
+  o.push_back({"faults.kill", "worker:1@0.5s,worker:2@0.6s"});
+  o.push_back({"faults.rejoin", "worker:1@1s"});
+  return o;
+}
+
+// A run checkpointed before a kill (at 1 s, before worker 3's kill at
+// 1.3 s) and after others, resumed, equals the uninterrupted run byte for
+// byte: the membership state, the live graph and the messages of the old
+// graph are in the checkpoint.
+TEST(GossipSim, ResumesExactlyWithFaults) {
+  auto faults = [](std::vector<Override> o) {
+    o.push_back({"faults.kill", "worker:1@0.5s,worker:2@0.6s,worker:3@1.3s"});
+    o.push_back({"faults.rejoin", "worker:1@0.9s,worker:3@1.6s"});
+    o.push_back({"faults.kill_rate", "6"});
+    o.push_back({"faults.rejoin_after", "0.2"});
+    // A slow network and stragglers: messages are in flight at the cut and
+    // at the changes.
+    o.push_back({"sim.latency", "0.004"});
+    o.push_back({"stragglers.fraction", "0.4"});
+    o.push_back({"stragglers.sigma", "0.003"});
+    return o;
+  };
+  ExpectExactResume(faults({{"policy.name", "dpsgd"}, {"optim.kind", "momentum"}}), "churn_dpsgd");
+  ExpectExactResume(faults({{"policy.name", "sgp"}, {"gossip.topology", "onepeer-exp"}}),
+                    "churn_sgp");
+  ExpectExactResume(faults({{"policy.name", "adpsgd"}}), "churn_adpsgd");
+  ExpectExactResume(faults({{"policy.name", "pdsgdm:3"}, {"gossip.global_every", "6"}}),
+                    "churn_pdsgdm");
+}
+
+TEST(GossipSim, SameConfigAndSeedGiveTheSameCsvWithFaults) {
+  for (const std::string& policy : Policies()) {
+    std::vector<Override> o = Churn({{"policy.name", policy},
+                                     {"stragglers.fraction", "0.4"},
+                                     {"stragglers.sigma", "0.01"},
+                                     {"faults.kill_rate", "5"},
+                                     {"faults.rejoin_after", "0.2"},
+                                     {"faults.exception_rate", "0.002"}});
+    std::string a, b;
+    const RunResult ra = Gossip(o).run("det_faults_a", &a);
+    const RunResult rb = Gossip(o).run("det_faults_b", &b);
+    EXPECT_EQ(a, b) << policy;
+    EXPECT_EQ(ra.params, rb.params) << policy;
+    EXPECT_GT(ra.membership.size(), 4u) << policy;
+  }
+}
+
+// Every policy, a synchronous one with a global average among them, on
+// several graphs: the run ends at its budget (no deadlock on a dead
+// in-peer), the membership log is the fault plan's, the rows count the
+// live workers, and it learns.
+TEST(GossipSim, EveryPolicyRunsThroughKillsAndRejoins) {
+  std::vector<std::vector<Override>> cases;
+  for (const std::string& policy : Policies()) {
+    for (const std::string topo : {"ring", "onepeer-exp", "exp", "random-matching"}) {
+      cases.push_back({{"policy.name", policy}, {"gossip.topology", topo}});
+    }
+  }
+  cases.push_back({{"policy.name", "dpsgd"}, {"gossip.global_every", "4"}});
+  cases.push_back({{"policy.name", "sgp"}, {"gossip.global_every", "5"}});
+  cases.push_back({{"policy.name", "dpsgd"}, {"gossip.order", "atc"}});
+  for (const std::vector<Override>& o : cases) {
+    SCOPED_TRACE(o[0].second + " " + o[1].first + "=" + o[1].second);
+    std::string csv;
+    const RunResult r = Gossip(Churn(o)).run("churn", &csv);
+    EXPECT_TRUE(r.stopped.empty()) << r.stopped;
+    EXPECT_DOUBLE_EQ(r.train_s, 2.0);
+    ASSERT_EQ(r.membership.size(), 3u);
+    EXPECT_EQ(r.membership[0].worker, 1);
+    EXPECT_FALSE(r.membership[0].join);
+    EXPECT_DOUBLE_EQ(r.membership[0].time, 0.5);
+    EXPECT_EQ(r.membership[1].worker, 2);
+    EXPECT_FALSE(r.membership[1].join);
+    EXPECT_EQ(r.membership[2].worker, 1);
+    EXPECT_TRUE(r.membership[2].join);
+    EXPECT_DOUBLE_EQ(r.membership[2].time, 1.0);
+    const std::vector<double> live = Column(csv, "live_workers");
+    const std::vector<double> time = Column(csv, "time_s");
+    for (size_t i = 0; i < live.size(); ++i) {
+      const double t = time[i];
+      // A row at a fault's time is taken before it.
+      EXPECT_EQ(live[i], t <= 0.5 ? 5 : t <= 0.6 ? 4 : t <= 1.0 ? 3 : 4) << "at " << t;
+    }
+    for (double x : Column(csv, "consensus")) EXPECT_TRUE(std::isfinite(x));
+    // Worker 2 stopped at 0.6 s: fewer steps than the others.
+    EXPECT_LT(r.worker_pushes[2], r.worker_pushes[0]);
+    EXPECT_GT(r.last.test_acc, 0.3);
+  }
+}
+
+// Nothing is sent to a worker once it left: worker 1 (killed at 0.6 s,
+// never back; passive under adpsgd) receives no more by 2 s than by 0.62 s
+// (messages in flight at its kill arrive by then).
+TEST(GossipSim, NothingIsSentToALeaver) {
+  for (const std::string& policy : Policies()) {
+    for (const std::string topo : {"ring", "complete"}) {
+      SCOPED_TRACE(policy + " on " + topo);
+      auto received = [&](const std::string& budget) {
+        const RunResult r = Gossip({{"policy.name", policy},
+                                    {"gossip.topology", topo},
+                                    {"faults.kill", "worker:1@0.6s"},
+                                    {"train.budget", budget}})
+                                .run("leaver");
+        return r.network.received.at(1);
+      };
+      const double at_kill = received("0.62"), at_end = received("2");
+      EXPECT_GT(at_kill, 0);
+      EXPECT_EQ(at_end, at_kill);
+    }
+  }
+}
+
+// Shards follow the live set: worker 2 killed at 0.6 s for good, by 2 s
+// (several epochs later) the four live workers' shards (read back from the
+// final checkpoint's membership part) cover the whole training set again.
+TEST(GossipSim, ShardsFollowTheLiveSet) {
+  for (const std::string& policy : Policies()) {
+    SCOPED_TRACE(policy);
+    Gossip g({{"policy.name", policy},
+              {"faults.kill", "worker:2@0.6s"},
+              {"train.checkpoint_every", "100"}});
+    const std::string dir = testing::fresh_dir("gossip_shards");
+    Job j = g.job();
+    j.identity = {config_hash(g.config), "linear-test",
+                  static_cast<int64_t>(j.initial_params.size())};
+    {
+      CheckpointStore store(dir, 2);
+      j.checkpoints = &store;
+      Recorder rec(dir);
+      GossipSimRuntime().run(j, &rec, nullptr);
+      rec.finish();
+    }
+    const Checkpoint ck = CheckpointStore::load_latest(dir, j.identity);
+    Membership m(j, 5);
+    StateReader r(ck.blob("membership"), "membership.bin");
+    m.load(r);
+    int64_t covered = 0;
+    for (int w : {0, 1, 3, 4}) covered += m.sampler_for(w).shard_size();
+    EXPECT_EQ(covered, g.train.size());
+  }
+}
+
+// gossip.eval_workers evaluates the live workers' models only: worker 2
+// (killed at 0.6 s for good) holds no model, and the lowest accuracy stays
+// that of a trained model.
+TEST(GossipSim, EvalWorkersSkipsTheWorkersThatLeft) {
+  for (const std::string& policy : Policies()) {
+    SCOPED_TRACE(policy);
+    std::string csv;
+    Gossip({{"policy.name", policy},
+            {"faults.kill", "worker:2@0.6s"},
+            {"gossip.eval_workers", "true"}})
+        .run("eval_workers", &csv);
+    const std::vector<double> low = Column(csv, "worker_acc_min");
+    ASSERT_FALSE(low.empty());
+    EXPECT_GT(low.back(), 0.3);
+  }
+}
+
+// Below train.min_workers the run stops with the run layer's line (the CLI
+// exits 3 on it: cli_test).
+TEST(GossipSim, TooFewLiveWorkersStopTheRun) {
+  for (const std::string& policy : Policies()) {
+    const RunResult r =
+        Gossip(Churn({{"policy.name", policy}, {"train.min_workers", "4"}})).run("min");
+    EXPECT_NE(r.stopped.find("3 of 5 workers live, fewer than train.min_workers = 4: worker 2 "
+                             "left at 0.600 s"),
+              std::string::npos)
+        << policy << ": " << r.stopped;
+    EXPECT_LT(r.train_s, 0.7);
+  }
+}
+
+// sgp with lr 0 through kills and rejoins: at every cut the total
+// push-sum weight (the workers' and the shares in flight or delivered and
+// not yet combined) is n and the total mass is n x0, read from the head of
+// the simulator's checkpoint (the models, then the messages).
+TEST(GossipSim, PushSumKeepsTotalWeightAndMassThroughChurn) {
+  for (const std::string budget :
+       {"0.3", "0.5", "0.55", "0.6", "0.61", "0.95", "1.0", "1.02", "1.5"}) {
+    SCOPED_TRACE(budget);
+    // A slow network (shares in flight most of the time) and many changes.
+    Gossip g(Churn({{"policy.name", "sgp"},
+                    {"gossip.topology", "exp"},
+                    {"train.budget", budget},
+                    {"stragglers.fraction", "0.4"},
+                    {"stragglers.sigma", "0.01"},
+                    {"sim.latency", "0.006"},
+                    {"faults.kill_rate", "20"},
+                    {"faults.rejoin_after", "0.05"},
+                    {"train.checkpoint_every", "100"}}));
+    g.config.optim.lr = 0;
+    const std::string dir = testing::fresh_dir("gossip_mass");
+    Job j = g.job();
+    j.identity = {config_hash(g.config), "linear-test",
+                  static_cast<int64_t>(j.initial_params.size())};
+    {
+      CheckpointStore store(dir, 2);
+      j.checkpoints = &store;
+      Recorder rec(dir);
+      GossipSimRuntime().run(j, &rec, nullptr);
+      rec.finish();
+    }
+    const Checkpoint ck = CheckpointStore::load_latest(dir, j.identity);
+    StateReader r(ck.blob("gossip"), "gossip.bin");
+    (void)r.get<uint32_t>();
+    const int n = r.get<int32_t>();
+    ASSERT_EQ(n, 5);
+    (void)r.get<double>();
+    (void)r.get<double>();
+    const std::vector<float>& x0 = j.initial_params;
+    GossipModels m(n, x0, LocalUpdate{});
+    m.load(r);
+    double weight = 0;
+    std::vector<double> mass(x0.size(), 0.0);
+    for (int i = 0; i < n; ++i) {
+      weight += m.weight(i);
+      for (size_t p = 0; p < x0.size(); ++p) mass[p] += m.x(i)[p];
+    }
+    auto message = [&] {
+      (void)r.get<int32_t>();  // from
+      (void)r.get<int32_t>();  // to
+      (void)r.get<int32_t>();  // kind
+      (void)r.get<int64_t>();  // round
+      (void)r.get<int64_t>();  // generation
+      (void)r.get<int32_t>();  // life
+      const double w = r.get<double>();
+      const std::vector<float> x = r.get_vec<float>();
+      weight += w;
+      for (size_t p = 0; p < x.size(); ++p) mass[p] += x[p];
+    };
+    for (uint64_t k = r.get<uint64_t>(); k > 0; --k) {
+      (void)r.get<int64_t>();
+      message();
+    }
+    for (uint64_t k = r.get<uint64_t>(); k > 0; --k) {
+      (void)r.get<int64_t>();
+      (void)r.get<int64_t>();
+      (void)r.get<int64_t>();
+      message();
+    }
+    EXPECT_NEAR(weight, 5.0, 1e-9);
+    double norm = 0, diff = 0;
+    for (size_t p = 0; p < x0.size(); ++p) {
+      norm += 25.0 * x0[p] * x0[p];
+      diff += std::pow(mass[p] - 5.0 * x0[p], 2);
+    }
+    EXPECT_LE(std::sqrt(diff), 1e-6 * std::sqrt(norm));
+    EXPECT_TRUE(ck.has("membership"));
   }
 }
 

@@ -151,5 +151,213 @@ TEST(GossipModels, AdpsgdPairsActiveWithPassiveNeighbours) {
   EXPECT_EQ(adpsgd_peer(Topology("ring", "uniform", 1, 0), 0, 0, rng), -1);
 }
 
+// ---- membership (docs/gossip.md#membership)
+
+// One synchronous round of mixing over the live graph (every live x_i <-
+// sum_j w_ij x_j), as the runtimes combine a round.
+void MixLive(GossipModels& m, const GossipGraph& g, int64_t t) {
+  std::vector<std::vector<float>> next(static_cast<size_t>(m.size()));
+  for (int i = 0; i < m.size(); ++i) {
+    if (!g.live(i)) continue;
+    std::vector<double> ws;
+    std::vector<std::span<const float>> srcs;
+    for (const auto& [j, w] : g.mixing_row(i, t)) {
+      ws.push_back(w);
+      srcs.push_back(m.x(j));
+    }
+    next[static_cast<size_t>(i)].resize(m.num_params());
+    weighted_sum(next[static_cast<size_t>(i)], ws, srcs);
+  }
+  for (int i = 0; i < m.size(); ++i) {
+    if (g.live(i)) std::copy(next[size_t(i)].begin(), next[size_t(i)].end(), m.x(i).begin());
+  }
+}
+
+// One synchronous push-sum round over the live graph; `in_flight` receives
+// the shares sent and not yet added (added by Deliver).
+struct Share {
+  int to;
+  std::vector<float> x;
+  double w;
+};
+std::vector<Share> SendShares(GossipModels& m, const GossipGraph& g, int64_t t) {
+  std::vector<Share> out;
+  for (int i = 0; i < m.size(); ++i) {
+    if (!g.live(i)) continue;
+    const std::vector<int> peers = g.out_peers(i, t);
+    const double share = 1.0 / (static_cast<double>(peers.size()) + 1.0);
+    for (float& v : m.x(i)) v = static_cast<float>(v * share);
+    m.weight(i) *= share;
+    for (int j : peers) out.push_back({j, {m.x(i).begin(), m.x(i).end()}, m.weight(i)});
+  }
+  return out;
+}
+
+double TotalWeight(const GossipModels& m, const std::vector<Share>& flight = {}) {
+  double s = 0;
+  for (int i = 0; i < m.size(); ++i) s += m.weight(i);
+  for (const Share& f : flight) s += f.w;
+  return s;
+}
+std::vector<double> TotalMass(const GossipModels& m, const std::vector<Share>& flight = {}) {
+  std::vector<double> s = SumOfModels(m);
+  for (const Share& f : flight) {
+    for (size_t p = 0; p < s.size(); ++p) s[p] += f.x[p];
+  }
+  return s;
+}
+
+std::vector<char> LiveMask(int n, const std::vector<int>& dead) {
+  std::vector<char> live(static_cast<size_t>(n), 1);
+  for (int d : dead) live[static_cast<size_t>(d)] = 0;
+  return live;
+}
+
+// With every worker live the graph is the configured topology, id for id
+// (so runs without faults are unchanged); over a live subset, relabelled,
+// every topology stays doubly stochastic, the workers that left have no
+// peers, and the live workers' ids are worker ids.
+TEST(GossipGraph, LiveGraphIsTheTopologyOverTheLiveWorkers) {
+  for (const std::string& kind : topology_names()) {
+    for (const std::string& weights : topology_weight_names()) {
+      const int n = 9;
+      GossipGraph g(kind, weights, n, 3);
+      const Topology full(kind, weights, n, 3);
+      for (int64_t t = 0; t < 4; ++t) {
+        for (int i = 0; i < n; ++i) {
+          EXPECT_EQ(g.mixing_row(i, t), full.mixing_row(i, t)) << kind;
+          EXPECT_EQ(g.out_peers(i, t), full.out_peers(i, t)) << kind;
+        }
+      }
+      for (const std::vector<int>& dead : std::vector<std::vector<int>>{{4}, {0, 3}, {1, 2, 8}}) {
+        g.set_live(LiveMask(n, dead));
+        EXPECT_EQ(g.live_count(), n - static_cast<int>(dead.size()));
+        for (int64_t t = 0; t < 4; ++t) {
+          std::vector<double> col(static_cast<size_t>(n), 0.0);
+          for (int i = 0; i < n; ++i) {
+            const MixRow row = g.mixing_row(i, t);
+            if (!g.live(i)) {
+              EXPECT_TRUE(row.empty());
+              EXPECT_TRUE(g.out_peers(i, t).empty());
+              continue;
+            }
+            double sum = 0;
+            for (const auto& [j, w] : row) {
+              EXPECT_TRUE(g.live(j)) << kind << ": " << i << " mixes with " << j;
+              sum += w;
+              col[static_cast<size_t>(j)] += w;
+            }
+            EXPECT_NEAR(sum, 1.0, 1e-12) << kind;
+            for (int j : g.out_peers(i, t)) EXPECT_TRUE(g.live(j));
+          }
+          for (int i = 0; i < n; ++i) {
+            if (g.live(i)) EXPECT_NEAR(col[static_cast<size_t>(i)], 1.0, 1e-12) << kind;
+          }
+        }
+      }
+    }
+  }
+}
+
+// dpsgd with lr 0 across kills and a rejoin: between two membership
+// changes mixing over the rebuilt graph conserves the sum of the live
+// models (1e-6 relative), and the consensus over the live workers goes to
+// 0 on the rebuilt graph.
+TEST(GossipGraph, MixingOverTheLiveGraphConservesTheLiveSumAndReachesConsensus) {
+  for (const std::string& kind : topology_names()) {
+    SCOPED_TRACE(kind);
+    const int n = 8;
+    GossipModels m = Spread(n, 20);
+    GossipGraph g(kind, "metropolis", n, 3);
+    int64_t t = 0;
+    for (int k = 0; k < 10; ++k) MixLive(m, g, t++);
+    // Kill 2 and 5 (7 and 5 live: odd included), then 6 rejoins.
+    for (const std::vector<int>& dead : std::vector<std::vector<int>>{{2}, {2, 5}, {2, 5, 6}}) {
+      g.set_live(LiveMask(n, dead));
+      for (int d : dead) {
+        if (m.live(d)) m.remove(d, -1);
+      }
+      const std::vector<double> before = SumOfModels(m);
+      for (int k = 0; k < 300; ++k) MixLive(m, g, t++);
+      ExpectSameSum(before, SumOfModels(m), "after killing " + std::to_string(dead.back()));
+      EXPECT_LT(m.consensus().xi, 1e-4 * m.consensus().norm);
+    }
+    // Worker 6 rejoins from its live successor (7): the same model, at once.
+    g.set_live(LiveMask(n, {2, 5}));
+    const int donor = g.successor(6);
+    EXPECT_EQ(donor, 7);
+    m.join_from(6, donor, false);
+    EXPECT_TRUE(std::equal(m.x(6).begin(), m.x(6).end(), m.x(7).begin()));
+    EXPECT_EQ(m.weight(6), 1.0);
+    const std::vector<double> before = SumOfModels(m);
+    for (int k = 0; k < 50; ++k) MixLive(m, g, t++);
+    ExpectSameSum(before, SumOfModels(m), "after the rejoin");
+  }
+}
+
+// sgp: a leaver's (x, w) and the shares in flight to it go to its live
+// successor, a joiner takes half of its successor's (x, w): the total
+// weight and the total mass (models plus shares in flight) stay what they
+// were (1e-9 relative), and the joiner's de-biased model is its donor's.
+TEST(GossipGraph, PushSumKeepsTotalWeightAndMassAcrossKillsAndRejoins) {
+  const int n = 7;
+  GossipModels m = Spread(n, 30);
+  GossipGraph g("exp", "uniform", n, 3);
+  const double w0 = TotalWeight(m);
+  const std::vector<double> x0 = TotalMass(m);
+  auto expect_kept = [&](const std::vector<Share>& flight, const std::string& what) {
+    EXPECT_NEAR(TotalWeight(m, flight), w0, 1e-9 * w0) << what;
+    const std::vector<double> x = TotalMass(m, flight);
+    for (size_t p = 0; p < x.size(); ++p) EXPECT_NEAR(x[p], x0[p], 1e-9 * std::abs(x0[p]) + 1e-5);
+  };
+  int64_t t = 0;
+  // A round in flight when worker 3 is killed: its own mass and the shares
+  // addressed to it go to its successor 4; shares to live workers arrive.
+  std::vector<Share> flight = SendShares(m, g, t++);
+  expect_kept(flight, "in flight");
+  const int heir = g.successor(3);
+  EXPECT_EQ(heir, 4);
+  g.set_live(LiveMask(n, {3}));
+  m.remove(3, heir);
+  for (const Share& s : flight) m.credit(g.live(s.to) ? s.to : heir, s.x, s.w);
+  flight.clear();
+  EXPECT_EQ(m.weight(3), 0.0);
+  expect_kept(flight, "after the kill");
+  for (int k = 0; k < 20; ++k) {
+    flight = SendShares(m, g, t++);
+    for (const Share& s : flight) m.credit(s.to, s.x, s.w);
+  }
+  flight.clear();
+  expect_kept(flight, "after rounds on 6 workers");
+  // Worker 3 rejoins from its successor 4: the same de-biased model.
+  std::vector<char> live = LiveMask(n, {});
+  g.set_live(live);
+  m.join_from(3, g.successor(3), true);
+  std::vector<float> z3(30), z4(30);
+  m.debiased(3, z3);
+  m.debiased(4, z4);
+  EXPECT_EQ(z3, z4);
+  EXPECT_EQ(m.weight(3), m.weight(4));
+  expect_kept(flight, "after the rejoin");
+}
+
+// adpsgd over the live graph pairs live workers only.
+TEST(GossipGraph, AdpsgdPairsOnlyLiveWorkers) {
+  GossipGraph g("complete", "uniform", 6, 1);
+  g.set_live(LiveMask(6, {1, 3}));
+  Rng rng(1, 2);
+  for (int k = 0; k < 50; ++k) {
+    const int p = adpsgd_peer(g, 0, k, rng);
+    EXPECT_EQ(p, 5);  // the one live passive (odd) neighbour
+  }
+  EXPECT_EQ(adpsgd_peer(g, 1, 0, rng), -1);  // left
+  EXPECT_EQ(adpsgd_peer(g, 5, 0, rng), -1);  // passive
+  g.set_live(LiveMask(6, {1, 3, 5}));        // no passive worker left: any neighbour
+  for (int k = 0; k < 20; ++k) {
+    const int p = adpsgd_peer(g, 0, k, rng);
+    EXPECT_TRUE(p == 2 || p == 4) << p;
+  }
+}
+
 }  // namespace
 }  // namespace hsgd

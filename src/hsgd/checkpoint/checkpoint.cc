@@ -185,10 +185,12 @@ int checkpoint_part_version(std::string_view blob_name) {
   // One line per part: {"server", 2} means server.bin is now version 2.
   // threads 2: each worker's pending push (tag THR2); sim 2: each worker's
   // in-flight push bytes (tag SIM2); sim 3: the simulated cluster (network,
-  // shards, cores; tag SIM3). Every earlier version still reads.
+  // shards, cores; tag SIM3). Every earlier version still reads, but for
+  // gossip 2 (the gossip simulator's membership: live graph, round
+  // generation; tag GSS2), whose version 1 only unreleased builds wrote.
   static constexpr std::pair<std::string_view, int> kVersions[] = {
-      {"server", 1}, {"threads", 2}, {"sim", 3},    {"membership", 1},
-      {"run", 1},    {"mpi", 1},     {"worker", 1}, {"model_rng", 1}};
+      {"server", 1}, {"threads", 2}, {"sim", 3},       {"membership", 1}, {"run", 1},
+      {"mpi", 1},    {"worker", 1},  {"model_rng", 1}, {"gossip", 2}};
   const std::string_view part = part_of(blob_name);
   for (const auto& [name, version] : kVersions) {
     if (name == part) return version;

@@ -11,9 +11,9 @@ bool is_gossip_policy(const std::string& kind) {
   return kind == "dpsgd" || kind == "adpsgd" || kind == "sgp" || kind == "pdsgdm";
 }
 
-int adpsgd_peer(const Topology& topo, int w, int64_t t, Rng& rng) {
+namespace {
+int pick_passive(int w, const std::vector<int>& nb, Rng& rng) {
   if (w % 2 != 0) return -1;
-  const std::vector<int> nb = topo.neighbours(w, t);
   std::vector<int> passive;
   for (int j : nb) {
     if (j % 2 != 0) passive.push_back(j);
@@ -21,6 +21,76 @@ int adpsgd_peer(const Topology& topo, int w, int64_t t, Rng& rng) {
   const std::vector<int>& pool = passive.empty() ? nb : passive;
   if (pool.empty()) return -1;
   return pool[static_cast<size_t>(rng.below(pool.size()))];
+}
+}  // namespace
+
+int adpsgd_peer(const Topology& topo, int w, int64_t t, Rng& rng) {
+  if (w % 2 != 0) return -1;
+  return pick_passive(w, topo.neighbours(w, t), rng);
+}
+
+int adpsgd_peer(const GossipGraph& g, int w, int64_t t, Rng& rng) {
+  if (w % 2 != 0 || !g.live(w)) return -1;
+  return pick_passive(w, g.neighbours(w, t), rng);
+}
+
+GossipGraph::GossipGraph(std::string kind, std::string weights, int n, uint64_t seed)
+    : kind_(std::move(kind)),
+      weights_(std::move(weights)),
+      n_(n),
+      seed_(seed),
+      live_(static_cast<size_t>(n), 1),
+      local_(kind_, weights_, n, seed) {
+  for (int i = 0; i < n; ++i) {
+    ids_.push_back(i);
+    local_id_.push_back(i);
+  }
+}
+
+void GossipGraph::set_live(std::vector<char> live) {
+  HSGD_ASSERT(live.size() == static_cast<size_t>(n_), "one live flag per worker");
+  live_ = std::move(live);
+  ids_.clear();
+  local_id_.assign(static_cast<size_t>(n_), -1);
+  for (int i = 0; i < n_; ++i) {
+    if (!live_[static_cast<size_t>(i)]) continue;
+    local_id_[static_cast<size_t>(i)] = static_cast<int>(ids_.size());
+    ids_.push_back(i);
+  }
+  local_ = Topology(kind_, weights_, std::max(1, live_count()), seed_);
+}
+
+std::vector<int> GossipGraph::global(std::vector<int> local) const {
+  for (int& j : local) j = ids_[static_cast<size_t>(j)];
+  return local;  // ascending: relabelling keeps the order
+}
+
+std::vector<int> GossipGraph::neighbours(int i, int64_t t) const {
+  const int l = local_id_[static_cast<size_t>(i)];
+  return l < 0 ? std::vector<int>{} : global(local_.neighbours(l, t));
+}
+std::vector<int> GossipGraph::out_peers(int i, int64_t t) const {
+  const int l = local_id_[static_cast<size_t>(i)];
+  return l < 0 ? std::vector<int>{} : global(local_.out_peers(l, t));
+}
+std::vector<int> GossipGraph::in_peers(int i, int64_t t) const {
+  const int l = local_id_[static_cast<size_t>(i)];
+  return l < 0 ? std::vector<int>{} : global(local_.in_peers(l, t));
+}
+MixRow GossipGraph::mixing_row(int i, int64_t t) const {
+  const int l = local_id_[static_cast<size_t>(i)];
+  if (l < 0) return {};
+  MixRow row = local_.mixing_row(l, t);
+  for (auto& [j, w] : row) j = ids_[static_cast<size_t>(j)];
+  return row;
+}
+
+int GossipGraph::successor(int i) const {
+  for (int k = 1; k < n_; ++k) {
+    const int j = (i + k) % n_;
+    if (live(j)) return j;
+  }
+  return -1;
 }
 
 void weighted_sum(std::span<float> out, const std::vector<double>& weights,
@@ -161,10 +231,53 @@ void GossipModels::global_average(const std::function<void(std::span<float>)>& o
   std::vector<float> avg(np_);
   average(avg);
   if (outer) outer(avg);
+  double total = 0;
+  int live_n = 0;
   for (int i = 0; i < n_; ++i) {
-    std::copy(avg.begin(), avg.end(), x_.begin() + off(i));
-    w_[static_cast<size_t>(i)] = 1.0;
+    if (!live(i)) continue;
+    total += weight(i);
+    ++live_n;
   }
+  const double wi = live_n == n_ ? 1.0 : total / live_n;
+  for (int i = 0; i < n_; ++i) {
+    if (!live(i)) continue;
+    std::span<float> xi = x(i);
+    if (wi == 1.0) {
+      std::copy(avg.begin(), avg.end(), xi.begin());
+    } else {
+      for (size_t p = 0; p < np_; ++p) xi[p] = static_cast<float>(avg[p] * wi);
+    }
+    w_[static_cast<size_t>(i)] = wi;
+  }
+}
+
+void GossipModels::remove(int i, int heir) {
+  std::span<float> xi = x(i);
+  if (heir >= 0) credit(heir, xi, weight(i));
+  std::fill(xi.begin(), xi.end(), 0.0f);
+  if (!m_.empty())
+    std::fill(m_.begin() + static_cast<std::ptrdiff_t>(off(i)),
+              m_.begin() + static_cast<std::ptrdiff_t>(off(i) + np_), 0.0f);
+  weight(i) = 0;
+}
+
+void GossipModels::join_from(int i, int donor, bool push_sum) {
+  std::span<float> xd = x(donor), xi = x(i);
+  if (push_sum) {
+    for (float& v : xd) v *= 0.5f;  // exact: a power of two
+    weight(donor) *= 0.5;
+  }
+  std::copy(xd.begin(), xd.end(), xi.begin());
+  weight(i) = weight(donor);
+  if (!m_.empty())
+    std::fill(m_.begin() + static_cast<std::ptrdiff_t>(off(i)),
+              m_.begin() + static_cast<std::ptrdiff_t>(off(i) + np_), 0.0f);
+}
+
+void GossipModels::credit(int i, std::span<const float> share, double w) {
+  std::span<float> xi = x(i);
+  for (size_t p = 0; p < np_; ++p) xi[p] += share[p];
+  weight(i) += w;
 }
 
 void GossipModels::average(std::span<float> out) const {
@@ -182,8 +295,11 @@ GossipModels::Consensus GossipModels::consensus() const {
   average(avg);
   Consensus c;
   double sq = 0;
+  int live_n = 0;
   for (int i = 0; i < n_; ++i) {
     const double w = weight(i);
+    if (!(w > 0)) continue;  // left (membership)
+    ++live_n;
     for (size_t p = 0; p < np_; ++p) {
       const double d = x_[off(i) + p] / w - avg[p];
       sq += d * d;
@@ -191,7 +307,7 @@ GossipModels::Consensus GossipModels::consensus() const {
   }
   double norm = 0;
   for (float v : avg) norm += static_cast<double>(v) * v;
-  c.xi = std::sqrt(sq / n_);
+  c.xi = live_n > 0 ? std::sqrt(sq / live_n) : 0.0;
   c.norm = std::sqrt(norm);
   return c;
 }

@@ -91,10 +91,26 @@ class GossipModels {
   void push_sum(const Topology& topo, int64_t t);
   // x_i, x_j <- (x_i + x_j) / 2.
   void pair_average(int i, int j);
-  // Every x_i <- the average model, w_i <- 1 (Gossip-PGA's global average).
-  // `outer`, if given, first turns the average into the model every worker
-  // restarts from (SlowMo: runtime/gossip_outer.h).
+  // Every live x_i <- the average model (Gossip-PGA's global average): w_i
+  // <- W / m and x_i <- x_bar w_i, W the total weight and m the live
+  // workers (w_i = 1 when no worker ever left). A worker that left stays
+  // out. `outer`, if given, first turns the average into the model every
+  // worker restarts from (SlowMo: runtime/gossip_outer.h).
   void global_average(const std::function<void(std::span<float>)>& outer = {});
+
+  // Membership (docs/gossip.md#membership). A worker that left holds
+  // x = 0, m = 0, w = 0, and weight(i) == 0 marks it.
+  bool live(int i) const { return weight(i) > 0; }
+  // Worker i leaves: with heir >= 0 its (x_i, w_i) is added to the heir's
+  // (push-sum: the total mass stays), then i holds nothing.
+  void remove(int i, int heir);
+  // Worker i joins from live worker `donor`, momentum zero. push_sum: the
+  // donor's (x, w) is halved and i takes the other half (both keep the
+  // same de-biased model, the total mass stays); otherwise i copies the
+  // donor's x and w.
+  void join_from(int i, int donor, bool push_sum);
+  // x_i += share, w_i += weight (a push-sum share credited to i).
+  void credit(int i, std::span<const float> share, double weight);
 
   // The average model x_bar = sum_i x_i / sum_i w_i (what is evaluated).
   void average(std::span<float> out) const;
@@ -123,6 +139,51 @@ class GossipModels {
   std::vector<double> w_;
   std::vector<float> scratch_;
 };
+
+// The gossip graph over the live workers (membership): the configured
+// topology and weights rebuilt over the m live workers, relabelled 0..m-1
+// in id order, so it is connected and doubly stochastic (push-sum: column
+// stochastic) for any m. Every id in and out is a worker id (0..n-1); the
+// workers that left have no peers. With every worker live it is the
+// configured topology over n, id for id.
+class GossipGraph {
+ public:
+  GossipGraph(std::string kind, std::string weights, int n, uint64_t seed);
+
+  int size() const { return n_; }
+  int live_count() const { return static_cast<int>(ids_.size()); }
+  bool live(int i) const { return live_[static_cast<size_t>(i)] != 0; }
+  const std::vector<char>& live_mask() const { return live_; }
+  // Rebuilds the graph over the workers with live[i] != 0.
+  void set_live(std::vector<char> live);
+  // The graph over the live workers, in their relabelled ids.
+  const Topology& local() const { return local_; }
+
+  std::vector<int> neighbours(int i, int64_t t) const;
+  std::vector<int> out_peers(int i, int64_t t) const;
+  std::vector<int> in_peers(int i, int64_t t) const;
+  MixRow mixing_row(int i, int64_t t) const;
+
+  // The first live worker after i in id order, cyclically (i's successor
+  // on the live ring, a neighbour on ring, exp, complete and onepeer-exp);
+  // -1 when no other worker is live. It takes a leaver's push-sum mass and
+  // gives a joiner its model.
+  int successor(int i) const;
+
+ private:
+  std::vector<int> global(std::vector<int> local) const;
+  std::string kind_, weights_;
+  int n_;
+  uint64_t seed_;
+  std::vector<char> live_;
+  std::vector<int> ids_;       // live workers, ascending
+  std::vector<int> local_id_;  // worker -> its relabelled id, or -1
+  Topology local_;
+};
+
+// adpsgd's pairing over the live graph: as adpsgd_peer below, with the
+// live neighbours and active/passive by worker id parity.
+int adpsgd_peer(const GossipGraph& g, int w, int64_t t, Rng& rng);
 
 // adpsgd's pairing, the same on every runtime: an active (even-numbered)
 // worker w picks one of its neighbours at round t uniformly with `rng`,

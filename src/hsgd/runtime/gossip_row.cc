@@ -32,23 +32,25 @@ WorkerAccuracy worker_accuracy(std::span<const double> acc) {
 
 MetricsRow gossip_row(const Config& c, const GossipModels& models, Model& model,
                       std::span<float> params, const Dataset& test, int64_t train_size, double t,
-                      GossipCounts& counts, double idle_frac) {
+                      GossipCounts& counts, double idle_frac, int live_workers) {
   WorkerAccuracy workers;
   if (c.gossip.eval_workers) {
     std::vector<double> acc;
     for (int i = 0; i < models.size(); ++i) {
+      if (!models.live(i)) continue;  // left (membership)
       models.debiased(i, params);
       acc.push_back(model.evaluate(test).accuracy);
     }
-    workers = worker_accuracy(acc);
+    if (!acc.empty()) workers = worker_accuracy(acc);
   }
   models.average(params);
-  return gossip_row(c, models.consensus(), model, test, train_size, t, counts, idle_frac, &workers);
+  return gossip_row(c, models.consensus(), model, test, train_size, t, counts, idle_frac, &workers,
+                    live_workers);
 }
 
 MetricsRow gossip_row(const Config& c, const GossipModels::Consensus& cs, Model& model,
                       const Dataset& test, int64_t train_size, double t, GossipCounts& counts,
-                      double idle_frac, const WorkerAccuracy* workers) {
+                      double idle_frac, const WorkerAccuracy* workers, int live_workers) {
   const EvalResult e = model.evaluate(test);
   MetricsRow r;
   r.time_s = t;
@@ -64,7 +66,7 @@ MetricsRow gossip_row(const Config& c, const GossipModels::Consensus& cs, Model&
   r.nonfinite = counts.nonfinite;
   counts.nonfinite = 0;
   r.idle_frac = idle_frac;
-  r.live_workers = c.train.workers;
+  r.live_workers = live_workers < 0 ? c.train.workers : live_workers;
   r.policy = c.policy_name;
   r.seed = c.train.seed;
   r.has_consensus = true;

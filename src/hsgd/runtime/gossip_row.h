@@ -38,20 +38,22 @@ struct WorkerAccuracy {
 WorkerAccuracy worker_accuracy(std::span<const double> acc);
 
 // The row at training time t: `model` (bound to `params`) evaluates the
-// average model on `test`; the consensus columns; k = 1; every worker live.
-// With gossip.eval_workers, first every worker's de-biased model in turn
-// (`params` holds the average model afterwards). Resets the per-row counts.
-// `idle_frac` is the runtime's.
+// average model on `test`; the consensus columns (over the live workers);
+// k = 1; `live_workers` live (-1: every worker). With gossip.eval_workers,
+// first every live worker's de-biased model in turn (`params` holds the
+// average model afterwards). Resets the per-row counts. `idle_frac` is the
+// runtime's.
 MetricsRow gossip_row(const Config& c, const GossipModels& models, Model& model,
                       std::span<float> params, const Dataset& test, int64_t train_size, double t,
-                      GossipCounts& counts, double idle_frac);
+                      GossipCounts& counts, double idle_frac, int live_workers = -1);
 // The same row from figures the runtime computed itself (mpi: by reductions
 // over the ranks): `model` is bound to parameters that already hold the
 // average model, `cs` is its consensus distance, `workers` the workers' own
 // accuracies (required with gossip.eval_workers, else ignored).
 MetricsRow gossip_row(const Config& c, const GossipModels::Consensus& cs, Model& model,
                       const Dataset& test, int64_t train_size, double t, GossipCounts& counts,
-                      double idle_frac, const WorkerAccuracy* workers = nullptr);
+                      double idle_frac, const WorkerAccuracy* workers = nullptr,
+                      int live_workers = -1);
 
 // A status line at training time t: the counts, k = 1, the last
 // evaluation's accuracy, no training loss.

@@ -22,6 +22,7 @@
 #include "hsgd/runtime/gossip_outer.h"
 #include "hsgd/runtime/gossip_row.h"
 #include "hsgd/runtime/local_steps.h"
+#include "hsgd/runtime/membership.h"
 #include "hsgd/runtime/row.h"
 #include "hsgd/runtime/run_control.h"
 #include "hsgd/runtime/sim_events.h"
@@ -33,11 +34,14 @@ namespace {
 using sim::EventQueue;
 using sim::EventType;
 
-constexpr uint32_t kGossipTag = 0x47535331;  // "GSS1"
+constexpr uint32_t kGossipTag = 0x47535332;  // "GSS2": part version 2
 constexpr double kInf = std::numeric_limits<double>::infinity();
 // The event ending a global average (the queue's membership type, which the
 // gossip policies do not otherwise use).
 constexpr EventType kGlobalDone = EventType::kFault;
+// A worker's next fault (faults.*) is due (the queue's shard type, which the
+// gossip policies do not otherwise use; its worker is the worker's id).
+constexpr EventType kMembershipDue = EventType::kShardDone;
 
 enum Stage : int32_t {
   kComputing,  // its gradient is being computed (kComputeDone due)
@@ -50,14 +54,20 @@ enum MsgKind : int32_t { kModel, kReply, kReduce };
 
 struct Message {
   int32_t from = 0, to = 0, kind = kModel;
-  int64_t round = 0;
+  int64_t round = 0;           // the round within its generation
+  int64_t gen = 0;             // round messages: the graph's generation when sent
+  int32_t life = 0;            // adpsgd and reduce: the sender's life (joins) when sent
   double weight = 0;           // push-sum: the share of w_from
   std::vector<float> payload;  // kModel (not adpsgd's): the model or share sent
 };
 
 struct GWorker {
   GWorker(ShardSampler s, Rng r) : sampler(std::move(s)), rng(r) {}
-  int64_t step = 0;  // local steps completed
+  int64_t step = 0;       // local steps completed (a joiner: its donor's count)
+  int64_t round = 0;      // gossip rounds completed in the graph's generation
+  int64_t inherited = 0;  // steps taken over from donors at joins
+  int32_t life = 0;       // joins so far
+  uint8_t reduce_in = 0;  // its global-average message has arrived
   int32_t stage = kComputing;
   int32_t peer = -1;  // adpsgd: the passive peer being averaged with
   double loss = 0;
@@ -83,6 +93,7 @@ class GossipRun {
         np_(job.initial_params.size()),
         kind_(c_.policy.kind),
         topo_(c_.gossip.topology, c_.gossip.weights, n_, c_.train.seed),
+        graph_(c_.gossip.topology, c_.gossip.weights, n_, c_.train.seed),
         models_(n_, job.initial_params, gossip_local_update(c_)),
         outer_(GossipOuter::make(c_, job.initial_params)),
         model_(job.make_model()),
@@ -94,7 +105,8 @@ class GossipRun {
                                    NodeLink{c_.sim.bandwidth, c_.sim.bandwidth}),
              c_.sim.latency, c_.sim.network == "shared"),
         schedule_(c_, job.train->size(), job.checkpoints != nullptr),
-        stops_(c_) {
+        stops_(c_),
+        membership_(job, n_) {
     model_->bind(work_params_, work_grads_);
     workers_.reserve(static_cast<size_t>(n_));
     for (int w = 0; w < n_; ++w) {
@@ -115,6 +127,9 @@ class GossipRun {
       open_outputs(job_);
       evaluate(0.0);
       for (int w = 0; w < n_ && !stops_.stopped(); ++w) start_step(w, 0.0);
+      if (membership_.faults_on()) {
+        for (int w = 0; w < n_; ++w) schedule_fault(w);
+      }
     }
     const double budget = schedule_.budget();
     double end_time = budget;
@@ -174,11 +189,12 @@ class GossipRun {
     result.wall_s = since(wall0);
     result.gradients = counts_.steps;
     for (const GWorker& g : workers_) {
-      result.worker_pushes.push_back(g.step);
+      result.worker_pushes.push_back(g.step - g.inherited);
       result.sampler_cost += g.sampler.cost;
     }
     result.network = network_report(end_time);
     result.gossip = gossip_report(end_time);
+    result.membership = membership_.log();
     return result;
   }
 
@@ -190,8 +206,7 @@ class GossipRun {
     if (kind_ == "adpsgd" || n_ == 1) return false;
     return (step + 1) % period_ == 0;
   }
-  // The round number of a gossip step (pdsgdm: every P-th step is a round).
-  int64_t round_of(int64_t step) const { return (step + 1) / period_ - 1; }
+  bool push_sum() const { return kind_ == "sgp"; }
 
   // ---- messages
   void send(double t, Message m, double bytes) {
@@ -230,6 +245,16 @@ class GossipRun {
       case kGlobalDone:  // the global average's last latencies
         global_average_done(ev.time);
         break;
+      case kMembershipDue: {
+        const FaultDue due = membership_.plan().next(ev.worker, graph_.live(ev.worker));
+        if (due.time != ev.time) break;  // superseded by a later membership change
+        if (due.join) {
+          join(ev.worker, ev.time, due.cause);
+        } else {
+          leave(ev.worker, ev.time, due.cause);
+        }
+        break;
+      }
       default:
         HSGD_ASSERT(false, "an event the gossip simulator does not schedule");
     }
@@ -239,6 +264,10 @@ class GossipRun {
   void start_step(int w, double t) {
     GWorker& g = worker(w);
     g.stage = kComputing;
+    // Shards follow the live set (Membership: from the worker's next epoch).
+    if (membership_.faults_on()) {
+      membership_.refresh(w, g.sampler, c_.train.batch, graph_.live_mask(), false);
+    }
     // The gradient is taken now, at the model the worker holds (push-sum:
     // de-biased); it is applied when its compute time has passed.
     models_.debiased(w, work_params_);
@@ -247,7 +276,7 @@ class GossipRun {
     g.batch = batch.size();
     g.finite = std::isfinite(g.loss) && all_finite(work_grads_);
     g.grad.assign(work_grads_.begin(), work_grads_.end());
-    if (cta_ && gossip_step(g.step)) send_model(w, t, round_of(g.step));
+    if (cta_ && gossip_step(g.step)) send_model(w, t, g.round);
     const double compute = c_.sim.compute_time * delays_.slowdown(w) + delays_.draw(w);
     events_.push(t + compute, EventType::kComputeDone, w);
   }
@@ -271,12 +300,13 @@ class GossipRun {
   }
 
   void send_model(int w, double t, int64_t round) {
-    for (int to : topo_.out_peers(w, round)) {
+    for (int to : graph_.out_peers(w, round)) {
       Message m;
       m.from = w;
       m.to = to;
       m.kind = kModel;
       m.round = round;
+      m.gen = generation_;
       std::span<const float> x = models_.x(w);
       m.payload.assign(x.begin(), x.end());
       send(t, std::move(m), bytes_);
@@ -285,8 +315,12 @@ class GossipRun {
 
   void compute_done(int w, double t) {
     GWorker& g = worker(w);
+    if (membership_.plan().gradient_throws(w)) {  // faults.exception_rate
+      leave(w, t, MembershipCause::kException);
+      return;
+    }
     if (kind_ == "adpsgd") {
-      const int peer = hsgd::adpsgd_peer(topo_, w, g.step, g.rng);
+      const int peer = hsgd::adpsgd_peer(graph_, w, g.step, g.rng);
       if (peer < 0) {
         apply_gradient(w, t);
         finish_step(w, t);
@@ -300,6 +334,7 @@ class GossipRun {
       m.to = peer;
       m.kind = kModel;
       m.round = g.step;
+      m.life = g.life;
       send(t, std::move(m), bytes_);
       return;
     }
@@ -308,12 +343,12 @@ class GossipRun {
       finish_step(w, t);
       return;
     }
-    const int64_t round = round_of(g.step);
+    const int64_t round = g.round;
     if (!cta_) {
       apply_gradient(w, t);
       if (kind_ == "sgp") {
         // Push-sum: keep one share of (x, w), send one to each out-peer.
-        const std::vector<int> out = topo_.out_peers(w, round);
+        const std::vector<int> out = graph_.out_peers(w, round);
         const double share = 1.0 / (static_cast<double>(out.size()) + 1.0);
         std::span<float> x = models_.x(w);
         for (float& v : x) v = static_cast<float>(v * share);
@@ -324,6 +359,7 @@ class GossipRun {
           m.to = to;
           m.kind = kModel;
           m.round = round;
+          m.gen = generation_;
           m.weight = models_.weight(w);
           m.payload.assign(x.begin(), x.end());
           send(t, std::move(m), bytes_ + 8);
@@ -339,6 +375,7 @@ class GossipRun {
     self.from = w;
     self.to = w;
     self.round = round;
+    self.gen = generation_;
     if (kind_ != "sgp") {
       std::span<const float> x = models_.x(w);
       self.payload.assign(x.begin(), x.end());
@@ -349,40 +386,59 @@ class GossipRun {
 
   void deliver(Message m, double t) {
     if (m.kind == kReduce) {
-      ++reduce_arrived_;
+      GWorker& s = worker(m.from);
+      // A leaver's message counts no more (nor once it rejoined).
+      if (!graph_.live(m.from) || s.life != m.life || s.stage != kBarrier) return;
+      s.reduce_in = 1;
       maybe_global_average(t);
       return;
     }
     if (kind_ == "adpsgd") {
       if (m.kind == kModel) {  // at the passive side: both become the average
+        // The active side left (or left and rejoined) meanwhile: nothing.
+        if (!graph_.live(m.from) || worker(m.from).life != m.life) return;
+        if (!graph_.live(m.to)) {  // the passive side left: no average
+          pairing_done(m.from, t);
+          return;
+        }
         models_.pair_average(m.from, m.to);
         Message r;
         r.from = m.to;
         r.to = m.from;
         r.kind = kReply;
         r.round = m.round;
+        r.life = m.life;
         send(t, std::move(r), bytes_);
       } else {  // the reply: the active worker's gradient, then its next step
-        GWorker& g = worker(m.to);
-        g.idle += t - g.wait_since;
-        g.wait_since = -1;
-        g.peer = -1;
-        apply_gradient(m.to, t);
-        finish_step(m.to, t);
+        if (!graph_.live(m.to) || worker(m.to).life != m.life) return;
+        pairing_done(m.to, t);
       }
       return;
     }
+    if (m.gen != generation_) return;  // a round of an older graph (credited)
     const int to = m.to;
     inbox_[{to, m.round, m.from}] = std::move(m);
     try_combine(to, t);
+  }
+
+  // adpsgd: the active worker w's exchange is over.
+  void pairing_done(int w, double t) {
+    {
+      GWorker& g = worker(w);
+      g.idle += t - g.wait_since;
+      g.wait_since = -1;
+      g.peer = -1;
+      apply_gradient(w, t);
+      finish_step(w, t);
+    }
   }
 
   // Worker w's round ends once every in-peer's part has come.
   void try_combine(int w, double t) {
     GWorker& g = worker(w);
     if (g.stage != kRound) return;
-    const int64_t round = round_of(g.step);
-    std::vector<int> from = topo_.in_peers(w, round);
+    const int64_t round = g.round;
+    std::vector<int> from = graph_.in_peers(w, round);
     from.push_back(w);
     std::sort(from.begin(), from.end());
     for (int j : from) {
@@ -409,7 +465,7 @@ class GossipRun {
     } else {
       std::vector<double> ws;
       std::vector<std::span<const float>> srcs;
-      for (const auto& [j, wij] : topo_.mixing_row(w, round)) {
+      for (const auto& [j, wij] : graph_.mixing_row(w, round)) {
         ws.push_back(wij);
         srcs.push_back(inbox_.at({w, round, j}).payload);
       }
@@ -418,6 +474,7 @@ class GossipRun {
     }
     for (int j : from) inbox_.erase({w, round, j});
     ++rounds_;
+    ++g.round;
     g.idle += t - g.wait_since;
     g.wait_since = -1;
     finish_step(w, t);
@@ -433,35 +490,156 @@ class GossipRun {
       ++counts_.loss_count;
     }
     if (c_.gossip.global_every > 0 && g.step % c_.gossip.global_every == 0 && n_ > 1) {
-      g.stage = kBarrier;
-      g.wait_since = t;
-      ++reduce_entered_;
-      Message m;
-      m.from = w;
-      m.to = (w + 1) % n_;
-      m.kind = kReduce;
-      send(t, std::move(m), 2.0 * (n_ - 1) / n_ * bytes_);
+      enter_barrier(w, t);
       return;
     }
     start_step(w, t);
   }
 
+  // Worker w waits for the global average and sends its live ring
+  // successor a ring all-reduce's share.
+  void enter_barrier(int w, double t) {
+    GWorker& g = worker(w);
+    g.stage = kBarrier;
+    g.wait_since = t;
+    g.reduce_in = 0;
+    const int m_live = graph_.live_count();
+    const int next = graph_.successor(w);
+    Message m;
+    m.from = w;
+    m.to = next < 0 ? w : next;
+    m.kind = kReduce;
+    m.life = g.life;
+    send(t, std::move(m), 2.0 * (m_live - 1) / m_live * bytes_);
+  }
+
   // ---- Gossip-PGA's global average (a ring all-reduce)
+  // Every live worker is at the barrier and its message has arrived.
   void maybe_global_average(double t) {
-    if (reduce_arrived_ < n_ || reduce_entered_ < n_) return;
-    reduce_arrived_ = 0;
-    reduce_entered_ = 0;
-    const double rest = std::max(0, 2 * (n_ - 1) - 1) * c_.sim.latency;
+    if (c_.gossip.global_every == 0 || average_due_) return;
+    for (int w = 0; w < n_; ++w) {
+      if (graph_.live(w) && (worker(w).stage != kBarrier || !worker(w).reduce_in)) return;
+    }
+    average_due_ = 1;
+    const double rest = std::max(0, 2 * (graph_.live_count() - 1) - 1) * c_.sim.latency;
     events_.push(t + rest, kGlobalDone, 0);
   }
   void global_average_done(double t) {
+    average_due_ = 0;
     models_.global_average(outer_hook(outer_.get()));
     ++global_averages_;
     for (int w = 0; w < n_; ++w) {
       GWorker& g = worker(w);
+      if (!graph_.live(w) || g.stage != kBarrier) continue;
+      g.reduce_in = 0;
       g.idle += t - g.wait_since;
       g.wait_since = -1;
       start_step(w, t);
+    }
+  }
+
+  // ---- membership (docs/gossip.md#membership)
+  void schedule_fault(int w) {
+    const FaultDue due = membership_.plan().next(w, graph_.live(w));
+    if (std::isfinite(due.time)) events_.push(std::max(due.time, now_), kMembershipDue, w);
+  }
+
+  // Worker w stops at once: its gradient in the making is lost; push-sum
+  // gives its (x, w), and the shares sent to it, to its live successor.
+  void leave(int w, double t, MembershipCause cause) {
+    if (!graph_.live(w)) return;
+    GWorker& g = worker(w);
+    if (g.wait_since >= 0) g.idle += t - g.wait_since;
+    g.wait_since = -1;
+    g.stage = kComputing;
+    g.peer = -1;
+    g.reduce_in = 0;
+    events_.drop_worker(w);
+    std::vector<char> live = graph_.live_mask();
+    live[static_cast<size_t>(w)] = 0;
+    graph_.set_live(std::move(live));
+    const int heir = push_sum() ? graph_.successor(w) : -1;
+    models_.remove(w, heir);
+    new_generation(t, w, heir, -1);
+    stops_.check_membership(
+        membership_.record(MembershipEvent{t, w, false, cause, ""}, graph_.live_count()));
+    schedule_fault(w);
+    maybe_global_average(t);
+  }
+
+  // Worker w joins at its live successor's step (so the lr schedule, the
+  // pdsgdm phase and the global averages stay aligned) and model
+  // (GossipModels::join_from), momentum zero, with its shard of the live set.
+  void join(int w, double t, MembershipCause cause) {
+    if (graph_.live(w)) return;
+    GWorker& g = worker(w);
+    std::vector<char> live = graph_.live_mask();
+    live[static_cast<size_t>(w)] = 1;
+    graph_.set_live(std::move(live));
+    ++g.life;
+    g.round = 0;
+    g.reduce_in = 0;
+    new_generation(t, -1, -1, w);
+    const int donor = graph_.successor(w);
+    if (donor >= 0) {
+      models_.join_from(w, donor, push_sum());
+      g.inherited += worker(donor).step - g.step;
+      g.step = worker(donor).step;
+    } else {  // nobody live to learn from (train.min_workers = 0): the initial model
+      std::copy(job_.initial_params.begin(), job_.initial_params.end(), models_.x(w).begin());
+      models_.weight(w) = 1.0;
+    }
+    membership_.refresh(w, g.sampler, c_.train.batch, graph_.live_mask(), true);
+    if (donor >= 0 && worker(donor).stage == kBarrier) {
+      enter_barrier(w, t);
+    } else {
+      start_step(w, t);
+    }
+    stops_.check_membership(
+        membership_.record(MembershipEvent{t, w, true, cause, ""}, graph_.live_count()));
+    schedule_fault(w);
+  }
+
+  // The graph changed: a new generation of rounds, numbered from 0 for every
+  // live worker. Round messages of the old graph are void: push-sum shares
+  // among them (in flight or delivered and not yet combined) are credited
+  // at once to their receiver (the heir, for the leaver's). A worker
+  // waiting for a round ends it with what it has (its own model; push-sum:
+  // its kept share and the shares credited to it), then goes on in the new
+  // graph; a cta worker computing its gradient sends its model again.
+  void new_generation(double t, int leaver, int heir, int joiner) {
+    ++generation_;
+    if (kind_ == "adpsgd") return;  // no rounds: pairs check who is live
+    auto to_of = [&](int to) { return to == leaver ? heir : to; };
+    for (auto& [tag, m] : in_flight_) {
+      if (m.kind != kModel || m.gen == generation_) continue;
+      if (push_sum() && !m.payload.empty() && to_of(m.to) >= 0) {
+        models_.credit(to_of(m.to), m.payload, m.weight);
+      }
+      m.payload.clear();  // void: dropped on arrival
+      m.weight = 0;
+    }
+    for (auto& [key, m] : inbox_) {
+      if (push_sum() && m.from != m.to && to_of(m.to) >= 0) {
+        models_.credit(to_of(m.to), m.payload, m.weight);
+      }
+    }
+    inbox_.clear();
+    std::vector<int> ended, resend;
+    for (int w = 0; w < n_; ++w) {
+      if (!graph_.live(w) || w == joiner) continue;
+      GWorker& g = worker(w);
+      g.round = 0;
+      if (g.stage == kRound) ended.push_back(w);
+      if (g.stage == kComputing && cta_ && gossip_step(g.step)) resend.push_back(w);
+    }
+    for (int w : resend) send_model(w, t, 0);
+    for (int w : ended) {
+      GWorker& g = worker(w);
+      g.idle += t - g.wait_since;
+      g.wait_since = -1;
+      if (cta_) apply_gradient(w, t);
+      finish_step(w, t);
     }
   }
 
@@ -474,7 +652,7 @@ class GossipRun {
     const double idle_frac = span > 0 ? std::clamp((idle - last_idle_) / span, 0.0, 1.0) : 0.0;
     last_idle_ = idle;
     MetricsRow r = gossip_row(c_, models_, *model_, work_params_, test_, job_.train->size(), t,
-                              counts_, idle_frac);
+                              counts_, idle_frac, graph_.live_count());
     if (net_.shared()) {
       r.has_net = true;
       const Network::Carried now = net_.carried(t);
@@ -520,7 +698,7 @@ class GossipRun {
   GossipResult gossip_report(double t) const {
     const Network::Carried all = net_.carried(t);
     std::vector<int64_t> steps;
-    for (const GWorker& g : workers_) steps.push_back(g.step);
+    for (const GWorker& g : workers_) steps.push_back(g.step - g.inherited);
     return gossip_result(c_, topo_, counts_, rounds_, global_averages_, all.sent, all.received,
                          steps);
   }
@@ -543,11 +721,9 @@ class GossipRun {
     w.put<int32_t>(n_);
     w.put(t);
     w.put(now_);
+    // The models and the messages first (tests/gossip_sim_test.cc reads
+    // the push-sum mass from this head).
     models_.save(w);
-    events_.save(w);
-    net_.save(w);
-    w.put(net_due_);
-    w.put(next_tag_);
     w.put<uint64_t>(in_flight_.size());
     for (const auto& [tag, m] : in_flight_) {
       w.put(tag);
@@ -560,6 +736,10 @@ class GossipRun {
       w.put(key[2]);
       put_message(w, m);
     }
+    events_.save(w);
+    net_.save(w);
+    w.put(net_due_);
+    w.put(next_tag_);
     for (const GWorker& g : workers_) {
       w.put(g.step);
       w.put(g.stage);
@@ -572,14 +752,19 @@ class GossipRun {
       w.put_vec(g.grad);
       save_sampler(g.sampler, w);
       w.put(g.rng.state());
+      w.put(g.round);
+      w.put(g.inherited);
+      w.put(g.life);
+      w.put(g.reduce_in);
     }
     delays_.save(w);
     w.put(counts_.steps);
     w.put(counts_.samples);
     w.put(rounds_);
     w.put(global_averages_);
-    w.put(reduce_entered_);
-    w.put(reduce_arrived_);
+    w.put(average_due_);
+    w.put(generation_);
+    w.put_vec(graph_.live_mask());
     w.put(counts_.loss_sum);
     w.put(counts_.loss_count);
     w.put(counts_.nonfinite);
@@ -592,6 +777,11 @@ class GossipRun {
     const CheckpointInfo info =
         gossip_cut_info(job_.identity, "sim", n_, t, counts_.steps, recorder_->rows().size());
     Cut cut{info, {{"gossip", w.take()}, {kRunBlob, save_run_state(stops_, schedule_)}}};
+    if (membership_.faults_on()) {
+      StateWriter mw;
+      membership_.save(mw);
+      cut.blobs["membership"] = mw.take();
+    }
     if (std::string rng = model_->rng_state(); !rng.empty())
       cut.blobs["model_rng"] = std::move(rng);
     if (outer_) {
@@ -607,6 +797,8 @@ class GossipRun {
     w.put(m.to);
     w.put(m.kind);
     w.put(m.round);
+    w.put(m.gen);
+    w.put(m.life);
     w.put(m.weight);
     w.put_vec(m.payload);
   }
@@ -616,6 +808,8 @@ class GossipRun {
     m.to = r.get<int32_t>();
     m.kind = r.get<int32_t>();
     m.round = r.get<int64_t>();
+    m.gen = r.get<int64_t>();
+    m.life = r.get<int32_t>();
     m.weight = r.get<double>();
     m.payload = r.get_vec<float>();
     if (m.from < 0 || m.from >= n_ || m.to < 0 || m.to >= n_ || m.kind < kModel ||
@@ -639,16 +833,27 @@ class GossipRun {
                                                : std::string("not a gossip policy's checkpoint")) +
                        " (no gossip.bin)");
     }
+    if (ck.has("membership")) {  // before the samplers: their shards
+      StateReader mr(ck.blob("membership"), ck.path + "/membership.bin");
+      membership_.load(mr);
+      mr.expect_end();
+      for (int w = 0; w < n_; ++w) {
+        if (membership_.changed()) worker(w).sampler = membership_.sampler_for(w);
+      }
+    }
+    // Version 1 (before membership) was written only by unreleased
+    // builds: refused, not read.
+    if (ck.version("gossip") < 2) {
+      throw InputError(ck.path +
+                       "/gossip.bin: part version 1, written by an unreleased hsgd before gossip "
+                       "membership; resume it with that build");
+    }
     StateReader r(ck.blob("gossip"), ck.path + "/gossip.bin");
     if (r.get<uint32_t>() != kGossipTag) r.fail("corrupt (gossip section missing)");
     if (r.get<int32_t>() != n_) r.fail("corrupt (worker count)");
     (void)r.get<double>();
     now_ = r.get<double>();
     models_.load(r);
-    events_.load(r, n_, 1);
-    net_.load(r);
-    net_due_ = r.get<double>();
-    next_tag_ = r.get<int64_t>();
     in_flight_.clear();
     for (uint64_t k = r.get<uint64_t>(); k > 0; --k) {
       const auto tag = r.get<int64_t>();
@@ -659,6 +864,10 @@ class GossipRun {
       std::array<int64_t, 3> key{r.get<int64_t>(), r.get<int64_t>(), r.get<int64_t>()};
       inbox_.emplace(key, get_message(r));
     }
+    events_.load(r, n_, n_);  // kShardDone is kMembershipDue, per worker
+    net_.load(r);
+    net_due_ = r.get<double>();
+    next_tag_ = r.get<int64_t>();
     for (GWorker& g : workers_) {
       g.step = r.get<int64_t>();
       g.stage = r.get<int32_t>();
@@ -674,14 +883,21 @@ class GossipRun {
       }
       load_sampler(g.sampler, r);
       g.rng.set_state(r.get<uint64_t>());
+      g.round = r.get<int64_t>();
+      g.inherited = r.get<int64_t>();
+      g.life = r.get<int32_t>();
+      g.reduce_in = r.get<uint8_t>();
     }
     delays_.load(r);
     counts_.steps = r.get<int64_t>();
     counts_.samples = r.get<int64_t>();
     rounds_ = r.get<int64_t>();
     global_averages_ = r.get<int64_t>();
-    reduce_entered_ = r.get<int>();
-    reduce_arrived_ = r.get<int>();
+    average_due_ = r.get<uint8_t>();
+    generation_ = r.get<int64_t>();
+    std::vector<char> live = r.get_vec<char>();
+    if (live.size() != static_cast<size_t>(n_)) r.fail("corrupt (live workers)");
+    graph_.set_live(std::move(live));
     counts_.loss_sum = r.get<double>();
     counts_.loss_count = r.get<int64_t>();
     counts_.nonfinite = r.get<int64_t>();
@@ -706,7 +922,8 @@ class GossipRun {
   Observer* observer_;
   const size_t np_;
   const std::string kind_;
-  const Topology topo_;
+  const Topology topo_;  // the configured graph (summary.json)
+  GossipGraph graph_;    // the graph over the live workers
   GossipModels models_;
   std::unique_ptr<GossipOuter> outer_;  // SlowMo; null when off
   std::unique_ptr<Model> model_;        // gradients and evaluations
@@ -716,6 +933,7 @@ class GossipRun {
   Network net_;
   TrainSchedule schedule_;
   RunStops stops_;
+  Membership membership_;
   EventQueue events_;
   std::vector<GWorker> workers_;
   // Messages on the network by tag, and delivered round messages by
@@ -730,7 +948,8 @@ class GossipRun {
   double now_ = 0;
   GossipCounts counts_;
   int64_t rounds_ = 0, global_averages_ = 0;
-  int reduce_entered_ = 0, reduce_arrived_ = 0;
+  uint8_t average_due_ = 0;  // a global average's kGlobalDone is queued
+  int64_t generation_ = 0;   // membership changes so far (round messages carry it)
   int64_t consecutive_nonfinite_ = 0;
   double last_row_time_ = 0, last_idle_ = 0, last_acc_ = 0;
   Network::Carried last_carried_{std::vector<double>(static_cast<size_t>(n_), 0.0),

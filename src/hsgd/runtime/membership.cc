@@ -18,10 +18,13 @@ Membership::Membership(const Job& job, int workers)
 }
 
 std::string Membership::record(const MembershipEvent& e, const Server& server) {
+  return record(e, server.live_workers());
+}
+
+std::string Membership::record(const MembershipEvent& e, int live) {
   log_.push_back(e);
   plan_.apply(e);
   std::fill(stale_.begin(), stale_.end(), 1);
-  const int live = server.live_workers();
   const int min = job_.config->train.min_workers;
   if (e.join || live >= min) return "";
   return fmt::format(
@@ -53,21 +56,42 @@ ShardSampler Membership::build(int w, Key k) {
   return ShardSampler(*job_.train, w, std::move(shard), c.train.seed, c.sampling);
 }
 
-void Membership::refresh(int w, ShardSampler& sampler, int64_t batch, const Server& server,
-                         bool now) {
-  const auto i = static_cast<size_t>(w);
-  if (!stale_[i] && !now) return;
+bool Membership::due(int w, const ShardSampler& sampler, int64_t batch, bool now) const {
+  if (!stale_[static_cast<size_t>(w)] && !now) return false;
   if (!now) {
     const SamplerState st = sampler.state();
-    if (st.position + batch <= sampler.shard_size()) return;  // its epoch goes on
+    if (st.position + batch <= sampler.shard_size()) return false;  // its epoch goes on
   }
-  Key k{server.live_workers(), 0};
-  for (int v = 0; v < w && v < server.known_workers(); ++v) k.rank += server.is_live(v) ? 1 : 0;
+  return true;
+}
+
+void Membership::take(int w, ShardSampler& sampler, Key k, bool now) {
+  const auto i = static_cast<size_t>(w);
   stale_[i] = 0;
   if (k.count < 1) return;
   if (!now && k.count == have_[i].count && k.rank == have_[i].rank) return;  // same shard
   have_[i] = k;
   sampler = build(w, k);
+}
+
+void Membership::refresh(int w, ShardSampler& sampler, int64_t batch, const Server& server,
+                         bool now) {
+  if (!due(w, sampler, batch, now)) return;
+  Key k{server.live_workers(), 0};
+  for (int v = 0; v < w && v < server.known_workers(); ++v) k.rank += server.is_live(v) ? 1 : 0;
+  take(w, sampler, k, now);
+}
+
+void Membership::refresh(int w, ShardSampler& sampler, int64_t batch, const std::vector<char>& live,
+                         bool now) {
+  if (!due(w, sampler, batch, now)) return;
+  Key k{0, 0};
+  for (size_t v = 0; v < live.size(); ++v) {
+    if (!live[v]) continue;
+    ++k.count;
+    if (static_cast<int>(v) < w) ++k.rank;
+  }
+  take(w, sampler, k, now);
 }
 
 ShardSampler Membership::sampler_for(int w) { return build(w, have_[static_cast<size_t>(w)]); }

@@ -1,7 +1,8 @@
 // Elastic membership for the runtimes (issue 10): the fault plan, the log of
 // membership events, train.min_workers, and the data shards that follow the
 // live set. One Membership per run; the runtime carries out each leave and
-// join on the Server, then tells Membership. Thread-safety: none (the
+// join on the Server (or, for the serverless gossip policies, on its live
+// mask: the overloads taking `live`), then tells Membership. Thread-safety: none (the
 // threads runtime calls it under its lock).
 //
 // Shards: when the live set changes, every live worker's shard is stale; a
@@ -37,11 +38,16 @@ class Membership {
   // logs it, advances the fault plan, marks the shards stale. Returns the
   // stop line when fewer than train.min_workers are now live, else "".
   std::string record(const MembershipEvent& e, const Server& server);
+  // The same without a server: `live` workers are live after the event.
+  std::string record(const MembershipEvent& e, int live);
 
   // Before worker w's next batch of `batch` samples: gives it its shard of
   // the current live set if its shard is stale and its epoch is ending (or
   // at once with `now`, for a joiner).
   void refresh(int w, ShardSampler& sampler, int64_t batch, const Server& server, bool now);
+  // The same without a server: live[v] != 0 for the live workers.
+  void refresh(int w, ShardSampler& sampler, int64_t batch, const std::vector<char>& live,
+               bool now);
 
   // The sampler worker w had when the state was saved (built for its shard
   // key, fresh): call after load(), before restoring the sampler's position.
@@ -56,6 +62,10 @@ class Membership {
     int32_t rank;   // the worker's index among them
   };
   const Partition& partition(int count);
+  // Whether worker w takes a new shard before this batch (refresh's test).
+  bool due(int w, const ShardSampler& sampler, int64_t batch, bool now) const;
+  // Gives worker w its shard of key k (refresh's second half).
+  void take(int w, ShardSampler& sampler, Key k, bool now);
   ShardSampler build(int w, Key k);
 
   const Job& job_;
