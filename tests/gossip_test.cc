@@ -251,7 +251,9 @@ TEST(GossipGraph, LiveGraphIsTheTopologyOverTheLiveWorkers) {
             for (int j : g.out_peers(i, t)) EXPECT_TRUE(g.live(j));
           }
           for (int i = 0; i < n; ++i) {
-            if (g.live(i)) EXPECT_NEAR(col[static_cast<size_t>(i)], 1.0, 1e-12) << kind;
+            if (g.live(i)) {
+              EXPECT_NEAR(col[static_cast<size_t>(i)], 1.0, 1e-12) << kind;
+            }
           }
         }
       }
