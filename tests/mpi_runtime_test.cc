@@ -459,6 +459,7 @@ TEST(MpiRuntime, AResumeKeepsTheWaitInProgressAtTheCut) {
 // each shard keeps its own slice of them.
 TEST(MpiRuntime, StalenessMitigationsWorkShardByShard) {
   for (const char* key : {"staleness.dc_lambda", "staleness.gap_aware"}) {
+    SCOPED_TRACE(key);
     Fixture f(std::string("mitigate_") + key,
               {{"policy.name", "async"},
                {key, key == std::string("staleness.dc_lambda") ? "0.04" : "true"}});

@@ -129,6 +129,7 @@ void ShardServer::send_params(int w) {
     send_finished_chunks();
     return;
   }
+  release_waiting();
   params_.send(w);
   if (sparse_) sparse_->send_rows(w);
 }
@@ -143,8 +144,21 @@ void ShardServer::send_finished_chunks() {
   }
 }
 
+void ShardServer::release_waiting() {
+  if (queued_.empty() && receives_due_.empty()) return;
+  send_finished_chunks();
+  queued_.clear();
+  for (int w : receives_due_) start_receive(w);
+  receives_due_.clear();
+}
+
 bool ShardServer::advance() {
-  if (!stepping()) return false;
+  if (!stepping()) {
+    // The server may have finished the step itself (an event that reads the
+    // parameters, e.g. a pull DC-ASGD copies): what waited for it goes now.
+    release_waiting();
+    return false;
+  }
   const size_t done = server_->update_done();
   size_t end = range_.size;  // the end of the chunk holding `done`
   for (const Chunk& ch : chunks_) {
@@ -155,11 +169,7 @@ bool ShardServer::advance() {
   }
   server_->update_to(end);
   send_finished_chunks();
-  if (!stepping()) {
-    queued_.clear();
-    for (int w : receives_due_) start_receive(w);
-    receives_due_.clear();
-  }
+  if (!stepping()) release_waiting();
   return true;
 }
 

@@ -96,6 +96,9 @@ class ShardServer {
   bool stepping() const { return server_->update_done() < range_.size; }
   // Starts every queued send of a chunk the pending step has finished.
   void send_finished_chunks();
+  // Once no step is pending (finished here or by the server itself): the
+  // queued sends' remaining chunks and the gradient receives the step held.
+  void release_waiting();
 
   const Layout& l_;
   int shard_;
