@@ -470,6 +470,21 @@ TEST(MpiRuntime, StalenessMitigationsWorkShardByShard) {
   }
 }
 
+// A pull DC-ASGD copies makes the server finish a pending (deferred) step
+// itself; the chunked sends and gradient receives that waited on that step
+// must go then, not at the next step, or their worker waits forever. The
+// pull has to come while another worker's send waits, which happens in
+// about half of the runs here: 8 runs catch a regression nearly always.
+TEST(MpiRuntime, APullThatFinishesThePendingStepReleasesWhatWaitedOnIt) {
+  for (int round = 0; round < 8; ++round) {
+    SCOPED_TRACE(round);
+    Fixture f("dc_release",
+              {{"policy.name", "async"}, {"staleness.dc_lambda", "0.04"}, {"mpi.timeout", "10"}});
+    const RunResult r = f.run();
+    if (world_rank() == 0) EXPECT_TRUE(r.stopped.empty()) << r.stopped;
+  }
+}
+
 TEST(MpiRuntime, ABadLaunchIsTheSameInputErrorOnEveryRank) {
   // Every rank a server: no worker left.
   Fixture f("bad", {}, 1);
