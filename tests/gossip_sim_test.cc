@@ -38,6 +38,30 @@ struct Gossip : testing::LinearJob {
                    {"sim.bandwidth", "1e8"}},
                   o, samples) {}
 
+  // The job with its identity, as checkpoints need it.
+  Job identified_job() const {
+    Job j = job();
+    j.identity = {config_hash(config), "linear-test",
+                  static_cast<int64_t>(j.initial_params.size())};
+    return j;
+  }
+
+  // Runs with train.checkpoint_every's checkpoints into a fresh directory
+  // `name`; returns the newest (the final one).
+  Checkpoint run_to_last_checkpoint(const std::string& name) {
+    const std::string dir = testing::fresh_dir(name);
+    const Job j = identified_job();
+    {
+      CheckpointStore store(dir, 2);
+      Job with = j;
+      with.checkpoints = &store;
+      Recorder rec(dir);
+      GossipSimRuntime().run(with, &rec, nullptr);
+      rec.finish();
+    }
+    return CheckpointStore::load_latest(dir, j.identity);
+  }
+
   RunResult run(const std::string& name, std::string* csv = nullptr) {
     const std::string dir = testing::fresh_dir("gossip_" + name);
     RunResult r;
@@ -181,9 +205,7 @@ void ExpectExactResume(const std::vector<Override>& o, const std::string& name) 
     return v;
   };
   Gossip s1(with("1"));
-  Job j1 = s1.job();
-  j1.identity = {config_hash(s1.config), "linear-test",
-                 static_cast<int64_t>(j1.initial_params.size())};
+  Job j1 = s1.identified_job();
   {
     CheckpointStore store(dir, 2);
     j1.checkpoints = &store;
@@ -194,9 +216,7 @@ void ExpectExactResume(const std::vector<Override>& o, const std::string& name) 
     rec.finish();
   }
   Gossip s2(with("2"));
-  Job j2 = s2.job();
-  j2.identity = {config_hash(s2.config), "linear-test",
-                 static_cast<int64_t>(j2.initial_params.size())};
+  Job j2 = s2.identified_job();
   const Checkpoint ck = CheckpointStore::load_latest(dir, j2.identity);
   EXPECT_DOUBLE_EQ(ck.info.train_s, 1.0);
   RunResult b;
@@ -376,18 +396,8 @@ TEST(GossipSim, ShardsFollowTheLiveSet) {
     Gossip g({{"policy.name", policy},
               {"faults.kill", "worker:2@0.6s"},
               {"train.checkpoint_every", "100"}});
-    const std::string dir = testing::fresh_dir("gossip_shards");
-    Job j = g.job();
-    j.identity = {config_hash(g.config), "linear-test",
-                  static_cast<int64_t>(j.initial_params.size())};
-    {
-      CheckpointStore store(dir, 2);
-      j.checkpoints = &store;
-      Recorder rec(dir);
-      GossipSimRuntime().run(j, &rec, nullptr);
-      rec.finish();
-    }
-    const Checkpoint ck = CheckpointStore::load_latest(dir, j.identity);
+    const Job j = g.identified_job();
+    const Checkpoint ck = g.run_to_last_checkpoint("gossip_shards");
     Membership m(j, 5);
     StateReader r(ck.blob("membership"), "membership.bin");
     m.load(r);
@@ -447,18 +457,8 @@ TEST(GossipSim, PushSumKeepsTotalWeightAndMassThroughChurn) {
                     {"faults.rejoin_after", "0.05"},
                     {"train.checkpoint_every", "100"}}));
     g.config.optim.lr = 0;
-    const std::string dir = testing::fresh_dir("gossip_mass");
-    Job j = g.job();
-    j.identity = {config_hash(g.config), "linear-test",
-                  static_cast<int64_t>(j.initial_params.size())};
-    {
-      CheckpointStore store(dir, 2);
-      j.checkpoints = &store;
-      Recorder rec(dir);
-      GossipSimRuntime().run(j, &rec, nullptr);
-      rec.finish();
-    }
-    const Checkpoint ck = CheckpointStore::load_latest(dir, j.identity);
+    const Job j = g.identified_job();
+    const Checkpoint ck = g.run_to_last_checkpoint("gossip_mass");
     StateReader r(ck.blob("gossip"), "gossip.bin");
     (void)r.get<uint32_t>();
     const int n = r.get<int32_t>();
