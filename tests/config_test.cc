@@ -485,6 +485,18 @@ TEST(Config, MootSettingsAreSaidAndTheEffectiveConfigResetsThem) {
             (Lines{"local.momentum = 0.5 has no effect: policy.name = 'hybrid'",
                    "local.outer = 'nesterov' has no effect: policy.name = 'hybrid'"}));
   EXPECT_EQ(moot({{"policy.name", "local:2"}, {"local.momentum", "0.5"}}), Lines{});
+  // SlowMo: the outer optimizer is read by a gossip policy with a global
+  // average, and by nothing else without one.
+  EXPECT_EQ(moot({{"policy.name", "pdsgdm:2"},
+                  {"gossip.global_every", "4"},
+                  {"local.outer", "momentum"},
+                  {"local.outer_momentum", "0.5"}}),
+            Lines{});
+  EXPECT_EQ(moot({{"policy.name", "dpsgd"}, {"local.outer", "momentum"}}),
+            Lines{"local.outer = 'momentum' has no effect: policy.name = 'dpsgd'"});
+  // The gossip simulator has no shared cores.
+  EXPECT_EQ(moot({{"train.runtime", "sim"}, {"policy.name", "sgp"}, {"sim.cores", "2"}}),
+            Lines{"sim.cores = 2 has no effect: policy.name = 'sgp'"});
   EXPECT_EQ(moot({{"policy.name", "async"}, {"policy.step", "500"}, {"policy.k0", "2"}}),
             (Lines{"policy.k0 = 2 has no effect: policy.name = 'async'",
                    "policy.step = 500 has no effect: policy.name = 'async'"}));

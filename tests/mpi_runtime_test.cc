@@ -481,7 +481,9 @@ TEST(MpiRuntime, APullThatFinishesThePendingStepReleasesWhatWaitedOnIt) {
     Fixture f("dc_release",
               {{"policy.name", "async"}, {"staleness.dc_lambda", "0.04"}, {"mpi.timeout", "10"}});
     const RunResult r = f.run();
-    if (world_rank() == 0) EXPECT_TRUE(r.stopped.empty()) << r.stopped;
+    if (world_rank() == 0) {
+      EXPECT_TRUE(r.stopped.empty()) << r.stopped;
+    }
   }
 }
 

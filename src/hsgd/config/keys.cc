@@ -776,6 +776,8 @@ std::vector<Key> declare() {
               "first served; 0 = unlimited (each worker on a core of its own).")
           .check([](int v) { return v >= 0 && v <= 65536; }, "0 (unlimited) to 65536")
           .moot(runtime("sim"))
+          // The gossip simulator gives every worker a core of its own.
+          .moot(not_policies({"dpsgd", "adpsgd", "sgp", "pdsgdm"}))
           .written(Written::kNotDefault));
   add(int_key("sim", "threads", HSGD_REF(sim.threads),
               "Threads computing the simulated workers' gradients; 0 = every core. The output is "
