@@ -199,6 +199,41 @@ TEST(SimMembership, BelowMinWorkersStopsWithOneLineKeepingMetricsAndACheckpoint)
   EXPECT_DOUBLE_EQ(ck.info.train_s, 0.9);  // the final checkpoint at the stop
 }
 
+// A partition that cannot be drawn for a live count the fault plan can
+// reach is refused when the run starts (one line naming both), not when the
+// count is reached mid-run; counts the plan cannot reach are not checked.
+TEST(Membership, APartitionTheFaultsCannotKeepIsRefusedAtTheStart) {
+  auto make = [](std::vector<Override> o) {
+    o.insert(o.begin(),
+             {{"policy.name", "async"}, {"train.workers", "4"}, {"data.partition", "shards"}});
+    Sim s(o);
+    const Job j = s.job();
+    Membership m(j, 4);
+  };
+  ASSERT_EQ(Sim(std::vector<Override>{}).train.num_classes, 10);
+  // 3 live workers x 3 classes cover 9 of 10 classes.
+  try {
+    make({{"data.classes_per_worker", "3"}, {"faults.kill", "[\"worker:1@0.5s\"]"}});
+    ADD_FAILURE() << "no refusal";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("[faults] can leave 3 of 4 workers live"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("data.classes_per_worker"), std::string::npos);
+  }
+  // 4 classes each: 3 live workers cover 12, 2 cover 8.
+  EXPECT_NO_THROW(make({{"data.classes_per_worker", "4"}, {"faults.kill", "[\"worker:1@0.5s\"]"}}));
+  EXPECT_THROW(make({{"data.classes_per_worker", "4"},
+                     {"faults.kill", "[\"worker:1@0.5s\", \"worker:2@0.6s\"]"}}),
+               InputError);
+  // Random kills can reach any count down to train.min_workers.
+  EXPECT_THROW(make({{"data.classes_per_worker", "4"}, {"faults.kill_rate", "1"}}), InputError);
+  EXPECT_NO_THROW(make(
+      {{"data.classes_per_worker", "4"}, {"faults.kill_rate", "1"}, {"train.min_workers", "3"}}));
+  // No faults: nothing beyond the launch's own partition.
+  EXPECT_NO_THROW(make({{"data.classes_per_worker", "3"}}));
+}
+
 TEST(Membership, ShardsFollowTheLiveSetFromTheNextEpoch) {
   Sim s(std::vector<Override>{{"policy.name", "async"}, {"train.workers", "4"}});
   Job j = s.job();

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <set>
+
 #include "hsgd/core/error.h"
 
 namespace hsgd {
@@ -15,6 +18,27 @@ Membership::Membership(const Job& job, int workers)
       plan_(job.config->faults, workers, job.config->train.seed),
       stale_(static_cast<size_t>(workers), 0) {
   for (int w = 0; w < workers; ++w) have_.push_back(Key{workers, w});
+  // Every live count the fault plan can reach (down to train.min_workers,
+  // below which the run stops) needs a partition of the training set: one
+  // that cannot be drawn is refused here, before anything is written, not
+  // when the count is reached. (Drawn and dropped: the run draws its own.)
+  const Config& c = *job.config;
+  if (!plan_.enabled() || c.data.partition.kind == "iid") return;
+  int lowest = 1;
+  if (c.faults.kill_rate == 0 && c.faults.exception_rate == 0) {
+    std::set<int> killed;
+    for (const FaultAt& k : c.faults.kill) killed.insert(k.worker);
+    lowest = workers - static_cast<int>(killed.size());
+  }
+  lowest = std::max({lowest, c.train.min_workers, 1});
+  for (int count = workers - 1; count >= lowest; --count) {
+    try {
+      (void)make_partition(*job.train, c.data.partition, c.train.seed, count);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("[faults] can leave {} of {} workers live, and then: {}", count,
+                                   workers, e.what()));
+    }
+  }
 }
 
 std::string Membership::record(const MembershipEvent& e, const Server& server) {
