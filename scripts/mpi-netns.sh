@@ -20,7 +20,9 @@
 # computing send its next message at veth speed, which is not what a rate-
 # limited link does). -S STATS_FILE: after mpirun, one line per host,
 # `HOST TX_BYTES RX_BYTES`, the bytes its link carried (tc's counts, headers
-# included). Nothing outside the namespaces changes: they live as
+# included). HSGD_NETNS_SYSCTL="KEY=VALUE ..." sets those sysctls in every
+# host's namespace (e.g. net.ipv4.tcp_slow_start_after_idle=0, which
+# docs/results-gossip.md measures). Nothing outside the namespaces changes: they live as
 # long as this script.
 #
 # Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN), unshare, nsenter and ip (and tc
@@ -93,6 +95,9 @@ for ((h = 1; h <= hosts; ++h)); do
   ip link set "s$h" up
   nsenter -t "$pid" -n -u sh -c "hostname $name; ip link set lo up;
     ip link set h$h name eth0; ip link set eth0 gso_max_size 16384; ip addr add $addr/24 dev eth0; ip link set eth0 up"
+  for kv in ${HSGD_NETNS_SYSCTL:-}; do
+    nsenter -t "$pid" -n sysctl -q -w "$kv" || skip "sysctl -w $kv failed"
+  done
   r=$rate
   ((h == 1)) && r=$srate
   if [[ -n "$r" ]]; then

@@ -42,7 +42,8 @@ TEST_P(BadInput, OneClearLineExitCodeTwoAndNoCompleteOutput) {
   EXPECT_EQ(o.err.rfind("hsgd: error: ", 0), 0u) << o.err;
   EXPECT_NE(o.err.find(c.needle), std::string::npos)
       << "expected '" << c.needle << "' in: " << o.err;
-  for (const char* f : {"metrics.csv", "model.bin", "config.toml", "summary.json"}) {
+  for (const char* f : {"metrics.csv", "model.bin", "config.toml", "summary.json",
+                        "metrics.csv.partial", "metrics.jsonl.partial"}) {
     EXPECT_FALSE(fs::exists(fs::path(out) / f)) << f;
   }
 }
@@ -142,6 +143,12 @@ std::vector<BadCase> bad_cases() {
        syn + "--workers 16 --set data.partition=dirichlet --set data.alpha=0.001 "
              "--set data.min_partition_size=60",
        "data.min_partition_size = 60"},
+      // Refused by the runtime while it sets up (Membership), after the
+      // output directory was made: still nothing written.
+      {"partition_faults_infeasible",
+       syn + "--runtime sim --workers 4 --set data.partition=shards "
+             "--set data.classes_per_worker=3 --set faults.kill=worker:1@0.5s",
+       "[faults] can leave 3 of 4 workers live"},
       {"sampling_mix_zero", syn + "--set sampling.kind=loss --set sampling.uniform_mix=0",
        "sampling.uniform_mix = 0"},
       // [compress] (issue 14)

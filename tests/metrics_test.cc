@@ -45,6 +45,10 @@ MetricsRow row(double t, double acc, const std::string& policy) {
 TEST(Recorder, WritesPartialFilesThenRenamesOnFinish) {
   const std::string d = fresh_dir("rec");
   Recorder rec(d);
+  // Nothing before the first write (a run refused while it sets up leaves
+  // the directory untouched).
+  EXPECT_FALSE(fs::exists(d + "/metrics.csv.partial"));
+  EXPECT_FALSE(fs::exists(d + "/metrics.jsonl.partial"));
   rec.write(row(0, 0.1, "sync"));
   rec.write(row(1.5, 0.5, "sync"));
   EXPECT_FALSE(fs::exists(d + "/metrics.csv"));

@@ -116,10 +116,11 @@ const std::string& csv_header_compress() {
   return h;
 }
 
+// Nothing is written before open() (the runtime's Job::open_outputs, or the
+// first row): a run refused while it sets up leaves the directory as it was.
 Recorder::Recorder(const std::string& dir, bool compress) : dir_(dir) {
   cols_.compress = compress;
-  csv_ = open_or_throw(dir + "/metrics.csv.partial");
-  jsonl_ = open_or_throw(dir + "/metrics.jsonl.partial");
+  pending_ = true;
 }
 
 namespace {
@@ -180,7 +181,8 @@ Recorder::Recorder(const std::string& dir, int64_t keep_rows, bool compress) : d
 void Recorder::open() {
   if (!pending_) return;
   pending_ = false;
-  // The kept rows replace the partial files atomically.
+  // The kept rows (none for a fresh run) replace the partial files
+  // atomically.
   write_file_atomic(dir_ + "/metrics.csv.partial", kept_csv_);
   write_file_atomic(dir_ + "/metrics.jsonl.partial", kept_jsonl_);
   kept_csv_.clear();

@@ -99,8 +99,11 @@ std::optional<Columns> columns_of_header(const std::string& header);
 // when that row has_net (every row of a run has the same columns).
 class Recorder {
  public:
-  // Creates `dir/metrics.csv.partial` and `dir/metrics.jsonl.partial`.
-  // `compress`: write the compression columns (csv_header_compress()).
+  // A fresh run's recorder: open() creates `dir/metrics.csv.partial` and
+  // `dir/metrics.jsonl.partial` (and removes the final files a previous run
+  // left there); nothing is written before, so a run refused while it sets
+  // up touches nothing. `compress`: write the compression columns
+  // (csv_header_compress()).
   explicit Recorder(const std::string& dir, bool compress = false);
   // Resumes a run: keeps the header and the first `keep_rows` rows of the
   // run's metrics.csv and metrics.jsonl (final or .partial, whichever is
@@ -112,8 +115,8 @@ class Recorder {
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
 
-  // A resuming recorder's first write to the directory (write() and
-  // finish() call it; a no-op once open, and for a fresh recorder).
+  // The recorder's first write to the directory (write() and finish() call
+  // it; a no-op once open).
   void open();
   void write(const MetricsRow& r);
   // Flushes, closes and renames the files to their final names.
@@ -125,7 +128,7 @@ class Recorder {
   std::FILE* csv_ = nullptr;
   std::FILE* jsonl_ = nullptr;
   std::vector<MetricsRow> rows_;
-  bool pending_ = false;  // a resume not yet open(): the kept text below
+  bool pending_ = false;  // not yet open(): a resume's kept text below, or a fresh run
   bool header_ = false;   // the header line is written (or kept)
   Columns cols_;          // compress from the constructor, the rest from the first row
   std::string kept_csv_, kept_jsonl_;
