@@ -282,15 +282,16 @@ std::vector<Refusal> table() {
                 " CHOCO's public copies are the compressor's memory; expected \"auto\" or "
                 "false";
        }},
-      {"compressed gossip off the simulator (CHOCO runs on sim)",
+      {"compressed gossip on the mpi runtime (CHOCO runs on sim and threads)",
        [quoted](const Config& c) -> std::string {
          if (c.compress.push.none() || !is_gossip_policy(c.policy.kind) ||
-             c.train.runtime == "sim") {
+             c.train.runtime != "mpi") {
            return "";
          }
          return "compress.push = " + quoted(c.compress.push.name()) + ": policy " +
-                quoted(c.policy_name) + " with compression (CHOCO) is not implemented on the " +
-                c.train.runtime + " runtime; use the sim runtime, or expected none";
+                quoted(c.policy_name) +
+                " with compression (CHOCO) is not implemented on the mpi runtime; use the sim "
+                "or threads runtime, or expected none";
        }},
       {"compressed gossip with compress.warmup",
        [quoted](const Config& c) -> std::string {

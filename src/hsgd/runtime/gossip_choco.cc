@@ -24,6 +24,13 @@ uint64_t round_key(uint64_t seed, int id, int64_t step) {
 
 std::string gossip_choco_blob(int w) { return fmt::format("gossip_choco-{}", w); }
 
+void require_choco_blob(const Checkpoint& ck, const std::string& blob) {
+  if (ck.has(blob)) return;
+  throw InputError(ck.path + ": no " + blob +
+                   ".bin: a checkpoint of a gossip run without compression; resume it with "
+                   "compress.push = none");
+}
+
 ChocoGossip::ChocoGossip(const Config& c, const std::vector<std::vector<int64_t>>& shapes,
                          std::span<const float> init, int held, int first_id)
     : np_(init.size()),

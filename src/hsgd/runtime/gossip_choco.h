@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "hsgd/checkpoint/checkpoint.h"
 #include "hsgd/compress/codec.h"
 #include "hsgd/config/config.h"
 #include "hsgd/core/state.h"
@@ -103,5 +104,8 @@ class ChocoGossip {
 // and mpi: worker W's).
 inline constexpr const char* kGossipChocoBlob = "gossip_choco";
 std::string gossip_choco_blob(int w);
+// Throws InputError (one line naming ck.path) when a run with CHOCO resumes
+// from a checkpoint without its state (a run without compression).
+void require_choco_blob(const Checkpoint& ck, const std::string& blob);
 
 }  // namespace hsgd

@@ -960,11 +960,7 @@ class GossipRun {
     }
     if (outer_) ck.read(kGossipOuterBlob, [&](StateReader& r) { outer_->load(r); });
     if (choco_) {
-      if (!ck.has(kGossipChocoBlob)) {
-        throw InputError(ck.path + ": no " + kGossipChocoBlob +
-                         ".bin: a checkpoint of a run without compressed gossip; resume it "
-                         "with compress.push = none");
-      }
+      require_choco_blob(ck, kGossipChocoBlob);
       ck.read(kGossipChocoBlob, [&](StateReader& r) {
         for (int i = 0; i < n_; ++i) choco_->load_worker(i, r);
       });
