@@ -203,10 +203,6 @@ std::vector<BadCase> bad_cases() {
        syn + "--runtime sim --policy pdsgdm:2 --set compress.push=topk:0.1 "
              "--set gossip.consensus_lr=1.5",
        "gossip.consensus_lr = 1.5: expected in (0, 1]"},
-      {"choco_mpi",
-       syn + "--runtime mpi --servers 0 --policy pdsgdm:2 --set compress.push=topk:0.1",
-       "compress.push = 'topk:0.1': policy 'pdsgdm:2' with compression (CHOCO) is not "
-       "implemented on the mpi runtime"},
       {"sparse_compressed",
        "train --model dlrm --data synthetic-ctr --budget 1 --set model.sparse=true "
        "--set compress.push=sign",

@@ -860,7 +860,6 @@ TEST(GossipChoco, RefusedCombinationsNameTheKey) {
   refused({atc, topk, {"faults.kill", "worker:1@1s"}}, "[faults] with compress.push");
   refused({atc, topk, {"gossip.consensus_lr", "0"}}, "gossip.consensus_lr = 0");
   refused({atc, topk, {"gossip.consensus_lr", "1.01"}}, "gossip.consensus_lr = 1.01");
-  refused({atc, topk, {"train.runtime", "mpi"}}, "not implemented on the mpi runtime");
   // What composes: every static topology and weighting, dpsgd (atc) and pdsgdm.
   for (const std::string topo : {"ring", "torus", "exp", "complete", "star"}) {
     EXPECT_NO_THROW(Gossip(std::vector<Override>{atc, topk, {"gossip.topology", topo}})) << topo;

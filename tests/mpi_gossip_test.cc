@@ -26,6 +26,7 @@
 #include "hsgd/optim/optimizer.h"
 #include "hsgd/policy/gossip.h"
 #include "hsgd/runtime/gossip_checkpoint.h"
+#include "hsgd/runtime/gossip_choco.h"
 #include "hsgd/runtime/gossip_row.h"
 #include "hsgd/runtime/gossip_threads.h"
 #include "hsgd/runtime/local_steps.h"
@@ -162,6 +163,77 @@ std::vector<float> reference_dpsgd(const Fixture& f, int steps) {
   std::vector<float> avg(np);
   models.average(avg);
   return avg;
+}
+
+// Synchronous CHOCO (atc: the local step, then the round) for `steps`
+// steps, by hand on one GossipModels and one ChocoGossip of every worker:
+// what the ranks must compute. Returns the average model.
+std::vector<float> reference_choco(const Fixture& f, int steps) {
+  const Config& c = f.config;
+  const Job j = f.job();
+  const int n = c.train.workers;
+  const size_t np = j.initial_params.size();
+  GossipModels models(n, j.initial_params, gossip_local_update(c));
+  std::unique_ptr<ChocoGossip> choco =
+      ChocoGossip::make(c, j.make_model()->param_shapes(), j.initial_params, n);
+  const Topology topo(c.gossip.topology, c.gossip.weights, n, c.train.seed);
+  std::vector<ShardSampler> samplers;
+  std::vector<std::unique_ptr<Model>> nets;
+  std::vector<std::vector<float>> params(n, std::vector<float>(np)), grads(n, params[0]);
+  for (int i = 0; i < n; ++i) {
+    samplers.push_back(make_sampler(j, i));
+    nets.push_back(j.make_model());
+    nets.back()->bind(params[i], grads[i]);
+  }
+  Batch b;
+  std::string bytes;
+  std::vector<std::vector<float>> q(n, std::vector<float>(np));
+  for (int s = 0; s < steps; ++s) {
+    const float lr = static_cast<float>(lr_at(c.lr_schedule, c.optim.lr, s));
+    for (int i = 0; i < n; ++i) {
+      models.debiased(i, params[i]);
+      sampled_gradient(*nets[i], samplers[i], c.train.batch, &b);
+      models.local_step(i, grads[i], lr);
+      choco->encode(i, s, models.x(i), &bytes, q[i]);
+    }
+    for (int i = 0; i < n; ++i) {
+      const MixRow row = topo.mixing_row(i, s);
+      std::vector<std::span<const float>> qs;
+      for (const auto& [k, w] : row) qs.push_back(q[k]);
+      choco->combine(i, row, qs, models.x(i));
+    }
+  }
+  std::vector<float> avg(np);
+  models.average(avg);
+  return avg;
+}
+
+// CHOCO on mpi: the encoded bytes cross the ranks and decode to what the
+// sender decoded, so the run is the shared step (runtime/gossip_choco.h)
+// computed in one process, bit for bit.
+TEST(MpiGossip, ChocoIsTheReferenceStepByStep) {
+  for (const std::string spec : {"topk:0.2", "qsgd:4", "randomk:0.3"}) {
+    SCOPED_TRACE(spec);
+    Fixture f("choco_reference", 4,
+              {{"gossip.order", "atc"},
+               {"gossip.topology", "torus"},
+               {"compress.push", spec},
+               {"gossip.consensus_lr", "0.5"},
+               {"optim.kind", "momentum"}});
+    f.steps(20);
+    const std::optional<RunResult> r = f.run();
+    if (world_rank() != 0) continue;
+    const std::vector<float> want = reference_choco(f, 20);
+    EXPECT_EQ(r->gradients, 4 * 20);
+    EXPECT_EQ(r->params, want);
+    // Bytes: every rank sends its encoded message to its out-peers.
+    const size_t msg =
+        ChocoGossip(f.config, f.job().make_model()->param_shapes(), f.job().initial_params, 1)
+            .message_bytes();
+    const Topology topo("torus", "uniform", 4, 1);
+    const double degree = static_cast<double>(topo.out_peers(0, 0).size());
+    EXPECT_NEAR(r->gossip.bytes_per_node_step, 2 * degree * static_cast<double>(msg), 1e-6);
+  }
 }
 
 // Doubly stochastic mixing (and push-sum) conserve the sum of the models:
@@ -388,6 +460,13 @@ std::vector<std::vector<Override>> CheckpointedJobs() {
        {"gossip.global_every", "3"},
        {"local.outer", "momentum"},
        {"local.outer_momentum", "0.5"}},
+      // CHOCO: the public copies and s (gossip_choco-W) go through rank 0 too.
+      {{"policy.name", "dpsgd"},
+       {"gossip.order", "atc"},
+       {"compress.push", "topk:0.2"},
+       {"gossip.consensus_lr", "0.5"},
+       {"optim.kind", "momentum"}},
+      {{"policy.name", "pdsgdm:2"}, {"gossip.global_every", "3"}, {"compress.push", "qsgd:4"}},
   };
 }
 

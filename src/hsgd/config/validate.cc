@@ -282,17 +282,6 @@ std::vector<Refusal> table() {
                 " CHOCO's public copies are the compressor's memory; expected \"auto\" or "
                 "false";
        }},
-      {"compressed gossip on the mpi runtime (CHOCO runs on sim and threads)",
-       [quoted](const Config& c) -> std::string {
-         if (c.compress.push.none() || !is_gossip_policy(c.policy.kind) ||
-             c.train.runtime != "mpi") {
-           return "";
-         }
-         return "compress.push = " + quoted(c.compress.push.name()) + ": policy " +
-                quoted(c.policy_name) +
-                " with compression (CHOCO) is not implemented on the mpi runtime; use the sim "
-                "or threads runtime, or expected none";
-       }},
       {"compressed gossip with compress.warmup",
        [quoted](const Config& c) -> std::string {
          if (c.compress.push.none() || !is_gossip_policy(c.policy.kind) || c.compress.warmup == 0) {
