@@ -18,6 +18,7 @@
 #include <optional>
 #include <sstream>
 
+#include "choco_reference.h"
 #include "hsgd/core/error.h"
 #include "hsgd/core/topology.h"
 #include "hsgd/mpi/mpi_runtime.h"
@@ -165,52 +166,8 @@ std::vector<float> reference_dpsgd(const Fixture& f, int steps) {
   return avg;
 }
 
-// Synchronous CHOCO (atc: the local step, then the round) for `steps`
-// steps, by hand on one GossipModels and one ChocoGossip of every worker:
-// what the ranks must compute. Returns the average model.
 std::vector<float> reference_choco(const Fixture& f, int steps) {
-  const Config& c = f.config;
-  const Job j = f.job();
-  const int n = c.train.workers;
-  const size_t np = j.initial_params.size();
-  GossipModels models(n, j.initial_params, gossip_local_update(c));
-  std::unique_ptr<ChocoGossip> choco =
-      ChocoGossip::make(c, j.make_model()->param_shapes(), j.initial_params, n);
-  const Topology topo(c.gossip.topology, c.gossip.weights, n, c.train.seed);
-  std::vector<ShardSampler> samplers;
-  std::vector<std::unique_ptr<Model>> nets;
-  std::vector<std::vector<float>> params(n, std::vector<float>(np)), grads(n, params[0]);
-  for (int i = 0; i < n; ++i) {
-    samplers.push_back(make_sampler(j, i));
-    nets.push_back(j.make_model());
-    nets.back()->bind(params[i], grads[i]);
-  }
-  Batch b;
-  std::string bytes;
-  std::vector<std::vector<float>> q(n, std::vector<float>(np));
-  for (int s = 0; s < steps; ++s) {
-    const float lr = static_cast<float>(lr_at(c.lr_schedule, c.optim.lr, s));
-    for (int i = 0; i < n; ++i) {
-      models.debiased(i, params[i]);
-      sampled_gradient(*nets[i], samplers[i], c.train.batch, &b);
-      models.local_step(i, grads[i], lr);
-      choco->encode(i, s, models.x(i), &bytes, q[i]);
-    }
-    for (int i = 0; i < n; ++i) {
-      const MixRow row = topo.mixing_row(i, s);
-      std::vector<std::span<const float>> qs;
-      for (const auto& [k, w] : row) qs.push_back(q[k]);
-      choco->combine(i, row, qs, models.x(i));
-    }
-    const int h = c.gossip.global_every;
-    if (h > 0 && (s + 1) % h == 0) {  // Gossip-PGA: the public copies become the average
-      models.global_average();
-      for (int i = 0; i < n; ++i) choco->reset(i, models.x(i));
-    }
-  }
-  std::vector<float> avg(np);
-  models.average(avg);
-  return avg;
+  return testing::reference_choco(f.config, f.job(), steps);
 }
 
 // CHOCO on mpi: the encoded bytes cross the ranks and decode to what the
