@@ -24,6 +24,15 @@ uint64_t round_key(uint64_t seed, int id, int64_t step) {
 
 std::string gossip_choco_blob(int w) { return fmt::format("gossip_choco-{}", w); }
 
+void gossip_global_average(GossipModels& models, ChocoGossip* choco,
+                           const std::function<void(std::span<float>)>& outer) {
+  models.global_average(outer);
+  if (!choco) return;
+  for (int i = 0; i < models.size(); ++i) {
+    if (models.live(i)) choco->reset(i, models.x(i));
+  }
+}
+
 void require_choco_blob(const Checkpoint& ck, const std::string& blob) {
   if (ck.has(blob)) return;
   throw InputError(ck.path + ": no " + blob +

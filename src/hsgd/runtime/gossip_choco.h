@@ -31,6 +31,7 @@
 // caller's to serialise.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -41,6 +42,7 @@
 #include "hsgd/config/config.h"
 #include "hsgd/core/state.h"
 #include "hsgd/core/topology.h"
+#include "hsgd/policy/gossip.h"
 
 namespace hsgd {
 
@@ -99,6 +101,13 @@ class ChocoGossip {
   std::vector<Held> held_;
   Codec decoder_;
 };
+
+// Gossip-PGA's global average on a runtime that holds every worker (sim,
+// threads): every live model becomes the average (GossipModels::
+// global_average, `outer` its SlowMo hook), and with CHOCO on (`choco` not
+// null) every public copy becomes it too, xhat_i = s_i = x_i.
+void gossip_global_average(GossipModels& models, ChocoGossip* choco,
+                           const std::function<void(std::span<float>)>& outer);
 
 // "gossip_choco" (sim: every worker's state) and "gossip_choco-W" (threads
 // and mpi: worker W's).

@@ -564,10 +564,7 @@ class GossipRun {
   }
   void global_average_done(double t) {
     average_due_ = 0;
-    models_.global_average(outer_hook(outer_.get()));
-    if (choco_) {  // every worker knows the average: its public copy is it
-      for (int w = 0; w < n_; ++w) choco_->reset(w, models_.x(w));
-    }
+    gossip_global_average(models_, choco_.get(), outer_hook(outer_.get()));
     ++global_averages_;
     for (int w = 0; w < n_; ++w) {
       GWorker& g = worker(w);

@@ -448,10 +448,7 @@ class Worker {
     {
       std::vector<std::unique_lock<std::mutex>> all;
       for (auto& m : s_.model_mu) all.emplace_back(*m);
-      s_.models.global_average(outer_hook(s_.outer.get()));
-      if (s_.choco) {  // every worker knows the average: its public copy is it
-        for (int w = 0; w < s_.n; ++w) s_.choco->reset(w, s_.models.x(w));
-      }
+      gossip_global_average(s_.models, s_.choco.get(), outer_hook(s_.outer.get()));
     }
     lk.lock();
     // As a ring all-reduce would carry it, for every worker.
