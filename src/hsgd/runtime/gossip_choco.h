@@ -20,11 +20,11 @@
 // s_i are kept in double: s_i integrates every round's messages, and in
 // float its rounding would drift from sum_j w_ij xhat_j within a hundred
 // rounds (sum_i x_i would then drift too); in double the models' own float
-// rounding is all that remains. With the
-// none compressor and gamma = 1 this is plain adapt-then-combine gossip
-// (x_i <- sum_j w_ij x_j, up to float rounding). After a global average
-// (gossip.global_every) every worker holds the average x: xhat_i = s_i = x
-// (the average is the all-reduce's, uncompressed; nothing more is sent).
+// rounding is all that remains. With the none compressor and gamma = 1
+// this is plain adapt-then-combine gossip (x_i <- sum_j w_ij x_j, up to
+// float rounding). After a global average (gossip.global_every) every
+// worker holds the average x: xhat_i = s_i = x (the average is the
+// all-reduce's, uncompressed; nothing more is sent).
 //
 // Thread-safety: none; calls on different workers touch different state
 // (threads: one worker per thread is fine), calls on one worker are the
