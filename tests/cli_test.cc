@@ -170,6 +170,46 @@ std::vector<BadCase> bad_cases() {
        "runtime only, not on threads"},
       {"gossip_faults_mpi", syn + "--runtime mpi --policy sgp --set faults.kill=worker:1@1s",
        "[faults]: fault injection runs on the sim and threads runtimes, not on mpi"},
+      // CHOCO compressed gossip: what it does not compose with (issue 28).
+      {"choco_sgp", syn + "--runtime sim --policy sgp --set compress.push=topk:0.1",
+       "compress.push = 'topk:0.1': policy 'sgp' mixes push-sum shares"},
+      {"choco_adpsgd", syn + "--runtime sim --policy adpsgd --set compress.push=qsgd:4",
+       "compress.push = 'qsgd:4': policy 'adpsgd' averages pairs wait-free"},
+      {"choco_time_varying",
+       syn + "--runtime sim --policy pdsgdm:2 --set compress.push=topk:0.1 "
+             "--set gossip.topology=onepeer-exp",
+       "gossip.topology = 'onepeer-exp': with compress.push = 'topk:0.1' (CHOCO) every worker "
+       "mixes its neighbours' public copies, which needs a static graph"},
+      {"choco_random_matching",
+       syn + "--runtime sim --policy dpsgd --set gossip.order=atc --set compress.push=sign "
+             "--set gossip.topology=random-matching",
+       "gossip.topology = 'random-matching'"},
+      {"choco_pull", syn + "--runtime sim --policy dpsgd --set compress.pull=topk:0.1",
+       "compress.pull = 'topk:0.1': policy 'dpsgd' has no pull"},
+      {"choco_cta", syn + "--runtime sim --policy dpsgd --set compress.push=topk:0.1",
+       "gossip.order = 'cta': with compress.push = 'topk:0.1' dpsgd runs CHOCO, which is "
+       "adapt-then-combine; expected \"atc\""},
+      {"choco_faults",
+       syn + "--runtime sim --policy pdsgdm:2 --set compress.push=topk:0.1 "
+             "--set faults.kill=worker:1@0.5s",
+       "[faults] with compress.push = 'topk:0.1': membership changes are not implemented for "
+       "CHOCO"},
+      {"choco_error_feedback",
+       syn + "--runtime sim --policy pdsgdm:2 --set compress.push=topk:0.1 "
+             "--set compress.error_feedback=true",
+       "compress.error_feedback = true: with policy 'pdsgdm:2' CHOCO's public copies"},
+      {"choco_warmup",
+       syn + "--runtime sim --policy pdsgdm:2 --set compress.push=topk:0.1 "
+             "--set compress.warmup=5",
+       "compress.warmup = 5: policy 'pdsgdm:2' compresses every gossip round"},
+      {"choco_gamma_zero",
+       syn + "--runtime sim --policy pdsgdm:2 --set compress.push=topk:0.1 "
+             "--set gossip.consensus_lr=0",
+       "gossip.consensus_lr = 0: expected in (0, 1]"},
+      {"choco_gamma_above_one",
+       syn + "--runtime sim --policy pdsgdm:2 --set compress.push=topk:0.1 "
+             "--set gossip.consensus_lr=1.5",
+       "gossip.consensus_lr = 1.5: expected in (0, 1]"},
       {"sparse_compressed",
        "train --model dlrm --data synthetic-ctr --budget 1 --set model.sparse=true "
        "--set compress.push=sign",
@@ -252,7 +292,8 @@ TEST(Cli, GossipChurnRunsAndStopsBelowMinWorkers) {
     fs::remove_all(low);
     o = run("train --quiet --config " + ex + " --policy " + policy +
             " --set train.budget=8 --set train.min_workers=7 --set faults.kill_rate=0 "
-            "--set faults.exception_rate=0 --out " + low);
+            "--set faults.exception_rate=0 --out " +
+            low);
     EXPECT_EQ(o.code, 3) << o.err;
     EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
     EXPECT_NE(o.err.find("6 of 8 workers live, fewer than train.min_workers = 7: worker 4 left "

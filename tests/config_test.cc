@@ -304,6 +304,28 @@ TEST(Config, NonAsciiOnlyInCommentsAndStringValues) {
   EXPECT_NE(error_of(multi, {}).find(multi + ":3:2:"), std::string::npos) << error_of(multi, {});
 }
 
+// gossip.consensus_lr (CHOCO's gamma) is written only when set, so a
+// gossip config without it keeps its config.toml and hash; set, it is
+// written, read back and part of the identity.
+TEST(Config, ConsensusLrIsWrittenOnlyWhenSet) {
+  const std::string ex = std::string(HSGD_SOURCE_DIR) + "/examples/gossip/slow-network.toml";
+  const Config plain = load_config(ex, {});
+  EXPECT_EQ(to_toml(plain).find("consensus_lr"), std::string::npos);
+  const Config one = load_config(ex, {{"gossip.consensus_lr", "1"}});
+  EXPECT_EQ(to_toml(one), to_toml(plain));
+  EXPECT_EQ(config_hash(one), config_hash(plain));
+  const Config half = load_config(ex, {{"compress.push", "topk:0.1"},
+                                       {"gossip.order", "atc"},
+                                       {"gossip.topology", "ring"},
+                                       {"gossip.consensus_lr", "0.5"}});
+  const std::string text = to_toml(half);
+  EXPECT_NE(text.find("consensus_lr = 0.5"), std::string::npos) << text;
+  EXPECT_EQ(load_config(write_file("choco.toml", text), {}).gossip.consensus_lr, 0.5);
+  const Config half_gamma_one = load_config(
+      ex, {{"compress.push", "topk:0.1"}, {"gossip.order", "atc"}, {"gossip.topology", "ring"}});
+  EXPECT_NE(config_hash(half), config_hash(half_gamma_one));
+}
+
 TEST(Config, CompressKeys) {
   // Off (the default): no [compress] section, so config.toml and the hash
   // are what they were before compression existed.

@@ -9,10 +9,13 @@
 #include <filesystem>
 #include <memory>
 
+#include "choco_reference.h"
 #include "hsgd/checkpoint/checkpoint.h"
 #include "hsgd/core/error.h"
+#include "hsgd/core/rng.h"
 #include "hsgd/core/state.h"
 #include "hsgd/policy/gossip.h"
+#include "hsgd/runtime/gossip_choco.h"
 #include "hsgd/runtime/gossip_row.h"
 #include "hsgd/runtime/membership.h"
 #include "hsgd/runtime/row.h"
@@ -517,7 +520,7 @@ TEST(GossipSim, RefusedCombinationsNameTheKey) {
     }
   };
   refused({{"train.runtime", "mpi"}, {"policy.name", "adpsgd"}}, "policy.name = 'adpsgd'");
-  refused({{"compress.push", "topk:0.1"}}, "compress.push");
+  refused({{"compress.push", "topk:0.1"}}, "gossip.order = 'cta'");  // CHOCO is atc
   refused({{"policy.name", "adpsgd"}, {"gossip.global_every", "4"}}, "gossip.global_every");
   refused({{"optim.kind", "adam"}}, "optim.kind");
   refused({{"gossip.topology", "hypercube"}}, "gossip.topology");
@@ -622,6 +625,275 @@ TEST(GossipSim, EvalWorkersReportsTheSpreadOfTheWorkersOwnModels) {
       if (hi[i] > lo[i]) ++apart;
     }
     EXPECT_GT(apart, 0) << "every worker's model scored alike at every row";
+  }
+}
+
+// ---- CHOCO compressed gossip (runtime/gossip_choco.h)
+
+// One synchronous CHOCO round of every worker, as the runtimes run it:
+// every worker encodes its round, then every worker combines.
+void ChocoRound(ChocoGossip& choco, GossipModels& m, const Topology& topo, int64_t step) {
+  const int n = m.size();
+  std::vector<std::vector<float>> q(static_cast<size_t>(n), std::vector<float>(m.num_params()));
+  std::string bytes;
+  for (int i = 0; i < n; ++i) choco.encode(i, step, m.x(i), &bytes, q[static_cast<size_t>(i)]);
+  for (int i = 0; i < n; ++i) {
+    const MixRow row = topo.mixing_row(i, step);
+    std::vector<std::span<const float>> qs;
+    for (const auto& [j, w] : row) qs.push_back(q[static_cast<size_t>(j)]);
+    choco.combine(i, row, qs, m.x(i));
+  }
+}
+
+std::vector<float> Normal(size_t n, uint64_t stream) {
+  Rng r(7, stream);
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(r.normal());
+  return v;
+}
+
+// lr 0, 5 workers on a ring, each from its own random model: CHOCO's
+// consensus step x_i += gamma (s_i - xhat_i) keeps sum_i x_i (W doubly
+// stochastic: sum_i s_i = sum_i xhat_i) to 1e-6 relative at every round,
+// and the consensus distance goes to 0, for the biased and the unbiased
+// compressors.
+TEST(GossipChoco, LrZeroConservesTheSumAndReachesConsensus) {
+  for (const auto& [spec, gamma] : std::vector<std::pair<std::string, std::string>>{
+           {"topk:0.1", "0.2"}, {"randomk:0.2", "0.2"}, {"qsgd:4", "0.5"}}) {
+    SCOPED_TRACE(spec);
+    Gossip g({{"gossip.order", "atc"}, {"compress.push", spec}, {"gossip.consensus_lr", gamma}});
+    const int n = 5;
+    const size_t np = 300;
+    GossipModels m(n, std::vector<float>(np, 0.0f), LocalUpdate{});
+    for (int i = 0; i < n; ++i) {
+      const std::vector<float> x = Normal(np, static_cast<uint64_t>(i));
+      std::copy(x.begin(), x.end(), m.x(i).begin());
+    }
+    // The public copies start at 0, as in the paper (s_i = 0 matches).
+    ChocoGossip choco(g.config, {}, std::vector<float>(np, 0.0f), n);
+    const Topology topo("ring", "uniform", n, 1);
+    auto sum = [&] {
+      std::vector<double> s(np, 0.0);
+      for (int i = 0; i < n; ++i) {
+        for (size_t p = 0; p < np; ++p) s[p] += m.x(i)[p];
+      }
+      return s;
+    };
+    const std::vector<double> s0 = sum();
+    double norm0 = 0;
+    for (double v : s0) norm0 += v * v;
+    const double xi0 = m.consensus().xi;
+    double xi_half = 0;
+    for (int64_t t = 0; t < 2000; ++t) {
+      ChocoRound(choco, m, topo, t);
+      const std::vector<double> s = sum();
+      double d = 0;
+      for (size_t p = 0; p < np; ++p) d += (s[p] - s0[p]) * (s[p] - s0[p]);
+      ASSERT_LE(std::sqrt(d), 1e-6 * std::sqrt(norm0)) << "round " << t;
+      if (t == 999) xi_half = m.consensus().xi;
+    }
+    EXPECT_LT(xi_half, 0.1 * xi0);
+    EXPECT_LT(m.consensus().xi, 1e-3 * xi0);
+  }
+}
+
+// With the none compressor and gamma = 1 CHOCO is plain adapt-then-combine
+// gossip: q_i = x_i - xhat_i, xhat_i = x_i, x_i <- s_i = sum_j w_ij x_j.
+// dpsgd (a round every step) and pdsgdm:3 (every third), with momentum.
+TEST(GossipChoco, NoneWithGammaOneIsPlainGossip) {
+  for (const int period : {1, 3}) {
+    SCOPED_TRACE(period);
+    Gossip g(std::vector<Override>{{"gossip.order", "atc"}});
+    ASSERT_TRUE(g.config.compress.push.none());
+    ASSERT_EQ(g.config.gossip.consensus_lr, 1.0);
+    const int n = 5;
+    const size_t np = 300;
+    const std::vector<float> init = Normal(np, 99);
+    const LocalUpdate up{"momentum", 0.9f, 0.0f};
+    GossipModels plain(n, init, up), choco_m(n, init, up);
+    ChocoGossip choco(g.config, {}, init, n);
+    const Topology topo("torus", "metropolis", n, 1);
+    for (int64_t step = 0; step < 150; ++step) {
+      for (int i = 0; i < n; ++i) {
+        const std::vector<float> grad = Normal(np, 1000 + static_cast<uint64_t>(step * n + i));
+        plain.local_step(i, grad, 0.05f);
+        choco_m.local_step(i, grad, 0.05f);
+      }
+      if ((step + 1) % period != 0) continue;
+      plain.mix(topo, step);
+      ChocoRound(choco, choco_m, topo, step);
+    }
+    double worst = 0;
+    for (int i = 0; i < n; ++i) {
+      for (size_t p = 0; p < np; ++p) {
+        worst = std::max(worst, std::abs(static_cast<double>(plain.x(i)[p]) - choco_m.x(i)[p]));
+      }
+    }
+    EXPECT_LE(worst, 1e-6);
+    EXPECT_GT(plain.consensus().xi, 1e-3);  // the models differ: the comparison means something
+  }
+}
+
+// The same in the simulator: topk:1 keeps every coordinate (lossless), so
+// CHOCO with gamma = 1 runs plain atc gossip; on a network fast enough that
+// its bigger messages cost no step, the runs take the same steps and end
+// with the same model (1e-6).
+TEST(GossipChoco, LosslessChocoIsPlainGossipInTheSimulator) {
+  for (const std::string policy : {"dpsgd", "pdsgdm:3"}) {
+    SCOPED_TRACE(policy);
+    const std::vector<Override> base = {{"policy.name", policy},
+                                        {"gossip.order", "atc"},
+                                        {"optim.kind", "momentum"},
+                                        {"sim.bandwidth", "1e15"}};
+    std::vector<Override> choco = base;
+    choco.push_back({"compress.push", "topk:1"});
+    choco.push_back({"compress.sim_ns_per_param", "0"});
+    const RunResult a = Gossip(base).run("choco_plain");
+    const RunResult b = Gossip(choco).run("choco_lossless");
+    ASSERT_EQ(a.gradients, b.gradients);
+    ASSERT_EQ(a.params.size(), b.params.size());
+    for (size_t p = 0; p < a.params.size(); ++p) EXPECT_NEAR(a.params[p], b.params[p], 1e-6) << p;
+    EXPECT_NEAR(a.last.consensus, b.last.consensus, 1e-6);
+    EXPECT_GT(a.last.consensus, 0);
+  }
+}
+
+// The simulator's workers advance in step here (no stragglers, a network
+// too fast to matter): after K steps every worker's model is what the
+// shared step computes by hand (tests/choco_reference.h), bit for bit, with
+// the global averages resetting the public copies.
+TEST(GossipChoco, TheSimulatorIsTheReferenceStepByStep) {
+  for (const std::string every : {"0", "3"}) {
+    SCOPED_TRACE("global_every " + every);
+    const int steps = 40;
+    Gossip g({{"gossip.order", "atc"},
+              {"compress.push", "qsgd:4"},
+              {"gossip.consensus_lr", "0.5"},
+              {"gossip.global_every", every},
+              {"optim.kind", "momentum"},
+              {"sim.latency", "0"},
+              {"sim.bandwidth", "1e15"},
+              {"compress.sim_ns_per_param", "0"},
+              // Step K + 1's gradient not yet applied at the end.
+              {"train.budget", std::to_string(0.01 * steps + 0.005)}});
+    const RunResult r = g.run("choco_reference");
+    ASSERT_EQ(r.gradients, 5 * steps);
+    EXPECT_EQ(r.params, testing::reference_choco(g.config, g.job(), steps));
+  }
+}
+
+// What a gossip step sends is the encoded message: a ring node sends one to
+// each of its 2 neighbours and receives 2 per step.
+TEST(GossipChoco, BytesPerStepAreTheEncodedSize) {
+  for (const std::string spec : {"topk:0.1", "qsgd:4", "sign"}) {
+    SCOPED_TRACE(spec);
+    Gossip g({{"gossip.order", "atc"},
+              {"compress.push", spec},
+              {"compress.sim_ns_per_param", "0"},
+              {"train.budget", "1"}});
+    const Job j = g.job();
+    const std::unique_ptr<Model> model = j.make_model();
+    const size_t msg =
+        ChocoGossip(g.config, model->param_shapes(), j.initial_params, 1).message_bytes();
+    EXPECT_LT(msg, 4 * j.initial_params.size());
+    const RunResult r = g.run("choco_bytes");
+    // A round may be in flight at the end: within 2 %.
+    EXPECT_NEAR(r.gossip.bytes_per_node_step, 2 * 2 * static_cast<double>(msg), 0.02 * 4 * msg);
+  }
+}
+
+// On a slow network compression pays: a step's virtual time is its compute
+// plus the exchange, and the exchange is the encoded bytes.
+TEST(GossipChoco, CompressionSpeedsUpASlowNetwork) {
+  const std::vector<Override> slow = {{"gossip.order", "atc"},
+                                      {"sim.bandwidth", "2e4"},
+                                      {"train.budget", "2"},
+                                      {"compress.sim_ns_per_param", "0"}};
+  std::vector<Override> topk = slow;
+  topk.push_back({"compress.push", "topk:0.05"});
+  const RunResult a = Gossip(slow).run("choco_slow_plain");
+  const RunResult b = Gossip(topk).run("choco_slow_topk");
+  const double per_step_a = a.train_s * 5 / static_cast<double>(a.gradients);
+  const double per_step_b = b.train_s * 5 / static_cast<double>(b.gradients);
+  EXPECT_LT(per_step_b, 0.5 * per_step_a) << per_step_a << " " << per_step_b;
+  EXPECT_LT(b.gossip.bytes_per_node_step, 0.2 * a.gossip.bytes_per_node_step);
+}
+
+TEST(GossipChoco, ResumesExactly) {
+  ExpectExactResume({{"policy.name", "dpsgd"},
+                     {"gossip.order", "atc"},
+                     {"optim.kind", "momentum"},
+                     {"compress.push", "topk:0.2"},
+                     {"gossip.consensus_lr", "0.5"},
+                     {"compress.sim_ns_per_param", "0"}},
+                    "choco_dpsgd");
+  ExpectExactResume({{"policy.name", "pdsgdm:3"},
+                     {"gossip.global_every", "6"},
+                     {"gossip.topology", "exp"},
+                     {"compress.push", "qsgd:4"},
+                     {"compress.sim_ns_per_param", "1"}},
+                    "choco_pdsgdm");
+  ExpectExactResume({{"policy.name", "dpsgd"},
+                     {"gossip.order", "atc"},
+                     {"compress.push", "randomk:0.3"},
+                     {"stragglers.fraction", "0.4"},
+                     {"stragglers.sigma", "0.02"},
+                     {"compress.sim_ns_per_param", "0"}},
+                    "choco_randomk");
+}
+
+// A global average resets every public copy to the average: right after it
+// the consensus distance is 0 and stays exactly 0 with lr 0 (every q is 0).
+TEST(GossipChoco, GlobalAverageResetsThePublicCopies) {
+  Gossip g({{"gossip.order", "atc"}, {"compress.push", "topk:0.1"}});
+  const int n = 5;
+  const size_t np = 100;
+  GossipModels m(n, std::vector<float>(np, 0.0f), LocalUpdate{});
+  for (int i = 0; i < n; ++i) {
+    const std::vector<float> x = Normal(np, static_cast<uint64_t>(i));
+    std::copy(x.begin(), x.end(), m.x(i).begin());
+  }
+  ChocoGossip choco(g.config, {}, std::vector<float>(np, 0.0f), n);
+  const Topology topo("ring", "uniform", n, 1);
+  for (int64_t t = 0; t < 5; ++t) ChocoRound(choco, m, topo, t);
+  m.global_average();
+  for (int i = 0; i < n; ++i) choco.reset(i, m.x(i));
+  for (int64_t t = 5; t < 10; ++t) ChocoRound(choco, m, topo, t);
+  EXPECT_EQ(m.consensus().xi, 0.0);
+  for (int i = 0; i < n; ++i) {
+    for (size_t p = 0; p < np; ++p) EXPECT_EQ(choco.xhat(i)[p], static_cast<double>(m.x(i)[p]));
+  }
+}
+
+TEST(GossipChoco, RefusedCombinationsNameTheKey) {
+  auto refused = [](const std::vector<Override>& o, const std::string& what) {
+    try {
+      Gossip g(o);
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  const Override atc{"gossip.order", "atc"}, topk{"compress.push", "topk:0.1"};
+  refused({topk}, "gossip.order = 'cta'");
+  refused({{"policy.name", "sgp"}, topk}, "policy 'sgp'");
+  refused({{"policy.name", "adpsgd"}, topk}, "policy 'adpsgd'");
+  refused({atc, topk, {"gossip.topology", "onepeer-exp"}}, "gossip.topology = 'onepeer-exp'");
+  refused({atc, topk, {"gossip.topology", "random-matching"}},
+          "gossip.topology = 'random-matching'");
+  refused({atc, {"compress.pull", "topk:0.1"}}, "compress.pull = 'topk:0.1'");
+  refused({atc, topk, {"faults.kill", "worker:1@1s"}}, "[faults] with compress.push");
+  refused({atc, topk, {"gossip.consensus_lr", "0"}}, "gossip.consensus_lr = 0");
+  refused({atc, topk, {"gossip.consensus_lr", "1.01"}}, "gossip.consensus_lr = 1.01");
+  // What composes: every static topology and weighting, dpsgd (atc) and pdsgdm.
+  for (const std::string topo : {"ring", "torus", "exp", "complete", "star"}) {
+    EXPECT_NO_THROW(Gossip(std::vector<Override>{atc, topk, {"gossip.topology", topo}})) << topo;
+    EXPECT_NO_THROW(Gossip(std::vector<Override>{{"policy.name", "pdsgdm:2"},
+                                                 topk,
+                                                 {"gossip.topology", topo},
+                                                 {"gossip.weights", "metropolis"},
+                                                 {"gossip.global_every", "4"}}))
+        << topo;
   }
 }
 

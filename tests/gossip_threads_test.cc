@@ -15,6 +15,7 @@
 
 #include "hsgd/core/error.h"
 #include "hsgd/runtime/gossip_checkpoint.h"
+#include "hsgd/runtime/gossip_choco.h"
 #include "hsgd/runtime/gossip_row.h"
 #include "hsgd/runtime/gossip_sim.h"
 #include "hsgd/runtime/threads_runtime.h"
@@ -115,6 +116,24 @@ TEST(GossipThreads, GlobalAveragesAndEpochTarget) {
   EXPECT_GE(r.last.epoch, 2.0);
 }
 
+// CHOCO on threads: it learns, and a node's bytes per step are its 2 ring
+// neighbours' encoded messages in and its own 2 out.
+TEST(GossipThreads, ChocoLearnsAndCountsTheEncodedBytes) {
+  for (const std::string spec : {"topk:0.2", "qsgd:4"}) {
+    SCOPED_TRACE(spec);
+    Gossip g({{"gossip.order", "atc"}, {"compress.push", spec}, {"gossip.consensus_lr", "0.5"}});
+    const Job j = g.job();
+    const size_t msg =
+        ChocoGossip(g.config, j.make_model()->param_shapes(), j.initial_params, 1).message_bytes();
+    const RunResult r = g.run("choco");
+    EXPECT_TRUE(r.stopped.empty()) << r.stopped;
+    EXPECT_GT(r.last.test_acc, 0.3);
+    EXPECT_GT(r.gossip.rounds, 0);
+    // A worker stopped inside a round has posted it without finishing it.
+    EXPECT_NEAR(r.gossip.bytes_per_node_step, 4.0 * static_cast<double>(msg), 0.1 * 4 * msg);
+  }
+}
+
 // The run layer's stops hold here as everywhere: a diverging run ends with
 // one line (the CLI exits 3 on it).
 TEST(GossipThreads, DivergenceStopsTheRun) {
@@ -199,6 +218,13 @@ std::vector<std::vector<Override>> CheckpointedJobs() {
        {"local.outer", "nesterov"},
        {"local.outer_momentum", "0.5"}},
       {{"policy.name", "adpsgd"}, {"stragglers.fraction", "0.4"}, {"stragglers.sigma", "0.002"}},
+      // CHOCO: the public copies and s (gossip_choco-W) restore exactly too.
+      {{"policy.name", "dpsgd"},
+       {"gossip.order", "atc"},
+       {"compress.push", "topk:0.2"},
+       {"gossip.consensus_lr", "0.5"},
+       {"optim.kind", "momentum"}},
+      {{"policy.name", "pdsgdm:3"}, {"gossip.global_every", "6"}, {"compress.push", "qsgd:4"}},
   };
 }
 

@@ -18,6 +18,7 @@
 #include <optional>
 #include <sstream>
 
+#include "choco_reference.h"
 #include "hsgd/core/error.h"
 #include "hsgd/core/topology.h"
 #include "hsgd/mpi/mpi_runtime.h"
@@ -26,6 +27,7 @@
 #include "hsgd/optim/optimizer.h"
 #include "hsgd/policy/gossip.h"
 #include "hsgd/runtime/gossip_checkpoint.h"
+#include "hsgd/runtime/gossip_choco.h"
 #include "hsgd/runtime/gossip_row.h"
 #include "hsgd/runtime/gossip_threads.h"
 #include "hsgd/runtime/local_steps.h"
@@ -162,6 +164,42 @@ std::vector<float> reference_dpsgd(const Fixture& f, int steps) {
   std::vector<float> avg(np);
   models.average(avg);
   return avg;
+}
+
+std::vector<float> reference_choco(const Fixture& f, int steps) {
+  return testing::reference_choco(f.config, f.job(), steps);
+}
+
+// CHOCO on mpi: the encoded bytes cross the ranks and decode to what the
+// sender decoded, so the run is the shared step (runtime/gossip_choco.h)
+// computed in one process, bit for bit; with global averages too.
+TEST(MpiGossip, ChocoIsTheReferenceStepByStep) {
+  for (const auto& [spec, every] : std::vector<std::pair<std::string, std::string>>{
+           {"topk:0.2", "0"}, {"qsgd:4", "0"}, {"randomk:0.3", "0"}, {"topk:0.2", "3"}}) {
+    SCOPED_TRACE(spec + " global_every " + every);
+    Fixture f("choco_reference", 4,
+              {{"gossip.order", "atc"},
+               {"gossip.topology", "torus"},
+               {"compress.push", spec},
+               {"gossip.consensus_lr", "0.5"},
+               {"gossip.global_every", every},
+               {"optim.kind", "momentum"}});
+    f.steps(20);
+    const std::optional<RunResult> r = f.run();
+    if (world_rank() != 0) continue;
+    const std::vector<float> want = reference_choco(f, 20);
+    EXPECT_EQ(r->gradients, 4 * 20);
+    EXPECT_EQ(r->params, want);
+    // Bytes: every rank sends its encoded message to its out-peers.
+    const size_t msg =
+        ChocoGossip(f.config, f.job().make_model()->param_shapes(), f.job().initial_params, 1)
+            .message_bytes();
+    const Topology topo("torus", "uniform", 4, 1);
+    const double degree = static_cast<double>(topo.out_peers(0, 0).size());
+    if (every == "0") {
+      EXPECT_NEAR(r->gossip.bytes_per_node_step, 2 * degree * static_cast<double>(msg), 1e-6);
+    }
+  }
 }
 
 // Doubly stochastic mixing (and push-sum) conserve the sum of the models:
@@ -388,6 +426,13 @@ std::vector<std::vector<Override>> CheckpointedJobs() {
        {"gossip.global_every", "3"},
        {"local.outer", "momentum"},
        {"local.outer_momentum", "0.5"}},
+      // CHOCO: the public copies and s (gossip_choco-W) go through rank 0 too.
+      {{"policy.name", "dpsgd"},
+       {"gossip.order", "atc"},
+       {"compress.push", "topk:0.2"},
+       {"gossip.consensus_lr", "0.5"},
+       {"optim.kind", "momentum"}},
+      {{"policy.name", "pdsgdm:2"}, {"gossip.global_every", "3"}, {"compress.push", "qsgd:4"}},
   };
 }
 

@@ -538,6 +538,14 @@ std::vector<Key> declare() {
           .check(at_least(0), ">= 0 (0 = never)")
           .moot(policies({"dpsgd", "sgp", "pdsgdm"}))
           .written(Written::kNotDefault));
+  add(num_key("gossip", "consensus_lr", HSGD_REF(gossip.consensus_lr),
+              "dpsgd (atc), pdsgdm with compress.push: CHOCO's consensus step size gamma, "
+              "x_i += gamma (sum_j w_ij xhat_j - xhat_i); 1 with compressor none is plain "
+              "gossip.")
+          .check([](double v) { return v > 0 && v <= 1; }, "in (0, 1]")
+          .moot(policies({"dpsgd", "pdsgdm"}))
+          .moot(no_compressor())
+          .written(Written::kNotDefault));
   add(bool_key("gossip", "eval_workers", HSGD_REF(gossip.eval_workers),
                "dpsgd, adpsgd, sgp, pdsgdm: at each evaluation, also evaluate every worker's own "
                "(de-biased) model: columns worker_acc_min, worker_acc_mean, worker_acc_max "

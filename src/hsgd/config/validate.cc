@@ -221,14 +221,75 @@ std::vector<Refusal> table() {
          return "optim.kind = " + quoted(c.optim.kind) +
                 ": gossip workers run sgd, momentum or nesterov on their own models";
        }},
-      {"a gossip policy with a compressor (no CHOCO error feedback yet)",
+      // CHOCO compressed gossip (runtime/gossip_choco.h, docs/gossip.md#compressed-gossip-choco)
+      {"a gossip policy with compress.pull (gossip compresses with compress.push)",
        [quoted](const Config& c) -> std::string {
-         const CompressOptions& z = c.compress;
-         if (!z.on() || !is_gossip_policy(c.policy.kind)) return "";
-         const char* key = z.push.none() ? "compress.pull" : "compress.push";
-         return std::string(key) + " = " + quoted(z.push.none() ? z.pull.name() : z.push.name()) +
-                ": the gossip policies exchange uncompressed models (CHOCO-style compression is "
-                "not implemented); expected none";
+         if (!is_gossip_policy(c.policy.kind) || c.compress.pull.none()) return "";
+         return "compress.pull = " + quoted(c.compress.pull.name()) + ": policy " +
+                quoted(c.policy_name) +
+                " has no pull (CHOCO compresses what a worker sends with compress.push); "
+                "expected none";
+       }},
+      {"sgp or adpsgd with compress.push (CHOCO runs with dpsgd and pdsgdm)",
+       [quoted](const Config& c) -> std::string {
+         if (c.compress.push.none() || (c.policy.kind != "sgp" && c.policy.kind != "adpsgd")) {
+           return "";
+         }
+         return "compress.push = " + quoted(c.compress.push.name()) + ": policy " +
+                quoted(c.policy_name) +
+                (c.policy.kind == "sgp"
+                     ? " mixes push-sum shares, which CHOCO's public copies do not model"
+                     : " averages pairs wait-free, which CHOCO's public copies do not model") +
+                "; CHOCO compressed gossip runs with dpsgd and pdsgdm; expected none";
+       }},
+      {"compressed gossip on a time-varying topology",
+       [quoted](const Config& c) -> std::string {
+         if (c.compress.push.none() || !is_gossip_policy(c.policy.kind)) return "";
+         if (c.gossip.topology != "onepeer-exp" && c.gossip.topology != "random-matching") {
+           return "";
+         }
+         return "gossip.topology = " + quoted(c.gossip.topology) +
+                ": with compress.push = " + quoted(c.compress.push.name()) +
+                " (CHOCO) every worker mixes its neighbours' public copies, which needs a "
+                "static graph; expected ring, torus, exp, complete or star";
+       }},
+      {"compressed dpsgd with gossip.order cta (CHOCO is adapt-then-combine)",
+       [quoted](const Config& c) -> std::string {
+         if (c.compress.push.none() || c.policy.kind != "dpsgd" || c.gossip.order == "atc") {
+           return "";
+         }
+         return "gossip.order = " + quoted(c.gossip.order) +
+                ": with compress.push = " + quoted(c.compress.push.name()) +
+                " dpsgd runs CHOCO, which is adapt-then-combine; expected \"atc\"";
+       }},
+      {"compressed gossip with [faults]",
+       [quoted](const Config& c) -> std::string {
+         if (c.compress.push.none() || !is_gossip_policy(c.policy.kind) || !c.faults.any()) {
+           return "";
+         }
+         return "[faults] with compress.push = " + quoted(c.compress.push.name()) +
+                ": membership changes are not implemented for CHOCO compressed gossip (the "
+                "public copies would have to follow the live graph); expected no faults or "
+                "compress.push = none";
+       }},
+      {"compressed gossip with compress.error_feedback on (CHOCO's public copy is the memory)",
+       [quoted](const Config& c) -> std::string {
+         if (c.compress.push.none() || !is_gossip_policy(c.policy.kind) ||
+             c.compress.error_feedback != 1) {
+           return "";
+         }
+         return "compress.error_feedback = true: with policy " + quoted(c.policy_name) +
+                " CHOCO's public copies are the compressor's memory; expected \"auto\" or "
+                "false";
+       }},
+      {"compressed gossip with compress.warmup",
+       [quoted](const Config& c) -> std::string {
+         if (c.compress.push.none() || !is_gossip_policy(c.policy.kind) || c.compress.warmup == 0) {
+           return "";
+         }
+         return "compress.warmup = " + std::to_string(c.compress.warmup) + ": policy " +
+                quoted(c.policy_name) +
+                " compresses every gossip round (CHOCO has no warm-up); expected 0";
        }},
       {"a gossip policy with model.sparse, or with [faults] off the simulator",
        [quoted](const Config& c) -> std::string {

@@ -23,6 +23,7 @@
 #include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/gossip_checkpoint.h"
+#include "hsgd/runtime/gossip_choco.h"
 #include "hsgd/runtime/gossip_outer.h"
 #include "hsgd/runtime/gossip_row.h"
 #include "hsgd/runtime/local_steps.h"
@@ -86,6 +87,33 @@ class Exchange {
     if (reqs_.empty()) reqs_.push_back(MPI_REQUEST_NULL);
   }
 
+  // CHOCO: posts round t's encoded message `bytes` (kept by the caller
+  // until wait() returns) to the out-peers, and receives the in-peers',
+  // `size` bytes each (every message of a codec has the same size).
+  void post_bytes(int64_t round, std::vector<int> from, const std::vector<int>& to,
+                  const std::string& bytes, size_t size) {
+    HSGD_ASSERT(!posted(), "a gossip round posted twice");
+    round_ = round;
+    from_ = std::move(from);
+    to_ = to;
+    in_bytes_.assign(from_.size(), std::string(size, '\0'));
+    const int tag = gossip_tag(kTagGossipModel, round);
+    MPI_Request r = MPI_REQUEST_NULL;
+    for (size_t k = 0; k < from_.size(); ++k) {
+      check(MPI_Irecv(in_bytes_[k].data(), as_count(size), MPI_BYTE, from_[k], tag, comm_, &r),
+            "MPI_Irecv");
+      reqs_.push_back(r);
+    }
+    for (int j : to_) {
+      check(MPI_Isend(bytes.data(), as_count(bytes.size()), MPI_BYTE, j, tag, comm_, &r),
+            "MPI_Isend");
+      reqs_.push_back(r);
+    }
+    if (reqs_.empty()) reqs_.push_back(MPI_REQUEST_NULL);
+  }
+  // CHOCO: what in-peer from()[k] sent.
+  const std::string& bytes_in(size_t k) const { return in_bytes_[k]; }
+
   // Waits for every message of the posted round. Returns the seconds waited.
   double wait(double timeout) {
     const auto t0 = SteadyClock::now();
@@ -111,6 +139,7 @@ class Exchange {
   std::vector<int> from_, to_;
   std::vector<std::vector<float>> parts_;
   std::vector<double> weights_in_;
+  std::vector<std::string> in_bytes_;  // CHOCO
   double send_weight_ = 0;
   std::vector<MPI_Request> reqs_;
 };
@@ -153,6 +182,8 @@ class GossipRank {
     local_.resize(np_);
     grads_.resize(np_);
     model_->bind(local_, grads_);
+    choco_ = ChocoGossip::make(c_, model_->param_shapes(), job.initial_params, 1, rank_);
+    if (choco_) own_q_.resize(np_);
     // Rank 0 evaluates the average model; with gossip.eval_workers every
     // rank also evaluates its own.
     if (rank_ == 0 || c_.gossip.eval_workers) {
@@ -228,6 +259,8 @@ class GossipRank {
           local_step(finite, lr);
           if (push_sum_) {
             post_shares(ex, round);
+          } else if (choco_) {
+            post_choco(ex, round);
           } else {
             post_model(ex, round);
           }
@@ -316,6 +349,13 @@ class GossipRank {
     return w.take();
   }
 
+  // This rank's CHOCO part (gossip_choco-W).
+  std::string choco_bytes() const {
+    StateWriter w;
+    choco_->save_worker(0, w);
+    return w.take();
+  }
+
   CheckpointInfo cut_info(double t) const {
     return gossip_cut_info(job_.identity, "mpi", n_, t, run_.counts.steps,
                            recorder_->rows().size());
@@ -334,6 +374,7 @@ class GossipRank {
     };
     if (rank_ != 0) {
       send_bytes(comm_, 0, worker_bytes(), timeout_, what(rank_));
+      if (choco_) send_bytes(comm_, 0, choco_bytes(), timeout_, what(rank_));
       return std::nullopt;
     }
     PendingCut cut;
@@ -341,6 +382,10 @@ class GossipRank {
     for (int r = 0; r < n_; ++r) {
       const std::string bytes = r == 0 ? worker_bytes() : recv_bytes(comm_, r, timeout_, what(r));
       if (cut) cut->add(gossip_worker_blob(r), bytes);
+      if (choco_) {
+        const std::string cb = r == 0 ? choco_bytes() : recv_bytes(comm_, r, timeout_, what(r));
+        if (cut) cut->add(gossip_choco_blob(r), cb);
+      }
     }
     if (!cut) return cut;
     cut->add(kGossipRunBlob, [&](StateWriter& w) { save_gossip_run(w, n_, run_); });
@@ -391,6 +436,7 @@ class GossipRank {
         w.put_str(ck.blob(kGossipRunBlob));
         w.put_str(outer_ ? ck.blob(kGossipOuterBlob) : std::string());
         w.put_str(ck.blob(kRunBlob));
+        w.put_str(choco_ ? ck.blob(gossip_choco_blob(r)) : std::string());
         ck.cache.erase(name);  // one rank's part in memory at a time
         if (r == 0) {
           mine = w.take();
@@ -405,7 +451,13 @@ class GossipRank {
     StateReader r(mine, where);
     *start_s = r.get<double>();
     const std::string wb = r.get_str(), gb = r.get_str(), ob = r.get_str(), rb = r.get_str();
+    const std::string cb = r.get_str();
     r.expect_end();
+    if (choco_) {
+      StateReader cr(cb, where + ": " + gossip_choco_blob(rank_));
+      choco_->load_worker(0, cr);
+      cr.expect_end();
+    }
     GossipWorkerState st;
     StateReader wr(wb, where + ": " + gossip_worker_blob(rank_));
     const bool in_hand =
@@ -455,6 +507,19 @@ class GossipRank {
     ex.post(round, std::move(from), to, models_.x(0), &w);
   }
 
+  // CHOCO: encodes the round (ChocoGossip::encode; own_q_ is what every
+  // receiver decodes) and posts its bytes.
+  void post_choco(Exchange& ex, int64_t round) {
+    const std::vector<int> to = topo_.out_peers(rank_, round);
+    std::vector<int> from = topo_.in_peers(rank_, round);
+    choco_->encode(0, step_, models_.x(0), &choco_bytes_, own_q_);
+    const size_t size = choco_->message_bytes();
+    HSGD_ASSERT(choco_bytes_.size() == size, "a CHOCO message of another size than its codec's");
+    sent_ += static_cast<double>(size * to.size());
+    received_ += static_cast<double>(size * from.size());
+    ex.post_bytes(round, std::move(from), to, choco_bytes_, size);
+  }
+
   void count_bytes(size_t to, size_t from) {
     sent_ += message_bytes_ * static_cast<double>(to);
     received_ += message_bytes_ * static_cast<double>(from);
@@ -462,6 +527,26 @@ class GossipRank {
 
   void combine(const Exchange& ex, int64_t round) {
     std::span<float> x = models_.x(0);
+    if (choco_) {
+      const MixRow row = topo_.mixing_row(rank_, round);
+      const std::vector<int>& from = ex.from();
+      in_q_.resize(from.size());
+      std::vector<std::span<const float>> qs;
+      for (const auto& [j, w] : row) {
+        if (j == rank_) {
+          qs.push_back(own_q_);
+          continue;
+        }
+        const size_t k = static_cast<size_t>(std::find(from.begin(), from.end(), j) - from.begin());
+        HSGD_ASSERT(k < from.size(), "a mixing weight for a rank that sent nothing");
+        in_q_[k].resize(np_);
+        choco_->decode(ex.bytes_in(k), in_q_[k],
+                       fmt::format("CHOCO round {} from rank {}", round, j));
+        qs.push_back(in_q_[k]);
+      }
+      choco_->combine(0, row, qs, x);
+      return;
+    }
     const std::vector<float> own(x.begin(), x.end());
     gossip_combine(topo_, rank_, round, push_sum_, x, own, ex.from(), ex.parts());
     if (push_sum_) {
@@ -531,6 +616,7 @@ class GossipRank {
     for (size_t p = 0; p < np_; ++p) x[p] = static_cast<float>(sum[p] / sum[np_]);
     if (outer_) outer_->apply(x);  // SlowMo: alike on every rank (the same average)
     models_.weight(0) = 1.0;
+    if (choco_) choco_->reset(0, x);  // every rank knows the average
     ++run_.global_averages;
     // As a ring all-reduce would carry it (gossip_threads.cc counts alike).
     const double bytes = 2.0 * (n_ - 1) / n_ * 4.0 * static_cast<double>(np_);
@@ -637,8 +723,12 @@ class GossipRank {
   double timeout_;
   size_t np_;
   Topology topo_;
-  GossipModels models_;                 // this rank's x, m, w (worker 0 of one)
-  std::unique_ptr<GossipOuter> outer_;  // SlowMo (null when off): alike on every rank
+  GossipModels models_;                   // this rank's x, m, w (worker 0 of one)
+  std::unique_ptr<GossipOuter> outer_;    // SlowMo (null when off): alike on every rank
+  std::unique_ptr<ChocoGossip> choco_;    // CHOCO (null when off): this rank's public copy
+  std::string choco_bytes_;               // CHOCO: the round's message, sent in place
+  std::vector<float> own_q_;              // CHOCO: the round's own message, decoded
+  std::vector<std::vector<float>> in_q_;  // CHOCO: the in-peers' messages, decoded
   DelayModel delays_;
   TrainSchedule schedule_;
   RunStops stops_;
@@ -716,6 +806,13 @@ void check_gossip_resume(const Job& job, const Checkpoint& ck, int ranks) {
   ck.read(kGossipRunBlob, [&](StateReader& r) { load_gossip_run(r, ranks, &rs); });
   if (std::unique_ptr<GossipOuter> outer = GossipOuter::make(c, job.initial_params)) {
     ck.read(kGossipOuterBlob, [&](StateReader& r) { outer->load(r); });
+  }
+  if (std::unique_ptr<ChocoGossip> choco =
+          ChocoGossip::make(c, job.make_model()->param_shapes(), job.initial_params, 1)) {
+    for (int w = 0; w < ranks; ++w) {
+      require_choco_blob(ck, gossip_choco_blob(w));
+      ck.read(gossip_choco_blob(w), [&](StateReader& r) { choco->load_worker(0, r); });
+    }
   }
   RunStops stops(c);
   TrainSchedule schedule(c, job.train->size(), c.train.checkpoint_every > 0);

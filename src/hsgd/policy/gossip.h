@@ -53,6 +53,7 @@ struct GossipOptions {
   std::string order = "cta";        // dpsgd: cta | atc
   int global_every = 0;             // Gossip-PGA: global average every H steps; 0 = never
   bool eval_workers = false;        // also evaluate every worker's own model (n evaluations)
+  double consensus_lr = 1;          // CHOCO (compress.push on): gamma in (0, 1]
 };
 
 // Whether policy kind `kind` is one of the serverless gossip policies.

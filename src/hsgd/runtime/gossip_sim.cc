@@ -17,8 +17,10 @@
 #include "hsgd/optim/optimizer.h"
 #include "hsgd/policy/gossip.h"
 #include "hsgd/runtime/clock.h"
+#include "hsgd/runtime/compression.h"
 #include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/gossip_checkpoint.h"
+#include "hsgd/runtime/gossip_choco.h"
 #include "hsgd/runtime/gossip_outer.h"
 #include "hsgd/runtime/gossip_row.h"
 #include "hsgd/runtime/local_steps.h"
@@ -116,6 +118,11 @@ class GossipRun {
     bytes_ = 4.0 * static_cast<double>(np_);
     period_ = kind_ == "pdsgdm" ? std::max(1, c_.policy.k) : 1;
     cta_ = kind_ == "dpsgd" && c_.gossip.order == "cta";
+    choco_ = ChocoGossip::make(c_, model_->param_shapes(), job.initial_params, n_);
+    if (choco_) {
+      compress_cost_ =
+          std::max(0.0, c_.compress.sim_ns_per_param) * 1e-9 * static_cast<double>(np_);
+    }
   }
 
   RunResult run() {
@@ -277,7 +284,9 @@ class GossipRun {
     g.finite = std::isfinite(g.loss) && all_finite(work_grads_);
     g.grad.assign(work_grads_.begin(), work_grads_.end());
     if (cta_ && gossip_step(g.step)) send_model(w, t, g.round);
-    const double compute = c_.sim.compute_time * delays_.slowdown(w) + delays_.draw(w);
+    double compute = c_.sim.compute_time * delays_.slowdown(w) + delays_.draw(w);
+    // CHOCO: encoding its round and decoding its in-peers' (compress.sim_ns_per_param).
+    if (choco_ && gossip_step(g.step)) compute += compress_cost_;
     events_.push(t + compute, EventType::kComputeDone, w);
   }
 
@@ -313,6 +322,25 @@ class GossipRun {
     }
   }
 
+  // CHOCO: worker w encodes its round (ChocoGossip::encode) and sends the
+  // encoded bytes to its out-peers; returns q, its own part of the round.
+  std::vector<float> send_choco(int w, double t, int64_t round) {
+    std::vector<float> q(np_);
+    std::string bytes;
+    choco_->encode(w, worker(w).step, models_.x(w), &bytes, q);
+    for (int to : graph_.out_peers(w, round)) {
+      Message m;
+      m.from = w;
+      m.to = to;
+      m.kind = kModel;
+      m.round = round;
+      m.gen = generation_;
+      m.payload = q;  // what the receiver decodes from the bytes
+      send(t, std::move(m), static_cast<double>(bytes.size()));
+    }
+    return q;
+  }
+
   void compute_done(int w, double t) {
     GWorker& g = worker(w);
     if (membership_.plan().gradient_throws(w)) {  // faults.exception_rate
@@ -344,6 +372,7 @@ class GossipRun {
       return;
     }
     const int64_t round = g.round;
+    std::vector<float> q;  // CHOCO: its own round message
     if (!cta_) {
       apply_gradient(w, t);
       if (kind_ == "sgp") {
@@ -364,6 +393,8 @@ class GossipRun {
           m.payload.assign(x.begin(), x.end());
           send(t, std::move(m), bytes_ + 8);
         }
+      } else if (choco_) {
+        q = send_choco(w, t, round);
       } else {
         send_model(w, t, round);
       }
@@ -376,7 +407,9 @@ class GossipRun {
     self.to = w;
     self.round = round;
     self.gen = generation_;
-    if (kind_ != "sgp") {
+    if (choco_) {
+      self.payload = std::move(q);
+    } else if (kind_ != "sgp") {
       std::span<const float> x = models_.x(w);
       self.payload.assign(x.begin(), x.end());
     }
@@ -462,6 +495,11 @@ class GossipRun {
       }
       weighted_sum(models_.x(w), ws, srcs);
       models_.weight(w) = weight;
+    } else if (choco_) {
+      const MixRow row = graph_.mixing_row(w, round);
+      std::vector<std::span<const float>> qs;
+      for (const auto& [j, wij] : row) qs.push_back(inbox_.at({w, round, j}).payload);
+      choco_->combine(w, row, qs, models_.x(w));
     } else {
       std::vector<double> ws;
       std::vector<std::span<const float>> srcs;
@@ -526,7 +564,7 @@ class GossipRun {
   }
   void global_average_done(double t) {
     average_due_ = 0;
-    models_.global_average(outer_hook(outer_.get()));
+    gossip_global_average(models_, choco_.get(), outer_hook(outer_.get()));
     ++global_averages_;
     for (int w = 0; w < n_; ++w) {
       GWorker& g = worker(w);
@@ -789,6 +827,11 @@ class GossipRun {
       outer_->save(ow);
       cut.blobs[kGossipOuterBlob] = ow.take();
     }
+    if (choco_) {
+      StateWriter cw;
+      for (int i = 0; i < n_; ++i) choco_->save_worker(i, cw);
+      cut.blobs[kGossipChocoBlob] = cw.take();
+    }
     return cut;
   }
 
@@ -913,6 +956,12 @@ class GossipRun {
       model_->set_rng_state(ck.blob("model_rng"), ck.path + "/model_rng.bin");
     }
     if (outer_) ck.read(kGossipOuterBlob, [&](StateReader& r) { outer_->load(r); });
+    if (choco_) {
+      require_choco_blob(ck, kGossipChocoBlob);
+      ck.read(kGossipChocoBlob, [&](StateReader& r) {
+        for (int i = 0; i < n_; ++i) choco_->load_worker(i, r);
+      });
+    }
   }
 
   const Job& job_;
@@ -927,6 +976,7 @@ class GossipRun {
   GossipModels models_;
   std::unique_ptr<GossipOuter> outer_;  // SlowMo; null when off
   std::unique_ptr<Model> model_;        // gradients and evaluations
+  std::unique_ptr<ChocoGossip> choco_;  // CHOCO compressed gossip; null when off
   std::vector<float> work_params_, work_grads_;
   const Dataset test_;
   DelayModel delays_;
@@ -943,6 +993,7 @@ class GossipRun {
   int64_t next_tag_ = 0;
   double net_due_ = kInf;
   double bytes_ = 0;
+  double compress_cost_ = 0;  // CHOCO: seconds of encoding and decoding per round
   int period_ = 1;
   bool cta_ = false;
   double now_ = 0;
@@ -961,12 +1012,21 @@ class GossipRun {
 
 std::vector<std::pair<std::string, std::string>> GossipSimRuntime::resolve(const Job& job) {
   const Config& c = *job.config;
-  if (c.sim.compute_time != 0) return {};
-  std::unique_ptr<Model> model = job.make_model();
-  std::vector<float> params = job.initial_params, grads(params.size());
-  model->bind(params, grads);
-  return {{"sim.compute_time",
-           full(calibrate_compute_time(*model, *job.train, c.train.batch, c.train.seed))}};
+  std::vector<std::pair<std::string, std::string>> out;
+  if (c.sim.compute_time == 0) {
+    std::unique_ptr<Model> model = job.make_model();
+    std::vector<float> params = job.initial_params, grads(params.size());
+    model->bind(params, grads);
+    out.push_back({"sim.compute_time",
+                   full(calibrate_compute_time(*model, *job.train, c.train.batch, c.train.seed))});
+  }
+  if (!c.compress.push.none() && c.compress.sim_ns_per_param < 0) {  // CHOCO
+    std::unique_ptr<Model> model = job.make_model();
+    out.push_back(
+        {"compress.sim_ns_per_param",
+         full(calibrate_compress_ns(c, model->param_shapes(), job.initial_params.size()))});
+  }
+  return out;
 }
 
 RunResult GossipSimRuntime::run(const Job& job, Recorder* recorder, Observer* observer) {

@@ -20,6 +20,7 @@
 #include "hsgd/runtime/clock.h"
 #include "hsgd/runtime/delay.h"
 #include "hsgd/runtime/gossip_checkpoint.h"
+#include "hsgd/runtime/gossip_choco.h"
 #include "hsgd/runtime/gossip_outer.h"
 #include "hsgd/runtime/gossip_row.h"
 #include "hsgd/runtime/local_steps.h"
@@ -43,6 +44,7 @@ struct Shared {
         topo(c.gossip.topology, c.gossip.weights, n, c.train.seed),
         models(n, job.initial_params, gossip_local_update(c)),
         outer(GossipOuter::make(c, job.initial_params)),
+        choco(ChocoGossip::make(c, job.make_model()->param_shapes(), job.initial_params, n)),
         sent(static_cast<size_t>(n), 0.0),
         received(static_cast<size_t>(n), 0.0),
         steps(static_cast<size_t>(n), 0),
@@ -59,6 +61,8 @@ struct Shared {
   // SlowMo's state (null when off): used by the last worker to reach a
   // global average's barrier, with every model_mu held.
   std::unique_ptr<GossipOuter> outer;
+  // CHOCO (null when off): worker i's public copy under model_mu[i].
+  std::unique_ptr<ChocoGossip> choco;
   std::vector<std::unique_ptr<std::mutex>> model_mu;
   WorkerCrew crew;  // the threads, and crew.mu: it guards everything below
   std::map<std::array<int64_t, 3>, Mail> mailbox;  // (receiver, round, sender)
@@ -78,12 +82,16 @@ struct Shared {
   TrainClock* clock = nullptr;
 };
 
-// Posts worker `from`'s model (or push-sum share) to `to` for `round`.
-void post(Shared& s, int from, int to, int64_t round, std::span<const float> x, double weight) {
+// Posts worker `from`'s model (or push-sum share, or CHOCO message) to `to`
+// for `round`, counted as `bytes` (-1: a model's, with the push-sum weight).
+void post(Shared& s, int from, int to, int64_t round, std::span<const float> x, double weight,
+          double bytes = -1) {
   Mail m;
   m.payload.assign(x.begin(), x.end());
   m.weight = weight;
-  const double bytes = 4.0 * static_cast<double>(s.np) + (s.c.policy.kind == "sgp" ? 8.0 : 0.0);
+  if (bytes < 0) {
+    bytes = 4.0 * static_cast<double>(s.np) + (s.c.policy.kind == "sgp" ? 8.0 : 0.0);
+  }
   std::lock_guard lk(s.crew.mu);
   s.mailbox[{to, round, from}] = std::move(m);
   s.sent[static_cast<size_t>(from)] += bytes;
@@ -174,6 +182,8 @@ class Worker {
             step(finite_, lr);
             if (kind_ == "sgp") {
               post_shares(round);
+            } else if (s_.choco) {
+              post_choco(round);
             } else {
               post_model(round);
             }
@@ -186,7 +196,11 @@ class Worker {
         // evaluation or a checkpoint can pause every worker meanwhile; the
         // parts stay in the mailbox until taken inside it.
         inside.exit();
-        const std::vector<int> from = s_.topo.in_peers(id_, round);
+        std::vector<int> from = s_.topo.in_peers(id_, round);
+        if (s_.choco) {  // its own message waits in its mailbox too
+          from.push_back(id_);
+          std::sort(from.begin(), from.end());
+        }
         if (!wait_for_round(round, from)) break;
         if (!inside.enter()) break;
         combine(round, from, take_round(round, from));
@@ -222,6 +236,9 @@ class Worker {
     save_gossip_worker(w, id_, s_.models, id_, sampler_, delays_, st,
                        in_hand ? std::span<const float>(grads_) : std::span<const float>());
   }
+  // Its CHOCO state (gossip_choco-W), with crew.mu held.
+  void save_choco(StateWriter& w) const { s_.choco->save_worker(id_, w); }
+  void load_choco(StateReader& r) { s_.choco->load_worker(id_, r); }
 
   // Restores the worker's part, before any thread starts.
   void load(StateReader& r) {
@@ -269,6 +286,22 @@ class Worker {
       x.assign(xi.begin(), xi.end());
     }
     for (int to : s_.topo.out_peers(id_, round)) post(s_, id_, to, round, x, 0);
+  }
+
+  // CHOCO: encodes the round (ChocoGossip::encode) and posts what it
+  // decodes to to the out-peers, counted as the encoded bytes, and to its
+  // own mailbox (not counted), where the round's combine takes it.
+  void post_choco(int64_t round) {
+    std::vector<float> q(s_.np);
+    std::string bytes;
+    {
+      std::lock_guard lk(*s_.model_mu[static_cast<size_t>(id_)]);
+      s_.choco->encode(id_, step_, s_.models.x(id_), &bytes, q);
+    }
+    for (int to : s_.topo.out_peers(id_, round)) {
+      post(s_, id_, to, round, q, 0, static_cast<double>(bytes.size()));
+    }
+    post(s_, id_, id_, round, q, 0, 0);
   }
 
   // Push-sum: keeps one share of (x, w) and posts one to each out-peer.
@@ -322,6 +355,17 @@ class Worker {
   void combine(int64_t round, const std::vector<int>& from, const std::vector<Mail>& mails) {
     std::lock_guard lk(*s_.model_mu[static_cast<size_t>(id_)]);
     std::span<float> x = s_.models.x(id_);
+    if (s_.choco) {  // `from` holds every worker of the mixing row, itself too
+      const MixRow row = s_.topo.mixing_row(id_, round);
+      std::vector<std::span<const float>> qs;
+      for (const auto& [j, w] : row) {
+        const size_t k = static_cast<size_t>(std::find(from.begin(), from.end(), j) - from.begin());
+        HSGD_ASSERT(k < mails.size(), "a mixing weight for a worker that sent nothing");
+        qs.push_back(mails[k].payload);
+      }
+      s_.choco->combine(id_, row, qs, x);
+      return;
+    }
     const std::vector<float> own(x.begin(), x.end());
     std::vector<std::span<const float>> parts;
     for (const Mail& m : mails) parts.push_back(m.payload);
@@ -404,7 +448,7 @@ class Worker {
     {
       std::vector<std::unique_lock<std::mutex>> all;
       for (auto& m : s_.model_mu) all.emplace_back(*m);
-      s_.models.global_average(outer_hook(s_.outer.get()));
+      gossip_global_average(s_.models, s_.choco.get(), outer_hook(s_.outer.get()));
     }
     lk.lock();
     // As a ring all-reduce would carry it, for every worker.
@@ -512,6 +556,10 @@ RunResult GossipThreadsRuntime::run(const Job& job, Recorder* recorder, Observer
     for (int w = 0; w < n; ++w) {
       p.add(gossip_worker_blob(w),
             [&](StateWriter& sw) { workers[static_cast<size_t>(w)]->save(sw); });
+      if (s.choco) {
+        p.add(gossip_choco_blob(w),
+              [&](StateWriter& sw) { workers[static_cast<size_t>(w)]->save_choco(sw); });
+      }
     }
     p.add(kRunBlob, save_run_state(stops, schedule));
     return k;
@@ -526,6 +574,11 @@ RunResult GossipThreadsRuntime::run(const Job& job, Recorder* recorder, Observer
     for (int w = 0; w < n; ++w) {
       ck.read(gossip_worker_blob(w),
               [&](StateReader& r) { workers[static_cast<size_t>(w)]->load(r); });
+      if (s.choco) {
+        require_choco_blob(ck, gossip_choco_blob(w));
+        ck.read(gossip_choco_blob(w),
+                [&](StateReader& r) { workers[static_cast<size_t>(w)]->load_choco(r); });
+      }
     }
     load_run_state(ck, stops, schedule);
     s.counts = rs.counts;
