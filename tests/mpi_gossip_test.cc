@@ -174,16 +174,25 @@ std::vector<float> reference_choco(const Fixture& f, int steps) {
 // sender decoded, so the run is the shared step (runtime/gossip_choco.h)
 // computed in one process, bit for bit; with global averages too.
 TEST(MpiGossip, ChocoIsTheReferenceStepByStep) {
-  for (const auto& [spec, every] : std::vector<std::pair<std::string, std::string>>{
-           {"topk:0.2", "0"}, {"qsgd:4", "0"}, {"randomk:0.3", "0"}, {"topk:0.2", "3"}}) {
-    SCOPED_TRACE(spec + " global_every " + every);
+  // The last case sends every message in chunks of 3 floats' bytes (12).
+  struct Case {
+    std::string spec, every, chunk;
+  };
+  for (const auto& [spec, every, chunk] :
+       std::vector<Case>{{"topk:0.2", "0", "131072"},
+                         {"qsgd:4", "0", "131072"},
+                         {"randomk:0.3", "0", "131072"},
+                         {"topk:0.2", "3", "131072"},
+                         {"qsgd:4", "0", "3"}}) {
+    SCOPED_TRACE(spec + " global_every " + every + " mpi.chunk " + chunk);
     Fixture f("choco_reference", 4,
               {{"gossip.order", "atc"},
                {"gossip.topology", "torus"},
                {"compress.push", spec},
                {"gossip.consensus_lr", "0.5"},
                {"gossip.global_every", every},
-               {"optim.kind", "momentum"}});
+               {"optim.kind", "momentum"},
+               {"mpi.chunk", chunk}});
     f.steps(20);
     const std::optional<RunResult> r = f.run();
     if (world_rank() != 0) continue;
@@ -255,9 +264,13 @@ TEST(MpiGossip, OnePeerExpReachesConsensusAfterLog2NGossipSteps) {
 // the mixing of GossipModels by hand (1e-6 relative: only the sum over the
 // ranks is in another order), for a static and a time-varying graph.
 TEST(MpiGossip, DpsgdIsTheReferenceMixingStepByStep) {
-  for (const std::string topo : {"ring", "onepeer-exp", "random-matching"}) {
-    SCOPED_TRACE(topo);
-    Fixture f("reference", 4, {{"gossip.topology", topo}, {"optim.kind", "momentum"}});
+  // The last case sends each model in messages of 7 floats (mpi.chunk).
+  for (const auto& [topo, chunk] : std::vector<std::pair<std::string, std::string>>{
+           {"ring", "131072"}, {"onepeer-exp", "131072"}, {"random-matching", "131072"},
+           {"torus", "7"}}) {
+    SCOPED_TRACE(topo + " mpi.chunk " + chunk);
+    Fixture f("reference", 4,
+              {{"gossip.topology", topo}, {"optim.kind", "momentum"}, {"mpi.chunk", chunk}});
     f.steps(20);
     const std::optional<RunResult> r = f.run();
     if (world_rank() != 0) continue;

@@ -373,11 +373,14 @@ std::vector<Key> declare() {
           .check(above(0), "seconds > 0")
           .moot(runtime("mpi")));
   add(int_key("mpi", "chunk", HSGD_REF(mpi.chunk),
-              "Floats per message of a push or a pull: a shard's slice travels in chunks of this "
-              "many. The worker screens each chunk of a push as it sends it (the push is applied "
-              "only whole and finite); the server runs its update chunk by chunk and sends each "
-              "chunk once final. Changes no result, only the time (hsgd bench --mpi --round-trip "
-              "--chunk N).")
+              "Floats per message of a push or a pull, and of a gossip exchange: a shard's "
+              "slice (a gossip policy's model, or its CHOCO message's bytes / 4) travels in "
+              "chunks of this many. The worker screens each chunk of a push as it sends it (the "
+              "push is applied only whole and finite); the server runs its update chunk by chunk "
+              "and sends each chunk once final. Changes no result, only the time (hsgd bench "
+              "--mpi --round-trip --chunk N; over rate-limited TCP links, chunks within Open "
+              "MPI's btl_tcp_eager_limit, 16000 floats, avoid a handshake per message: "
+              "docs/many-machines.md).")
           .check(at_least(1), ">= 1")
           .moot(runtime("mpi"))
           .resumable()

@@ -41,10 +41,17 @@ std::string names(const std::vector<int>& workers) {
 
 // One gossip round's messages of this rank: receives from the in-peers,
 // sends to the out-peers. The model sent is read in place: the caller does
-// not write it until wait() returns.
+// not write it until wait() returns. A model (or a CHOCO message) travels
+// in messages of at most mpi.chunk floats (transport.h, chunks_of; both
+// ends split it alike, and MPI keeps the order of one sender's messages of
+// one tag), as a push or a pull does: a message above the transport's
+// eager limit waits for a handshake whose reply, over a rate-limited TCP
+// link, queues behind the bulk data the replying rank is sending at the
+// same time (docs/results-gossip.md, "Where the real time goes").
 class Exchange {
  public:
-  Exchange(MPI_Comm comm, int rank, size_t np) : comm_(comm), rank_(rank), np_(np) {}
+  Exchange(MPI_Comm comm, int rank, size_t np, size_t chunk)
+      : comm_(comm), rank_(rank), np_(np), chunk_(chunk) {}
   Exchange(const Exchange&) = delete;
   Exchange& operator=(const Exchange&) = delete;
 
@@ -63,11 +70,15 @@ class Exchange {
     const int model_tag = gossip_tag(kTagGossipModel, round);
     const int weight_tag = gossip_tag(kTagGossipWeight, round);
     MPI_Request r = MPI_REQUEST_NULL;
+    const std::vector<Chunk> chunks = chunks_of(np_, chunk_);
     for (size_t k = 0; k < from_.size(); ++k) {
       parts_[k].resize(np_);
-      check(MPI_Irecv(parts_[k].data(), as_count(np_), MPI_FLOAT, from_[k], model_tag, comm_, &r),
-            "MPI_Irecv");
-      reqs_.push_back(r);
+      for (const Chunk& c : chunks) {
+        check(MPI_Irecv(parts_[k].data() + c.begin, as_count(c.size), MPI_FLOAT, from_[k],
+                        model_tag, comm_, &r),
+              "MPI_Irecv");
+        reqs_.push_back(r);
+      }
       if (weight != nullptr) {
         check(MPI_Irecv(&weights_in_[k], 1, MPI_DOUBLE, from_[k], weight_tag, comm_, &r),
               "MPI_Irecv");
@@ -76,8 +87,11 @@ class Exchange {
     }
     if (weight != nullptr) send_weight_ = *weight;
     for (int j : to_) {
-      check(MPI_Isend(x.data(), as_count(np_), MPI_FLOAT, j, model_tag, comm_, &r), "MPI_Isend");
-      reqs_.push_back(r);
+      for (const Chunk& c : chunks) {
+        check(MPI_Isend(x.data() + c.begin, as_count(c.size), MPI_FLOAT, j, model_tag, comm_, &r),
+              "MPI_Isend");
+        reqs_.push_back(r);
+      }
       if (weight != nullptr) {
         check(MPI_Isend(&send_weight_, 1, MPI_DOUBLE, j, weight_tag, comm_, &r), "MPI_Isend");
         reqs_.push_back(r);
@@ -96,18 +110,25 @@ class Exchange {
     round_ = round;
     from_ = std::move(from);
     to_ = to;
+    HSGD_ASSERT(bytes.size() == size, "a CHOCO message of another size");
     in_bytes_.assign(from_.size(), std::string(size, '\0'));
     const int tag = gossip_tag(kTagGossipModel, round);
+    const std::vector<Chunk> chunks = chunks_of(size, chunk_ * sizeof(float));
     MPI_Request r = MPI_REQUEST_NULL;
     for (size_t k = 0; k < from_.size(); ++k) {
-      check(MPI_Irecv(in_bytes_[k].data(), as_count(size), MPI_BYTE, from_[k], tag, comm_, &r),
-            "MPI_Irecv");
-      reqs_.push_back(r);
+      for (const Chunk& c : chunks) {
+        check(MPI_Irecv(in_bytes_[k].data() + c.begin, as_count(c.size), MPI_BYTE, from_[k], tag,
+                        comm_, &r),
+              "MPI_Irecv");
+        reqs_.push_back(r);
+      }
     }
     for (int j : to_) {
-      check(MPI_Isend(bytes.data(), as_count(bytes.size()), MPI_BYTE, j, tag, comm_, &r),
-            "MPI_Isend");
-      reqs_.push_back(r);
+      for (const Chunk& c : chunks) {
+        check(MPI_Isend(bytes.data() + c.begin, as_count(c.size), MPI_BYTE, j, tag, comm_, &r),
+              "MPI_Isend");
+        reqs_.push_back(r);
+      }
     }
     if (reqs_.empty()) reqs_.push_back(MPI_REQUEST_NULL);
   }
@@ -135,6 +156,7 @@ class Exchange {
   MPI_Comm comm_;
   int rank_;
   size_t np_;
+  size_t chunk_;  // floats per message (mpi.chunk)
   int64_t round_ = 0;
   std::vector<int> from_, to_;
   std::vector<std::vector<float>> parts_;
@@ -214,7 +236,7 @@ class GossipRank {
     while (!diverged_ && !ended) {
       const bool gossip = n_ > 1 && (step_ + 1) % period_ == 0;
       const int64_t round = (step_ + 1) / period_ - 1;
-      Exchange ex(comm_, rank_, np_);
+      Exchange ex(comm_, rank_, np_, static_cast<size_t>(c_.mpi.chunk));
       if (cta_ && gossip) post_model(ex, round);
       if (phase_ != kGossipGradient) {  // (resumed with its gradient in hand: that one)
         models_.debiased(0, local_);
