@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -16,6 +17,7 @@
 
 #include "hsgd/core/error.h"
 #include "hsgd/optim/optimizer.h"
+#include "hsgd/policy/policy.h"
 #include "hsgd/server/server.h"
 
 namespace hsgd {
@@ -415,6 +417,64 @@ TEST(AutoPolicy, ARisingLossDoublesKUpToTheWorkers) {
       600, [](double t) { return 1.0 + std::exp(t); }, 0.01);
   EXPECT_EQ(d.rises(), 0);
   EXPECT_LT(d.k(), c.k());
+}
+
+// policy.auto_rule: the sixth rule (the default, through make_policy) has
+// neither probes nor window rises, and keeps the spike guard; the fifth
+// (policy.auto_rule = 5) has both. The same two signal sequences on each.
+TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
+  const auto rule = [](int r, const std::string& ablate = "") {
+    PolicyOptions o;
+    o.kind = "auto";
+    o.auto_rule = r;
+    o.auto_ablate = ablate;
+    std::unique_ptr<Policy> p = make_policy(o, 16, /*lr=*/0);  // lr 0: no budget
+    return std::unique_ptr<AutoController>(dynamic_cast<AutoController*>(p.release()));
+  };
+  // Averaging lowers the loss faster: the fifth rule's probes take K up.
+  for (int r : {5, 6}) {
+    SCOPED_TRACE(r);
+    std::unique_ptr<AutoController> c = rule(r);
+    ASSERT_TRUE(c);
+    Trainer tr(c.get(), std::vector<double>(16, 0.1), falling_floor);
+    tr.eta = 0.2;
+    tr.run(60);
+    if (r == 5) {
+      EXPECT_GE(c->kept(), 3);
+      EXPECT_GE(c->k(), 8);
+    } else {
+      EXPECT_EQ(c->probes(), 0);
+      EXPECT_EQ(c->k(), 1);
+    }
+  }
+  // A loss that climbs for a while (not a blow-up: under the spike line):
+  // the fifth rule's window rises double K, the sixth's K stays.
+  for (int r : {5, 6}) {
+    SCOPED_TRACE(r);
+    std::unique_ptr<AutoController> c = rule(r);
+    Feed f(c.get(), std::vector<double>(16, 0.1));
+    f.run(
+        200, [](double) { return 1.0; }, 0.01);
+    f.run(
+        400, [](double t) { return 1.0 + 0.2 * std::min(1.0, (t - 1.25) / 2.5); }, 0.01);
+    EXPECT_EQ(c->rises() > 0, r == 5);
+    EXPECT_EQ(c->k() > 1, r == 5);
+  }
+  // Two pushes far above the start: the spike guard acts under both rules
+  // (x 4: every worker arrives in time, so the cap is 16); switched off by
+  // policy.auto_ablate, which starts from the rule's own parts, K stays.
+  for (const auto& [r, ablate] : std::vector<std::pair<int, std::string>>{
+           {5, ""}, {6, ""}, {6, "spike"}}) {
+    SCOPED_TRACE(std::to_string(r) + " " + ablate);
+    std::unique_ptr<AutoController> c = rule(r, ablate);
+    Feed f(c.get(), std::vector<double>(16, 0.1));
+    f.run(
+        80, [](double t) { return 2.3 - 0.5 * t; }, 0.01);
+    f.run(
+        2, [](double) { return 4.5; }, 0.01);
+    EXPECT_EQ(c->k(), ablate.empty() ? 4 : 1);
+  }
+  EXPECT_THROW(rule(7), InputError);
 }
 
 // The staleness budget: lr x (staleness + 1) <= kBudget. Before anything is

@@ -326,6 +326,35 @@ TEST(Config, ConsensusLrIsWrittenOnlyWhenSet) {
   EXPECT_NE(config_hash(half), config_hash(half_gamma_one));
 }
 
+// policy.auto_rule is part of an auto run's identity, except 5: runs made
+// before the key existed ran the fifth rule, and with auto_rule = 5 their
+// config.toml and hash are what they were (so they resume); a run of the
+// sixth rule (the default) is another run.
+TEST(Config, AutoRuleIsWrittenForAutoExceptTheFifth) {
+  const std::string ex = std::string(HSGD_SOURCE_DIR) + "/examples/paper/synthetic.toml";
+  const Config sixth = load_config(ex, {{"policy.name", "auto"}});
+  EXPECT_EQ(sixth.policy.auto_rule, 6);
+  EXPECT_NE(to_toml(sixth).find("auto_rule = 6"), std::string::npos) << to_toml(sixth);
+  const Config fifth = load_config(ex, {{"policy.name", "auto"}, {"policy.auto_rule", "5"}});
+  const std::string fifth_text = to_toml(fifth);
+  EXPECT_EQ(fifth_text.find("auto_rule"), std::string::npos) << fifth_text;
+  EXPECT_NE(config_hash(fifth), config_hash(sixth));
+  // The fifth rule's config.toml reads back as... the sixth unless the key
+  // is given: a resume of such a run must say auto_rule = 5.
+  EXPECT_EQ(load_config(write_file("auto5.toml", fifth_text), {}).policy.auto_rule, 6);
+  // Another policy: not written, whatever the value.
+  const Config sync = load_config(ex, {{"policy.name", "sync"}, {"policy.auto_rule", "6"}});
+  EXPECT_EQ(to_toml(sync).find("auto_rule"), std::string::npos);
+  EXPECT_EQ(config_hash(sync), config_hash(load_config(ex, {{"policy.name", "sync"}})));
+  try {
+    load_config(ex, {{"policy.name", "auto"}, {"policy.auto_rule", "4"}});
+    ADD_FAILURE() << "auto_rule 4 accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("policy.auto_rule"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("5 or 6"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Config, CompressKeys) {
   // Off (the default): no [compress] section, so config.toml and the hash
   // are what they were before compression existed.

@@ -811,7 +811,9 @@ TEST(Server, DeferredUpdatesInPartsEqualTheStepRunInTheEvent) {
             << "event " << e << ", parameter " << i;
       }
     }
-    if (!cs.dcasgd) EXPECT_GT(deferred, 5) << "the steps were deferred";
+    if (!cs.dcasgd) {
+      EXPECT_GT(deferred, 5) << "the steps were deferred";
+    }
   }
 }
 

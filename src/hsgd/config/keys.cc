@@ -414,6 +414,16 @@ std::vector<Key> declare() {
               "empty = the rule's own.")
           .moot(policies({"auto"}))
           .written_when([](const Config& c) { return !c.policy.auto_constants.empty(); }));
+  add(int_key("policy", "auto_rule", HSGD_REF(policy.auto_rule),
+              "auto: which rule: 6, today's (the staleness budget, the spike guard and the "
+              "arrival-time cap; docs/auto.md), or 5, the rule before it (also the probes and the "
+              "rises), to reproduce results made with it. 5 is not written to config.toml: runs "
+              "made before this key ran rule 5 and keep their identity.")
+          .check([](int v) { return v == 5 || v == 6; }, "5 or 6")
+          .moot(policies({"auto"}))
+          .written_when([](const Config& c) {
+            return c.policy.kind == "auto" && c.policy.auto_rule != 5;
+          }));
   add(num_key("policy", "loss_smoothing", HSGD_REF(policy.schedule.loss_smoothing),
               "The adaptive schedule: the per-push factor of the training-loss average.")
           .check([](double v) { return v > 0 && v < 1; }, "in (0, 1)")

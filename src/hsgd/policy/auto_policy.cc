@@ -9,8 +9,22 @@
 
 namespace hsgd {
 
-AutoParts parse_auto_ablate(const std::string& s) {
+AutoParts auto_rule_parts(int rule) {
   AutoParts p;
+  if (rule == 5) return p;
+  if (rule != 6) {
+    throw InputError("policy.auto_rule = " + std::to_string(rule) +
+                     ": expected 6 (today's rule) or 5 (the rule before it)");
+  }
+  // The sixth rule: on the design cells the probes and the window rises
+  // added nothing on the MLP and cost on LeNet-5 (docs/results-auto.md,
+  // "The sixth rule").
+  p.rise = p.up = p.down = p.curve = false;
+  return p;
+}
+
+AutoParts parse_auto_ablate(const std::string& s, AutoParts base) {
+  AutoParts p = base;
   std::stringstream ss(s);
   std::string part;
   while (std::getline(ss, part, ',')) {

@@ -29,9 +29,17 @@ struct AutoParts {
   bool curve = true;     // no probe on a speeding-up descent; no rising baseline
   bool budget = true;    // K never below what keeps lr x (staleness + 1) within the budget constant
 };
-// "" -> all on; otherwise a comma-separated list of the parts to switch off.
-// Throws InputError naming policy.auto_ablate for an unknown part.
-AutoParts parse_auto_ablate(const std::string& s);
+// The parts of rule `rule` (policy.auto_rule; docs/auto.md):
+//   6 (today's): the staleness budget, the spike guard (stopping at the
+//     arrival-time cap), the cap and the momentum correction; no probes and
+//     no window rises (rise, up, down and curve off).
+//   5 (the rule before it, kept to reproduce its results): every part.
+// Throws InputError naming policy.auto_rule for another number.
+AutoParts auto_rule_parts(int rule);
+// `base` with the parts a comma-separated list names switched off ("" ->
+// `base` as it is). Throws InputError naming policy.auto_ablate for an
+// unknown part.
+AutoParts parse_auto_ablate(const std::string& s, AutoParts base = {});
 
 // The rule's constants (README, "The auto policy", states the meaning of
 // each; docs/results-auto-sensitivity.md the result at half and twice each).

@@ -52,6 +52,9 @@ struct PolicyOptions {
   // (policy.auto_constants, "name=value,..."; policy/auto_policy.h). "" =
   // the rule's own.
   std::string auto_constants;
+  // auto: which rule (policy.auto_rule; policy/auto_policy.h,
+  // auto_rule_parts): 6, today's, or 5, the rule before it, for comparison.
+  int auto_rule = 6;
 };
 
 // What the server tells a policy after each finite, unfiltered push
