@@ -20,6 +20,24 @@
 
 namespace hsgd::testing {
 
+// The n workers of a reference run done by hand: each one's sampler (the
+// runtime's, make_sampler) and a model bound to its parameters and
+// gradient.
+struct ReferenceWorkers {
+  std::vector<ShardSampler> samplers;
+  std::vector<std::unique_ptr<Model>> nets;
+  std::vector<std::vector<float>> params, grads;
+  ReferenceWorkers(const Job& j, int n)
+      : params(static_cast<size_t>(n), std::vector<float>(j.initial_params.size())),
+        grads(params) {
+    for (int i = 0; i < n; ++i) {
+      samplers.push_back(make_sampler(j, i));
+      nets.push_back(j.make_model());
+      nets.back()->bind(params[static_cast<size_t>(i)], grads[static_cast<size_t>(i)]);
+    }
+  }
+};
+
 // The average model after `steps` steps of every worker (dpsgd with
 // gossip.order = "atc": a round every step).
 inline std::vector<float> reference_choco(const Config& c, const Job& j, int steps) {
@@ -29,14 +47,8 @@ inline std::vector<float> reference_choco(const Config& c, const Job& j, int ste
   std::unique_ptr<ChocoGossip> choco =
       ChocoGossip::make(c, j.make_model()->param_shapes(), j.initial_params, n);
   const Topology topo(c.gossip.topology, c.gossip.weights, n, c.train.seed);
-  std::vector<ShardSampler> samplers;
-  std::vector<std::unique_ptr<Model>> nets;
-  std::vector<std::vector<float>> params(n, std::vector<float>(np)), grads(n, params[0]);
-  for (int i = 0; i < n; ++i) {
-    samplers.push_back(make_sampler(j, i));
-    nets.push_back(j.make_model());
-    nets.back()->bind(params[i], grads[i]);
-  }
+  ReferenceWorkers rw(j, n);
+  auto& [samplers, nets, params, grads] = rw;
   Batch b;
   std::string bytes;
   std::vector<std::vector<float>> q(n, std::vector<float>(np));

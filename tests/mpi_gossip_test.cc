@@ -143,14 +143,8 @@ std::vector<float> reference_dpsgd(const Fixture& f, int steps) {
   const size_t np = j.initial_params.size();
   GossipModels models(n, j.initial_params, gossip_local_update(c));
   const Topology topo(c.gossip.topology, c.gossip.weights, n, c.train.seed);
-  std::vector<ShardSampler> samplers;
-  std::vector<std::unique_ptr<Model>> nets;
-  std::vector<std::vector<float>> params(n, std::vector<float>(np)), grads(n, params[0]);
-  for (int i = 0; i < n; ++i) {
-    samplers.push_back(make_sampler(j, i));
-    nets.push_back(j.make_model());
-    nets.back()->bind(params[i], grads[i]);
-  }
+  testing::ReferenceWorkers rw(j, n);
+  auto& [samplers, nets, params, grads] = rw;
   Batch b;
   for (int s = 0; s < steps; ++s) {
     for (int i = 0; i < n; ++i) {

@@ -308,7 +308,9 @@ class GossipRun {
     models_.local_step(w, g.grad, lr_of(g));
   }
 
-  void send_model(int w, double t, int64_t round) {
+  // Worker w's round message to each of its out-peers: `payload` (what the
+  // receiver gets), `bytes` on the wire.
+  void send_round(int w, double t, int64_t round, std::span<const float> payload, double bytes) {
     for (int to : graph_.out_peers(w, round)) {
       Message m;
       m.from = w;
@@ -316,28 +318,21 @@ class GossipRun {
       m.kind = kModel;
       m.round = round;
       m.gen = generation_;
-      std::span<const float> x = models_.x(w);
-      m.payload.assign(x.begin(), x.end());
-      send(t, std::move(m), bytes_);
+      m.payload.assign(payload.begin(), payload.end());
+      send(t, std::move(m), bytes);
     }
   }
 
+  void send_model(int w, double t, int64_t round) { send_round(w, t, round, models_.x(w), bytes_); }
+
   // CHOCO: worker w encodes its round (ChocoGossip::encode) and sends the
-  // encoded bytes to its out-peers; returns q, its own part of the round.
+  // encoded bytes to its out-peers; returns q, its own part of the round
+  // (and what every receiver decodes from the bytes).
   std::vector<float> send_choco(int w, double t, int64_t round) {
     std::vector<float> q(np_);
     std::string bytes;
     choco_->encode(w, worker(w).step, models_.x(w), &bytes, q);
-    for (int to : graph_.out_peers(w, round)) {
-      Message m;
-      m.from = w;
-      m.to = to;
-      m.kind = kModel;
-      m.round = round;
-      m.gen = generation_;
-      m.payload = q;  // what the receiver decodes from the bytes
-      send(t, std::move(m), static_cast<double>(bytes.size()));
-    }
+    send_round(w, t, round, q, static_cast<double>(bytes.size()));
     return q;
   }
 
@@ -1013,13 +1008,7 @@ class GossipRun {
 std::vector<std::pair<std::string, std::string>> GossipSimRuntime::resolve(const Job& job) {
   const Config& c = *job.config;
   std::vector<std::pair<std::string, std::string>> out;
-  if (c.sim.compute_time == 0) {
-    std::unique_ptr<Model> model = job.make_model();
-    std::vector<float> params = job.initial_params, grads(params.size());
-    model->bind(params, grads);
-    out.push_back({"sim.compute_time",
-                   full(calibrate_compute_time(*model, *job.train, c.train.batch, c.train.seed))});
-  }
+  resolve_compute_time(job, &out);
   if (!c.compress.push.none() && c.compress.sim_ns_per_param < 0) {  // CHOCO
     std::unique_ptr<Model> model = job.make_model();
     out.push_back(

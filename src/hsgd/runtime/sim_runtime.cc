@@ -844,6 +844,16 @@ class SimRun final : public PushKernel, public SimFabric::Host {
 
 }  // namespace
 
+void resolve_compute_time(const Job& job, std::vector<std::pair<std::string, std::string>>* out) {
+  const Config& c = *job.config;
+  if (c.sim.compute_time != 0) return;
+  std::unique_ptr<Model> model = job.make_model();
+  std::vector<float> params = job.initial_params, grads(params.size());
+  model->bind(params, grads);
+  out->push_back({"sim.compute_time",
+                  full(calibrate_compute_time(*model, *job.train, c.train.batch, c.train.seed))});
+}
+
 double calibrate_compute_time(Model& model, const Dataset& data, int batch, uint64_t seed) {
   ShardSampler sampler(data, 0, 1, seed);
   Batch b;
@@ -884,13 +894,7 @@ double calibrate_server_ns(const Config& c, size_t num_params) {
 std::vector<std::pair<std::string, std::string>> SimRuntime::resolve(const Job& job) {
   const Config& c = *job.config;
   std::vector<std::pair<std::string, std::string>> out;
-  if (c.sim.compute_time == 0) {
-    std::unique_ptr<Model> model = job.make_model();
-    std::vector<float> params = job.initial_params, grads(params.size());
-    model->bind(params, grads);
-    out.push_back({"sim.compute_time",
-                   full(calibrate_compute_time(*model, *job.train, c.train.batch, c.train.seed))});
-  }
+  resolve_compute_time(job, &out);
   if (c.sim.server_ns_per_param < 0) {
     out.push_back(
         {"sim.server_ns_per_param", full(calibrate_server_ns(c, job.initial_params.size()))});

@@ -49,6 +49,9 @@ Job with_resolved_costs(const Job& job,
 // Median real seconds of one gradient of `model` on batches of `batch` from
 // `data` (after a warm-up).
 double calibrate_compute_time(Model& model, const Dataset& data, int batch, uint64_t seed);
+// Both simulators' resolve(): appends {"sim.compute_time", the calibrated
+// value, in full precision} to `out` when the job leaves it unset (0).
+void resolve_compute_time(const Job& job, std::vector<std::pair<std::string, std::string>>* out);
 
 // Median nanoseconds per parameter of one async push+update on a server of
 // `num_params` parameters with this job's optimizer.
