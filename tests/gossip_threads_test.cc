@@ -623,17 +623,20 @@ TEST(GossipThreadsMembership, ARejoinerStartsFromItsLiveSuccessor) {
   }
 }
 
-// dpsgd and pdsgdm (with global averages) with lr 0: every live model stays
-// x0, so the average of the live models stays x0 across every leave and
-// join, probed there, and the final average is x0 (1e-6 relative). It holds
-// because a combine is a weighted sum of x0's copies whose weights sum to 1
-// on the graph rebuilt over the live workers, a leaver's model leaves with
-// it, and a joiner copies a live model.
+// dpsgd, pdsgdm (with global averages) and adpsgd with lr 0: every live
+// model stays x0, so the average of the live models stays x0 across every
+// leave and join, probed there, and the final average is x0 (1e-6
+// relative). It holds because a combine is a weighted sum of x0's copies
+// whose weights sum to 1 on the graph rebuilt over the live workers (an
+// in-peer that passed the round counts as the worker's own model), an
+// adpsgd pair averages two live models, a leaver's model leaves with it,
+// and a joiner copies a live model.
 TEST(GossipThreadsMembership, LrZeroKeepsTheLiveAverageAcrossLeavesAndJoins) {
   for (const std::vector<Override>& o : std::vector<std::vector<Override>>{
            {{"policy.name", "dpsgd"}},
            {{"policy.name", "pdsgdm:2"}, {"gossip.global_every", "3"}},
-           {{"policy.name", "dpsgd"}, {"gossip.order", "atc"}}}) {
+           {{"policy.name", "dpsgd"}, {"gossip.order", "atc"}},
+           {{"policy.name", "adpsgd"}}}) {
     SCOPED_TRACE(o[0].second);
     Gossip g(Churn(o));
     g.config.optim.lr = 0;
