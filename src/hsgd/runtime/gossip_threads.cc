@@ -109,11 +109,12 @@ std::vector<std::unique_lock<std::mutex>> lock_models(Shared& s) {
   return all;
 }
 
-// A membership change (with every lock held): a new generation of rounds,
-// numbered from 0 for every worker. The round messages of the old graph
-// are void: push-sum shares are credited at once to their receiver (the
-// heir, for the leaver's); a worker waiting for its in-peers sees `gen`
-// change and ends its step with what it has.
+// A membership change (with every lock held): a new generation of rounds
+// (a round is still named by the step it belongs to: see Worker::passed).
+// The round messages of the old graph are void: push-sum shares are
+// credited at once to their receiver (the heir, for the leaver's); a
+// worker waiting for its in-peers sees `gen` change and ends its step with
+// what it has.
 void new_generation(Shared& s, int leaver, int heir) {
   ++s.gen;
   for (const auto& [key, m] : s.mailbox) {
@@ -336,9 +337,8 @@ class Worker {
     s_.received[static_cast<size_t>(id_)] = st.received;
     s_.rounds[static_cast<size_t>(id_)] = st.rounds;
     s_.steps[static_cast<size_t>(id_)] = st.step;
-    // The rounds of generation 0 it completed (a checkpoint holds no
-    // membership change: refused with [faults]), and the round it posted
-    // when it is in one.
+    // The round it posted, when it is in one (a checkpoint holds no
+    // membership change, refused with [faults]: generation 0).
     post_round_ = (step_ + 1) / period_ - 1;
     for (GossipMail& m : st.inbox) {
       s_.mailbox[{id_, m.round, m.from}] = Mail{std::move(m.payload), m.weight};

@@ -32,8 +32,10 @@
 // model lock and the run's lock held: the graph is rebuilt over the live
 // workers, a new generation of rounds voids the old round's messages
 // (push-sum shares credited to their receiver, the leaver's to its heir),
-// a waiting worker ends its step with what it has. No checkpoint holds a
-// membership change (refused with [faults]).
+// a waiting worker ends its step with what it has. Rounds are named by
+// step: in a new generation nobody waits for an in-peer that already took
+// the round's step. No checkpoint holds a membership change (refused with
+// [faults]).
 #pragma once
 #include <functional>
 
