@@ -163,11 +163,12 @@ std::vector<BadCase> bad_cases() {
       {"compress_unknown", syn + "--set compress.push=zip", "compress.push = 'zip'"},
       {"compress_hogwild", syn + "--policy hogwild --set optim.kind=sgd --set compress.push=sign",
        "policy hogwild has no server"},
-      // Gossip membership runs on the simulator only (issue 28).
+      // Gossip membership runs on sim and threads, its checkpoints on sim only (issue 28).
       {"gossip_faults_threads",
-       syn + "--runtime threads --policy dpsgd --set faults.kill=worker:1@1s",
-       "[faults] with policy 'dpsgd': membership changes of the gossip graph run on the sim "
-       "runtime only, not on threads"},
+       syn + "--runtime threads --policy dpsgd --set faults.kill=worker:1@1s "
+             "--set train.checkpoint_every=0.5",
+       "train.checkpoint_every = 0.5 with [faults] and policy 'dpsgd' on threads: checkpoints "
+       "of gossip membership run on the sim runtime only; expected 0, or --runtime sim"},
       {"gossip_faults_mpi", syn + "--runtime mpi --policy sgp --set faults.kill=worker:1@1s",
        "[faults]: fault injection runs on the sim and threads runtimes, not on mpi"},
       // CHOCO compressed gossip: what it does not compose with (issue 28).
@@ -298,6 +299,43 @@ TEST(Cli, GossipChurnRunsAndStopsBelowMinWorkers) {
     EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
     EXPECT_NE(o.err.find("6 of 8 workers live, fewer than train.min_workers = 7: worker 4 left "
                          "at 6.000 s"),
+              std::string::npos)
+        << o.err;
+  }
+}
+
+// Gossip membership on threads (issue 28): a kill and a rejoin run end to
+// end and summary.json names the leave and the join; below
+// train.min_workers the run stops with one line, exit 3.
+TEST(Cli, GossipChurnRunsOnThreads) {
+  const std::string syn =
+      "train --quiet --data synthetic --model softmax --runtime threads --workers 4 "
+      "--budget 0.6 --set train.eval_every=0.2 ";
+  for (const char* policy : {"dpsgd", "sgp"}) {
+    SCOPED_TRACE(policy);
+    const std::string out = tmp(std::string("gossip_threads_churn_") + policy);
+    fs::remove_all(out);
+    Outcome o =
+        run(syn + "--policy " + policy +
+            " --set faults.kill=worker:1@0.1s --set faults.rejoin=worker:1@0.3s --out " + out);
+    ASSERT_EQ(o.code, 0) << o.err;
+    const nlohmann::json s = summary(out);
+    ASSERT_TRUE(s.contains("membership")) << s.dump();
+    ASSERT_EQ(s["membership"].size(), 2u) << s["membership"].dump();
+    EXPECT_EQ(s["membership"][0]["worker"], 1);
+    EXPECT_EQ(s["membership"][0]["event"], "leave");
+    EXPECT_EQ(s["membership"][0]["cause"], "kill");
+    EXPECT_EQ(s["membership"][1]["worker"], 1);
+    EXPECT_EQ(s["membership"][1]["event"], "join");
+
+    const std::string low = tmp(std::string("gossip_threads_low_") + policy);
+    fs::remove_all(low);
+    o = run(syn + "--policy " + policy +
+            " --set faults.kill=worker:1@0.1s,worker:2@0.15s --set train.min_workers=3 --out " +
+            low);
+    EXPECT_EQ(o.code, 3) << o.err;
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+    EXPECT_NE(o.err.find("2 of 4 workers live, fewer than train.min_workers = 3: worker 2 left at"),
               std::string::npos)
         << o.err;
   }

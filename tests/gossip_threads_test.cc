@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,8 @@
 #include <sstream>
 
 #include "hsgd/core/error.h"
+#include "hsgd/core/faults.h"
+#include "hsgd/policy/gossip.h"
 #include "hsgd/runtime/gossip_checkpoint.h"
 #include "hsgd/runtime/gossip_choco.h"
 #include "hsgd/runtime/gossip_row.h"
@@ -417,6 +420,264 @@ TEST(GossipThreadsCheckpoint, RefusesCheckpointsOfAnotherKind) {
   }
   refused(g, CheckpointStore::load_latest(sim_dir, sim.job().identity),
           "the simulator's gossip checkpoint");
+}
+
+// ---- membership (docs/gossip.md#membership)
+
+// Kills of workers 1 and 2 at 0.1 and 0.15 s of training, worker 1 back at
+// 0.25 s, in a run of 0.4 s.
+std::vector<Override> Churn(std::vector<Override> o) {
+  o.push_back({"faults.kill", "worker:1@0.1s,worker:2@0.15s"});
+  o.push_back({"faults.rejoin", "worker:1@0.25s"});
+  o.push_back({"train.budget", "0.4"});
+  return o;
+}
+
+// The value of column `name` in every row of a metrics CSV.
+std::vector<double> Column(const std::string& csv, const std::string& name) {
+  std::stringstream in(csv);
+  std::string line;
+  std::getline(in, line);
+  std::vector<std::string> head;
+  {
+    std::stringstream ls(line);
+    std::string cell;
+    while (std::getline(ls, cell, ',')) head.push_back(cell);
+  }
+  const size_t at = static_cast<size_t>(std::find(head.begin(), head.end(), name) - head.begin());
+  EXPECT_LT(at, head.size()) << "no column " << name;
+  std::vector<double> out;
+  while (std::getline(in, line)) {
+    std::stringstream ls(line);
+    std::string cell;
+    for (size_t i = 0; std::getline(ls, cell, ','); ++i) {
+      if (i == at) out.push_back(std::stod(cell));
+    }
+  }
+  return out;
+}
+
+// What the membership probe saw at one leave or join (copied under the
+// runtime's locks, checked on the test's thread).
+struct Seen {
+  MembershipEvent e;
+  int other = -1;
+  std::vector<char> live;             // GossipModels::live of every worker
+  std::vector<std::vector<float>> x;  // every worker's x_i
+  std::vector<double> w;              // and w_i
+};
+
+GossipThreadsRuntime::MembershipProbe Recording(std::vector<Seen>* seen) {
+  return [seen](const MembershipEvent& e, int other, const GossipModels& m) {
+    Seen s;
+    s.e = e;
+    s.other = other;
+    for (int i = 0; i < m.size(); ++i) {
+      s.live.push_back(m.live(i) ? 1 : 0);
+      s.x.emplace_back(m.x(i).begin(), m.x(i).end());
+      s.w.push_back(m.weight(i));
+    }
+    seen->push_back(std::move(s));
+  };
+}
+
+RunResult RunProbed(Gossip& g, const std::string& name, std::vector<Seen>* seen,
+                    std::string* csv = nullptr) {
+  const std::string dir = testing::fresh_dir("gossip_threads_" + name);
+  RunResult r;
+  {
+    Recorder rec(dir);
+    GossipThreadsRuntime rt;
+    if (seen) rt.on_membership = Recording(seen);
+    r = rt.run(g.job(), &rec, nullptr);
+    rec.finish();
+  }
+  if (csv) *csv = slurp(dir + "/metrics.csv");
+  return r;
+}
+
+// Every policy runs through two kills and a rejoin on threads: the
+// membership log is the fault plan's (a worker leaves or joins at its
+// first step start at or after the planned training time), the rows count
+// the live workers, and no live worker waits for a dead in-peer or for a
+// dead worker at a global average's barrier: the workers that stayed take
+// more than twice the steps of worker 2, which left at 0.15 s of 0.4 s.
+// (Without the graph rebuilt over the live workers, worker 2's ring
+// neighbours stall at its death and take about as many steps as it did.)
+TEST(GossipThreadsMembership, EveryPolicyRunsThroughKillsAndRejoins) {
+  std::vector<std::vector<Override>> cases;
+  for (const std::string& policy : Policies()) {
+    for (const std::string topo : {"ring", "onepeer-exp"}) {
+      cases.push_back({{"policy.name", policy}, {"gossip.topology", topo}});
+    }
+  }
+  cases.push_back({{"policy.name", "dpsgd"}, {"gossip.global_every", "4"}});
+  cases.push_back({{"policy.name", "sgp"}, {"gossip.global_every", "3"}});
+  cases.push_back({{"policy.name", "dpsgd"}, {"gossip.order", "atc"}});
+  for (const std::vector<Override>& o : cases) {
+    SCOPED_TRACE(o[0].second + " " + o[1].first + "=" + o[1].second);
+    Gossip g(Churn(o));
+    std::string csv;
+    const RunResult r = RunProbed(g, "churn", nullptr, &csv);
+    EXPECT_TRUE(r.stopped.empty()) << r.stopped;
+    ASSERT_EQ(r.membership.size(), 3u);
+    EXPECT_EQ(r.membership[0].worker, 1);
+    EXPECT_FALSE(r.membership[0].join);
+    EXPECT_GE(r.membership[0].time, 0.1);
+    EXPECT_EQ(r.membership[1].worker, 2);
+    EXPECT_FALSE(r.membership[1].join);
+    EXPECT_GE(r.membership[1].time, 0.15);
+    EXPECT_EQ(r.membership[2].worker, 1);
+    EXPECT_TRUE(r.membership[2].join);
+    EXPECT_EQ(r.membership[2].cause, MembershipCause::kRejoin);
+    EXPECT_GE(r.membership[2].time, 0.25);
+    EXPECT_LT(r.membership[2].time, 0.4);
+    const std::vector<double> live = Column(csv, "live_workers");
+    ASSERT_FALSE(live.empty());
+    EXPECT_EQ(live.front(), 5);
+    EXPECT_EQ(live.back(), 4);
+    for (double x : Column(csv, "consensus")) EXPECT_TRUE(std::isfinite(x));
+    for (int w : {0, 3, 4}) EXPECT_GT(r.worker_pushes[w], 2 * r.worker_pushes[2]) << w;
+    EXPECT_GT(r.last.test_acc, 0.3);
+  }
+}
+
+// sgp with lr 0 through scheduled and random kills and rejoins (with and
+// without global averages). At every
+// leave and join the probe runs with every lock held and no share in
+// flight (a membership change credits them all), so the workers' models
+// hold all the mass: the total push-sum weight is n = 5 (a leaver's goes
+// to its heir, a joiner takes half its donor's) and sum_i x_i = 5 x0 to
+// 1e-6 relative; the final average model is x0.
+TEST(GossipThreadsMembership, PushSumKeepsTotalWeightAndMassAtEveryChange) {
+  for (const auto& [topo, global] : std::vector<std::pair<std::string, std::string>>{
+           {"exp", "0"}, {"onepeer-exp", "0"}, {"ring", "4"}}) {
+    SCOPED_TRACE(topo + " gossip.global_every=" + global);
+    Gossip g({{"policy.name", "sgp"},
+              {"gossip.topology", topo},
+              {"gossip.global_every", global},
+              {"train.budget", "0.4"},
+              {"faults.kill", "worker:1@0.05s,worker:3@0.1s"},
+              {"faults.rejoin", "worker:1@0.15s"},
+              {"faults.kill_rate", "120"},
+              {"faults.rejoin_after", "0.03"}});
+    g.config.optim.lr = 0;  // the config refuses lr 0 for a run; the exactness test needs it
+    std::vector<Seen> seen;
+    const RunResult r = RunProbed(g, "mass", &seen);
+    ASSERT_GE(seen.size(), 3u);
+    const std::vector<float>& x0 = g.job().initial_params;
+    double norm = 0;
+    for (float v : x0) norm += 25.0 * v * v;
+    for (const Seen& s : seen) {
+      SCOPED_TRACE(fmt::format("worker {} {} at {:.3f} s", s.e.worker, s.e.join ? "joined" : "left",
+                               s.e.time));
+      double weight = 0, diff = 0;
+      for (double w : s.w) weight += w;
+      EXPECT_NEAR(weight, 5.0, 1e-9);
+      for (size_t p = 0; p < x0.size(); ++p) {
+        double mass = 0;
+        for (const std::vector<float>& x : s.x) mass += x[p];
+        diff += std::pow(mass - 5.0 * x0[p], 2);
+      }
+      EXPECT_LE(std::sqrt(diff), 1e-6 * std::sqrt(norm));
+    }
+    double diff = 0;
+    for (size_t p = 0; p < x0.size(); ++p) diff += std::pow(r.params[p] - x0[p], 2);
+    EXPECT_LE(std::sqrt(diff), 1e-6 * std::sqrt(norm / 25.0));
+  }
+}
+
+// A rejoiner starts from its live successor (the first live worker after
+// it in id order, cyclically), probed at the join: dpsgd and pdsgdm copy
+// its model bit for bit; sgp takes half its (x, w), so both hold the same
+// x and w. The leaver holds nothing after its leave.
+TEST(GossipThreadsMembership, ARejoinerStartsFromItsLiveSuccessor) {
+  for (const std::string policy : {"dpsgd", "sgp", "pdsgdm:3", "adpsgd"}) {
+    SCOPED_TRACE(policy);
+    std::vector<Override> o = Churn({{"policy.name", policy}});
+    o.push_back({"faults.rejoin", "worker:1@0.25s,worker:2@0.3s"});
+    Gossip g(o);
+    std::vector<Seen> seen;
+    RunProbed(g, "rejoin", &seen);
+    int joins = 0;
+    for (const Seen& s : seen) {
+      const int w = s.e.worker;
+      const auto i = static_cast<size_t>(w);
+      if (!s.e.join) {
+        EXPECT_FALSE(s.live[i]);
+        EXPECT_EQ(s.w[i], 0.0);
+        continue;
+      }
+      ++joins;
+      int succ = -1;
+      for (int k = 1; k < 5 && succ < 0; ++k) {
+        if (s.live[static_cast<size_t>((w + k) % 5)]) succ = (w + k) % 5;
+      }
+      ASSERT_EQ(s.other, succ) << "worker " << w;
+      const auto d = static_cast<size_t>(succ);
+      EXPECT_EQ(s.x[i], s.x[d]) << "worker " << w << " from " << succ;
+      EXPECT_EQ(s.w[i], s.w[d]);
+      EXPECT_GT(s.w[i], 0.0);
+    }
+    EXPECT_EQ(joins, 2);
+  }
+}
+
+// dpsgd, pdsgdm (with global averages) and adpsgd with lr 0: every live
+// model stays x0, so the average of the live models stays x0 across every
+// leave and join, probed there, and the final average is x0 (1e-6
+// relative). It holds because a combine is a weighted sum of x0's copies
+// whose weights sum to 1 on the graph rebuilt over the live workers (an
+// in-peer that passed the round counts as the worker's own model), an
+// adpsgd pair averages two live models, a leaver's model leaves with it,
+// and a joiner copies a live model.
+TEST(GossipThreadsMembership, LrZeroKeepsTheLiveAverageAcrossLeavesAndJoins) {
+  for (const std::vector<Override>& o : std::vector<std::vector<Override>>{
+           {{"policy.name", "dpsgd"}},
+           {{"policy.name", "pdsgdm:2"}, {"gossip.global_every", "3"}},
+           {{"policy.name", "dpsgd"}, {"gossip.order", "atc"}},
+           {{"policy.name", "adpsgd"}}}) {
+    SCOPED_TRACE(o[0].second);
+    Gossip g(Churn(o));
+    g.config.optim.lr = 0;
+    std::vector<Seen> seen;
+    const RunResult r = RunProbed(g, "lr0_live", &seen);
+    ASSERT_EQ(seen.size(), 3u);
+    const std::vector<float>& x0 = g.job().initial_params;
+    double norm = 0;
+    for (float v : x0) norm += static_cast<double>(v) * v;
+    for (const Seen& s : seen) {
+      int live = 0;
+      std::vector<double> sum(x0.size(), 0.0);
+      for (size_t i = 0; i < s.x.size(); ++i) {
+        if (!s.live[i]) continue;
+        ++live;
+        for (size_t p = 0; p < x0.size(); ++p) sum[p] += s.x[i][p];
+      }
+      double diff = 0;
+      for (size_t p = 0; p < x0.size(); ++p) diff += std::pow(sum[p] / live - x0[p], 2);
+      EXPECT_LE(std::sqrt(diff), 1e-6 * std::sqrt(norm)) << "at worker " << s.e.worker;
+    }
+    double diff = 0;
+    for (size_t p = 0; p < x0.size(); ++p) diff += std::pow(r.params[p] - x0[p], 2);
+    EXPECT_LE(std::sqrt(diff), 1e-6 * std::sqrt(norm));
+  }
+}
+
+// Below train.min_workers the run stops with the run layer's line (the CLI
+// exits 3 on it: cli_test).
+TEST(GossipThreadsMembership, TooFewLiveWorkersStopTheRun) {
+  for (const std::string& policy : Policies()) {
+    SCOPED_TRACE(policy);
+    Gossip g(Churn({{"policy.name", policy}, {"train.min_workers", "4"}}));
+    const RunResult r = RunProbed(g, "min", nullptr);
+    EXPECT_NE(r.stopped.find("3 of 5 workers live, fewer than train.min_workers = 4: worker 2 "
+                             "left at 0."),
+              std::string::npos)
+        << r.stopped;
+    EXPECT_LT(r.train_s, 0.3);
+    ASSERT_EQ(r.membership.size(), 2u);
+  }
 }
 
 }  // namespace

@@ -107,6 +107,18 @@ void weighted_sum(std::span<float> out, const std::vector<double>& weights,
 void gossip_combine(const Topology& topo, int i, int64_t t, bool push_sum, std::span<float> x,
                     std::span<const float> own, const std::vector<int>& from,
                     const std::vector<std::span<const float>>& parts) {
+  gossip_combine(push_sum ? MixRow{} : topo.mixing_row(i, t), i, push_sum, x, own, from, parts);
+}
+
+void gossip_combine(const GossipGraph& g, int i, int64_t t, bool push_sum, std::span<float> x,
+                    std::span<const float> own, const std::vector<int>& from,
+                    const std::vector<std::span<const float>>& parts) {
+  gossip_combine(push_sum ? MixRow{} : g.mixing_row(i, t), i, push_sum, x, own, from, parts);
+}
+
+void gossip_combine(const MixRow& row, int i, bool push_sum, std::span<float> x,
+                    std::span<const float> own, const std::vector<int>& from,
+                    const std::vector<std::span<const float>>& parts) {
   HSGD_ASSERT(from.size() == parts.size(), "one part per in-peer");
   std::vector<double> ws;
   std::vector<std::span<const float>> srcs;
@@ -128,7 +140,7 @@ void gossip_combine(const Topology& topo, int i, int64_t t, bool push_sum, std::
     weighted_sum(x, ws, srcs);
     return;
   }
-  for (const auto& [j, wij] : topo.mixing_row(i, t)) {
+  for (const auto& [j, wij] : row) {
     ws.push_back(wij);
     if (j == i) {
       srcs.push_back(own);

@@ -203,6 +203,14 @@ int adpsgd_peer(const Topology& topo, int w, int64_t t, Rng& rng);
 void gossip_combine(const Topology& topo, int i, int64_t t, bool push_sum, std::span<float> x,
                     std::span<const float> own, const std::vector<int>& from,
                     const std::vector<std::span<const float>>& parts);
+// The same over the live graph (membership), and with worker i's mixing
+// row given (unused under push-sum).
+void gossip_combine(const GossipGraph& g, int i, int64_t t, bool push_sum, std::span<float> x,
+                    std::span<const float> own, const std::vector<int>& from,
+                    const std::vector<std::span<const float>>& parts);
+void gossip_combine(const MixRow& row, int i, bool push_sum, std::span<float> x,
+                    std::span<const float> own, const std::vector<int>& from,
+                    const std::vector<std::span<const float>>& parts);
 
 // out = sum_k weights[k] * sources[k], summed in the order given (so the
 // same inputs give the same bits).

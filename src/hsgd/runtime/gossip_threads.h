@@ -25,14 +25,39 @@
 // the final cut, its gradient not yet counted) and resumes in it; a resume
 // needs the same train.workers. Restoring is exact; the run after it is as
 // nondeterministic as any threads run.
+// Membership ([faults], train.min_workers; docs/gossip.md#membership): the
+// simulator's rules. A worker carries out its own leave at the start of a
+// step (a kill due on the training clock, or its gradient drawn to throw)
+// and its own join once its rejoin is due, inside the gate with every
+// model lock and the run's lock held: the graph is rebuilt over the live
+// workers, a new generation of rounds voids the old round's messages
+// (push-sum shares credited to their receiver, the leaver's to its heir),
+// a waiting worker ends its step with what it has. Rounds are named by
+// step: in a new generation nobody waits for an in-peer that already took
+// the round's step. No checkpoint holds a membership change (refused with
+// [faults]).
 #pragma once
+#include <functional>
+
 #include "hsgd/runtime/runtime.h"
 
 namespace hsgd {
 
+class GossipModels;
+struct MembershipEvent;
+
 class GossipThreadsRuntime final : public Runtime {
  public:
   RunResult run(const Job& job, Recorder* recorder, Observer* observer) override;
+
+  // Tests: called on the worker's thread right after each leave or join,
+  // with every model and the run's shared state locked, so nothing is in
+  // flight (a membership change credits or voids every message): the
+  // event, the leaver's push-sum heir or the joiner's donor (or -1), and
+  // every worker's model.
+  using MembershipProbe =
+      std::function<void(const MembershipEvent& e, int other, const GossipModels& models)>;
+  MembershipProbe on_membership;
 };
 
 }  // namespace hsgd
