@@ -78,30 +78,6 @@ struct Gossip : testing::LinearJob {
   }
 };
 
-// The value of column `name` in every row of a metrics CSV.
-std::vector<double> Column(const std::string& csv, const std::string& name) {
-  std::stringstream in(csv);
-  std::string line;
-  std::getline(in, line);
-  std::vector<std::string> head;
-  {
-    std::stringstream ls(line);
-    std::string cell;
-    while (std::getline(ls, cell, ',')) head.push_back(cell);
-  }
-  const size_t at = static_cast<size_t>(std::find(head.begin(), head.end(), name) - head.begin());
-  EXPECT_LT(at, head.size()) << "no column " << name;
-  std::vector<double> out;
-  while (std::getline(in, line)) {
-    std::stringstream ls(line);
-    std::string cell;
-    for (size_t i = 0; std::getline(ls, cell, ','); ++i) {
-      if (i == at) out.push_back(std::stod(cell));
-    }
-  }
-  return out;
-}
-
 const std::vector<std::string>& Policies() {
   static const std::vector<std::string> p = {"dpsgd", "adpsgd", "sgp", "pdsgdm:3"};
   return p;
@@ -128,8 +104,8 @@ TEST(GossipSim, EveryPolicyAndTopologyRunsForOddN) {
       }
       EXPECT_GT(r.gossip.bytes_per_node_step, 0);
       // The consensus columns are there, found by name, finite.
-      for (double x : Column(csv, "consensus")) EXPECT_TRUE(std::isfinite(x));
-      EXPECT_FALSE(Column(csv, "consensus_rel").empty());
+      for (double x : testing::csv_column(csv, "consensus")) EXPECT_TRUE(std::isfinite(x));
+      EXPECT_FALSE(testing::csv_column(csv, "consensus_rel").empty());
       EXPECT_GT(r.last.test_acc, 0.3);  // it learns (10 classes)
     }
   }
@@ -354,14 +330,14 @@ TEST(GossipSim, EveryPolicyRunsThroughKillsAndRejoins) {
     EXPECT_EQ(r.membership[2].worker, 1);
     EXPECT_TRUE(r.membership[2].join);
     EXPECT_DOUBLE_EQ(r.membership[2].time, 1.0);
-    const std::vector<double> live = Column(csv, "live_workers");
-    const std::vector<double> time = Column(csv, "time_s");
+    const std::vector<double> live = testing::csv_column(csv, "live_workers");
+    const std::vector<double> time = testing::csv_column(csv, "time_s");
     for (size_t i = 0; i < live.size(); ++i) {
       const double t = time[i];
       // A row at a fault's time is taken before it.
       EXPECT_EQ(live[i], t <= 0.5 ? 5 : t <= 0.6 ? 4 : t <= 1.0 ? 3 : 4) << "at " << t;
     }
-    for (double x : Column(csv, "consensus")) EXPECT_TRUE(std::isfinite(x));
+    for (double x : testing::csv_column(csv, "consensus")) EXPECT_TRUE(std::isfinite(x));
     // Worker 2 stopped at 0.6 s: fewer steps than the others.
     EXPECT_LT(r.worker_pushes[2], r.worker_pushes[0]);
     EXPECT_GT(r.last.test_acc, 0.3);
@@ -421,7 +397,7 @@ TEST(GossipSim, EvalWorkersSkipsTheWorkersThatLeft) {
             {"faults.kill", "worker:2@0.6s"},
             {"gossip.eval_workers", "true"}})
         .run("eval_workers", &csv);
-    const std::vector<double> low = Column(csv, "worker_acc_min");
+    const std::vector<double> low = testing::csv_column(csv, "worker_acc_min");
     ASSERT_FALSE(low.empty());
     EXPECT_GT(low.back(), 0.3);
   }
@@ -607,12 +583,12 @@ TEST(GossipSim, EvalWorkersReportsTheSpreadOfTheWorkersOwnModels) {
     Gossip(o).run("ew_plain_" + policy, &plain);
     Gossip(with).run("ew_" + policy, &spread);
     for (const char* col : {"test_acc", "test_loss", "consensus", "samples", "time_s"}) {
-      EXPECT_EQ(Column(plain, col), Column(spread, col)) << col;
+      EXPECT_EQ(testing::csv_column(plain, col), testing::csv_column(spread, col)) << col;
     }
-    const std::vector<double> acc = Column(spread, "test_acc");
-    const std::vector<double> lo = Column(spread, "worker_acc_min");
-    const std::vector<double> mean = Column(spread, "worker_acc_mean");
-    const std::vector<double> hi = Column(spread, "worker_acc_max");
+    const std::vector<double> acc = testing::csv_column(spread, "test_acc");
+    const std::vector<double> lo = testing::csv_column(spread, "worker_acc_min");
+    const std::vector<double> mean = testing::csv_column(spread, "worker_acc_mean");
+    const std::vector<double> hi = testing::csv_column(spread, "worker_acc_max");
     ASSERT_EQ(lo.size(), acc.size());
     ASSERT_GT(acc.size(), 4u);
     EXPECT_EQ(lo[0], acc[0]);

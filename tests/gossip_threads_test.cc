@@ -433,30 +433,6 @@ std::vector<Override> Churn(std::vector<Override> o) {
   return o;
 }
 
-// The value of column `name` in every row of a metrics CSV.
-std::vector<double> Column(const std::string& csv, const std::string& name) {
-  std::stringstream in(csv);
-  std::string line;
-  std::getline(in, line);
-  std::vector<std::string> head;
-  {
-    std::stringstream ls(line);
-    std::string cell;
-    while (std::getline(ls, cell, ',')) head.push_back(cell);
-  }
-  const size_t at = static_cast<size_t>(std::find(head.begin(), head.end(), name) - head.begin());
-  EXPECT_LT(at, head.size()) << "no column " << name;
-  std::vector<double> out;
-  while (std::getline(in, line)) {
-    std::stringstream ls(line);
-    std::string cell;
-    for (size_t i = 0; std::getline(ls, cell, ','); ++i) {
-      if (i == at) out.push_back(std::stod(cell));
-    }
-  }
-  return out;
-}
-
 // What the membership probe saw at one leave or join (copied under the
 // runtime's locks, checked on the test's thread).
 struct Seen {
@@ -532,11 +508,11 @@ TEST(GossipThreadsMembership, EveryPolicyRunsThroughKillsAndRejoins) {
     EXPECT_EQ(r.membership[2].cause, MembershipCause::kRejoin);
     EXPECT_GE(r.membership[2].time, 0.25);
     EXPECT_LT(r.membership[2].time, 0.4);
-    const std::vector<double> live = Column(csv, "live_workers");
+    const std::vector<double> live = testing::csv_column(csv, "live_workers");
     ASSERT_FALSE(live.empty());
     EXPECT_EQ(live.front(), 5);
     EXPECT_EQ(live.back(), 4);
-    for (double x : Column(csv, "consensus")) EXPECT_TRUE(std::isfinite(x));
+    for (double x : testing::csv_column(csv, "consensus")) EXPECT_TRUE(std::isfinite(x));
     for (int w : {0, 3, 4}) EXPECT_GT(r.worker_pushes[w], 2 * r.worker_pushes[2]) << w;
     EXPECT_GT(r.last.test_acc, 0.3);
   }

@@ -3,10 +3,12 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <memory>
 #include <span>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -114,6 +116,31 @@ inline std::string fresh_dir(const std::string& name) {
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d.string();
+}
+
+// The value of column `name` in every row of a metrics CSV's text, found
+// by its header name (a missing column fails the calling test).
+inline std::vector<double> csv_column(const std::string& csv, const std::string& name) {
+  std::stringstream in(csv);
+  std::string line;
+  std::getline(in, line);
+  std::vector<std::string> head;
+  {
+    std::stringstream ls(line);
+    std::string cell;
+    while (std::getline(ls, cell, ',')) head.push_back(cell);
+  }
+  const size_t at = static_cast<size_t>(std::find(head.begin(), head.end(), name) - head.begin());
+  EXPECT_LT(at, head.size()) << "no column " << name;
+  std::vector<double> out;
+  while (std::getline(in, line)) {
+    std::stringstream ls(line);
+    std::string cell;
+    for (size_t i = 0; std::getline(ls, cell, ','); ++i) {
+      if (i == at) out.push_back(std::stod(cell));
+    }
+  }
+  return out;
 }
 
 }  // namespace hsgd::testing
