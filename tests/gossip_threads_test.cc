@@ -477,7 +477,7 @@ RunResult RunProbed(Gossip& g, const std::string& name, std::vector<Seen>* seen,
 // first step start at or after the planned training time), the rows count
 // the live workers, and no live worker waits for a dead in-peer or for a
 // dead worker at a global average's barrier: the workers that stayed take
-// more than twice the steps of worker 2, which left at 0.15 s of 0.4 s.
+// more than twice the steps of worker 2, which left at 0.15 s of 1 s.
 // (Without the graph rebuilt over the live workers, worker 2's ring
 // neighbours stall at its death and take about as many steps as it did.)
 TEST(GossipThreadsMembership, EveryPolicyRunsThroughKillsAndRejoins) {
@@ -492,7 +492,13 @@ TEST(GossipThreadsMembership, EveryPolicyRunsThroughKillsAndRejoins) {
   cases.push_back({{"policy.name", "dpsgd"}, {"gossip.order", "atc"}});
   for (const std::vector<Override>& o : cases) {
     SCOPED_TRACE(o[0].second + " " + o[1].first + "=" + o[1].second);
-    Gossip g(Churn(o));
+    // A run of 1 s, not 0.4: the live workers' steps after 0.15 s then
+    // outnumber worker 2's before it by about 6 to 1, so "more than twice"
+    // holds however the loaded cores share out the threads (at 0.4 s the
+    // margin was 2.7 to 1, and a busy machine took it under 2).
+    std::vector<Override> with = Churn(o);
+    with.push_back({"train.budget", "1.0"});
+    Gossip g(with);
     std::string csv;
     const RunResult r = RunProbed(g, "churn", nullptr, &csv);
     EXPECT_TRUE(r.stopped.empty()) << r.stopped;
@@ -507,7 +513,7 @@ TEST(GossipThreadsMembership, EveryPolicyRunsThroughKillsAndRejoins) {
     EXPECT_TRUE(r.membership[2].join);
     EXPECT_EQ(r.membership[2].cause, MembershipCause::kRejoin);
     EXPECT_GE(r.membership[2].time, 0.25);
-    EXPECT_LT(r.membership[2].time, 0.4);
+    EXPECT_LT(r.membership[2].time, 1.0);
     const std::vector<double> live = testing::csv_column(csv, "live_workers");
     ASSERT_FALSE(live.empty());
     EXPECT_EQ(live.front(), 5);
