@@ -628,6 +628,16 @@ std::vector<float> Normal(size_t n, uint64_t stream) {
   return v;
 }
 
+// n workers of np parameters, worker i at Normal(np, i), momenta 0.
+GossipModels RandomModels(int n, size_t np) {
+  GossipModels m(n, std::vector<float>(np, 0.0f), LocalUpdate{});
+  for (int i = 0; i < n; ++i) {
+    const std::vector<float> x = Normal(np, static_cast<uint64_t>(i));
+    std::copy(x.begin(), x.end(), m.x(i).begin());
+  }
+  return m;
+}
+
 // lr 0, 5 workers on a ring, each from its own random model: CHOCO's
 // consensus step x_i += gamma (s_i - xhat_i) keeps sum_i x_i (W doubly
 // stochastic: sum_i s_i = sum_i xhat_i) to 1e-6 relative at every round,
@@ -640,11 +650,7 @@ TEST(GossipChoco, LrZeroConservesTheSumAndReachesConsensus) {
     Gossip g({{"gossip.order", "atc"}, {"compress.push", spec}, {"gossip.consensus_lr", gamma}});
     const int n = 5;
     const size_t np = 300;
-    GossipModels m(n, std::vector<float>(np, 0.0f), LocalUpdate{});
-    for (int i = 0; i < n; ++i) {
-      const std::vector<float> x = Normal(np, static_cast<uint64_t>(i));
-      std::copy(x.begin(), x.end(), m.x(i).begin());
-    }
+    GossipModels m = RandomModels(n, np);
     // The public copies start at 0, as in the paper (s_i = 0 matches).
     ChocoGossip choco(g.config, {}, std::vector<float>(np, 0.0f), n);
     const Topology topo("ring", "uniform", n, 1);
@@ -824,11 +830,7 @@ TEST(GossipChoco, GlobalAverageResetsThePublicCopies) {
   Gossip g({{"gossip.order", "atc"}, {"compress.push", "topk:0.1"}});
   const int n = 5;
   const size_t np = 100;
-  GossipModels m(n, std::vector<float>(np, 0.0f), LocalUpdate{});
-  for (int i = 0; i < n; ++i) {
-    const std::vector<float> x = Normal(np, static_cast<uint64_t>(i));
-    std::copy(x.begin(), x.end(), m.x(i).begin());
-  }
+  GossipModels m = RandomModels(n, np);
   ChocoGossip choco(g.config, {}, std::vector<float>(np, 0.0f), n);
   const Topology topo("ring", "uniform", n, 1);
   for (int64_t t = 0; t < 5; ++t) ChocoRound(choco, m, topo, t);
