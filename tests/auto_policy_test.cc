@@ -539,6 +539,31 @@ TEST(AutoPolicy, TheBudgetRaisesKToTheMeasuredStaleness) {
   EXPECT_EQ(c.rises(), 0);
 }
 
+// policy.auto_ablate = measured (an ablation): the budget counts the
+// pushes in flight per update (n / K), not the measured staleness, so the
+// same stragglers leave K at the first K.
+TEST(AutoPolicy, WithoutMeasuredStalenessTheBudgetKeepsTheConcurrencyK) {
+  std::vector<double> periods(8, 0.1);
+  periods.insert(periods.end(), 8, 1.0);
+  AutoParts parts = auto_rule_parts(6);
+  parts.measured = false;
+  AutoController c(16, parts, 0.05);
+  EXPECT_EQ(c.k(), 1);
+  Trainer tr(&c, periods, flat_floor);
+  tr.eta = 0.01;
+  tr.run(62);
+  EXPECT_GT(0.05 * (c.staleness() + 1), 0.5);  // the measured budget would act
+  EXPECT_EQ(c.k(), 1);
+  // At lr 0.1 the same count asks for K = ceil(16 / 9) = 2 from the start,
+  // and keeps it.
+  AutoController d(16, parts, 0.1);
+  EXPECT_EQ(d.k(), 2);
+  Trainer td(&d, periods, flat_floor);
+  td.eta = 0.01;
+  td.run(62);
+  EXPECT_EQ(d.k(), 2);
+}
+
 // The budget may ask for more than the workers that arrive in time; it
 // never makes K wait for the slow ones: the first K (set before any
 // arrival is known) comes down to the cap after one block.
@@ -762,6 +787,9 @@ TEST(AutoPolicy, AblationPartsAreParsedAndUnknownOnesNamed) {
   const AutoParts sc = parse_auto_ablate("spikecap");
   EXPECT_FALSE(sc.spikecap);
   EXPECT_TRUE(sc.spike && sc.budget && sc.cap);
+  const AutoParts me = parse_auto_ablate("measured");
+  EXPECT_FALSE(me.measured);
+  EXPECT_TRUE(me.budget && me.spike && me.cap);
   try {
     parse_auto_ablate("rise,colour");
     FAIL();

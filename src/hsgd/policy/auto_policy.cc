@@ -47,10 +47,12 @@ AutoParts parse_auto_ablate(const std::string& s, AutoParts base) {
       p.curve = false;
     } else if (part == "budget") {
       p.budget = false;
+    } else if (part == "measured") {
+      p.measured = false;
     } else {
       throw InputError("policy.auto_ablate = '" + s + "': unknown part '" + part +
                        "' (expected a comma-separated list of rise, up, down, cap, momentum, "
-                       "spike, spikecap, curve, budget)");
+                       "spike, spikecap, curve, budget, measured)");
     }
   }
   return p;
@@ -208,6 +210,11 @@ int AutoController::cap() const {
 // keeps lr x (staleness + 1) within the budget is K x lr (tau + 1) / cst_.budget.
 int AutoController::budget_floor() const {
   if (!budget_on()) return 1;
+  if (!parts_.measured) {
+    const double r = 2 * cst_.budget / lr_ - 1;
+    return r <= 1 ? std::max(1, live_)
+                  : std::clamp(static_cast<int>(std::ceil(live_ / r - 1e-9)), 1, std::max(1, live_));
+  }
   const double need = static_cast<double>(k_) * lr_ * (tau_.mean + 1) / cst_.budget;
   return std::clamp(static_cast<int>(std::ceil(need - 1e-9)), 1, std::max(1, live_));
 }

@@ -28,6 +28,7 @@ struct AutoParts {
   bool spikecap = true;  // ... but from below the arrival-time cap only up to the cap
   bool curve = true;     // no probe on a speeding-up descent; no rising baseline
   bool budget = true;    // K never below what keeps lr x (staleness + 1) within the budget constant
+  bool measured = true;  // ... at the measured staleness (off: at n / K, the pushes in flight per update)
 };
 // The parts of rule `rule` (policy.auto_rule; docs/auto.md):
 //   6 (today's): the staleness budget, the spike guard (stopping at the
