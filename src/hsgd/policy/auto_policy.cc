@@ -212,8 +212,9 @@ int AutoController::budget_floor() const {
   if (!budget_on()) return 1;
   if (!parts_.measured) {
     const double r = 2 * cst_.budget / lr_ - 1;
-    return r <= 1 ? std::max(1, live_)
-                  : std::clamp(static_cast<int>(std::ceil(live_ / r - 1e-9)), 1, std::max(1, live_));
+    return r <= 1
+               ? std::max(1, live_)
+               : std::clamp(static_cast<int>(std::ceil(live_ / r - 1e-9)), 1, std::max(1, live_));
   }
   const double need = static_cast<double>(k_) * lr_ * (tau_.mean + 1) / cst_.budget;
   return std::clamp(static_cast<int>(std::ceil(need - 1e-9)), 1, std::max(1, live_));
