@@ -320,6 +320,45 @@ TEST(MpiCli, SigtermToAWorkerRankIsAGracefulLeaveAndTheRunCompletes) {
   }
 }
 
+// SIGTERM to a gossip rank: no gossip rank leaves alone on mpi, so the whole
+// run stops at the next step on every rank (exit 3, the stop line naming
+// the rank), with a closing row before the budget and a final checkpoint at
+// the stop; a new launch resumes from it and runs to the budget.
+TEST(MpiCli, SigtermToAGossipRankStopsTheRunWithAFinalCheckpointThatResumes) {
+  const std::string out = tmp("mpi_gossip_term");
+  const std::string args =
+      "train --quiet --runtime mpi --servers 0 --data synthetic --model linear-test --batch 16 "
+      "--lr 0.1 --policy sgp --set gossip.topology=onepeer-exp --eval-every 0.25 --budget 4 "
+      "--checkpoint-every 0.2 --set mpi.timeout=20 --out " +
+      out;
+  const pid_t launcher = launch_until_training("4", args, out);
+  ASSERT_FALSE(CheckpointDirs(out).empty()) << slurp(out + ".log");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const pid_t victim = rank_pid(out, 2);
+  ASSERT_GT(victim, 0);
+  const int status = kill_and_wait(victim, SIGTERM, launcher);
+  ASSERT_TRUE(WIFEXITED(status)) << slurp(out + ".log");
+  EXPECT_EQ(WEXITSTATUS(status), 3) << slurp(out + ".log");
+  EXPECT_TRUE(pids_with(out).empty());
+  const nlohmann::json s = summary(out);
+  ASSERT_TRUE(s["stopped"].is_string()) << s.dump();
+  const std::string line = s["stopped"].get<std::string>();
+  EXPECT_EQ(line.rfind("stopped by request: SIGTERM or SIGINT to worker 2 (rank 2)", 0), 0u)
+      << line;
+  const double stop_t = summary(out)["train_s"].get<double>();
+  EXPECT_LT(stop_t, 3.5) << slurp(out + ".log");
+  // The final checkpoint is the state at the stop.
+  const std::string at = CheckpointDirs(out).front();
+  EXPECT_NEAR(nlohmann::json::parse(slurp(at + "/manifest.json"))["train_s"].get<double>(), stop_t,
+              1e-3)
+      << at;
+  const Outcome o = run(kMpirun + "-np 4 ", "train --quiet --resume " + out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  const nlohmann::json r = summary(out);
+  EXPECT_TRUE(r["stopped"].is_null()) << r.dump();
+  EXPECT_NEAR(r["train_s"].get<double>(), 4.0, 0.3);
+}
+
 // SIGKILL to a server rank: the launch ends (mpirun takes every rank down,
 // Open MPI 4 has no process-fault tolerance), non-zero, within the timeout,
 // with a line naming the dead rank; no rank outlives it.

@@ -585,11 +585,13 @@ class GossipRank {
     double sums[4] = {finite ? static_cast<double>(batch) : 0.0, finite ? loss : 0.0,
                       finite ? 1.0 : 0.0, finite ? 0.0 : 1.0};
     const bool request = stops_.check_request(/*at_evaluation=*/false);
-    double maxes[2] = {clock_.seconds(), request ? 1.0 : 0.0};
+    // The third: 1 + the highest rank that got SIGTERM or SIGINT.
+    double maxes[3] = {clock_.seconds(), request ? 1.0 : 0.0,
+                       leave_requested() ? rank_ + 1.0 : 0.0};
     MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     check(MPI_Iallreduce(MPI_IN_PLACE, sums, 4, MPI_DOUBLE, MPI_SUM, comm_, &r[0]),
           "MPI_Iallreduce");
-    check(MPI_Iallreduce(MPI_IN_PLACE, maxes, 2, MPI_DOUBLE, MPI_MAX, comm_, &r[1]),
+    check(MPI_Iallreduce(MPI_IN_PLACE, maxes, 3, MPI_DOUBLE, MPI_MAX, comm_, &r[1]),
           "MPI_Iallreduce");
     const auto t0 = SteadyClock::now();
     wait_all(r, timeout_, [&] {
@@ -604,6 +606,14 @@ class GossipRank {
     a.nonfinite = static_cast<int64_t>(sums[3]);
     a.time = maxes[0];
     a.stop_request = maxes[1] > 0;
+    if (maxes[2] > 0) {
+      // Every rank records the same line (rank 0's is the one reported).
+      stops_.request(fmt::format(
+          "SIGTERM or SIGINT to {} after step {}: a gossip rank does not leave alone on mpi, so "
+          "the whole run stopped there (resume it with --resume when checkpoints are on)",
+          worker_name(static_cast<int>(maxes[2]) - 1, 0), step_));
+      a.stop_request = true;
+    }
     return a;
   }
 
@@ -705,7 +715,12 @@ class GossipRank {
       recorder_->write(row);
       observer_->on_row(row);
       run_.last_acc = row.test_acc;
-      diverged = stops_.check_row(row, eval_params_, recorder_->rows()) ? 1 : 0;
+      // A stop whose state is sound (a request) is not a divergence: its
+      // final checkpoint is still written.
+      diverged = stops_.check_row(row, eval_params_, recorder_->rows()) &&
+                         !stops_.final_checkpoint_allowed()
+                     ? 1
+                     : 0;
     }
     check(MPI_Ibcast(&diverged, 1, MPI_INT, 0, comm_, &r), "MPI_Ibcast");
     wait_one(&r, timeout_, [&] {

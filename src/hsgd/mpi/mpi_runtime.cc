@@ -84,6 +84,10 @@ RunResult run_gossip_ranks(const Job& job, Layout* l, Recorder* recorder, Observ
   l->num_params = static_cast<size_t>(job_params(job));
   check_gossip_launch(job, l->ranks);
   check_same_job(*l, job);
+  // SIGTERM / SIGINT to any rank: the whole run stops at the next step,
+  // with its closing row and final checkpoint (no gossip rank leaves alone
+  // on mpi: mpi/gossip.h).
+  catch_leave_signals();
   Job mine = job;
   check(MPI_Bcast(mine.initial_params.data(), as_count(mine.initial_params.size()), MPI_FLOAT, 0,
                   l->comm),

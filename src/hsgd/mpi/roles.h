@@ -57,8 +57,11 @@ RunResult run_primary(const Job& job, const Layout& l, const std::vector<float>&
 void run_replica(const Job& job, const Layout& l, const std::vector<float>& initial, bool resuming);
 
 // Makes SIGTERM / SIGINT on a worker rank a graceful leave at its next
-// request (issue 10).
+// request (issue 10); on a gossip rank, a stop of the whole run at the next
+// step (mpi/gossip.h).
 void catch_leave_signals();
+// True once this rank got SIGTERM or SIGINT (after catch_leave_signals).
+bool leave_requested();
 
 // A worker rank: the threads runtime's worker loop over messages. Returns
 // true when it left the run on SIGTERM / SIGINT.

@@ -58,6 +58,8 @@ void check_worker_state(const Job& job, const Layout& l, int w, const std::strin
   decode(r, sampler, delays, local, z.get(), copy.span());
 }
 
+bool leave_requested() { return g_leave_requested != 0; }
+
 void catch_leave_signals() {
   struct sigaction sa {};
   sa.sa_handler = on_leave_signal;

@@ -152,6 +152,12 @@ void RunStops::stop(const std::string& why, bool below_min) {
   below_min_ = below_min;
 }
 
+void RunStops::request(const std::string& why) {
+  if (stopped()) return;
+  stop(StopRequest::kPrefix + why);
+  requested_ = true;
+}
+
 void RunStops::save(StateWriter& w) const {
   w.tag(kStopsTag);
   w.put_str(requested_ ? std::string() : reason_);  // a request is not kept

@@ -147,6 +147,10 @@ class RunStops {
   }
   // Any other stop (first wins).
   void stop(const std::string& why, bool below_min = false);
+  // A request from outside the run that the runtime received itself (a
+  // signal to an mpi gossip rank): `why` after StopRequest::kPrefix, and a
+  // final checkpoint is allowed, as for Config::stop.
+  void request(const std::string& why);
   // Config::stop, if requested. At an evaluation (`at_evaluation`) only a
   // request made for that evaluation (StopRequest::at_evaluation(): the
   // callback's) counts, so Ctrl-C during an evaluation ends the run at the
