@@ -132,6 +132,15 @@ TEST(MpiCli, ABadConfigOnEveryRankIsOneError) {
   EXPECT_EQ(count(o.err, "unknown key 'train.wrokers'"), 1) << o.err;
 }
 
+// A --resume with a key it may not change is refused before the ranks
+// agree on anything: still one line, from rank 0.
+TEST(MpiCli, AResumeWithAForbiddenKeyIsOneError) {
+  Outcome o = run(kMpirun + "-np 3 ", "train --quiet --resume " + tmp("no_such_run") + " --lr 0.5");
+  EXPECT_EQ(o.code, 2) << o.err;
+  EXPECT_EQ(count(o.err, "hsgd: error: "), 1) << o.err;
+  EXPECT_EQ(count(o.err, "--resume: optim.lr would change the run's meaning"), 1) << o.err;
+}
+
 TEST(MpiCli, AHangBecomesATimeoutErrorNamingTheRankAndOperation) {
   // Worker 0 takes 30 s per gradient; the others wait for it under sync.
   Outcome o =

@@ -524,6 +524,7 @@ TrainOutcome run_under_mpirun(const TrainArgs& args, const TrainInputs& in,
   std::optional<Checkpoint> ck;  // rank 0, with --resume
   std::string error;
   try {
+    a = effective_args(args);  // (a --resume refusal, too, is rank 0's one line)
     const Config c0 = load_train_config(a, a.overrides, hooks);
     const bool gossip = is_gossip_policy(c0.policy.kind);
     if (c0.train.runtime == "mpi" && gossip) {
@@ -640,8 +641,8 @@ TrainOutcome run_under_mpirun(const TrainArgs& args, const TrainInputs& in,
 }  // namespace
 
 TrainOutcome run_train(const TrainArgs& args, const TrainInputs& in, const TrainHooks& hooks) {
+  if (mpi::launched_by_mpirun()) return run_under_mpirun(args, in, hooks);
   const TrainArgs a = effective_args(args);
-  if (mpi::launched_by_mpirun()) return run_under_mpirun(a, in, hooks);
   std::unique_ptr<Prepared> p = prepare(a, in, hooks);
   return run_in_process(a, *p, hooks);
 }
