@@ -16,6 +16,8 @@
 #include "hsgd/core/error.h"
 #include "hsgd/core/simd.h"
 #include "hsgd/core/topology.h"
+#include "hsgd/mpi/gossip_adpsgd.h"
+#include "hsgd/mpi/gossip_eval.h"
 #include "hsgd/mpi/roles.h"
 #include "hsgd/mpi/transport.h"
 #include "hsgd/optim/optimizer.h"
@@ -191,8 +193,9 @@ class GossipRank {
         schedule_(c_, job.train->size(), c_.train.checkpoint_every > 0),
         stops_(c_),
         recorder_(recorder),
-        observer_(observer) {
-    check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+        observer_(observer),
+        evaluator_(job, comm, comm_rank(comm), recorder, observer) {
+    rank_ = comm_rank(comm_);
     n_ = c_.train.workers;
     kind_ = c_.policy.kind;
     period_ = kind_ == "pdsgdm" ? std::max(1, c_.policy.k) : 1;
@@ -206,16 +209,6 @@ class GossipRank {
     model_->bind(local_, grads_);
     choco_ = ChocoGossip::make(c_, model_->param_shapes(), job.initial_params, 1, rank_);
     if (choco_) own_q_.resize(np_);
-    // Rank 0 evaluates the average model; with gossip.eval_workers every
-    // rank also evaluates its own.
-    if (rank_ == 0 || c_.gossip.eval_workers) {
-      HSGD_ASSERT(rank_ != 0 || recorder_ != nullptr, "rank 0 needs a recorder");
-      test_ = head(*job.test, c_.train.eval_samples);
-      eval_model_ = job.make_model();
-      eval_params_.resize(np_);
-      eval_grads_.resize(np_);
-      eval_model_->bind(eval_params_, eval_grads_);
-    }
   }
 
   RunResult run() {
@@ -338,7 +331,7 @@ class GossipRank {
       return result;
     }
     result.last = recorder_->rows().back();
-    result.params = eval_params_;
+    result.params = evaluator_.average();
     result.stopped = stops_.reason();
     result.train_s = result.last.time_s;
     result.real_train_s = train_s - start_s;
@@ -646,97 +639,21 @@ class GossipRank {
     received_ += bytes;
   }
 
-  // Collective: the average model and the consensus distance by reductions;
-  // rank 0 evaluates, writes the row and checks it; every rank learns
-  // whether the run diverged.
+  // Collective (mpi/gossip_eval.h): the row at training time t; every rank
+  // learns whether the run diverged.
   void evaluate(double t) {
-    // gossip.eval_workers: this rank's own de-biased model first (rank 0's
-    // eval_params_ take the average below); min, sum and max to rank 0.
-    WorkerAccuracy workers;
-    if (c_.gossip.eval_workers) {
-      models_.debiased(0, eval_params_);
-      const double acc = eval_model_->evaluate(test_).accuracy;
-      double extremes[2] = {-acc, acc}, sum_acc = 0, most[2] = {0, 0};
-      MPI_Request rq[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-      check(MPI_Ireduce(extremes, most, 2, MPI_DOUBLE, MPI_MAX, 0, comm_, &rq[0]), "MPI_Ireduce");
-      check(MPI_Ireduce(&acc, &sum_acc, 1, MPI_DOUBLE, MPI_SUM, 0, comm_, &rq[1]), "MPI_Ireduce");
-      wait_all(rq, timeout_, [&] {
-        return fmt::format("on {} at an evaluation of every worker's model (a reduce to rank 0)",
-                           worker_name(rank_, 0));
-      });
-      workers = {-most[0], sum_acc / n_, most[1]};
-    }
-    std::vector<double> sum(np_ + 2);
-    std::span<const float> x = models_.x(0);
-    for (size_t p = 0; p < np_; ++p) sum[p] = x[p];
-    sum[np_] = models_.weight(0);
-    sum[np_ + 1] = idle_;
-    allreduce(sum.data(), sum.size(), MPI_SUM, "an evaluation");
-    const double wsum = sum[np_];
-    const double w = models_.weight(0);
-    double sq = 0;
-    for (size_t p = 0; p < np_; ++p) {
-      const float avg = static_cast<float>(sum[p] / wsum);
-      const double d = x[p] / w - avg;
-      sq += d * d;
-      if (rank_ == 0) eval_params_[p] = avg;
-    }
-    MPI_Request r = MPI_REQUEST_NULL;
-    double sq_sum = 0;
-    check(MPI_Ireduce(&sq, &sq_sum, 1, MPI_DOUBLE, MPI_SUM, 0, comm_, &r), "MPI_Ireduce");
-    wait_one(&r, timeout_, [&] {
-      return fmt::format("on {} at an evaluation (a reduce to rank 0)", worker_name(rank_, 0));
-    });
-    int diverged = 0;
-    if (rank_ == 0) {
-      GossipModels::Consensus cs;
-      double norm = 0;
-      for (float v : eval_params_) norm += static_cast<double>(v) * v;
-      cs.xi = std::sqrt(sq_sum / n_);
-      cs.norm = std::sqrt(norm);
-      const double idle = sum[np_ + 1];
-      const double span = (t - run_.last_time) * n_;
-      const double idle_frac =
-          span > 0 ? std::clamp((idle - run_.last_idle) / span, 0.0, 1.0) : 0.0;
-      run_.last_idle = idle;
-      run_.last_time = t;
-      const MetricsRow row = gossip_row(c_, cs, *eval_model_, test_, job_.train->size(), t,
-                                        run_.counts, idle_frac, &workers);
-      recorder_->write(row);
-      observer_->on_row(row);
-      run_.last_acc = row.test_acc;
-      diverged = stops_.check_row(row, eval_params_, recorder_->rows()) ? 1 : 0;
-    }
-    check(MPI_Ibcast(&diverged, 1, MPI_INT, 0, comm_, &r), "MPI_Ibcast");
-    wait_one(&r, timeout_, [&] {
-      return fmt::format("on {} at an evaluation (rank 0's verdict)", worker_name(rank_, 0));
-    });
-    diverged_ = diverged != 0;
+    diverged_ = evaluator_.evaluate(t, models_, idle_, {}, {}, run_, stops_, plain_wait());
   }
 
-  // Rank 0: every rank's bytes, steps and rounds, and summary.json's gossip.
+  // mpi/gossip_eval.h's waits: with the deadline, nothing else to do.
+  GossipWait plain_wait() const {
+    return [this](std::span<MPI_Request> reqs, const std::function<std::string()>& what) {
+      wait_all(reqs, timeout_, what);
+    };
+  }
+
   void gather_result(RunResult* result) {
-    double mine[4] = {sent_, received_, static_cast<double>(step_), static_cast<double>(rounds_)};
-    std::vector<double> all(rank_ == 0 ? 4 * static_cast<size_t>(n_) : 0);
-    MPI_Request r = MPI_REQUEST_NULL;
-    check(MPI_Igather(mine, 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, 0, comm_, &r), "MPI_Igather");
-    wait_one(&r, timeout_, [&] {
-      return fmt::format("on {} at the end (a gather to rank 0)", worker_name(rank_, 0));
-    });
-    if (rank_ != 0) return;
-    std::vector<double> sent, received;
-    std::vector<int64_t> steps;
-    int64_t rounds = 0;
-    for (int i = 0; i < n_; ++i) {
-      const double* v = all.data() + 4 * static_cast<size_t>(i);
-      sent.push_back(v[0]);
-      received.push_back(v[1]);
-      steps.push_back(static_cast<int64_t>(v[2]));
-      rounds += static_cast<int64_t>(v[3]);
-    }
-    result->worker_pushes = steps;
-    result->gossip =
-        gossip_result(c_, topo_, run_.counts, rounds, run_.global_averages, sent, received, steps);
+    evaluator_.gather_result(sent_, received_, step_, rounds_, topo_, run_, result, plain_wait());
   }
 
   const Job& job_;
@@ -776,10 +693,7 @@ class GossipRank {
   int64_t rounds_ = 0;
   double sent_ = 0, received_ = 0, idle_ = 0;
   bool diverged_ = false;
-  // Rank 0: the evaluation.
-  Dataset test_;
-  std::unique_ptr<Model> eval_model_;
-  std::vector<float> eval_params_, eval_grads_;
+  GossipEvaluator evaluator_;  // the rows and the end (mpi/gossip_eval.h)
 };
 
 }  // namespace
@@ -787,11 +701,11 @@ class GossipRank {
 void check_gossip_launch(const Job& job, int ranks) {
   const Config& c = *job.config;
   const std::string policy = "policy.name = '" + c.policy_name + "'";
-  if (c.policy.kind == "adpsgd") {
-    throw InputError(policy +
-                     ": adpsgd's wait-free pairwise averaging is not implemented on the mpi "
-                     "runtime (a passive rank would have to answer while it computes); use the "
-                     "sim or threads runtime, or dpsgd/sgp on mpi");
+  if (c.policy.kind == "adpsgd" && c.train.checkpoint_every > 0) {
+    throw InputError(fmt::format(
+        "train.checkpoint_every = {}: {} on the mpi runtime writes no checkpoints (its ranks "
+        "never stop together between steps); expected 0, or the sim or threads runtime",
+        c.train.checkpoint_every, policy));
   }
   if (c.train.workers != ranks) {
     throw InputError(fmt::format(
@@ -808,6 +722,11 @@ void check_gossip_launch(const Job& job, int ranks) {
 
 void check_gossip_resume(const Job& job, const Checkpoint& ck, int ranks) {
   const Config& c = *job.config;
+  if (c.policy.kind == "adpsgd") {
+    throw InputError(ck.path + ": policy.name = '" + c.policy_name +
+                     "' on the mpi runtime writes no checkpoints and resumes none; resume it on "
+                     "the runtime that wrote it (sim or threads)");
+  }
   check_gossip_checkpoint(ck, c.policy_name, "mpi", ranks);
   // Every part decoded as the ranks will, into objects then dropped.
   GossipModels models(1, job.initial_params, gossip_local_update(c));
@@ -848,6 +767,9 @@ RunResult run_gossip(const Job& job, MPI_Comm comm, Recorder* recorder, Observer
   check_gossip_launch(job, ranks);
   check_job(job);
   Observer quiet;
+  if (job.config->policy.kind == "adpsgd") {
+    return run_adpsgd(job, comm, recorder, observer ? observer : &quiet);
+  }
   GossipRank rank(job, comm, recorder, observer ? observer : &quiet);
   return rank.run();
 }

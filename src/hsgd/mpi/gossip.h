@@ -45,9 +45,8 @@
 // every rank) and sends each rank its part: a resumed run is the
 // uninterrupted one, bit for bit. The same rank count is needed.
 //
-// Not here: adpsgd (refused at launch: a wait-free pairwise exchange needs a
-// rank to answer while it computes, which one MPI thread per rank cannot do
-// without a progress thread).
+// adpsgd takes no per-step agreement and runs apart: run_gossip hands it to
+// mpi/gossip_adpsgd.h.
 //
 // Every wait has the deadline mpi.timeout; past it the rank throws MpiError
 // naming the step and the peers (or the collective) it waited for.
@@ -60,7 +59,8 @@ namespace hsgd::mpi {
 
 // Throws InputError (the same on every rank, before any message) unless a
 // gossip run can go on `ranks` ranks: train.workers must equal the rank
-// count, the policy must not be adpsgd, a model must fit one message.
+// count, adpsgd takes no train.checkpoint_every, a model must fit one
+// message.
 void check_gossip_launch(const Job& job, int ranks);
 
 // Rank 0 of a resumed launch of `ranks` ranks, before anything is written:
