@@ -57,8 +57,14 @@ class GradientThread {
     busy_ = true;
     cv_.notify_all();
   }
-  bool done() {
-    std::lock_guard lk(mu_);
+  bool done() { return wait_done(0); }
+  // Waits up to `seconds` for the gradient to be done, without using the
+  // core: whether it is.
+  bool wait_done(double seconds) {
+    std::unique_lock lk(mu_);
+    if (seconds > 0) {
+      cv_.wait_for(lk, std::chrono::duration<double>(seconds), [&] { return !busy_ || error_; });
+    }
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
     return !busy_;
   }
@@ -91,6 +97,7 @@ class GradientThread {
       lk.lock();
       error_ = error;
       busy_ = false;
+      cv_.notify_all();
     }
   }
   std::function<void(GradientThread&)> compute_;
@@ -111,6 +118,11 @@ struct Outgoing {
   int64_t header = 0;
   std::shared_ptr<const std::vector<float>> model;
 };
+
+// How long the MPI thread, with nothing to do while its gradient is
+// computed, sleeps between looks at its messages: a request waits at most
+// about this long (plus the sleep's overshoot, ~0.1 ms here) for an answer.
+constexpr double kPollS = 100e-6;
 
 class AdpsgdRank {
  public:
@@ -192,7 +204,10 @@ class AdpsgdRank {
         last_status = now;
         observer_->on_status(gossip_status(streamed_, now, run_.last_acc, job_.train->size()));
       }
-      backoff.idle();
+      // Nothing to do but answer: the core is left to the gradient thread,
+      // and the MPI thread looks again within kPollS (or when the gradient
+      // is done).
+      grad_->wait_done(kPollS);
     }
     return finish(wall0);
   }
