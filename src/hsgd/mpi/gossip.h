@@ -29,10 +29,11 @@
 // part), so that no message is left in flight.
 //
 // Evaluation (every rank, collectively, with the training clocks paused;
-// mpi/gossip_eval.h, shared with adpsgd): an all-reduce of the models and the weights gives every rank the average
-// model x_bar = sum_i x_i / sum_i w_i; a reduce of ||x_i / w_i - x_bar||^2
-// gives rank 0 the consensus distance. Rank 0 evaluates x_bar, writes the
-// row (runtime/gossip_row.h) and checks it for divergence; its verdict is
+// mpi/gossip_eval.h, shared with adpsgd): an all-reduce of the models and
+// the weights gives every rank the average model x_bar = sum_i x_i /
+// sum_i w_i; a reduce of ||x_i / w_i - x_bar||^2 gives rank 0 the
+// consensus distance. Rank 0 evaluates x_bar, writes the row
+// (runtime/gossip_row.h) and checks it for divergence; its verdict is
 // broadcast, and a diverged run ends on every rank (the stop line reaches
 // every rank through MpiRuntime::run: exit 3).
 //
