@@ -377,31 +377,15 @@ class GossipRank {
   }
 
   // Collective, every rank between steps (or stopped, its gradient in
-  // hand): each sends its part to rank 0, which writes them as they come
-  // (gossip_worker-W), then the run's (alike on every rank) and the run
-  // layer's. The checkpoint is complete once rank 0 commits it.
+  // hand): rank 0 gathers every rank's part (gather_gossip_parts), then the
+  // run's (alike on every rank) and the run layer's. The checkpoint is
+  // complete once rank 0 commits it.
   PendingCut gather_cut() {
-    const auto what = [&](int r) {
-      return [this, r] {
-        return fmt::format("on {} at a checkpoint (rank {}'s state to rank 0)",
-                           worker_name(rank_, 0), r);
-      };
-    };
-    if (rank_ != 0) {
-      send_bytes(comm_, 0, worker_bytes(), timeout_, what(rank_));
-      if (choco_) send_bytes(comm_, 0, choco_bytes(), timeout_, what(rank_));
-      return std::nullopt;
-    }
-    PendingCut cut;
-    if (job_.checkpoints) cut.emplace(job_.checkpoints->begin());
-    for (int r = 0; r < n_; ++r) {
-      const std::string bytes = r == 0 ? worker_bytes() : recv_bytes(comm_, r, timeout_, what(r));
-      if (cut) cut->add(gossip_worker_blob(r), bytes);
-      if (choco_) {
-        const std::string cb = r == 0 ? choco_bytes() : recv_bytes(comm_, r, timeout_, what(r));
-        if (cut) cut->add(gossip_choco_blob(r), cb);
-      }
-    }
+    PendingCut cut = gather_gossip_parts(job_, comm_, rank_, n_, timeout_, choco_ != nullptr, [&] {
+      std::vector<std::string> parts = {worker_bytes()};
+      if (choco_) parts.push_back(choco_bytes());
+      return parts;
+    });
     if (!cut) return cut;
     cut->add(kGossipRunBlob, [&](StateWriter& w) { save_gossip_run(w, n_, run_); });
     if (outer_) cut->add(kGossipOuterBlob, [&](StateWriter& w) { outer_->save(w); });
@@ -409,72 +393,22 @@ class GossipRank {
     return cut;
   }
 
-  // Collective. Rank 0 (job.resume) checks its checkpoint and sends every
-  // rank its part with the run's; every rank restores. False for a fresh
-  // run (no rank has a checkpoint). Throws InputError on every rank when
-  // rank 0 refuses the checkpoint.
+  // Collective (receive_gossip_resume): every rank restores its part of
+  // rank 0's checkpoint. False for a fresh run. Throws InputError on every
+  // rank when rank 0 refuses the checkpoint.
   bool restore(double* start_s) {
-    int resumed = rank_ == 0 && job_.resume != nullptr ? 1 : 0;
-    MPI_Request req = MPI_REQUEST_NULL;
-    check(MPI_Ibcast(&resumed, 1, MPI_INT, 0, comm_, &req), "MPI_Ibcast");
-    const auto what = [&] {
-      return fmt::format("on {} at the resume (rank 0's checkpoint)", worker_name(rank_, 0));
-    };
-    wait_one(&req, timeout_, what);
-    if (!resumed) return false;
-    std::string error;
-    if (rank_ == 0) {
-      try {
-        check_gossip_resume(job_, *job_.resume, n_);
-      } catch (const InputError& e) {
-        error = e.what();
-      }
-    }
-    int64_t len = static_cast<int64_t>(error.size());
-    check(MPI_Ibcast(&len, 1, MPI_INT64_T, 0, comm_, &req), "MPI_Ibcast");
-    wait_one(&req, timeout_, what);
-    error.resize(static_cast<size_t>(len));
-    if (len > 0) {
-      check(MPI_Ibcast(error.data(), as_count(error.size()), MPI_CHAR, 0, comm_, &req),
-            "MPI_Ibcast");
-      wait_one(&req, timeout_, what);
-      throw InputError(error);
-    }
-    std::string mine;
-    if (rank_ == 0) {
-      const Checkpoint& ck = *job_.resume;
-      for (int r = n_ - 1; r >= 0; --r) {  // rank 0's own last: it keeps it
-        const std::string name = gossip_worker_blob(r);
-        StateWriter w;
-        w.put(ck.info.train_s);
-        w.put_str(ck.blob(name));
-        w.put_str(ck.blob(kGossipRunBlob));
-        w.put_str(outer_ ? ck.blob(kGossipOuterBlob) : std::string());
-        w.put_str(ck.blob(kRunBlob));
-        w.put_str(choco_ ? ck.blob(gossip_choco_blob(r)) : std::string());
-        ck.cache.erase(name);  // one rank's part in memory at a time
-        if (r == 0) {
-          mine = w.take();
-        } else {
-          send_bytes(comm_, r, w.take(), timeout_, what);
-        }
-      }
-    } else {
-      mine = recv_bytes(comm_, 0, timeout_, what);
-    }
+    const std::optional<ResumedGossipPart> part = receive_gossip_resume(
+        job_, comm_, rank_, n_, timeout_, outer_ != nullptr, choco_ != nullptr);
+    if (!part) return false;
+    *start_s = part->start_s;
     const std::string where = fmt::format("{} (rank {})", "the resumed gossip state", rank_);
-    StateReader r(mine, where);
-    *start_s = r.get<double>();
-    const std::string wb = r.get_str(), gb = r.get_str(), ob = r.get_str(), rb = r.get_str();
-    const std::string cb = r.get_str();
-    r.expect_end();
     if (choco_) {
-      StateReader cr(cb, where + ": " + gossip_choco_blob(rank_));
+      StateReader cr(part->choco, where + ": " + gossip_choco_blob(rank_));
       choco_->load_worker(0, cr);
       cr.expect_end();
     }
     GossipWorkerState st;
-    StateReader wr(wb, where + ": " + gossip_worker_blob(rank_));
+    StateReader wr(part->worker, where + ": " + gossip_worker_blob(rank_));
     const bool in_hand =
         load_gossip_worker(wr, rank_, n_, models_, 0, *sampler_, delays_, &st, grads_);
     wr.expect_end();
@@ -491,15 +425,15 @@ class GossipRank {
     sent_ = st.sent;
     received_ = st.received;
     rounds_ = st.rounds;
-    StateReader gr(gb, where + ": " + kGossipRunBlob);
+    StateReader gr(part->run, where + ": " + kGossipRunBlob);
     load_gossip_run(gr, n_, &run_);
     gr.expect_end();
     if (outer_) {
-      StateReader orr(ob, where + ": " + kGossipOuterBlob);
+      StateReader orr(part->outer, where + ": " + kGossipOuterBlob);
       outer_->load(orr);
       orr.expect_end();
     }
-    load_run_state(rb, where + ": " + kRunBlob, *start_s, stops_, schedule_);
+    load_run_state(part->run_state, where + ": " + kRunBlob, *start_s, stops_, schedule_);
     return true;
   }
 

@@ -6,8 +6,11 @@
 #include <cmath>
 
 #include "hsgd/core/error.h"
+#include "hsgd/mpi/gossip.h"
 #include "hsgd/mpi/roles.h"
 #include "hsgd/mpi/transport.h"
+#include "hsgd/runtime/gossip_choco.h"
+#include "hsgd/runtime/gossip_outer.h"
 #include "hsgd/runtime/gossip_row.h"
 #include "hsgd/runtime/row.h"
 
@@ -142,6 +145,101 @@ void GossipEvaluator::gather_result(double sent, double received, int64_t steps,
   result->worker_pushes = steps_all;
   result->gossip = gossip_result(c_, topo, run.counts, rounds_all, run.global_averages, sent_all,
                                  received_all, steps_all);
+}
+
+std::optional<PendingCheckpoint> gather_gossip_parts(
+    const Job& job, MPI_Comm comm, int rank, int n, double timeout, bool choco,
+    const std::function<std::vector<std::string>()>& parts) {
+  const auto what = [&](int r) {
+    return [rank, r] {
+      return fmt::format("on {} at a checkpoint (rank {}'s state to rank 0)", worker_name(rank, 0),
+                         r);
+    };
+  };
+  const size_t count = choco ? 2 : 1;
+  if (rank != 0) {
+    const std::vector<std::string> mine = parts();
+    HSGD_ASSERT(mine.size() == count, "a gossip rank's part of another shape");
+    for (const std::string& bytes : mine) send_bytes(comm, 0, bytes, timeout, what(rank));
+    return std::nullopt;
+  }
+  std::optional<PendingCheckpoint> cut;
+  if (job.checkpoints) cut.emplace(job.checkpoints->begin());
+  for (int r = 0; r < n; ++r) {
+    std::vector<std::string> got;
+    if (r == 0) {
+      got = parts();
+      HSGD_ASSERT(got.size() == count, "a gossip rank's part of another shape");
+    } else {
+      for (size_t k = 0; k < count; ++k) got.push_back(recv_bytes(comm, r, timeout, what(r)));
+    }
+    if (!cut) continue;
+    cut->add(gossip_worker_blob(r), got[0]);
+    if (choco) cut->add(gossip_choco_blob(r), got[1]);
+  }
+  return cut;
+}
+
+std::optional<ResumedGossipPart> receive_gossip_resume(const Job& job, MPI_Comm comm, int rank,
+                                                       int n, double timeout, bool outer,
+                                                       bool choco) {
+  int resumed = rank == 0 && job.resume != nullptr ? 1 : 0;
+  MPI_Request req = MPI_REQUEST_NULL;
+  check(MPI_Ibcast(&resumed, 1, MPI_INT, 0, comm, &req), "MPI_Ibcast");
+  const auto what = [&] {
+    return fmt::format("on {} at the resume (rank 0's checkpoint)", worker_name(rank, 0));
+  };
+  wait_one(&req, timeout, what);
+  if (!resumed) return std::nullopt;
+  std::string error;
+  if (rank == 0) {
+    try {
+      check_gossip_resume(job, *job.resume, n);
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+  }
+  int64_t len = static_cast<int64_t>(error.size());
+  check(MPI_Ibcast(&len, 1, MPI_INT64_T, 0, comm, &req), "MPI_Ibcast");
+  wait_one(&req, timeout, what);
+  error.resize(static_cast<size_t>(len));
+  if (len > 0) {
+    check(MPI_Ibcast(error.data(), as_count(error.size()), MPI_CHAR, 0, comm, &req), "MPI_Ibcast");
+    wait_one(&req, timeout, what);
+    throw InputError(error);
+  }
+  std::string mine;
+  if (rank == 0) {
+    const Checkpoint& ck = *job.resume;
+    for (int r = n - 1; r >= 0; --r) {  // rank 0's own last: it keeps it
+      const std::string name = gossip_worker_blob(r);
+      StateWriter w;
+      w.put(ck.info.train_s);
+      w.put_str(ck.blob(name));
+      w.put_str(ck.blob(kGossipRunBlob));
+      w.put_str(outer ? ck.blob(kGossipOuterBlob) : std::string());
+      w.put_str(ck.blob(kRunBlob));
+      w.put_str(choco ? ck.blob(gossip_choco_blob(r)) : std::string());
+      ck.cache.erase(name);  // one rank's part in memory at a time
+      if (r == 0) {
+        mine = w.take();
+      } else {
+        send_bytes(comm, r, w.take(), timeout, what);
+      }
+    }
+  } else {
+    mine = recv_bytes(comm, 0, timeout, what);
+  }
+  StateReader r(mine, fmt::format("the resumed gossip state (rank {})", rank));
+  ResumedGossipPart part;
+  part.start_s = r.get<double>();
+  part.worker = r.get_str();
+  part.run = r.get_str();
+  part.outer = r.get_str();
+  part.run_state = r.get_str();
+  part.choco = r.get_str();
+  r.expect_end();
+  return part;
 }
 
 }  // namespace hsgd::mpi

@@ -18,6 +18,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -76,5 +77,33 @@ class GossipEvaluator {
   std::unique_ptr<Model> model_;
   std::vector<float> params_, grads_;
 };
+
+// ---- checkpoints (runtime/gossip_checkpoint.h's layout, as on threads)
+
+// Collective, every rank between its steps: rank 0 gathers every rank's
+// part, `parts()` (its gossip_worker-W bytes, then with `choco` its
+// gossip_choco-W bytes), in rank order into a new checkpoint of
+// job.checkpoints (rank 0 writes them as they come). Returns it on rank 0
+// (nullopt when rank 0 has no store, and on the other ranks); the caller
+// adds the run's blobs and commits it.
+std::optional<PendingCheckpoint> gather_gossip_parts(
+    const Job& job, MPI_Comm comm, int rank, int n, double timeout, bool choco,
+    const std::function<std::vector<std::string>()>& parts);
+
+// What a rank resumes from: the cut's training time and its blobs (those
+// of the run alike on every rank).
+struct ResumedGossipPart {
+  double start_s = 0;
+  std::string worker, run, outer, run_state, choco;  // outer, choco: empty when off
+};
+
+// Collective. Rank 0 (job.resume) checks its checkpoint
+// (check_gossip_resume) and sends every rank its part with the run's.
+// nullopt for a fresh run (no rank has a checkpoint). Throws InputError on
+// every rank when rank 0 refuses the checkpoint, before anything is
+// written.
+std::optional<ResumedGossipPart> receive_gossip_resume(const Job& job, MPI_Comm comm, int rank,
+                                                       int n, double timeout, bool outer,
+                                                       bool choco);
 
 }  // namespace hsgd::mpi
