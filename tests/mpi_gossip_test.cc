@@ -762,38 +762,90 @@ TEST(MpiAdpsgd, ADivergingRunStopsOnEveryRank) {
   }
 }
 
-// No checkpoints: train.checkpoint_every and a resume are refused on every
-// rank with one line, before anything is opened.
-TEST(MpiAdpsgd, CheckpointsAreRefusedOnEveryRank) {
-  {
-    Fixture f("adpsgd_ckpt", 4, Adpsgd());
-    f.config.train.checkpoint_every = 0.1;  // (the config refuses it already: exit 2 in the CLI)
-    bool opened = false;
-    try {
-      f.run(nullptr, &opened);
-      ADD_FAILURE() << "accepted on rank " << world_rank();
-    } catch (const InputError& e) {
-      const std::string m = e.what();
-      EXPECT_NE(m.find("train.checkpoint_every = 0.1"), std::string::npos) << m;
-      EXPECT_NE(m.find("writes no checkpoints"), std::string::npos) << m;
-      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+// adpsgd's checkpoints on mpi (cut at a collective every rank enters at
+// its own checkpoint time, each with its gradient in hand) restore
+// exactly: a run resumed from any of them that ends at once writes a final
+// checkpoint whose every part is byte for byte the one it read. (The run
+// itself is not deterministic, so a resumed run is not compared with an
+// uninterrupted one.)
+TEST(MpiAdpsgd, RestoredStateIsTheSavedStateExactly) {
+  const std::vector<Override> with = Adpsgd({{"train.checkpoint_every", "0.1"},
+                                             {"train.eval_every", "0.1"},
+                                             {"train.budget", "0.3"},
+                                             {"optim.kind", "momentum"}});
+  Fixture a("adpsgd_ckpt_exact", 4, with);
+  a.run();
+  std::vector<std::string> cks;
+  if (world_rank() == 0) cks = CheckpointStore::list(a.dir);
+  const int count = from_rank0(static_cast<int>(cks.size()), MPI_INT);
+  EXPECT_GE(count, 3) << "periodic cuts and the final one";
+  for (int i = 0; i < count; ++i) {
+    std::optional<Checkpoint> ck;
+    if (world_rank() == 0) {
+      ck.emplace(CheckpointStore::load(cks[static_cast<size_t>(i)], a.job().identity));
+      EXPECT_EQ(ck->info.runtime, "mpi");
+      int64_t steps = 0;
+      for (const GossipWorkerState& w : decode(a, *ck).workers) {
+        EXPECT_EQ(w.phase, kGossipGradient) << "every rank cut with its gradient in hand";
+        steps += w.step;
+      }
+      EXPECT_EQ(steps, ck->info.updates) << "the run's steps are the ranks' steps";
     }
-    EXPECT_FALSE(opened);
+    const double t = from_rank0(ck ? ck->info.train_s : 0.0, MPI_DOUBLE);
+    std::vector<Override> until = with;
+    until.push_back({"train.budget", fmt::format("{:.17g}", t)});
+    Fixture b("adpsgd_ckpt_exact_b", 4, until);
+    const std::optional<RunResult> rb = b.run(ck ? &*ck : nullptr);
+    if (world_rank() != 0) continue;
+    EXPECT_TRUE(rb->stopped.empty()) << rb->stopped;
+    EXPECT_EQ(rb->gradients, ck->info.updates) << "no step after the cut";
+    const Checkpoint again = CheckpointStore::load_latest(b.dir, b.job().identity);
+    EXPECT_EQ(again.info.train_s, ck->info.train_s);
+    ASSERT_EQ(again.entries.size(), ck->entries.size());
+    for (const auto& [name, entry] : ck->entries) {
+      EXPECT_EQ(slurp(again.path + "/" + name + ".bin"), slurp(ck->path + "/" + name + ".bin"))
+          << ck->path << ": " << name << " differs";
+    }
   }
-  Fixture a("adpsgd_ckpt_dpsgd", 4, {{"train.checkpoint_every", "1000"}});
-  a.steps(3);
+}
+
+// A resumed adpsgd run goes on from its cut: the rows kept, the budget
+// counting from the start of the original run, the steps and samples going
+// on from the cut's; a resume on another rank count is refused on every
+// rank with one line.
+TEST(MpiAdpsgd, ResumeContinuesTheRun) {
+  std::vector<Override> with = Adpsgd(
+      {{"train.checkpoint_every", "0.1"}, {"train.eval_every", "0.1"}, {"train.budget", "0.15"}});
+  Fixture a("adpsgd_ckpt_continue", 4, with);
   a.run();
   std::optional<Checkpoint> ck;
   if (world_rank() == 0) ck.emplace(CheckpointStore::load_latest(a.dir, a.job().identity));
-  Fixture b("adpsgd_resume", 4, Adpsgd());
-  bool opened = false;
+  with.back().second = "0.4";
+  Fixture b("adpsgd_ckpt_continue_b", 4, with);
+  b.dir = a.dir;
+  const std::optional<RunResult> rb = b.run(ck ? &*ck : nullptr);
+  Fixture three("adpsgd_ckpt_3", 3, with);
   try {
-    b.run(ck ? &*ck : nullptr, &opened);
-    ADD_FAILURE() << "resumed on rank " << world_rank();
+    if (three.run(ck ? &*ck : nullptr)) ADD_FAILURE() << "accepted on rank " << world_rank();
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("resumes none"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("expected 4, not 3"), std::string::npos) << e.what();
   }
-  EXPECT_FALSE(opened);
+  if (world_rank() != 0) return;
+  EXPECT_DOUBLE_EQ(ck->info.train_s, 0.15);
+  ASSERT_TRUE(rb->stopped.empty()) << rb->stopped;
+  EXPECT_NEAR(rb->train_s, 0.4, 1e-9);
+  EXPECT_NEAR(rb->real_train_s, 0.4 - 0.15, 1e-9) << "the budget counts from the cut";
+  EXPECT_GT(rb->gradients, 2 * ck->info.updates);
+  int64_t steps = 0;
+  for (int64_t s : rb->worker_pushes) steps += s;
+  EXPECT_EQ(steps, rb->gradients) << "the ranks' steps, from the start of the original run";
+  const std::vector<MetricsRow> rows = read_metrics_csv(a.dir + "/metrics.csv");
+  ASSERT_GT(rows.size(), static_cast<size_t>(ck->info.rows));
+  for (size_t i = static_cast<size_t>(ck->info.rows); i < rows.size(); ++i) {
+    EXPECT_GT(rows[i].time_s, 0.15);
+    EXPECT_GE(rows[i].updates, ck->info.updates);
+  }
+  EXPECT_NEAR(rows.back().time_s, 0.4, 1e-9);
 }
 
 // A rank slower than mpi.timeout: every rank stops with MpiError naming

@@ -195,17 +195,6 @@ std::vector<Refusal> table() {
                 ": hogwild workers apply plain SGD; expected sgd";
        }},
       // ---- the serverless gossip policies (issue 28, policy/gossip.h)
-      {"train.checkpoint_every with policy adpsgd on the mpi runtime",
-       [quoted](const Config& c) -> std::string {
-         if (c.policy.kind != "adpsgd" || c.train.runtime != "mpi" ||
-             c.train.checkpoint_every <= 0) {
-           return "";
-         }
-         return "train.checkpoint_every = " + num(c.train.checkpoint_every) + ": policy " +
-                quoted(c.policy_name) +
-                " on the mpi runtime writes no checkpoints (its ranks never stop together "
-                "between steps); expected 0, or the sim or threads runtime";
-       }},
       {"a gossip policy with train.servers above 1 (there is no server: 0, or the default 1, "
        "which it ignores)",
        [quoted](const Config& c) -> std::string {

@@ -635,12 +635,6 @@ class GossipRank {
 void check_gossip_launch(const Job& job, int ranks) {
   const Config& c = *job.config;
   const std::string policy = "policy.name = '" + c.policy_name + "'";
-  if (c.policy.kind == "adpsgd" && c.train.checkpoint_every > 0) {
-    throw InputError(fmt::format(
-        "train.checkpoint_every = {}: {} on the mpi runtime writes no checkpoints (its ranks "
-        "never stop together between steps); expected 0, or the sim or threads runtime",
-        c.train.checkpoint_every, policy));
-  }
   if (c.train.workers != ranks) {
     throw InputError(fmt::format(
         "train.workers = {}: under the mpi runtime {} runs one worker on every rank (no server "
@@ -656,11 +650,6 @@ void check_gossip_launch(const Job& job, int ranks) {
 
 void check_gossip_resume(const Job& job, const Checkpoint& ck, int ranks) {
   const Config& c = *job.config;
-  if (c.policy.kind == "adpsgd") {
-    throw InputError(ck.path + ": policy.name = '" + c.policy_name +
-                     "' on the mpi runtime writes no checkpoints and resumes none; resume it on "
-                     "the runtime that wrote it (sim or threads)");
-  }
   check_gossip_checkpoint(ck, c.policy_name, "mpi", ranks);
   // Every part decoded as the ranks will, into objects then dropped.
   GossipModels models(1, job.initial_params, gossip_local_update(c));

@@ -60,8 +60,7 @@ namespace hsgd::mpi {
 
 // Throws InputError (the same on every rank, before any message) unless a
 // gossip run can go on `ranks` ranks: train.workers must equal the rank
-// count, adpsgd takes no train.checkpoint_every, a model must fit one
-// message.
+// count, a model must fit one message.
 void check_gossip_launch(const Job& job, int ranks);
 
 // Rank 0 of a resumed launch of `ranks` ranks, before anything is written:

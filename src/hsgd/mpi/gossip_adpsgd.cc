@@ -137,7 +137,7 @@ class AdpsgdRank {
         topo_(c_.gossip.topology, c_.gossip.weights, c_.train.workers, c_.train.seed),
         models_(1, job.initial_params, gossip_local_update(c_)),
         delays_(c_.stragglers, c_.train.workers, c_.train.seed),
-        schedule_(c_, job.train->size(), false),
+        schedule_(c_, job.train->size(), c_.train.checkpoint_every > 0),
         stops_(c_),
         recorder_(recorder),
         observer_(observer),
@@ -158,16 +158,31 @@ class AdpsgdRank {
 
   RunResult run() {
     const auto wall0 = SteadyClock::now();
-    refuse_resume();
+    // A resume: every rank's state from rank 0's checkpoint (a refusal is
+    // the same InputError on every rank, before anything is written).
+    double start_s = 0;
+    const bool resumed = restore(&start_s);
     if (rank_ == 0) open_outputs(job_);
     post_receives();
     grad_ = std::make_unique<GradientThread>([this](GradientThread& g) { compute(g); });
     frozen_ = true;
-    diverged_ = evaluate(0.0);
+    if (!resumed) diverged_ = evaluate(0.0);
     barrier();
     frozen_ = false;
-    clock_.start(0);
-    if (!diverged_) start_gradient();
+    clock_.start(start_s);
+    start_s_ = end_s_ = start_s;
+    // A resumed run that had ended at its cut (budget, epochs, a stop)
+    // takes no step; one cut with its gradient in hand takes that first.
+    if (resumed && (schedule_.past_budget(start_s) || schedule_.epochs_done(run_.counts.samples) ||
+                    stops_.stopped())) {
+      stopping_ = true;
+    } else if (!diverged_) {
+      if (resumed) {
+        on_gradient();
+      } else {
+        start_gradient();
+      }
+    }
     Backoff backoff;
     double last_status = 0;
     for (;;) {
@@ -186,7 +201,8 @@ class AdpsgdRank {
         continue;
       }
       const double now = clock_.seconds();
-      if (schedule_.eval_due(now)) {  // (a row before the budget: every rank takes it)
+      // (a row or a cut before the budget: every rank takes it)
+      if (schedule_.eval_due(now) || schedule_.checkpoint_due(now)) {
         meet();
         backoff.reset();
         continue;
@@ -514,18 +530,23 @@ class AdpsgdRank {
 
   // ---- rows and the end
 
+  static std::array<double, 5> counts_of(const GossipCounts& c) {
+    return {static_cast<double>(c.steps), static_cast<double>(c.samples), c.loss_sum,
+            static_cast<double>(c.loss_count), static_cast<double>(c.nonfinite)};
+  }
+  // The run's counts from the ranks' summed (counts_of).
+  void fold_counts(std::span<const double> s) {
+    run_.counts.steps = static_cast<int64_t>(s[0]);
+    run_.counts.samples = static_cast<int64_t>(s[1]);
+    run_.counts.loss_sum = s[2];
+    run_.counts.loss_count = static_cast<int64_t>(s[3]);
+    run_.counts.nonfinite = static_cast<int64_t>(s[4]);
+  }
+
   // Collective: this rank's counts summed into the run's, then the row.
   bool evaluate(double t) {
-    std::array<double, 5> extras = {
-        static_cast<double>(mine_.steps), static_cast<double>(mine_.samples), mine_.loss_sum,
-        static_cast<double>(mine_.loss_count), static_cast<double>(mine_.nonfinite)};
-    const auto fold = [this](std::span<const double> s) {
-      run_.counts.steps = static_cast<int64_t>(s[0]);
-      run_.counts.samples = static_cast<int64_t>(s[1]);
-      run_.counts.loss_sum = s[2];
-      run_.counts.loss_count = static_cast<int64_t>(s[3]);
-      run_.counts.nonfinite = static_cast<int64_t>(s[4]);
-    };
+    std::array<double, 5> extras = counts_of(mine_);
+    const auto fold = [this](std::span<const double> s) { fold_counts(s); };
     const GossipWait wait = stopping_ && drained_ ? plain_wait() : serving_wait();
     return evaluator_.evaluate(t, models_, idle_, extras, fold, run_, stops_, wait);
   }
@@ -551,12 +572,112 @@ class AdpsgdRank {
       end_s_ = v[1];
       return false;
     }
-    const double t = schedule_.next_eval();
-    diverged_ = evaluate(t);
-    schedule_.eval_done(t);
+    // The next row or cut, the same on every rank (a row first at a
+    // checkpoint's time, so the checkpoint holds its row).
+    const double te = schedule_.next_eval(), tc = schedule_.next_checkpoint();
+    const bool row = te < schedule_.budget() && (tc >= schedule_.budget() || te <= tc);
+    const double t = row ? te : tc;
+    if (row) {
+      diverged_ = evaluate(t);
+      schedule_.eval_done(t);
+      if (diverged_ || schedule_.epochs_done(run_.counts.samples)) stopping_ = true;
+    } else {
+      schedule_.checkpoint_done(t);
+      PendingCut cut = cut_checkpoint();
+      if (cut) cut->commit(cut_info(t));
+    }
     clock_.start(t);
     frozen_ = false;
-    if (diverged_ || schedule_.epochs_done(run_.counts.samples)) stopping_ = true;
+    return true;
+  }
+
+  // ---- checkpoints (runtime/gossip_checkpoint.h's layout, as the other
+  // gossip policies on mpi; mpi/gossip_eval.h's gather and resume)
+  using PendingCut = std::optional<PendingCheckpoint>;
+
+  // Collective, at a meet() (no exchange in flight) or at the end (drained):
+  // every rank holds its gradient (it waits for the one in progress), the
+  // ranks' counts are summed into the run's, and rank 0 gathers every
+  // rank's part; the caller commits.
+  PendingCut cut_checkpoint() {
+    const auto t0 = SteadyClock::now();
+    while (!grad_->wait_done(0.01)) {
+      if (since(t0) > timeout_) {
+        throw MpiError(fmt::format(
+            "timed out after {} s on {} at a checkpoint: waiting for its gradient in progress",
+            timeout_, worker_name(rank_, 0)));
+      }
+    }
+    std::array<double, 5> sums = counts_of(mine_);
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(MPI_Iallreduce(MPI_IN_PLACE, sums.data(), as_count(sums.size()), MPI_DOUBLE, MPI_SUM,
+                         comm_, &r),
+          "MPI_Iallreduce");
+    wait_one(&r, timeout_, [&] {
+      return fmt::format("on {} at a checkpoint (the sum of the ranks' counts)",
+                         worker_name(rank_, 0));
+    });
+    fold_counts(sums);
+    PendingCut cut = gather_gossip_parts(job_, comm_, rank_, n_, timeout_, false,
+                                         [&] { return std::vector<std::string>{worker_bytes()}; });
+    if (!cut) return cut;
+    cut->add(kGossipRunBlob, [&](StateWriter& w) { save_gossip_run(w, n_, run_); });
+    cut->add(kRunBlob, save_run_state(stops_, schedule_));
+    return cut;
+  }
+
+  // This rank's part, its gradient in hand (the gradient thread idle).
+  std::string worker_bytes() const {
+    GossipWorkerState st;
+    st.step = step_;
+    st.phase = kGossipGradient;
+    st.loss = loss_;
+    st.batch = batch_;
+    st.finite = finite_ ? 1 : 0;
+    st.pairing = rng_.state();
+    st.idle = idle_;
+    st.sent = sent_;
+    st.received = received_;
+    StateWriter w;
+    save_gossip_worker(w, rank_, models_, 0, *sampler_, delays_, st, grads_);
+    return w.take();
+  }
+
+  CheckpointInfo cut_info(double t) const {
+    return gossip_cut_info(job_.identity, "mpi", n_, t, run_.counts.steps,
+                           recorder_->rows().size());
+  }
+
+  // Collective (receive_gossip_resume): this rank's part of rank 0's
+  // checkpoint. The run's counts restart on rank 0 (the others' own counts
+  // from 0), so that the sums at rows and cuts go on from the cut's.
+  bool restore(double* start_s) {
+    const std::optional<ResumedGossipPart> part =
+        receive_gossip_resume(job_, comm_, rank_, n_, timeout_, false, false);
+    if (!part) return false;
+    *start_s = part->start_s;
+    const std::string where = fmt::format("the resumed gossip state (rank {})", rank_);
+    GossipWorkerState st;
+    StateReader wr(part->worker, where + ": " + gossip_worker_blob(rank_));
+    const bool in_hand =
+        load_gossip_worker(wr, rank_, n_, models_, 0, *sampler_, delays_, &st, grads_);
+    wr.expect_end();
+    if (!in_hand || st.phase != kGossipGradient || !st.inbox.empty()) {
+      wr.fail("corrupt (an adpsgd rank on mpi is cut with its gradient in hand)");
+    }
+    step_ = st.step;
+    loss_ = st.loss;
+    batch_ = st.batch;
+    finite_ = st.finite != 0;
+    rng_.set_state(st.pairing);
+    idle_ = st.idle;
+    sent_ = st.sent;
+    received_ = st.received;
+    StateReader gr(part->run, where + ": " + kGossipRunBlob);
+    load_gossip_run(gr, n_, &run_);
+    gr.expect_end();
+    load_run_state(part->run_state, where + ": " + kRunBlob, *start_s, stops_, schedule_);
+    if (rank_ == 0) mine_ = run_.counts;
     return true;
   }
 
@@ -569,40 +690,39 @@ class AdpsgdRank {
     });
   }
 
-  void refuse_resume() {
-    int resumed = rank_ == 0 && job_.resume != nullptr ? 1 : 0;
-    MPI_Request r = MPI_REQUEST_NULL;
-    check(MPI_Ibcast(&resumed, 1, MPI_INT, 0, comm_, &r), "MPI_Ibcast");
-    wait_one(&r, timeout_, [&] {
-      return fmt::format("on {} at the start (whether rank 0 resumes)", worker_name(rank_, 0));
-    });
-    if (resumed != 0) {
-      throw InputError("--resume: policy.name = '" + c_.policy_name +
-                       "' on the mpi runtime writes no checkpoints and resumes none; resume it "
-                       "on the runtime that wrote it (sim or threads)");
-    }
-  }
-
   // Every rank, stopped, past the last meet(): nothing is in flight but
   // the counts to rank 0 and its stop messages; they are taken, the
   // receives cancelled, the gradient thread ended; then the closing row and
   // the result.
   RunResult finish(SteadyClock::time_point wall0) {
-    double counts[2] = {static_cast<double>(reports_sent_), stop_sent_ ? 1.0 : 0.0};
+    // Rank 0's: whether it sent the stop, and whether a final checkpoint
+    // is allowed (its stops may hold a line the others' do not).
+    double counts[3] = {static_cast<double>(reports_sent_), stop_sent_ ? 1.0 : 0.0,
+                        stops_.final_checkpoint_allowed() ? 1.0 : 0.0};
     std::vector<double> all_reports(rank_ == 0 ? static_cast<size_t>(n_) : 0);
     MPI_Request rq[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     check(
         MPI_Igather(&counts[0], 1, MPI_DOUBLE, all_reports.data(), 1, MPI_DOUBLE, 0, comm_, &rq[0]),
         "MPI_Igather");
-    check(MPI_Ibcast(&counts[1], 1, MPI_DOUBLE, 0, comm_, &rq[1]), "MPI_Ibcast");
+    check(MPI_Ibcast(&counts[1], 2, MPI_DOUBLE, 0, comm_, &rq[1]), "MPI_Ibcast");
     wait_all(rq, timeout_, [&] {
       return fmt::format("on {} at the end of training (the messages still due)",
                          worker_name(rank_, 0));
     });
     drain(all_reports, counts[1] > 0);
-    grad_.reset();  // the gradient in progress ends; a delay is cut short
     const double train_s = schedule_.clamp(end_s_);
+    // The final checkpoint is the state at the end of training (every rank
+    // with its gradient in hand), before the closing row; written only if
+    // that row finds no divergence.
+    PendingCut final_cut;
+    CheckpointInfo final_info;
+    if (c_.train.checkpoint_every > 0 && !diverged_ && counts[2] > 0) {
+      final_cut = cut_checkpoint();
+      if (rank_ == 0) final_info = cut_info(train_s);  // the rows before the closing one
+    }
+    grad_.reset();  // the gradient in progress ends; a delay is cut short
     if (!diverged_) diverged_ = evaluate(train_s);
+    if (final_cut && !diverged_ && stops_.final_checkpoint_allowed()) final_cut->commit(final_info);
     RunResult result;
     evaluator_.gather_result(sent_, received_, step_, 0, topo_, run_, &result, plain_wait());
     if (rank_ != 0) {
@@ -614,7 +734,7 @@ class AdpsgdRank {
     result.params = evaluator_.average();
     result.stopped = stops_.reason();
     result.train_s = result.last.time_s;
-    result.real_train_s = train_s;
+    result.real_train_s = train_s - start_s_;
     result.gradients = run_.counts.steps;
     result.wall_s = since(wall0);
     return result;
@@ -695,6 +815,7 @@ class AdpsgdRank {
   bool diverged_ = false;
   bool drained_ = false;  // nothing left to serve (the end)
   double end_s_ = 0;      // the latest clock at the last meet()
+  double start_s_ = 0;    // the training time the run started at (a resume: the cut's)
   // The exchange this rank started (active).
   bool waiting_ = false;
   int peer_ = -1;
