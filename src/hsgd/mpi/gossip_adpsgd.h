@@ -29,9 +29,10 @@
 // Agreement, never per step:
 //   - the budget: each rank stops by its own training clock; a gradient
 //     finishing past it is dropped;
-//   - rows: a collective each rank enters at its own row time (train.
-//     eval_every), between its exchanges, answering requests with no
-//     average while it waits, so every model in the average is the one the
+//   - rows and checkpoints: a collective each rank enters at its own row
+//     or checkpoint time (train.eval_every, train.checkpoint_every),
+//     between its exchanges, answering requests with no average while it
+//     waits, so every model in the average (or the cut) is the one the
 //     rank contributed. Its clock is paused meanwhile, and every rank
 //     restarts its clock at the row's time when the row ends (the clocks
 //     stay together). Divergence is found there (rank 0's verdict);
@@ -47,8 +48,16 @@
 //     cancelled, the gradient threads end, and the closing row is as for
 //     the other policies.
 // Every wait has mpi.timeout; past it the rank throws MpiError naming the
-// wait and the peer. Checkpoints are refused (train.checkpoint_every and a
-// resume; checked at launch on every rank).
+// wait and the peer.
+//
+// Checkpoints (runtime/gossip_checkpoint.h's layout; mpi/gossip_eval.h's
+// gather and resume): at a checkpoint's collective every rank waits for
+// the gradient in progress and is cut with it in hand (phase gradient:
+// taken first after a resume); rank 0 writes the parts. The run's counts
+// are the ranks' summed; after a resume rank 0 carries them and the other
+// ranks count their own steps from 0. A restored state is the saved one,
+// byte for byte; the run after it is, as any adpsgd run, not
+// deterministic.
 #pragma once
 #include <mpi.h>
 
