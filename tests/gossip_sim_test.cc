@@ -495,7 +495,6 @@ TEST(GossipSim, RefusedCombinationsNameTheKey) {
       EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
     }
   };
-  refused({{"train.runtime", "mpi"}, {"policy.name", "adpsgd"}}, "policy.name = 'adpsgd'");
   refused({{"compress.push", "topk:0.1"}}, "gossip.order = 'cta'");  // CHOCO is atc
   refused({{"policy.name", "adpsgd"}, {"gossip.global_every", "4"}}, "gossip.global_every");
   refused({{"optim.kind", "adam"}}, "optim.kind");

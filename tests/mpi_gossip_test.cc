@@ -21,6 +21,7 @@
 #include "choco_reference.h"
 #include "hsgd/core/error.h"
 #include "hsgd/core/topology.h"
+#include "hsgd/mpi/gossip.h"
 #include "hsgd/mpi/mpi_runtime.h"
 #include "hsgd/mpi/session.h"
 #include "hsgd/mpi/transport.h"
@@ -172,12 +173,11 @@ TEST(MpiGossip, ChocoIsTheReferenceStepByStep) {
   struct Case {
     std::string spec, every, chunk;
   };
-  for (const auto& [spec, every, chunk] :
-       std::vector<Case>{{"topk:0.2", "0", "131072"},
-                         {"qsgd:4", "0", "131072"},
-                         {"randomk:0.3", "0", "131072"},
-                         {"topk:0.2", "3", "131072"},
-                         {"qsgd:4", "0", "3"}}) {
+  for (const auto& [spec, every, chunk] : std::vector<Case>{{"topk:0.2", "0", "131072"},
+                                                            {"qsgd:4", "0", "131072"},
+                                                            {"randomk:0.3", "0", "131072"},
+                                                            {"topk:0.2", "3", "131072"},
+                                                            {"qsgd:4", "0", "3"}}) {
     SCOPED_TRACE(spec + " global_every " + every + " mpi.chunk " + chunk);
     Fixture f("choco_reference", 4,
               {{"gossip.order", "atc"},
@@ -259,9 +259,11 @@ TEST(MpiGossip, OnePeerExpReachesConsensusAfterLog2NGossipSteps) {
 // ranks is in another order), for a static and a time-varying graph.
 TEST(MpiGossip, DpsgdIsTheReferenceMixingStepByStep) {
   // The last case sends each model in messages of 7 floats (mpi.chunk).
-  for (const auto& [topo, chunk] : std::vector<std::pair<std::string, std::string>>{
-           {"ring", "131072"}, {"onepeer-exp", "131072"}, {"random-matching", "131072"},
-           {"torus", "7"}}) {
+  for (const auto& [topo, chunk] :
+       std::vector<std::pair<std::string, std::string>>{{"ring", "131072"},
+                                                        {"onepeer-exp", "131072"},
+                                                        {"random-matching", "131072"},
+                                                        {"torus", "7"}}) {
     SCOPED_TRACE(topo + " mpi.chunk " + chunk);
     Fixture f("reference", 4,
               {{"gossip.topology", topo}, {"optim.kind", "momentum"}, {"mpi.chunk", chunk}});
@@ -355,11 +357,6 @@ TEST(MpiGossip, ABadLaunchIsTheSameInputErrorOnEveryRank) {
           << e.what();
       EXPECT_NE(std::string(e.what()).find("expected train.workers = 4"), std::string::npos);
     }
-  }
-  {
-    Fixture f("bad_adpsgd", 4);
-    f.config.policy.kind = "adpsgd";  // the config refuses it on mpi; the runtime too
-    EXPECT_THROW(f.run(), InputError);
   }
 }
 
@@ -614,6 +611,241 @@ TEST(MpiGossipCheckpoint, RefusalsAreTheSameOnEveryRank) {
   refused(three, four, "expected 4, not 3");
   Fixture from_threads("ckpt_refuse_threads", 4, {{"train.checkpoint_every", "1000"}});
   refused(from_threads, threads, "written by the threads runtime");
+}
+
+// ---- adpsgd (mpi/gossip_adpsgd.h): wait-free pairs, no per-step agreement
+
+std::vector<Override> Adpsgd(std::vector<Override> o = {}) {
+  o.insert(o.begin(), {{"policy.name", "adpsgd"},
+                       {"train.epochs", "0"},
+                       {"train.budget", "0.6"},
+                       {"train.eval_every", "0.2"}});
+  return o;
+}
+
+// Every rank starts from its own model (rank r: the initial model plus r
+// on every parameter; mpi::run_gossip is called without MpiRuntime's
+// broadcast of rank 0's) and lr is 0: pairwise averaging keeps the sum of
+// the models (1e-6 relative) and brings them to consensus. On the ring
+// every active rank has passive neighbours; on the star and on 3 ranks
+// active ranks also pair with each other (rank 2's only neighbour is rank
+// 0, on the star), so a rank answers requests while its own is out.
+TEST(MpiAdpsgd, PairwiseAveragingKeepsTheSumAndReachesConsensus) {
+  for (const auto& [topo, ranks] : std::vector<std::pair<std::string, int>>{
+           {"ring", 4}, {"star", 4}, {"complete", 3}, {"ring", 3}}) {
+    SCOPED_TRACE(topo + " on " + std::to_string(ranks) + " ranks");
+    Fixture f("adpsgd_sum", ranks,
+              Adpsgd({{"gossip.topology", topo}, {"train.budget", "1"}, {"mpi.chunk", "5"}}));
+    f.config.optim.lr = 0;  // (the config refuses 0; the runtime takes it)
+    MPI_Comm comm = first_ranks(ranks);
+    if (comm == MPI_COMM_NULL) continue;
+    Job j = f.job();
+    const std::vector<float> init = j.initial_params;
+    for (float& v : j.initial_params) v += static_cast<float>(world_rank());
+    std::optional<Recorder> rec;
+    if (world_rank() == 0) rec.emplace(f.dir);
+    const RunResult r = mpi::run_gossip(j, comm, rec ? &*rec : nullptr, nullptr);
+    if (rec) rec->finish();
+    MPI_Comm_free(&comm);
+    if (world_rank() != 0) continue;
+    ASSERT_TRUE(r.stopped.empty()) << r.stopped;
+    std::vector<float> want(init.size());
+    for (size_t p = 0; p < init.size(); ++p) want[p] = init[p] + 0.5F * (ranks - 1);
+    EXPECT_LE(distance(r.params, want), 1e-6 * norm(want)) << "the sum of the models moved";
+    const std::vector<MetricsRow> rows = read_metrics_csv(f.dir + "/metrics.csv");
+    ASSERT_GE(rows.size(), 2u);
+    EXPECT_GT(rows.front().consensus, 0.5) << "the ranks should start apart";
+    EXPECT_LT(rows.back().consensus, 1e-3 * rows.front().consensus) << "no consensus";
+    EXPECT_GT(r.gossip.bytes_per_node_step, 0);
+  }
+}
+
+// Two stragglers of four (ranks 0 and 1: an active and a passive one,
+// 40 ms per gradient) do not hold the other two to their pace: ranks 2 and
+// 3 take many times their steps. Rank 1 answers rank 2's requests while
+// it sleeps through its delay (else rank 2 would wait up to 40 ms on half
+// of its exchanges). dpsgd on mpi, in lockstep, gives every rank the same
+// count.
+TEST(MpiAdpsgd, StragglersDoNotSlowTheOthers) {
+  const std::vector<Override> slow = {{"stragglers.fraction", "0.5"},
+                                      {"stragglers.delay", "lognormal"},
+                                      {"stragglers.scale", "0.04"},
+                                      {"stragglers.sigma", "0"},
+                                      {"train.budget", "1"}};
+  Fixture a("adpsgd_straggler", 4, Adpsgd(slow));
+  const std::optional<RunResult> ra = a.run();
+  std::vector<Override> lockstep = Adpsgd(slow);
+  lockstep.push_back({"policy.name", "dpsgd"});
+  Fixture d("dpsgd_straggler", 4, lockstep);
+  const std::optional<RunResult> rd = d.run();
+  if (world_rank() != 0) return;
+  ASSERT_TRUE(ra->stopped.empty()) << ra->stopped;
+  const std::vector<int64_t>& s = ra->worker_pushes;
+  ASSERT_EQ(s.size(), 4u);
+  std::printf("adpsgd steps per rank with ranks 0 and 1 straggling: %lld %lld %lld %lld\n",
+              static_cast<long long>(s[0]), static_cast<long long>(s[1]),
+              static_cast<long long>(s[2]), static_cast<long long>(s[3]));
+  EXPECT_LE(std::max(s[0], s[1]), 30) << "a straggler takes at most 1 s / 40 ms steps";
+  EXPECT_GE(std::min(s[2], s[3]), 5 * std::max(s[0], s[1]));
+  EXPECT_EQ(rd->worker_pushes[0], rd->worker_pushes[3]) << "dpsgd on mpi is in lockstep";
+}
+
+// On the same job with an epoch target (the same samples), adpsgd on mpi
+// learns as adpsgd on threads does: test loss within 2 % and accuracy
+// within 2 pp, run by run, and the epoch target (rank 0's stop message)
+// ends the mpi run within two steps of every rank. Every worker's gradient
+// takes 1 ms more (a delay for all), so that every worker takes its share
+// of the steps on both runtimes (without it one threads worker can take
+// them all on this tiny model before the others start).
+TEST(MpiAdpsgd, LearnsAsOnTheThreadsRuntime) {
+  for (int round = 0; round < 3; ++round) {
+    Fixture f("adpsgd_vs_threads", 4,
+              Adpsgd({{"train.budget", "0"},
+                      {"train.epochs", "4"},
+                      {"optim.lr", "0.05"},
+                      {"stragglers.fraction", "1"},
+                      {"stragglers.delay", "lognormal"},
+                      {"stragglers.scale", "0.001"},
+                      {"stragglers.sigma", "0"}}));
+    const std::optional<RunResult> r = f.run();
+    if (world_rank() != 0) continue;
+    ASSERT_TRUE(r->stopped.empty()) << r->stopped;
+    Config tc = f.config;
+    tc.train.runtime = "threads";
+    Job j = f.job();
+    j.config = &tc;
+    Recorder rec(testing::fresh_dir("mpi_adpsgd_threads"));
+    const RunResult t = GossipThreadsRuntime().run(j, &rec, nullptr);
+    rec.finish();
+    std::printf(
+        "adpsgd mpi vs threads: test_acc %.4f vs %.4f, test_loss %.4f vs %.4f, samples %lld vs "
+        "%lld\n",
+        r->last.test_acc, t.last.test_acc, r->last.test_loss, t.last.test_loss,
+        static_cast<long long>(r->last.samples), static_cast<long long>(t.last.samples));
+    const int64_t target = static_cast<int64_t>(std::ceil(4.0 * f.train.size()));
+    EXPECT_GE(r->last.samples, target);
+    EXPECT_LE(r->last.samples, target + 2 * 4 * f.config.train.batch) << "stopped late";
+    EXPECT_NEAR(r->last.test_loss, t.last.test_loss, 0.02 * t.last.test_loss);
+    EXPECT_NEAR(r->last.test_acc, t.last.test_acc, 0.02);
+    EXPECT_GT(r->last.test_acc, 0.6);
+  }
+}
+
+// A diverging adpsgd run stops on every rank with the run layer's line
+// (the CLI exits 3): at a row (train.max_nonfinite out of reach), and by
+// rank 0's stop message once the non-finite gradients pass
+// train.max_nonfinite (between rows: eval_every is past the budget).
+TEST(MpiAdpsgd, ADivergingRunStopsOnEveryRank) {
+  for (const std::string max_nonfinite : {"1000000000", "20"}) {
+    SCOPED_TRACE("train.max_nonfinite " + max_nonfinite);
+    const bool rows = max_nonfinite != "20";
+    Fixture f("adpsgd_diverge", 4,
+              Adpsgd({{"train.budget", "2"},
+                      {"train.eval_every", rows ? "0.1" : "5"},
+                      {"train.max_nonfinite", max_nonfinite},
+                      // (momentum at 1e38 overflows the model: non-finite gradients)
+                      {"optim.kind", rows ? "sgd" : "momentum"},
+                      {"train.diverge_factor", rows ? "10000" : "0"},
+                      {"optim.lr", rows ? "1e30" : "1e38"}}));
+    const std::optional<RunResult> r = f.run();
+    EXPECT_NE(r->stopped.find("training diverged"), std::string::npos)
+        << "rank " << world_rank() << ": '" << r->stopped << "'";
+    if (world_rank() == 0) {
+      EXPECT_LT(r->train_s, 1.0);
+      if (rows) {  // at a row's time, with no closing row
+        EXPECT_NEAR(std::remainder(r->train_s, 0.1), 0.0, 1e-9) << r->train_s;
+      } else {
+        EXPECT_NE(r->stopped.find("consecutive pushes held a NaN"), std::string::npos)
+            << r->stopped;
+      }
+    }
+  }
+}
+
+// adpsgd's checkpoints on mpi (cut at a collective every rank enters at
+// its own checkpoint time, each with its gradient in hand) restore
+// exactly: a run resumed from any of them that ends at once writes a final
+// checkpoint whose every part is byte for byte the one it read. (The run
+// itself is not deterministic, so a resumed run is not compared with an
+// uninterrupted one.)
+TEST(MpiAdpsgd, RestoredStateIsTheSavedStateExactly) {
+  const std::vector<Override> with = Adpsgd({{"train.checkpoint_every", "0.1"},
+                                             {"train.eval_every", "0.1"},
+                                             {"train.budget", "0.3"},
+                                             {"optim.kind", "momentum"}});
+  Fixture a("adpsgd_ckpt_exact", 4, with);
+  a.run();
+  std::vector<std::string> cks;
+  if (world_rank() == 0) cks = CheckpointStore::list(a.dir);
+  const int count = from_rank0(static_cast<int>(cks.size()), MPI_INT);
+  EXPECT_GE(count, 3) << "periodic cuts and the final one";
+  for (int i = 0; i < count; ++i) {
+    std::optional<Checkpoint> ck;
+    if (world_rank() == 0) {
+      ck.emplace(CheckpointStore::load(cks[static_cast<size_t>(i)], a.job().identity));
+      EXPECT_EQ(ck->info.runtime, "mpi");
+      int64_t steps = 0;
+      for (const GossipWorkerState& w : decode(a, *ck).workers) {
+        EXPECT_EQ(w.phase, kGossipGradient) << "every rank cut with its gradient in hand";
+        steps += w.step;
+      }
+      EXPECT_EQ(steps, ck->info.updates) << "the run's steps are the ranks' steps";
+    }
+    const double t = from_rank0(ck ? ck->info.train_s : 0.0, MPI_DOUBLE);
+    std::vector<Override> until = with;
+    until.push_back({"train.budget", fmt::format("{:.17g}", t)});
+    Fixture b("adpsgd_ckpt_exact_b", 4, until);
+    const std::optional<RunResult> rb = b.run(ck ? &*ck : nullptr);
+    if (world_rank() != 0) continue;
+    EXPECT_TRUE(rb->stopped.empty()) << rb->stopped;
+    EXPECT_EQ(rb->gradients, ck->info.updates) << "no step after the cut";
+    const Checkpoint again = CheckpointStore::load_latest(b.dir, b.job().identity);
+    EXPECT_EQ(again.info.train_s, ck->info.train_s);
+    ASSERT_EQ(again.entries.size(), ck->entries.size());
+    for (const auto& [name, entry] : ck->entries) {
+      EXPECT_EQ(slurp(again.path + "/" + name + ".bin"), slurp(ck->path + "/" + name + ".bin"))
+          << ck->path << ": " << name << " differs";
+    }
+  }
+}
+
+// A resumed adpsgd run goes on from its cut: the rows kept, the budget
+// counting from the start of the original run, the steps and samples going
+// on from the cut's; a resume on another rank count is refused on every
+// rank with one line.
+TEST(MpiAdpsgd, ResumeContinuesTheRun) {
+  std::vector<Override> with = Adpsgd(
+      {{"train.checkpoint_every", "0.1"}, {"train.eval_every", "0.1"}, {"train.budget", "0.15"}});
+  Fixture a("adpsgd_ckpt_continue", 4, with);
+  a.run();
+  std::optional<Checkpoint> ck;
+  if (world_rank() == 0) ck.emplace(CheckpointStore::load_latest(a.dir, a.job().identity));
+  with.back().second = "0.4";
+  Fixture b("adpsgd_ckpt_continue_b", 4, with);
+  b.dir = a.dir;
+  const std::optional<RunResult> rb = b.run(ck ? &*ck : nullptr);
+  Fixture three("adpsgd_ckpt_3", 3, with);
+  try {
+    if (three.run(ck ? &*ck : nullptr)) ADD_FAILURE() << "accepted on rank " << world_rank();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("expected 4, not 3"), std::string::npos) << e.what();
+  }
+  if (world_rank() != 0) return;
+  EXPECT_DOUBLE_EQ(ck->info.train_s, 0.15);
+  ASSERT_TRUE(rb->stopped.empty()) << rb->stopped;
+  EXPECT_NEAR(rb->train_s, 0.4, 1e-9);
+  EXPECT_NEAR(rb->real_train_s, 0.4 - 0.15, 1e-9) << "the budget counts from the cut";
+  EXPECT_GT(rb->gradients, 2 * ck->info.updates);
+  int64_t steps = 0;
+  for (int64_t s : rb->worker_pushes) steps += s;
+  EXPECT_EQ(steps, rb->gradients) << "the ranks' steps, from the start of the original run";
+  const std::vector<MetricsRow> rows = read_metrics_csv(a.dir + "/metrics.csv");
+  ASSERT_GT(rows.size(), static_cast<size_t>(ck->info.rows));
+  for (size_t i = static_cast<size_t>(ck->info.rows); i < rows.size(); ++i) {
+    EXPECT_GT(rows[i].time_s, 0.15);
+    EXPECT_GE(rows[i].updates, ck->info.updates);
+  }
+  EXPECT_NEAR(rows.back().time_s, 0.4, 1e-9);
 }
 
 // A rank slower than mpi.timeout: every rank stops with MpiError naming

@@ -195,14 +195,6 @@ std::vector<Refusal> table() {
                 ": hogwild workers apply plain SGD; expected sgd";
        }},
       // ---- the serverless gossip policies (issue 28, policy/gossip.h)
-      {"policy adpsgd on the mpi runtime",
-       [quoted](const Config& c) -> std::string {
-         if (c.policy.kind != "adpsgd" || c.train.runtime != "mpi") return "";
-         return "policy.name = " + quoted(c.policy_name) +
-                ": adpsgd's wait-free pairwise averaging is not implemented on the mpi runtime "
-                "(a passive rank would have to answer while it computes); use the sim or "
-                "threads runtime, or dpsgd/sgp on mpi";
-       }},
       {"a gossip policy with train.servers above 1 (there is no server: 0, or the default 1, "
        "which it ignores)",
        [quoted](const Config& c) -> std::string {

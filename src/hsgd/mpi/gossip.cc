@@ -16,6 +16,8 @@
 #include "hsgd/core/error.h"
 #include "hsgd/core/simd.h"
 #include "hsgd/core/topology.h"
+#include "hsgd/mpi/gossip_adpsgd.h"
+#include "hsgd/mpi/gossip_eval.h"
 #include "hsgd/mpi/roles.h"
 #include "hsgd/mpi/transport.h"
 #include "hsgd/optim/optimizer.h"
@@ -191,8 +193,9 @@ class GossipRank {
         schedule_(c_, job.train->size(), c_.train.checkpoint_every > 0),
         stops_(c_),
         recorder_(recorder),
-        observer_(observer) {
-    check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+        observer_(observer),
+        evaluator_(job, comm, comm_rank(comm), recorder, observer) {
+    rank_ = comm_rank(comm_);
     n_ = c_.train.workers;
     kind_ = c_.policy.kind;
     period_ = kind_ == "pdsgdm" ? std::max(1, c_.policy.k) : 1;
@@ -206,16 +209,6 @@ class GossipRank {
     model_->bind(local_, grads_);
     choco_ = ChocoGossip::make(c_, model_->param_shapes(), job.initial_params, 1, rank_);
     if (choco_) own_q_.resize(np_);
-    // Rank 0 evaluates the average model; with gossip.eval_workers every
-    // rank also evaluates its own.
-    if (rank_ == 0 || c_.gossip.eval_workers) {
-      HSGD_ASSERT(rank_ != 0 || recorder_ != nullptr, "rank 0 needs a recorder");
-      test_ = head(*job.test, c_.train.eval_samples);
-      eval_model_ = job.make_model();
-      eval_params_.resize(np_);
-      eval_grads_.resize(np_);
-      eval_model_->bind(eval_params_, eval_grads_);
-    }
   }
 
   RunResult run() {
@@ -338,7 +331,7 @@ class GossipRank {
       return result;
     }
     result.last = recorder_->rows().back();
-    result.params = eval_params_;
+    result.params = evaluator_.average();
     result.stopped = stops_.reason();
     result.train_s = result.last.time_s;
     result.real_train_s = train_s - start_s;
@@ -384,31 +377,15 @@ class GossipRank {
   }
 
   // Collective, every rank between steps (or stopped, its gradient in
-  // hand): each sends its part to rank 0, which writes them as they come
-  // (gossip_worker-W), then the run's (alike on every rank) and the run
-  // layer's. The checkpoint is complete once rank 0 commits it.
+  // hand): rank 0 gathers every rank's part (gather_gossip_parts), then the
+  // run's (alike on every rank) and the run layer's. The checkpoint is
+  // complete once rank 0 commits it.
   PendingCut gather_cut() {
-    const auto what = [&](int r) {
-      return [this, r] {
-        return fmt::format("on {} at a checkpoint (rank {}'s state to rank 0)",
-                           worker_name(rank_, 0), r);
-      };
-    };
-    if (rank_ != 0) {
-      send_bytes(comm_, 0, worker_bytes(), timeout_, what(rank_));
-      if (choco_) send_bytes(comm_, 0, choco_bytes(), timeout_, what(rank_));
-      return std::nullopt;
-    }
-    PendingCut cut;
-    if (job_.checkpoints) cut.emplace(job_.checkpoints->begin());
-    for (int r = 0; r < n_; ++r) {
-      const std::string bytes = r == 0 ? worker_bytes() : recv_bytes(comm_, r, timeout_, what(r));
-      if (cut) cut->add(gossip_worker_blob(r), bytes);
-      if (choco_) {
-        const std::string cb = r == 0 ? choco_bytes() : recv_bytes(comm_, r, timeout_, what(r));
-        if (cut) cut->add(gossip_choco_blob(r), cb);
-      }
-    }
+    PendingCut cut = gather_gossip_parts(job_, comm_, rank_, n_, timeout_, choco_ != nullptr, [&] {
+      std::vector<std::string> parts = {worker_bytes()};
+      if (choco_) parts.push_back(choco_bytes());
+      return parts;
+    });
     if (!cut) return cut;
     cut->add(kGossipRunBlob, [&](StateWriter& w) { save_gossip_run(w, n_, run_); });
     if (outer_) cut->add(kGossipOuterBlob, [&](StateWriter& w) { outer_->save(w); });
@@ -416,72 +393,22 @@ class GossipRank {
     return cut;
   }
 
-  // Collective. Rank 0 (job.resume) checks its checkpoint and sends every
-  // rank its part with the run's; every rank restores. False for a fresh
-  // run (no rank has a checkpoint). Throws InputError on every rank when
-  // rank 0 refuses the checkpoint.
+  // Collective (receive_gossip_resume): every rank restores its part of
+  // rank 0's checkpoint. False for a fresh run. Throws InputError on every
+  // rank when rank 0 refuses the checkpoint.
   bool restore(double* start_s) {
-    int resumed = rank_ == 0 && job_.resume != nullptr ? 1 : 0;
-    MPI_Request req = MPI_REQUEST_NULL;
-    check(MPI_Ibcast(&resumed, 1, MPI_INT, 0, comm_, &req), "MPI_Ibcast");
-    const auto what = [&] {
-      return fmt::format("on {} at the resume (rank 0's checkpoint)", worker_name(rank_, 0));
-    };
-    wait_one(&req, timeout_, what);
-    if (!resumed) return false;
-    std::string error;
-    if (rank_ == 0) {
-      try {
-        check_gossip_resume(job_, *job_.resume, n_);
-      } catch (const InputError& e) {
-        error = e.what();
-      }
-    }
-    int64_t len = static_cast<int64_t>(error.size());
-    check(MPI_Ibcast(&len, 1, MPI_INT64_T, 0, comm_, &req), "MPI_Ibcast");
-    wait_one(&req, timeout_, what);
-    error.resize(static_cast<size_t>(len));
-    if (len > 0) {
-      check(MPI_Ibcast(error.data(), as_count(error.size()), MPI_CHAR, 0, comm_, &req),
-            "MPI_Ibcast");
-      wait_one(&req, timeout_, what);
-      throw InputError(error);
-    }
-    std::string mine;
-    if (rank_ == 0) {
-      const Checkpoint& ck = *job_.resume;
-      for (int r = n_ - 1; r >= 0; --r) {  // rank 0's own last: it keeps it
-        const std::string name = gossip_worker_blob(r);
-        StateWriter w;
-        w.put(ck.info.train_s);
-        w.put_str(ck.blob(name));
-        w.put_str(ck.blob(kGossipRunBlob));
-        w.put_str(outer_ ? ck.blob(kGossipOuterBlob) : std::string());
-        w.put_str(ck.blob(kRunBlob));
-        w.put_str(choco_ ? ck.blob(gossip_choco_blob(r)) : std::string());
-        ck.cache.erase(name);  // one rank's part in memory at a time
-        if (r == 0) {
-          mine = w.take();
-        } else {
-          send_bytes(comm_, r, w.take(), timeout_, what);
-        }
-      }
-    } else {
-      mine = recv_bytes(comm_, 0, timeout_, what);
-    }
+    const std::optional<ResumedGossipPart> part = receive_gossip_resume(
+        job_, comm_, rank_, n_, timeout_, outer_ != nullptr, choco_ != nullptr);
+    if (!part) return false;
+    *start_s = part->start_s;
     const std::string where = fmt::format("{} (rank {})", "the resumed gossip state", rank_);
-    StateReader r(mine, where);
-    *start_s = r.get<double>();
-    const std::string wb = r.get_str(), gb = r.get_str(), ob = r.get_str(), rb = r.get_str();
-    const std::string cb = r.get_str();
-    r.expect_end();
     if (choco_) {
-      StateReader cr(cb, where + ": " + gossip_choco_blob(rank_));
+      StateReader cr(part->choco, where + ": " + gossip_choco_blob(rank_));
       choco_->load_worker(0, cr);
       cr.expect_end();
     }
     GossipWorkerState st;
-    StateReader wr(wb, where + ": " + gossip_worker_blob(rank_));
+    StateReader wr(part->worker, where + ": " + gossip_worker_blob(rank_));
     const bool in_hand =
         load_gossip_worker(wr, rank_, n_, models_, 0, *sampler_, delays_, &st, grads_);
     wr.expect_end();
@@ -498,15 +425,15 @@ class GossipRank {
     sent_ = st.sent;
     received_ = st.received;
     rounds_ = st.rounds;
-    StateReader gr(gb, where + ": " + kGossipRunBlob);
+    StateReader gr(part->run, where + ": " + kGossipRunBlob);
     load_gossip_run(gr, n_, &run_);
     gr.expect_end();
     if (outer_) {
-      StateReader orr(ob, where + ": " + kGossipOuterBlob);
+      StateReader orr(part->outer, where + ": " + kGossipOuterBlob);
       outer_->load(orr);
       orr.expect_end();
     }
-    load_run_state(rb, where + ": " + kRunBlob, *start_s, stops_, schedule_);
+    load_run_state(part->run_state, where + ": " + kRunBlob, *start_s, stops_, schedule_);
     return true;
   }
 
@@ -656,102 +583,21 @@ class GossipRank {
     received_ += bytes;
   }
 
-  // Collective: the average model and the consensus distance by reductions;
-  // rank 0 evaluates, writes the row and checks it; every rank learns
-  // whether the run diverged.
+  // Collective (mpi/gossip_eval.h): the row at training time t; every rank
+  // learns whether the run diverged.
   void evaluate(double t) {
-    // gossip.eval_workers: this rank's own de-biased model first (rank 0's
-    // eval_params_ take the average below); min, sum and max to rank 0.
-    WorkerAccuracy workers;
-    if (c_.gossip.eval_workers) {
-      models_.debiased(0, eval_params_);
-      const double acc = eval_model_->evaluate(test_).accuracy;
-      double extremes[2] = {-acc, acc}, sum_acc = 0, most[2] = {0, 0};
-      MPI_Request rq[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-      check(MPI_Ireduce(extremes, most, 2, MPI_DOUBLE, MPI_MAX, 0, comm_, &rq[0]), "MPI_Ireduce");
-      check(MPI_Ireduce(&acc, &sum_acc, 1, MPI_DOUBLE, MPI_SUM, 0, comm_, &rq[1]), "MPI_Ireduce");
-      wait_all(rq, timeout_, [&] {
-        return fmt::format("on {} at an evaluation of every worker's model (a reduce to rank 0)",
-                           worker_name(rank_, 0));
-      });
-      workers = {-most[0], sum_acc / n_, most[1]};
-    }
-    std::vector<double> sum(np_ + 2);
-    std::span<const float> x = models_.x(0);
-    for (size_t p = 0; p < np_; ++p) sum[p] = x[p];
-    sum[np_] = models_.weight(0);
-    sum[np_ + 1] = idle_;
-    allreduce(sum.data(), sum.size(), MPI_SUM, "an evaluation");
-    const double wsum = sum[np_];
-    const double w = models_.weight(0);
-    double sq = 0;
-    for (size_t p = 0; p < np_; ++p) {
-      const float avg = static_cast<float>(sum[p] / wsum);
-      const double d = x[p] / w - avg;
-      sq += d * d;
-      if (rank_ == 0) eval_params_[p] = avg;
-    }
-    MPI_Request r = MPI_REQUEST_NULL;
-    double sq_sum = 0;
-    check(MPI_Ireduce(&sq, &sq_sum, 1, MPI_DOUBLE, MPI_SUM, 0, comm_, &r), "MPI_Ireduce");
-    wait_one(&r, timeout_, [&] {
-      return fmt::format("on {} at an evaluation (a reduce to rank 0)", worker_name(rank_, 0));
-    });
-    int diverged = 0;
-    if (rank_ == 0) {
-      GossipModels::Consensus cs;
-      double norm = 0;
-      for (float v : eval_params_) norm += static_cast<double>(v) * v;
-      cs.xi = std::sqrt(sq_sum / n_);
-      cs.norm = std::sqrt(norm);
-      const double idle = sum[np_ + 1];
-      const double span = (t - run_.last_time) * n_;
-      const double idle_frac =
-          span > 0 ? std::clamp((idle - run_.last_idle) / span, 0.0, 1.0) : 0.0;
-      run_.last_idle = idle;
-      run_.last_time = t;
-      const MetricsRow row = gossip_row(c_, cs, *eval_model_, test_, job_.train->size(), t,
-                                        run_.counts, idle_frac, &workers);
-      recorder_->write(row);
-      observer_->on_row(row);
-      run_.last_acc = row.test_acc;
-      // A stop whose state is sound (a request) is not a divergence: its
-      // final checkpoint is still written.
-      diverged = stops_.check_row(row, eval_params_, recorder_->rows()) &&
-                         !stops_.final_checkpoint_allowed()
-                     ? 1
-                     : 0;
-    }
-    check(MPI_Ibcast(&diverged, 1, MPI_INT, 0, comm_, &r), "MPI_Ibcast");
-    wait_one(&r, timeout_, [&] {
-      return fmt::format("on {} at an evaluation (rank 0's verdict)", worker_name(rank_, 0));
-    });
-    diverged_ = diverged != 0;
+    diverged_ = evaluator_.evaluate(t, models_, idle_, {}, {}, run_, stops_, plain_wait());
   }
 
-  // Rank 0: every rank's bytes, steps and rounds, and summary.json's gossip.
+  // mpi/gossip_eval.h's waits: with the deadline, nothing else to do.
+  GossipWait plain_wait() const {
+    return [this](std::span<MPI_Request> reqs, const std::function<std::string()>& what) {
+      wait_all(reqs, timeout_, what);
+    };
+  }
+
   void gather_result(RunResult* result) {
-    double mine[4] = {sent_, received_, static_cast<double>(step_), static_cast<double>(rounds_)};
-    std::vector<double> all(rank_ == 0 ? 4 * static_cast<size_t>(n_) : 0);
-    MPI_Request r = MPI_REQUEST_NULL;
-    check(MPI_Igather(mine, 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, 0, comm_, &r), "MPI_Igather");
-    wait_one(&r, timeout_, [&] {
-      return fmt::format("on {} at the end (a gather to rank 0)", worker_name(rank_, 0));
-    });
-    if (rank_ != 0) return;
-    std::vector<double> sent, received;
-    std::vector<int64_t> steps;
-    int64_t rounds = 0;
-    for (int i = 0; i < n_; ++i) {
-      const double* v = all.data() + 4 * static_cast<size_t>(i);
-      sent.push_back(v[0]);
-      received.push_back(v[1]);
-      steps.push_back(static_cast<int64_t>(v[2]));
-      rounds += static_cast<int64_t>(v[3]);
-    }
-    result->worker_pushes = steps;
-    result->gossip =
-        gossip_result(c_, topo_, run_.counts, rounds, run_.global_averages, sent, received, steps);
+    evaluator_.gather_result(sent_, received_, step_, rounds_, topo_, run_, result, plain_wait());
   }
 
   const Job& job_;
@@ -791,10 +637,7 @@ class GossipRank {
   int64_t rounds_ = 0;
   double sent_ = 0, received_ = 0, idle_ = 0;
   bool diverged_ = false;
-  // Rank 0: the evaluation.
-  Dataset test_;
-  std::unique_ptr<Model> eval_model_;
-  std::vector<float> eval_params_, eval_grads_;
+  GossipEvaluator evaluator_;  // the rows and the end (mpi/gossip_eval.h)
 };
 
 }  // namespace
@@ -802,12 +645,6 @@ class GossipRank {
 void check_gossip_launch(const Job& job, int ranks) {
   const Config& c = *job.config;
   const std::string policy = "policy.name = '" + c.policy_name + "'";
-  if (c.policy.kind == "adpsgd") {
-    throw InputError(policy +
-                     ": adpsgd's wait-free pairwise averaging is not implemented on the mpi "
-                     "runtime (a passive rank would have to answer while it computes); use the "
-                     "sim or threads runtime, or dpsgd/sgp on mpi");
-  }
   if (c.train.workers != ranks) {
     throw InputError(fmt::format(
         "train.workers = {}: under the mpi runtime {} runs one worker on every rank (no server "
@@ -863,6 +700,9 @@ RunResult run_gossip(const Job& job, MPI_Comm comm, Recorder* recorder, Observer
   check_gossip_launch(job, ranks);
   check_job(job);
   Observer quiet;
+  if (job.config->policy.kind == "adpsgd") {
+    return run_adpsgd(job, comm, recorder, observer ? observer : &quiet);
+  }
   GossipRank rank(job, comm, recorder, observer ? observer : &quiet);
   return rank.run();
 }

@@ -28,11 +28,12 @@
 // a stop still completes the exchange it posted (every rank posted its
 // part), so that no message is left in flight.
 //
-// Evaluation (every rank, collectively, with the training clocks paused):
-// an all-reduce of the models and the weights gives every rank the average
-// model x_bar = sum_i x_i / sum_i w_i; a reduce of ||x_i / w_i - x_bar||^2
-// gives rank 0 the consensus distance. Rank 0 evaluates x_bar, writes the
-// row (runtime/gossip_row.h) and checks it for divergence; its verdict is
+// Evaluation (every rank, collectively, with the training clocks paused;
+// mpi/gossip_eval.h, shared with adpsgd): an all-reduce of the models and
+// the weights gives every rank the average model x_bar = sum_i x_i /
+// sum_i w_i; a reduce of ||x_i / w_i - x_bar||^2 gives rank 0 the
+// consensus distance. Rank 0 evaluates x_bar, writes the row
+// (runtime/gossip_row.h) and checks it for divergence; its verdict is
 // broadcast, and a diverged run ends on every rank (the stop line reaches
 // every rank through MpiRuntime::run: exit 3).
 //
@@ -45,9 +46,8 @@
 // every rank) and sends each rank its part: a resumed run is the
 // uninterrupted one, bit for bit. The same rank count is needed.
 //
-// Not here: adpsgd (refused at launch: a wait-free pairwise exchange needs a
-// rank to answer while it computes, which one MPI thread per rank cannot do
-// without a progress thread).
+// adpsgd takes no per-step agreement and runs apart: run_gossip hands it to
+// mpi/gossip_adpsgd.h.
 //
 // Every wait has the deadline mpi.timeout; past it the rank throws MpiError
 // naming the step and the peers (or the collective) it waited for.
@@ -60,7 +60,7 @@ namespace hsgd::mpi {
 
 // Throws InputError (the same on every rank, before any message) unless a
 // gossip run can go on `ranks` ranks: train.workers must equal the rank
-// count, the policy must not be adpsgd, a model must fit one message.
+// count, a model must fit one message.
 void check_gossip_launch(const Job& job, int ranks);
 
 // Rank 0 of a resumed launch of `ranks` ranks, before anything is written:

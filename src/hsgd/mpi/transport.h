@@ -56,6 +56,17 @@ enum Tag : int {
   // Gossip (mpi/gossip.h), worker rank -> worker rank: round t's model (or
   // push-sum share) at gossip_tag(kTagGossipModel, t), sgp's share of the
   // weight (one double) at gossip_tag(kTagGossipWeight, t).
+  // adpsgd (mpi/gossip_adpsgd.h), worker rank -> worker rank: an active
+  // rank's request (a header, then its model in chunks), the passive rank's
+  // reply (a header: averaged or not, then its model in chunks when it
+  // averaged); every rank -> rank 0, its cumulative step counts; rank 0 ->
+  // every rank, the stop.
+  kTagAdpsgdRequest = 19,
+  kTagAdpsgdModel = 20,
+  kTagAdpsgdReply = 21,
+  kTagAdpsgdReplyModel = 22,
+  kTagAdpsgdProgress = 23,
+  kTagAdpsgdStop = 24,
   kTagGossipModel = 1000,
   kTagGossipWeight = 10000,
 };

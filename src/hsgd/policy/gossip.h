@@ -3,8 +3,8 @@
 // and under push-sum a scalar weight w_i) and averages with neighbours of a
 // gossip topology (core/topology.h). This file holds the options and the
 // per-worker state with its arithmetic; the runtimes
-// (runtime/gossip_sim.h, runtime/gossip_threads.h) decide when each part
-// runs and move the bytes.
+// (runtime/gossip_sim.h, runtime/gossip_threads.h, mpi/gossip.h,
+// mpi/gossip_adpsgd.h) decide when each part runs and move the bytes.
 //
 // The policies, as hsgd runs them (docs/gossip.md):
 //   dpsgd       synchronous gossip every step. gossip.order = "cta"
