@@ -163,12 +163,7 @@ std::vector<BadCase> bad_cases() {
       {"compress_unknown", syn + "--set compress.push=zip", "compress.push = 'zip'"},
       {"compress_hogwild", syn + "--policy hogwild --set optim.kind=sgd --set compress.push=sign",
        "policy hogwild has no server"},
-      // Gossip membership runs on sim and threads, its checkpoints on sim only (issue 28).
-      {"gossip_faults_threads",
-       syn + "--runtime threads --policy dpsgd --set faults.kill=worker:1@1s "
-             "--set train.checkpoint_every=0.5",
-       "train.checkpoint_every = 0.5 with [faults] and policy 'dpsgd' on threads: checkpoints "
-       "of gossip membership run on the sim runtime only; expected 0, or --runtime sim"},
+      // Gossip membership (and its checkpoints) runs on sim and threads (issue 28).
       {"gossip_faults_mpi", syn + "--runtime mpi --policy sgp --set faults.kill=worker:1@1s",
        "[faults]: fault injection runs on the sim and threads runtimes, not on mpi"},
       // CHOCO compressed gossip: what it does not compose with (issue 28).
