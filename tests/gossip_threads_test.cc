@@ -767,9 +767,11 @@ TEST(GossipThreadsMembershipCheckpoint, RestoredStateIsTheSavedStateExactly) {
 }
 
 // A run cut at 0.1 s with workers 1 and 2 out (killed at 0.02 and 0.04 s)
-// and resumed to 0.25 s goes on with that membership and the rest of the
-// fault plan: the two kills before the cut are not carried out again;
-// worker 4's kill at 0.13 s and worker 1's rejoin at 0.16 s, after it, are.
+// and worker 3 back (killed at 0.03 s, rejoined at 0.06 s), resumed to
+// 0.25 s, goes on with that membership and the rest of the fault plan: the
+// changes before the cut are not carried out again (worker 3's kill would
+// be due again on a plan that forgot it); worker 4's kill at 0.13 s and
+// worker 1's rejoin at 0.16 s, after it, are.
 // Worker 1 rejoins from its live successor on the restored graph, 3 (2 is
 // still out); worker 2 takes no step after the cut; the workers that
 // stayed are not held up by the ones out (their rows count 2 or 3 live
@@ -782,8 +784,8 @@ TEST(GossipThreadsMembershipCheckpoint, ResumeGoesOnWithTheSameMembership) {
            {{"policy.name", "pdsgdm:3"}, {"gossip.global_every", "6"}}}) {
     SCOPED_TRACE(describe(o));
     std::vector<Override> with = o;
-    with.push_back({"faults.kill", "worker:1@0.02s,worker:2@0.04s,worker:4@0.13s"});
-    with.push_back({"faults.rejoin", "worker:1@0.16s"});
+    with.push_back({"faults.kill", "worker:1@0.02s,worker:2@0.04s,worker:3@0.03s,worker:4@0.13s"});
+    with.push_back({"faults.rejoin", "worker:1@0.16s,worker:3@0.06s"});
     with.push_back({"train.checkpoint_every", "0.1"});
     with.push_back({"train.budget", "0.1"});
     Gossip a(with);
@@ -792,7 +794,7 @@ TEST(GossipThreadsMembershipCheckpoint, ResumeGoesOnWithTheSameMembership) {
     ASSERT_TRUE(ra.stopped.empty()) << ra.stopped;
     const Checkpoint ck = CheckpointStore::load_latest(dir, a.job().identity);
     const Members saved = members(a, ck);
-    ASSERT_EQ(saved.log.size(), 2u);
+    ASSERT_EQ(saved.log.size(), 4u);
     ASSERT_EQ(saved.live.live, (std::vector<char>{1, 0, 0, 1, 1}));
     const Decoded before = decode(a, ck);
 
@@ -801,8 +803,8 @@ TEST(GossipThreadsMembershipCheckpoint, ResumeGoesOnWithTheSameMembership) {
     std::vector<Seen> seen;
     const RunResult rb = run_probed_with_checkpoints(b, dir, &ck, &seen);
     ASSERT_TRUE(rb.stopped.empty()) << rb.stopped;
-    ASSERT_EQ(rb.membership.size(), 4u) << "the two changes before the cut, two after";
-    for (size_t k = 0; k < 2; ++k) {
+    ASSERT_EQ(rb.membership.size(), 6u) << "the four changes before the cut, two after";
+    for (size_t k = 0; k < 4; ++k) {
       EXPECT_EQ(rb.membership[k].worker, saved.log[k].worker);
       EXPECT_EQ(rb.membership[k].join, saved.log[k].join);
       EXPECT_EQ(rb.membership[k].time, saved.log[k].time);
