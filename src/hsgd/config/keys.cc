@@ -793,12 +793,11 @@ std::vector<Key> declare() {
           .moot(runtime("sim"))
           .written(Written::kNotDefault));
   add(int_key("sim", "cores", HSGD_REF(sim.cores),
-              "Cores the simulated workers' compute and the server's updates share, first come "
-              "first served; 0 = unlimited (each worker on a core of its own).")
+              "Cores the simulated workers' compute and the server's updates share (the gossip "
+              "policies: the workers' compute), first come first served; 0 = unlimited (each "
+              "worker on a core of its own).")
           .check([](int v) { return v >= 0 && v <= 65536; }, "0 (unlimited) to 65536")
           .moot(runtime("sim"))
-          // The gossip simulator gives every worker a core of its own.
-          .moot(not_policies({"dpsgd", "adpsgd", "sgp", "pdsgdm"}))
           .written(Written::kNotDefault));
   add(int_key("sim", "threads", HSGD_REF(sim.threads),
               "Threads computing the simulated workers' gradients; 0 = every core. The output is "
