@@ -421,9 +421,8 @@ std::vector<Key> declare() {
               "made before this key ran rule 5 and keep their identity.")
           .check([](int v) { return v == 5 || v == 6; }, "5 or 6")
           .moot(policies({"auto"}))
-          .written_when([](const Config& c) {
-            return c.policy.kind == "auto" && c.policy.auto_rule != 5;
-          }));
+          .written_when(
+              [](const Config& c) { return c.policy.kind == "auto" && c.policy.auto_rule != 5; }));
   add(num_key("policy", "loss_smoothing", HSGD_REF(policy.schedule.loss_smoothing),
               "The adaptive schedule: the per-push factor of the training-loss average.")
           .check([](double v) { return v > 0 && v < 1; }, "in (0, 1)")

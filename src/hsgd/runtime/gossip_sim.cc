@@ -1003,9 +1003,10 @@ class GossipRun {
     r.expect_end();
     if (cores_.limited()) {
       if (!ck.has(kCoresBlob)) {
-        throw InputError(fmt::format("{}: no {}.bin; sim.cores = {} resumes from a checkpoint of "
-                                     "a run with the same sim.cores",
-                                     ck.path, kCoresBlob, c_.sim.cores));
+        throw InputError(
+            fmt::format("{}: no {}.bin; sim.cores = {} resumes from a checkpoint of "
+                        "a run with the same sim.cores",
+                        ck.path, kCoresBlob, c_.sim.cores));
       }
       ck.read(kCoresBlob, [&](StateReader& kr) {
         kr.expect_tag(kCoresTag, "gossip cores");

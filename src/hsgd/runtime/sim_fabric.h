@@ -150,7 +150,7 @@ class SimFabric {
   std::vector<Shard> shard_;
   std::deque<Ordered> order_;  // pushes shard 0 started, not yet served by all
   uint64_t order_base_ = 0;    // the order number of order_.front()
-  CorePool cores_;  // sim.cores (runtime/sim_cores.h)
+  CorePool cores_;             // sim.cores (runtime/sim_cores.h)
 };
 
 }  // namespace hsgd
