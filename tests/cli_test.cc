@@ -336,6 +336,29 @@ TEST(Cli, GossipChurnRunsOnThreads) {
   }
 }
 
+// A faulty gossip run on threads checkpoints and resumes from the CLI: the
+// resumed run keeps the leave before the cut (not carried out again) and
+// carries out the rejoin after it.
+TEST(Cli, GossipChurnCheckpointResumesOnThreads) {
+  const std::string out = tmp("gossip_threads_churn_resume");
+  fs::remove_all(out);
+  Outcome o = run(
+      "train --quiet --data synthetic --model softmax --runtime threads --workers 4 --policy sgp "
+      "--budget 0.3 --set train.eval_every=0.1 --set train.checkpoint_every=0.15 "
+      "--set faults.kill=worker:1@0.05s --set faults.rejoin=worker:1@0.4s --out " +
+      out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  const nlohmann::json before = summary(out);
+  ASSERT_EQ(before["membership"].size(), 1u) << before["membership"].dump();
+  o = run("train --quiet --resume " + out + " --budget 0.6");
+  ASSERT_EQ(o.code, 0) << o.err;
+  const nlohmann::json s = summary(out);
+  ASSERT_EQ(s["membership"].size(), 2u) << s["membership"].dump();
+  EXPECT_EQ(s["membership"][0], before["membership"][0]);
+  EXPECT_EQ(s["membership"][1]["worker"], 1);
+  EXPECT_EQ(s["membership"][1]["event"], "join");
+}
+
 TEST(Cli, SoftmaxOnCsvMatchesASingleProcessLibTorchLoop) {
   configure_math_threads();
   SyntheticOptions so;
