@@ -693,6 +693,16 @@ std::vector<char> replay(const std::vector<MembershipEvent>& log, int n) {
   return live;
 }
 
+// "-1@0.021 +3@0.070": who left (-) or joined (+) when.
+std::string describe(const std::vector<MembershipEvent>& log) {
+  std::string out;
+  for (const MembershipEvent& e : log) {
+    out +=
+        fmt::format("{}{}{}@{:.3f}", out.empty() ? "" : " ", e.join ? '+' : '-', e.worker, e.time);
+  }
+  return out;
+}
+
 RunResult run_probed_with_checkpoints(Gossip& g, const std::string& dir, const Checkpoint* resume,
                                       std::vector<Seen>* seen) {
   Job j = g.job();
@@ -736,7 +746,7 @@ TEST(GossipThreadsMembershipCheckpoint, RestoredStateIsTheSavedStateExactly) {
     const RunResult ra = run_with_checkpoints(a, dir, nullptr);
     ASSERT_TRUE(ra.stopped.empty()) << ra.stopped;
     const std::vector<std::string> cks = CheckpointStore::list(dir);
-    ASSERT_GE(cks.size(), 3u);
+    ASSERT_GE(cks.size(), 2u) << "periodic cuts and the final one";
     int with_out = 0;
     for (const std::string& path : cks) {
       const Checkpoint ck = CheckpointStore::load(path, a.job().identity);
@@ -766,16 +776,19 @@ TEST(GossipThreadsMembershipCheckpoint, RestoredStateIsTheSavedStateExactly) {
   }
 }
 
-// A run cut at 0.1 s with workers 1 and 2 out (killed at 0.02 and 0.04 s)
-// and worker 3 back (killed at 0.03 s, rejoined at 0.06 s), resumed to
-// 0.25 s, goes on with that membership and the rest of the fault plan: the
+// A run cut at 0.2 s with workers 1 and 2 out (killed at 0.02 and 0.04 s)
+// and worker 3 back (killed at 0.03 s, rejoined at 0.07 s), resumed to
+// 0.4 s, goes on with that membership and the rest of the fault plan: the
 // changes before the cut are not carried out again (worker 3's kill would
-// be due again on a plan that forgot it); worker 4's kill at 0.13 s and
-// worker 1's rejoin at 0.16 s, after it, are.
+// be due again on a plan that forgot it); worker 4's kill at 0.22 s and
+// worker 1's rejoin at 0.32 s, after it, are. (The margins leave a loaded
+// machine 0.08 s or more to carry out each change before the cut or the
+// end, where it is checked.)
 // Worker 1 rejoins from its live successor on the restored graph, 3 (2 is
 // still out); worker 2 takes no step after the cut; the workers that
-// stayed are not held up by the ones out (their rows count 2 or 3 live
-// workers); sgp's total push-sum weight stays 5.
+// stayed are not held up by the ones out; the rows after the cut count 3
+// live workers, then 2 or (worker 1 back before worker 4 left) 4, never 5,
+// and 3 at the end; sgp's total push-sum weight stays 5.
 TEST(GossipThreadsMembershipCheckpoint, ResumeGoesOnWithTheSameMembership) {
   for (const std::vector<Override>& o : std::vector<std::vector<Override>>{
            {{"policy.name", "dpsgd"}},
@@ -784,26 +797,27 @@ TEST(GossipThreadsMembershipCheckpoint, ResumeGoesOnWithTheSameMembership) {
            {{"policy.name", "pdsgdm:3"}, {"gossip.global_every", "6"}}}) {
     SCOPED_TRACE(describe(o));
     std::vector<Override> with = o;
-    with.push_back({"faults.kill", "worker:1@0.02s,worker:2@0.04s,worker:3@0.03s,worker:4@0.13s"});
-    with.push_back({"faults.rejoin", "worker:1@0.16s,worker:3@0.06s"});
-    with.push_back({"train.checkpoint_every", "0.1"});
-    with.push_back({"train.budget", "0.1"});
+    with.push_back({"faults.kill", "worker:1@0.02s,worker:2@0.04s,worker:3@0.03s,worker:4@0.22s"});
+    with.push_back({"faults.rejoin", "worker:1@0.32s,worker:3@0.07s"});
+    with.push_back({"train.checkpoint_every", "0.2"});
+    with.push_back({"train.budget", "0.2"});
     Gossip a(with);
     const std::string dir = testing::fresh_dir("gossip_threads_members_resume");
     const RunResult ra = run_with_checkpoints(a, dir, nullptr);
     ASSERT_TRUE(ra.stopped.empty()) << ra.stopped;
     const Checkpoint ck = CheckpointStore::load_latest(dir, a.job().identity);
     const Members saved = members(a, ck);
-    ASSERT_EQ(saved.log.size(), 4u);
+    ASSERT_EQ(saved.log.size(), 4u) << describe(saved.log);
     ASSERT_EQ(saved.live.live, (std::vector<char>{1, 0, 0, 1, 1}));
     const Decoded before = decode(a, ck);
 
-    with.back().second = "0.25";
+    with.back().second = "0.4";
     Gossip b(with);
     std::vector<Seen> seen;
     const RunResult rb = run_probed_with_checkpoints(b, dir, &ck, &seen);
     ASSERT_TRUE(rb.stopped.empty()) << rb.stopped;
-    ASSERT_EQ(rb.membership.size(), 6u) << "the four changes before the cut, two after";
+    ASSERT_EQ(rb.membership.size(), 6u)
+        << "the four changes before the cut, two after: " << describe(rb.membership);
     for (size_t k = 0; k < 4; ++k) {
       EXPECT_EQ(rb.membership[k].worker, saved.log[k].worker);
       EXPECT_EQ(rb.membership[k].join, saved.log[k].join);
@@ -811,24 +825,27 @@ TEST(GossipThreadsMembershipCheckpoint, ResumeGoesOnWithTheSameMembership) {
     }
     ASSERT_EQ(seen.size(), 2u) << "changes carried out after the resume";
     for (const Seen& s : seen) {
-      EXPECT_GT(s.e.time, 0.1);
+      EXPECT_GT(s.e.time, 0.2);
       if (s.e.join) {
         EXPECT_EQ(s.e.worker, 1);
-        EXPECT_GE(s.e.time, 0.16);
+        EXPECT_GE(s.e.time, 0.32);
         EXPECT_EQ(s.other, 3) << "its live successor on the restored graph";
         EXPECT_FALSE(s.live[2]);
       } else {
         EXPECT_EQ(s.e.worker, 4);
-        EXPECT_GE(s.e.time, 0.13);
+        EXPECT_GE(s.e.time, 0.22);
       }
     }
-    EXPECT_EQ(rb.worker_pushes[2], before.workers[2].step) << "worker 2 stayed out";
-    for (size_t w : {0u, 3u}) EXPECT_GT(rb.worker_pushes[w], before.workers[w].step + 5) << w;
+    // Steps of its own (worker_pushes: less those taken over at joins).
+    auto own = [&](size_t w) { return before.workers[w].step - saved.live.inherited[w]; };
+    EXPECT_EQ(rb.worker_pushes[2], own(2)) << "worker 2 stayed out";
+    for (size_t w : {0u, 3u}) EXPECT_GT(rb.worker_pushes[w], own(w) + 5) << w;
     const std::vector<double> live =
         testing::csv_column(slurp(dir + "/metrics.csv"), "live_workers");
     ASSERT_GT(live.size(), static_cast<size_t>(ck.info.rows));
     for (size_t i = static_cast<size_t>(ck.info.rows); i < live.size(); ++i) {
-      EXPECT_TRUE(live[i] == 2 || live[i] == 3) << "row " << i << ": " << live[i];
+      EXPECT_TRUE(live[i] >= 2 && live[i] <= 4)
+          << "row " << i << ": " << live[i] << "; " << describe(rb.membership);
     }
     EXPECT_EQ(live.back(), 3);
     const Checkpoint end = CheckpointStore::load_latest(dir, b.job().identity);
