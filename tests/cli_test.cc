@@ -163,12 +163,7 @@ std::vector<BadCase> bad_cases() {
       {"compress_unknown", syn + "--set compress.push=zip", "compress.push = 'zip'"},
       {"compress_hogwild", syn + "--policy hogwild --set optim.kind=sgd --set compress.push=sign",
        "policy hogwild has no server"},
-      // Gossip membership runs on sim and threads, its checkpoints on sim only (issue 28).
-      {"gossip_faults_threads",
-       syn + "--runtime threads --policy dpsgd --set faults.kill=worker:1@1s "
-             "--set train.checkpoint_every=0.5",
-       "train.checkpoint_every = 0.5 with [faults] and policy 'dpsgd' on threads: checkpoints "
-       "of gossip membership run on the sim runtime only; expected 0, or --runtime sim"},
+      // Gossip membership (and its checkpoints) runs on sim and threads (issue 28).
       {"gossip_faults_mpi", syn + "--runtime mpi --policy sgp --set faults.kill=worker:1@1s",
        "[faults]: fault injection runs on the sim and threads runtimes, not on mpi"},
       // CHOCO compressed gossip: what it does not compose with (issue 28).
@@ -339,6 +334,29 @@ TEST(Cli, GossipChurnRunsOnThreads) {
               std::string::npos)
         << o.err;
   }
+}
+
+// A faulty gossip run on threads checkpoints and resumes from the CLI: the
+// resumed run keeps the leave before the cut (not carried out again) and
+// carries out the rejoin after it.
+TEST(Cli, GossipChurnCheckpointResumesOnThreads) {
+  const std::string out = tmp("gossip_threads_churn_resume");
+  fs::remove_all(out);
+  Outcome o = run(
+      "train --quiet --data synthetic --model softmax --runtime threads --workers 4 --policy sgp "
+      "--budget 0.3 --set train.eval_every=0.1 --set train.checkpoint_every=0.15 "
+      "--set faults.kill=worker:1@0.05s --set faults.rejoin=worker:1@0.4s --out " +
+      out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  const nlohmann::json before = summary(out);
+  ASSERT_EQ(before["membership"].size(), 1u) << before["membership"].dump();
+  o = run("train --quiet --resume " + out + " --budget 0.6");
+  ASSERT_EQ(o.code, 0) << o.err;
+  const nlohmann::json s = summary(out);
+  ASSERT_EQ(s["membership"].size(), 2u) << s["membership"].dump();
+  EXPECT_EQ(s["membership"][0], before["membership"][0]);
+  EXPECT_EQ(s["membership"][1]["worker"], 1);
+  EXPECT_EQ(s["membership"][1]["event"], "join");
 }
 
 TEST(Cli, SoftmaxOnCsvMatchesASingleProcessLibTorchLoop) {

@@ -545,9 +545,10 @@ TEST(Config, MootSettingsAreSaidAndTheEffectiveConfigResetsThem) {
             Lines{});
   EXPECT_EQ(moot({{"policy.name", "dpsgd"}, {"local.outer", "momentum"}}),
             Lines{"local.outer = 'momentum' has no effect: policy.name = 'dpsgd'"});
-  // The gossip simulator has no shared cores.
-  EXPECT_EQ(moot({{"train.runtime", "sim"}, {"policy.name", "sgp"}, {"sim.cores", "2"}}),
-            Lines{"sim.cores = 2 has no effect: policy.name = 'sgp'"});
+  // The gossip simulator shares sim.cores too; other runtimes ignore it.
+  EXPECT_EQ(moot({{"train.runtime", "sim"}, {"policy.name", "sgp"}, {"sim.cores", "2"}}), Lines{});
+  EXPECT_EQ(moot({{"train.runtime", "threads"}, {"policy.name", "sgp"}, {"sim.cores", "2"}}),
+            Lines{"sim.cores = 2 has no effect: train.runtime = 'threads'"});
   EXPECT_EQ(moot({{"policy.name", "async"}, {"policy.step", "500"}, {"policy.k0", "2"}}),
             (Lines{"policy.k0 = 2 has no effect: policy.name = 'async'",
                    "policy.step = 500 has no effect: policy.name = 'async'"}));

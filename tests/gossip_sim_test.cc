@@ -228,6 +228,77 @@ TEST(GossipSim, ResumesExactly) {
                     "pdsgdm_slowmo");
 }
 
+// ---- sim.cores (runtime/sim_cores.h: the parameter-server simulator's rule)
+
+// 4 workers, 10 ms of compute a step, a free network (no latency, no
+// bandwidth limit) and 1.005 s of budget, so a compute never ends at the
+// budget: with every worker on a core of its own each takes 100 steps; on
+// C cores, first come first served, the computes follow each other back to
+// back (a worker is always ready: none waits for a round that nobody
+// computes), 100 C of them in 1.005 s, each worker's step taking 4 / C
+// times as long. adpsgd counts a step when its compute ends (its pairing
+// is instant): exactly 100 C steps, 100 C / 4 per worker (the line is
+// round robin). The synchronous policies count a step when its round is
+// in, so up to 3 computed steps still wait for a neighbour's at the end.
+// With as many cores as workers nobody waits: the run is the unlimited
+// one, byte for byte.
+TEST(GossipSim, CoresSerialiseTheWorkersCompute) {
+  const std::vector<Override> base = {{"train.workers", "4"},      {"train.budget", "1.005"},
+                                      {"train.eval_every", "0.5"}, {"sim.compute_time", "0.01"},
+                                      {"sim.latency", "0"},        {"sim.bandwidth", "1e30"}};
+  for (const std::string& policy : Policies()) {
+    SCOPED_TRACE(policy);
+    std::vector<Override> o = base;
+    o.push_back({"policy.name", policy});
+    std::string free_csv, four_csv;
+    const RunResult free = Gossip(o).run("cores_free", &free_csv);
+    EXPECT_EQ(free.gradients, 400);
+    for (const int cores : {1, 2}) {
+      std::vector<Override> with = o;
+      with.push_back({"sim.cores", std::to_string(cores)});
+      const RunResult r = Gossip(with).run("cores", nullptr);
+      EXPECT_TRUE(r.stopped.empty()) << r.stopped;
+      if (policy == "adpsgd") {
+        EXPECT_EQ(r.gradients, 100 * cores);
+        for (int64_t steps : r.worker_pushes) EXPECT_EQ(steps, 25 * cores);
+      } else {
+        EXPECT_LE(r.gradients, 100 * cores) << cores;
+        EXPECT_GE(r.gradients, 100 * cores - 3) << cores;
+      }
+    }
+    std::vector<Override> four = o;
+    four.push_back({"sim.cores", "4"});
+    const RunResult r4 = Gossip(four).run("cores_four", &four_csv);
+    EXPECT_EQ(four_csv, free_csv);
+    EXPECT_EQ(r4.params, free.params);
+  }
+}
+
+// On fewer cores than workers the run is still deterministic, and resumes
+// exactly with computes waiting in line or holding a core at the cut, with
+// stragglers, a slow network and workers leaving (a leaver's core goes to
+// the next in line, its place in line is dropped) and rejoining.
+TEST(GossipSim, DeterministicAndResumesExactlyOnFewerCores) {
+  const std::vector<Override> cores = {{"sim.cores", "2"},
+                                       {"stragglers.fraction", "0.4"},
+                                       {"stragglers.sigma", "0.003"},
+                                       {"sim.latency", "0.002"}};
+  for (const std::string& policy : Policies()) {
+    std::vector<Override> o = cores;
+    o.push_back({"policy.name", policy});
+    std::string a, b;
+    const RunResult ra = Gossip(o).run("cores_det_a", &a);
+    const RunResult rb = Gossip(o).run("cores_det_b", &b);
+    EXPECT_EQ(a, b) << policy;
+    EXPECT_EQ(ra.params, rb.params) << policy;
+    o.push_back({"faults.kill", "worker:1@0.5s,worker:2@0.6s,worker:3@1.3s"});
+    o.push_back({"faults.rejoin", "worker:1@0.9s,worker:3@1.6s"});
+    o.push_back({"faults.exception_rate", "0.002"});
+    o.push_back({"faults.rejoin_after", "0.2"});
+    ExpectExactResume(o, "cores_churn_" + policy);
+  }
+}
+
 // SlowMo's outer step is taken at every global average: with local.outer =
 // sgd and a tiny local.outer_lr every average sends the workers back to
 // (almost) where the previous one started, so the run hardly leaves the

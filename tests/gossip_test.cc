@@ -137,6 +137,39 @@ TEST(GossipModels, SaveLoadRoundTrip) {
   EXPECT_THROW(other.load(r2), InputError);
 }
 
+// One worker's part (the threads and mpi checkpoints) round-trips for a
+// worker that left (weight 0, holding nothing) as for a live one; weight 0
+// with a model left in it, or a negative weight, is refused as corrupt.
+TEST(GossipModels, SaveWorkerRoundTripsALeaverAndRefusesACorruptOne) {
+  GossipModels a = Spread(3, 8, "momentum");
+  a.local_step(0, std::vector<float>(8, 1.0f), 0.1f);
+  a.remove(1, 2);
+  for (int i : {0, 1}) {
+    StateWriter w;
+    a.save_worker(i, w);
+    GossipModels b(3, std::vector<float>(8, 5.0f), LocalUpdate{"momentum", 0.9f, 0.0f});
+    StateReader r(w.bytes(), "gossip_worker");
+    b.load_worker(i, r);
+    StateWriter w2;
+    b.save_worker(i, w2);
+    EXPECT_EQ(w.bytes(), w2.bytes()) << i;
+    EXPECT_EQ(b.live(i), i == 0);
+  }
+  auto refused = [](GossipModels& m, int i) {
+    StateWriter w;
+    m.save_worker(i, w);
+    GossipModels b(3, std::vector<float>(8, 0.0f), LocalUpdate{"momentum", 0.9f, 0.0f});
+    StateReader r(w.bytes(), "gossip_worker");
+    EXPECT_THROW(b.load_worker(i, r), InputError);
+  };
+  GossipModels held = a;
+  held.x(1)[3] = 1.0f;  // weight 0, a model
+  refused(held, 1);
+  GossipModels negative = a;
+  negative.weight(0) = -1.0;
+  refused(negative, 0);
+}
+
 TEST(GossipModels, AdpsgdPairsActiveWithPassiveNeighbours) {
   Rng rng(1, 2);
   const Topology ring("ring", "uniform", 7, 0);

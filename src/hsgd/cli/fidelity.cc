@@ -155,9 +155,7 @@ int fidelity(const FidelityArgs& a) {
       std::fprintf(stderr, "hsgd fidelity: %s round %d: sim ...\n", policy.c_str(), r);
       std::vector<std::string> sim_args = common(policy, seed, dir + "/sim");
       sim_args.insert(sim_args.end(), {"--runtime", "sim", "--workers", std::to_string(workers)});
-      // The gossip simulator gives every worker a core of its own (it has no
-      // sim.cores): on fewer cores than workers its compute is optimistic.
-      if (!gossip) sim_args.insert(sim_args.end(), {"--set", "sim.cores=" + std::to_string(cores)});
+      sim_args.insert(sim_args.end(), {"--set", "sim.cores=" + std::to_string(cores)});
       for (const Override& o : costs)
         sim_args.insert(sim_args.end(), {"--set", o.first + "=" + o.second});
       if (a.real == "threads") {

@@ -421,9 +421,8 @@ std::vector<Key> declare() {
               "made before this key ran rule 5 and keep their identity.")
           .check([](int v) { return v == 5 || v == 6; }, "5 or 6")
           .moot(policies({"auto"}))
-          .written_when([](const Config& c) {
-            return c.policy.kind == "auto" && c.policy.auto_rule != 5;
-          }));
+          .written_when(
+              [](const Config& c) { return c.policy.kind == "auto" && c.policy.auto_rule != 5; }));
   add(num_key("policy", "loss_smoothing", HSGD_REF(policy.schedule.loss_smoothing),
               "The adaptive schedule: the per-push factor of the training-loss average.")
           .check([](double v) { return v > 0 && v < 1; }, "in (0, 1)")
@@ -793,12 +792,11 @@ std::vector<Key> declare() {
           .moot(runtime("sim"))
           .written(Written::kNotDefault));
   add(int_key("sim", "cores", HSGD_REF(sim.cores),
-              "Cores the simulated workers' compute and the server's updates share, first come "
-              "first served; 0 = unlimited (each worker on a core of its own).")
+              "Cores the simulated workers' compute and the server's updates share (the gossip "
+              "policies: the workers' compute), first come first served; 0 = unlimited (each "
+              "worker on a core of its own).")
           .check([](int v) { return v >= 0 && v <= 65536; }, "0 (unlimited) to 65536")
           .moot(runtime("sim"))
-          // The gossip simulator gives every worker a core of its own.
-          .moot(not_policies({"dpsgd", "adpsgd", "sgp", "pdsgdm"}))
           .written(Written::kNotDefault));
   add(int_key("sim", "threads", HSGD_REF(sim.threads),
               "Threads computing the simulated workers' gradients; 0 = every core. The output is "

@@ -283,19 +283,12 @@ std::vector<Refusal> table() {
                 quoted(c.policy_name) +
                 " compresses every gossip round (CHOCO has no warm-up); expected 0";
        }},
-      {"a gossip policy with model.sparse, with [faults] on mpi, or with [faults] and checkpoints "
-       "on threads",
+      {"a gossip policy with model.sparse, or with [faults] on mpi",
        [quoted](const Config& c) -> std::string {
          if (!is_gossip_policy(c.policy.kind)) return "";
          if (c.model.sparse) {
            return "model.sparse = true: not supported with policy " + quoted(c.policy_name) +
                   " (every worker holds a dense model)";
-         }
-         if (c.faults.any() && c.train.runtime == "threads" && c.train.checkpoint_every > 0) {
-           return "train.checkpoint_every = " + num(c.train.checkpoint_every) +
-                  " with [faults] and policy " + quoted(c.policy_name) +
-                  " on threads: checkpoints of gossip membership run on the sim runtime only; "
-                  "expected 0, or --runtime sim";
          }
          if (c.faults.any() && c.train.runtime != "sim" && c.train.runtime != "threads") {
            return "[faults] with policy " + quoted(c.policy_name) +

@@ -670,6 +670,7 @@ void check_gossip_resume(const Job& job, const Checkpoint& ck, int ranks) {
     GossipWorkerState st;
     ck.read(gossip_worker_blob(w), [&](StateReader& r) {
       const bool in_hand = load_gossip_worker(r, w, ranks, models, 0, sampler, delays, &st, grad);
+      if (!models.live(0)) r.fail("corrupt (a rank out of the run: mpi has no membership)");
       if (in_hand != (st.phase == kGossipGradient) ||
           (st.phase != kGossipBetween && st.phase != kGossipGradient) || !st.inbox.empty()) {
         r.fail("corrupt (an mpi gossip rank is cut between steps or with its gradient in hand)");

@@ -371,7 +371,17 @@ void GossipModels::load_worker(int i, StateReader& r) {
   }
   double wi = 0;
   r.get_into(std::span<double>(&wi, 1), "the push-sum weight");
-  if (!(wi > 0) || !std::isfinite(wi)) r.fail("corrupt (a push-sum weight that is not positive)");
+  // 0 marks a worker that left (membership), which holds nothing.
+  if (!(wi >= 0) || !std::isfinite(wi)) r.fail("corrupt (a negative push-sum weight)");
+  if (wi == 0) {
+    const auto zero = [](float v) { return v == 0; };
+    if (!std::all_of(x(i).begin(), x(i).end(), zero) ||
+        (!m_.empty() &&
+         !std::all_of(m_.begin() + static_cast<std::ptrdiff_t>(off(i)),
+                      m_.begin() + static_cast<std::ptrdiff_t>(off(i) + np_), zero))) {
+      r.fail("corrupt (a worker that left, with weight 0, holding a model)");
+    }
+  }
   weight(i) = wi;
 }
 

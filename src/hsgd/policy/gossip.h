@@ -127,7 +127,10 @@ class GossipModels {
   void load(StateReader& r);
   // Worker i's x_i, m_i and w_i alone, in the layout save() gives a set of
   // one worker (the gossip checkpoints of threads and mpi hold one blob per
-  // worker: runtime/gossip_checkpoint.h).
+  // worker: runtime/gossip_checkpoint.h). load_worker throws InputError
+  // for a negative weight, or weight 0 (a worker that left) with a model
+  // or momentum that is not zero; whether the worker may be out is the
+  // caller's to check.
   void save_worker(int i, StateWriter& w) const;
   void load_worker(int i, StateReader& r);
 

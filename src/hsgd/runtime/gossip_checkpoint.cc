@@ -9,6 +9,7 @@ namespace hsgd {
 namespace {
 constexpr uint32_t kWorkerTag = 0x47535731;  // "GSW1"
 constexpr uint32_t kRunTag = 0x47535231;     // "GSR1"
+constexpr uint32_t kLiveTag = 0x47534D31;    // "GSM1"
 }  // namespace
 
 CheckpointInfo gossip_cut_info(const CheckpointIdentity& id, const char* runtime, int workers,
@@ -125,6 +126,53 @@ void load_gossip_run(StateReader& r, int workers, GossipRunState* s) {
   st.last_acc = r.get<double>();
   if (st.counts.steps < 0 || st.counts.samples < 0) r.fail("corrupt (gossip counts)");
   *s = st;
+}
+
+void save_gossip_membership(StateWriter& w, const GossipLiveState& s) {
+  w.tag(kLiveTag);
+  w.put<int32_t>(static_cast<int32_t>(s.live.size()));
+  w.put(s.gen);
+  w.put_vec(s.live);
+  w.put_vec(s.post_gen);
+  w.put_vec(s.inherited);
+  w.put_vec(s.lives);
+}
+
+void load_gossip_membership(StateReader& r, int workers, GossipLiveState* s) {
+  r.expect_tag(kLiveTag, "gossip membership");
+  if (r.get<int32_t>() != workers) r.fail("corrupt (worker count)");
+  GossipLiveState st;
+  st.gen = r.get<int64_t>();
+  st.live = r.get_vec<char>();
+  st.post_gen = r.get_vec<int64_t>();
+  st.inherited = r.get_vec<int64_t>();
+  st.lives = r.get_vec<int32_t>();
+  const auto n = static_cast<size_t>(workers);
+  if (st.gen < 0 || st.live.size() != n || st.post_gen.size() != n || st.inherited.size() != n ||
+      st.lives.size() != n) {
+    r.fail("corrupt (gossip membership)");
+  }
+  for (size_t w = 0; w < n; ++w) {
+    if (st.post_gen[w] < 0 || st.post_gen[w] > st.gen || st.lives[w] < 0) {
+      r.fail("corrupt (a worker's generation or joins)");
+    }
+  }
+  *s = std::move(st);
+}
+
+void check_gossip_membership(const Checkpoint& ck, const std::string& policy, bool faults) {
+  const bool has = ck.has(kGossipMembershipBlob) && ck.has("membership");
+  if (faults == has) return;
+  if (faults) {
+    throw InputError(fmt::format(
+        "{}: a gossip checkpoint without membership (no {}.bin and membership.bin); policy '{}' "
+        "with [faults] resumes from a checkpoint of a run with the same [faults]",
+        ck.path, kGossipMembershipBlob, policy));
+  }
+  throw InputError(
+      fmt::format("{}: a gossip checkpoint with membership ({}.bin); policy '{}' without [faults] "
+                  "resumes from a checkpoint of a run without [faults]",
+                  ck.path, kGossipMembershipBlob, policy));
 }
 
 void check_gossip_checkpoint(const Checkpoint& ck, const std::string& policy,

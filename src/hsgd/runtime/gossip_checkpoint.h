@@ -12,7 +12,13 @@
 //                     its sampler, its adpsgd pairing and straggler-delay
 //                     streams, its own counters, and the messages posted to
 //                     it and not yet taken (threads);
-//   run               the run layer's stops and schedule (save_run_state).
+//   run               the run layer's stops and schedule (save_run_state);
+// and, with [faults] (threads only: mpi refuses them),
+//   gossip_membership who is live, the round generation, and per worker
+//                     the generation of its last post, the steps it took
+//                     over from donors and its joins (GossipLiveState);
+//   membership        the fault plan's position, the membership log and
+//                     the shards (Membership::save, as the other runtimes).
 // A resume needs the same train.workers (the graph is over the workers).
 #pragma once
 #include <cstdint>
@@ -69,6 +75,17 @@ struct GossipRunState {
   double last_time = 0, last_idle = 0, last_acc = 0;  // the last row's time, idle total, accuracy
 };
 
+// The threads runtime's part of the membership ([faults]): what the live
+// graph and the round bookkeeping need beyond Membership's own part. A
+// worker that left holds x = 0, w = 0 in its gossip_worker-W part.
+struct GossipLiveState {
+  int64_t gen = 0;                 // membership changes so far (the round generation)
+  std::vector<char> live;          // live[w] != 0: worker w is live
+  std::vector<int64_t> post_gen;   // per worker: the generation of its last post
+  std::vector<int64_t> inherited;  // per worker: steps taken over from donors at joins
+  std::vector<int32_t> lives;      // per worker: its joins so far
+};
+
 // A gossip checkpoint's manifest info, alike on every runtime: the cut at
 // training time t after `steps` local steps in all, `rows` metrics rows.
 CheckpointInfo gossip_cut_info(const CheckpointIdentity& id, const char* runtime, int workers,
@@ -94,12 +111,25 @@ bool load_gossip_worker(StateReader& r, int id, int workers, GossipModels& model
 void save_gossip_run(StateWriter& w, int workers, const GossipRunState& s);
 void load_gossip_run(StateReader& r, int workers, GossipRunState* s);
 
+inline constexpr const char* kGossipMembershipBlob = "gossip_membership";
+void save_gossip_membership(StateWriter& w, const GossipLiveState& s);
+// Throws InputError naming the blob when it holds another worker count or
+// is corrupt (a post in a generation still to come, a negative count).
+void load_gossip_membership(StateReader& r, int workers, GossipLiveState* s);
+
 // Before anything is restored: `ck` must be a gossip checkpoint of this
 // layout (not a parameter server's, nor the simulator's), written by
 // `runtime` ("threads" or "mpi"), with `workers` workers. Throws
 // InputError, one line naming ck.path and what was expected.
 void check_gossip_checkpoint(const Checkpoint& ck, const std::string& policy,
                              const std::string& runtime, int workers);
+
+// With `faults` ([faults] on), `ck` must hold the membership
+// (gossip_membership and membership), and without, none: a resume keeps
+// the run's [faults] (its keys are in the config hash; this guards the
+// jobs built without that check). Throws InputError, one line naming
+// ck.path.
+void check_gossip_membership(const Checkpoint& ck, const std::string& policy, bool faults);
 
 // A parameter-server runtime's check of the same: throws InputError when
 // `ck` holds a gossip policy's state (naming ck.path and `policy`).

@@ -27,6 +27,7 @@
 #include "hsgd/runtime/membership.h"
 #include "hsgd/runtime/row.h"
 #include "hsgd/runtime/run_control.h"
+#include "hsgd/runtime/sim_cores.h"
 #include "hsgd/runtime/sim_events.h"
 #include "hsgd/runtime/sim_runtime.h"
 
@@ -54,6 +55,17 @@ enum Stage : int32_t {
 
 enum MsgKind : int32_t { kModel, kReply, kReduce };
 
+// Where a worker's compute is on the cores (sim.cores; always kNoCore when
+// the cores are unlimited).
+enum CoreUse : uint8_t {
+  kNoCore = 0,    // not computing, or unlimited cores
+  kCoreWait = 1,  // its compute waits in line for a core
+  kOnCore = 2,    // its compute holds a core (kComputeDone due)
+};
+
+constexpr uint32_t kCoresTag = 0x47534331;  // "GSC1"
+constexpr const char* kCoresBlob = "gossip_cores";
+
 struct Message {
   int32_t from = 0, to = 0, kind = kModel;
   int64_t round = 0;           // the round within its generation
@@ -75,6 +87,8 @@ struct GWorker {
   double loss = 0;
   int64_t batch = 0;
   uint8_t finite = 1;
+  double compute_s = 0;     // the seconds of its compute in progress
+  uint8_t core = kNoCore;   // CoreUse
   double wait_since = -1;   // when it began waiting, or -1
   double idle = 0;          // seconds spent waiting
   std::vector<float> grad;  // the gradient of the step in progress
@@ -108,7 +122,8 @@ class GossipRun {
              c_.sim.latency, c_.sim.network == "shared"),
         schedule_(c_, job.train->size(), job.checkpoints != nullptr),
         stops_(c_),
-        membership_(job, n_) {
+        membership_(job, n_),
+        cores_(c_.sim.cores) {
     model_->bind(work_params_, work_grads_);
     workers_.reserve(static_cast<size_t>(n_));
     for (int w = 0; w < n_; ++w) {
@@ -287,7 +302,35 @@ class GossipRun {
     double compute = c_.sim.compute_time * delays_.slowdown(w) + delays_.draw(w);
     // CHOCO: encoding its round and decoding its in-peers' (compress.sim_ns_per_param).
     if (choco_ && gossip_step(g.step)) compute += compress_cost_;
-    events_.push(t + compute, EventType::kComputeDone, w);
+    start_compute(w, t, compute);
+  }
+
+  // Worker w's compute of `seconds`, ready at t, runs on one of sim.cores
+  // cores, first come first served (runtime/sim_cores.h: the parameter
+  // server simulator's rule): now, or when a core is free.
+  void start_compute(int w, double t, double seconds) {
+    GWorker& g = worker(w);
+    g.compute_s = seconds;
+    if (!cores_.acquire(w)) {
+      g.core = kCoreWait;
+      return;
+    }
+    g.core = cores_.limited() ? kOnCore : kNoCore;
+    events_.push(t + seconds, EventType::kComputeDone, w);
+  }
+  // Worker w's compute is over (done, or it left): its core goes to the
+  // next in line.
+  void free_core(int w, double t) {
+    GWorker& g = worker(w);
+    if (g.core == kCoreWait) cores_.drop(w);
+    const bool held = g.core == kOnCore;
+    g.core = kNoCore;
+    if (!held) return;
+    for (const int64_t next : cores_.release()) {
+      GWorker& h = worker(static_cast<int>(next));
+      h.core = kOnCore;
+      events_.push(t + h.compute_s, EventType::kComputeDone, static_cast<int>(next));
+    }
   }
 
   float lr_of(const GWorker& g) const {
@@ -338,6 +381,7 @@ class GossipRun {
 
   void compute_done(int w, double t) {
     GWorker& g = worker(w);
+    free_core(w, t);
     if (membership_.plan().gradient_throws(w)) {  // faults.exception_rate
       leave(w, t, MembershipCause::kException);
       return;
@@ -588,6 +632,7 @@ class GossipRun {
     g.peer = -1;
     g.reduce_in = 0;
     events_.drop_worker(w);
+    free_core(w, t);
     std::vector<char> live = graph_.live_mask();
     live[static_cast<size_t>(w)] = 0;
     graph_.set_live(std::move(live));
@@ -815,6 +860,16 @@ class GossipRun {
       membership_.save(mw);
       cut.blobs["membership"] = mw.take();
     }
+    if (cores_.limited()) {  // sim.cores: only then, so other checkpoints keep their bytes
+      StateWriter kw;
+      kw.tag(kCoresTag);
+      cores_.save(kw);
+      for (const GWorker& g : workers_) {
+        kw.put(g.core);
+        kw.put(g.compute_s);
+      }
+      cut.blobs[kCoresBlob] = kw.take();
+    }
     if (std::string rng = model_->rng_state(); !rng.empty())
       cut.blobs["model_rng"] = std::move(rng);
     if (outer_) {
@@ -946,6 +1001,23 @@ class GossipRun {
     last_carried_.sent = r.get_vec<double>();
     last_carried_.received = r.get_vec<double>();
     r.expect_end();
+    if (cores_.limited()) {
+      if (!ck.has(kCoresBlob)) {
+        throw InputError(
+            fmt::format("{}: no {}.bin; sim.cores = {} resumes from a checkpoint of "
+                        "a run with the same sim.cores",
+                        ck.path, kCoresBlob, c_.sim.cores));
+      }
+      ck.read(kCoresBlob, [&](StateReader& kr) {
+        kr.expect_tag(kCoresTag, "gossip cores");
+        cores_.load(kr);
+        for (GWorker& g : workers_) {
+          g.core = kr.get<uint8_t>();
+          g.compute_s = kr.get<double>();
+          if (g.core > kOnCore || !(g.compute_s >= 0)) kr.fail("corrupt (a worker's core)");
+        }
+      });
+    }
     load_run_state(ck, stops_, schedule_);
     if (ck.has("model_rng")) {
       model_->set_rng_state(ck.blob("model_rng"), ck.path + "/model_rng.bin");
@@ -979,6 +1051,7 @@ class GossipRun {
   TrainSchedule schedule_;
   RunStops stops_;
   Membership membership_;
+  CorePool cores_;  // sim.cores: the workers' compute
   EventQueue events_;
   std::vector<GWorker> workers_;
   // Messages on the network by tag, and delivered round messages by

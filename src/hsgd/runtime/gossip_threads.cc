@@ -1,5 +1,7 @@
 #include "hsgd/runtime/gossip_threads.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -210,7 +212,10 @@ class Worker {
 
   void run() {
     GateScope inside(s_.crew.gate);
-    // Resumed at the global average's barrier: that first.
+    // Resumed out of the run (it had left, its rejoin not yet carried
+    // out): it sits out first.
+    if (faults_ && !live() && !sit_out(inside)) return end_run();
+    // Resumed at the global average's barrier (or joined at it): that first.
     if (phase() == kGossipBarrier && !global_average(inside)) return end_run();
     while (inside.enter()) {
       if (s_.crew.stopped()) break;
@@ -292,7 +297,7 @@ class Worker {
   }
 
   // The worker's part of a checkpoint (every worker paused between steps,
-  // or stopped), with crew.mu held.
+  // waiting outside the gate, or stopped), with crew.mu held.
   void save(StateWriter& w) const {
     GossipWorkerState st;
     st.step = step_;
@@ -318,8 +323,15 @@ class Worker {
   void save_choco(StateWriter& w) const { s_.choco->save_worker(id_, w); }
   void load_choco(StateReader& r) { s_.choco->load_worker(id_, r); }
 
-  // Restores the worker's part, before any thread starts.
+  // Its membership bookkeeping (with crew.mu held, or before any thread
+  // starts): the generation of its last post.
+  int64_t post_gen() const { return post_gen_; }
+  void set_post_gen(int64_t g) { post_gen_ = g; }
+
+  // Restores the worker's part, before any thread starts (after the
+  // membership, whose shards its sampler follows: Membership::sampler_for).
   void load(StateReader& r) {
+    if (s_.membership.changed()) sampler_ = s_.membership.sampler_for(id_);
     GossipWorkerState st;
     const bool had =
         load_gossip_worker(r, id_, s_.n, s_.models, id_, sampler_, delays_, &st, grads_);
@@ -337,8 +349,8 @@ class Worker {
     s_.received[static_cast<size_t>(id_)] = st.received;
     s_.rounds[static_cast<size_t>(id_)] = st.rounds;
     s_.steps[static_cast<size_t>(id_)] = st.step;
-    // The round it posted, when it is in one (a checkpoint holds no
-    // membership change, refused with [faults]: generation 0).
+    // The round it posted, when it is in one (its generation: the
+    // membership part, set_post_gen).
     post_round_ = (step_ + 1) / period_ - 1;
     for (GossipMail& m : st.inbox) {
       s_.mailbox[{id_, m.round, m.from}] = Mail{std::move(m.payload), m.weight};
@@ -349,6 +361,10 @@ class Worker {
   int32_t phase() {
     std::lock_guard lk(s_.crew.mu);
     return s_.phases[static_cast<size_t>(id_)];
+  }
+  bool live() {
+    std::lock_guard lk(s_.crew.mu);
+    return s_.graph.live(id_);
   }
   void set_phase(int32_t p) {
     std::lock_guard lk(s_.crew.mu);
@@ -752,13 +768,6 @@ RunResult GossipThreadsRuntime::run(const Job& job, Recorder* recorder, Observer
   const auto wall0 = SteadyClock::now();
   Shared s(c, job);
   s.probe = &on_membership;
-  if (s.membership.faults_on() && (job.resume || job.checkpoints)) {
-    // validate.cc refuses train.checkpoint_every with [faults] here; this is
-    // the resume of a checkpoint with [faults] added.
-    throw InputError("[faults] with policy '" + c.policy_name +
-                     "' on threads: checkpoints and resumes of gossip membership run on the sim "
-                     "runtime only; drop [faults] or use --runtime sim");
-  }
   DelayModel delays(c.stragglers, n, c.train.seed);
   const Dataset test = head(*job.test, c.train.eval_samples);
   std::unique_ptr<Model> eval_model = job.make_model();
@@ -827,6 +836,18 @@ RunResult GossipThreadsRuntime::run(const Job& job, Recorder* recorder, Observer
               [&](StateWriter& sw) { workers[static_cast<size_t>(w)]->save_choco(sw); });
       }
     }
+    if (s.membership.faults_on()) {
+      p.add(kGossipMembershipBlob, [&](StateWriter& w) {
+        GossipLiveState live;
+        live.gen = s.gen;
+        live.live = s.graph.live_mask();
+        for (const auto& wk : workers) live.post_gen.push_back(wk->post_gen());
+        live.inherited = s.inherited;
+        live.lives = s.lives;
+        save_gossip_membership(w, live);
+      });
+      p.add("membership", [&](StateWriter& w) { s.membership.save(w); });
+    }
     p.add(kRunBlob, save_run_state(stops, schedule));
     return k;
   };
@@ -835,7 +856,21 @@ RunResult GossipThreadsRuntime::run(const Job& job, Recorder* recorder, Observer
   if (job.resume) {
     const Checkpoint& ck = *job.resume;
     check_gossip_checkpoint(ck, c.policy_name, "threads", n);
+    check_gossip_membership(ck, c.policy_name, s.membership.faults_on());
     ck.read(kGossipRunBlob, [&](StateReader& r) { load_gossip_run(r, n, &rs); });
+    if (s.membership.faults_on()) {
+      // Before the workers: their samplers follow the shards of the live set.
+      ck.read("membership", [&](StateReader& r) { s.membership.load(r); });
+      GossipLiveState live;
+      ck.read(kGossipMembershipBlob, [&](StateReader& r) { load_gossip_membership(r, n, &live); });
+      s.gen = live.gen;
+      s.graph.set_live(live.live);
+      s.inherited = live.inherited;
+      s.lives = live.lives;
+      for (int w = 0; w < n; ++w) {
+        workers[static_cast<size_t>(w)]->set_post_gen(live.post_gen[static_cast<size_t>(w)]);
+      }
+    }
     if (s.outer) ck.read(kGossipOuterBlob, [&](StateReader& r) { s.outer->load(r); });
     for (int w = 0; w < n; ++w) {
       ck.read(gossip_worker_blob(w),
@@ -844,6 +879,14 @@ RunResult GossipThreadsRuntime::run(const Job& job, Recorder* recorder, Observer
         require_choco_blob(ck, gossip_choco_blob(w));
         ck.read(gossip_choco_blob(w),
                 [&](StateReader& r) { workers[static_cast<size_t>(w)]->load_choco(r); });
+      }
+    }
+    for (int w = 0; w < n; ++w) {
+      if (s.models.live(w) != s.graph.live(w)) {
+        throw InputError(
+            fmt::format("{}/{}.bin: corrupt (worker {} is {} there, its model says "
+                        "otherwise)",
+                        ck.path, kGossipMembershipBlob, w, s.graph.live(w) ? "live" : "out"));
       }
     }
     load_run_state(ck, stops, schedule);

@@ -34,8 +34,11 @@
 // (push-sum shares credited to their receiver, the leaver's to its heir),
 // a waiting worker ends its step with what it has. Rounds are named by
 // step: in a new generation nobody waits for an in-peer that already took
-// the round's step. No checkpoint holds a membership change (refused with
-// [faults]).
+// the round's step. A checkpoint with [faults] also holds the membership
+// (gossip_membership and membership: who is live, the generation, the
+// fault plan's position, the log, the shards); a worker that had left
+// resumes sitting out until its rejoin, and a fault carried out before the
+// cut is not carried out again.
 #pragma once
 #include <functional>
 

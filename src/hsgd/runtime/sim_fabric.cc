@@ -27,7 +27,7 @@ SimFabric::SimFabric(Options o, Host* host)
       push_bytes_(static_cast<size_t>(o_.workers)),
       slice_in_(static_cast<size_t>(o_.workers), std::vector<uint8_t>(o_.shards.size(), 0)),
       shard_(o_.shards.size()),
-      free_cores_(o_.cores) {
+      cores_(o_.cores) {
   HSGD_ASSERT(!shards_.empty(), "a simulated cluster without a server");
 }
 
@@ -89,7 +89,7 @@ void SimFabric::on_event(double t, FabricEvent e, int id) {
     case FabricEvent::kComputeDone: {
       Step& st = steps_[static_cast<size_t>(id)];
       if (st.stage != kComputing || st.done_at != t) break;  // the worker left meanwhile
-      if (o_.cores > 0) release(t);
+      if (cores_.limited()) release(t);
       st.stage = kPushing;
       st.pending = servers();
       for (int s = 0; s < servers(); ++s) {
@@ -132,27 +132,14 @@ void SimFabric::deliver(double t, int64_t m) {
 void SimFabric::compute(double t, int w) {
   Step& st = steps_[static_cast<size_t>(w)];
   st.stage = kCoreWait;
-  if (o_.cores > 0 && !acquire(w)) return;  // release() starts it
+  if (!cores_.acquire(w)) return;  // release() starts it
   st.stage = kComputing;
   st.done_at = t + st.compute_s;
   host_->schedule(st.done_at, FabricEvent::kComputeDone, w);
 }
 
-bool SimFabric::acquire(int64_t who) {
-  if (free_cores_ > 0) {
-    --free_cores_;
-    return true;
-  }
-  core_queue_.push_back(who);
-  return false;
-}
-
 void SimFabric::release(double t) {
-  ++free_cores_;
-  while (free_cores_ > 0 && !core_queue_.empty()) {
-    const int64_t who = core_queue_.front();
-    core_queue_.pop_front();
-    --free_cores_;
+  for (const int64_t who : cores_.release()) {
     if (who >= 0) {
       Step& st = steps_[static_cast<size_t>(who)];
       st.stage = kComputing;
@@ -174,7 +161,7 @@ void SimFabric::try_serve(double t, int s) {
     const int w = order_[static_cast<size_t>(sh.next - order_base_)].worker;
     if (!slice_in_[static_cast<size_t>(w)][static_cast<size_t>(s)]) return;
   }
-  if (o_.cores > 0 && !acquire(-(s + 1))) {
+  if (!cores_.acquire(-(s + 1))) {
     sh.core_wait = true;
     return;
   }
@@ -214,7 +201,7 @@ void SimFabric::shard_done(double t, int s) {
   HSGD_ASSERT(sh.busy, "a shard finished a push it was not serving");
   Ordered& o = order_[static_cast<size_t>(sh.serving - order_base_)];
   sh.busy = false;
-  if (o_.cores > 0) release(t);
+  if (cores_.limited()) release(t);
   if (++o.served == servers()) {
     HSGD_ASSERT(&o == &order_.front(), "pushes served out of shard 0's order");
     const int w = o.worker;
@@ -231,8 +218,8 @@ bool SimFabric::drop_worker(double t, int w) {
   Step& st = steps_[static_cast<size_t>(w)];
   const bool was_computing = st.stage == kComputing;
   ++st.gen;
-  if (was_computing && o_.cores > 0) release(t);
-  std::erase(core_queue_, static_cast<int64_t>(w));
+  if (was_computing && cores_.limited()) release(t);
+  cores_.drop(w);
   std::erase(shard_[0].arrived, w);
   st.stage = kIdle;
   st.pending = 0;
@@ -304,8 +291,7 @@ void SimFabric::save(StateWriter& w) const {
   }
   w.put_vec(to_vec(order_));
   w.put(order_base_);
-  w.put<int32_t>(free_cores_);
-  w.put_vec(to_vec(core_queue_));
+  cores_.save(w);
 }
 
 void SimFabric::load(StateReader& r) {
@@ -333,9 +319,7 @@ void SimFabric::load(StateReader& r) {
   const std::vector<Ordered> o = r.get_vec<Ordered>();
   order_.assign(o.begin(), o.end());
   order_base_ = r.get<uint64_t>();
-  free_cores_ = r.get<int32_t>();
-  const std::vector<int64_t> q = r.get_vec<int64_t>();
-  core_queue_.assign(q.begin(), q.end());
+  cores_.load(r);
   for (const Ordered& e : order_) {
     if (e.worker < 0 || e.worker >= o_.workers) r.fail("corrupt (the shards' order)");
   }

@@ -30,6 +30,7 @@
 #include "hsgd/core/shards.h"
 #include "hsgd/core/state.h"
 #include "hsgd/runtime/runtime.h"
+#include "hsgd/runtime/sim_cores.h"
 
 namespace hsgd {
 
@@ -133,7 +134,8 @@ class SimFabric {
   void try_serve(double t, int s);
   void serve(double t, int s);
   void shard_done(double t, int s);
-  bool acquire(int64_t who);  // a core for worker w (>= 0) or shard -(s+1)
+  // A task's core is free: starts the tasks that take one (worker w >= 0,
+  // shard -(s+1)).
   void release(double t);
   void wake_network();
 
@@ -148,8 +150,7 @@ class SimFabric {
   std::vector<Shard> shard_;
   std::deque<Ordered> order_;  // pushes shard 0 started, not yet served by all
   uint64_t order_base_ = 0;    // the order number of order_.front()
-  int free_cores_ = 0;
-  std::deque<int64_t> core_queue_;
+  CorePool cores_;             // sim.cores (runtime/sim_cores.h)
 };
 
 }  // namespace hsgd
