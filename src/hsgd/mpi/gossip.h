@@ -74,4 +74,9 @@ void check_gossip_resume(const Job& job, const Checkpoint& ck, int ranks);
 // primary = false and, when they learnt of it, the stop line.
 RunResult run_gossip(const Job& job, MPI_Comm comm, Recorder* recorder, Observer* observer);
 
+// Tests (dpsgd, sgp, pdsgdm): rank `rank` of the next runs in this process
+// leaves after `step` of its steps, as on SIGTERM; rank < 0 clears every
+// such leave.
+void set_gossip_leave_for_test(int rank, int64_t step);
+
 }  // namespace hsgd::mpi
