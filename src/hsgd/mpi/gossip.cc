@@ -604,7 +604,10 @@ class GossipRank {
   Agreed agree(bool finite, int64_t batch, double loss) {
     const bool leaving = !dormant_ && leave_due();
     const bool counts = !dormant_ && !(leaving && !choco_);
-    std::vector<double> sums(4 + static_cast<size_t>(n_), 0.0);
+    // On the heap (n + 4 doubles); left to leak when the wait times out, as
+    // the collective may still write it.
+    auto* buffer = new std::vector<double>(4 + static_cast<size_t>(n_), 0.0);
+    std::vector<double>& sums = *buffer;
     if (counts) {
       sums[0] = finite ? static_cast<double>(batch) : 0.0;
       sums[1] = finite ? loss : 0.0;
@@ -625,6 +628,7 @@ class GossipRank {
       return fmt::format("on {} after step {}: the agreement of every rank's step (a collective)",
                          worker_name(rank_, 0), step_);
     });
+    const std::unique_ptr<std::vector<double>> owned(buffer);
     if (!dormant_) idle_ += since(t0);
     Agreed a;
     a.samples = static_cast<int64_t>(sums[0]);
@@ -698,8 +702,12 @@ class GossipRank {
     for (int r : leavers) {
       if (graph_.successor(r) == rank_) from.push_back(r);
     }
-    std::vector<std::vector<float>> xs(from.size(), std::vector<float>(np_));
-    std::vector<double> ws(from.size(), 0.0);
+    // Left to leak when the wait times out (a receive may still write them).
+    auto* buffers = new std::pair<std::vector<std::vector<float>>, std::vector<double>>(
+        std::vector<std::vector<float>>(from.size(), std::vector<float>(np_)),
+        std::vector<double>(from.size(), 0.0));
+    std::vector<std::vector<float>>& xs = buffers->first;
+    std::vector<double>& ws = buffers->second;
     std::vector<MPI_Request> reqs;
     MPI_Request q = MPI_REQUEST_NULL;
     for (size_t k = 0; k < from.size(); ++k) {
@@ -726,12 +734,17 @@ class GossipRank {
             "MPI_Isend");
       reqs.push_back(q);
     }
-    if (reqs.empty()) return;
+    if (reqs.empty()) {
+      delete buffers;
+      return;
+    }
     wait_all(reqs, timeout_, [&] {
       return fmt::format("on {} after step {}: a leave (push-sum mass from {} to {})",
                          worker_name(rank_, 0), lockstep_, names(from),
                          heir < 0 ? "nobody" : worker_name(heir, 0));
     });
+    const std::unique_ptr<std::pair<std::vector<std::vector<float>>, std::vector<double>>> owned(
+        buffers);
     for (size_t k = 0; k < from.size(); ++k) models_.credit(0, xs[k], ws[k]);
   }
 
