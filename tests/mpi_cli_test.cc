@@ -337,11 +337,11 @@ TEST(MpiCli, SigtermToAWorkerRankIsAGracefulLeaveAndTheRunCompletes) {
 // launch resumes from it and runs to the budget.
 TEST(MpiCli, SigtermToAGossipRankStopsTheRunWithAFinalCheckpointThatResumes) {
   // CHOCO: the per-step agreement carries it; adpsgd: the counts to rank 0.
-  for (const std::string policy :
-       {"pdsgdm:2 --set compress.push=qsgd:4 --set gossip.topology=ring",
-        "adpsgd --set gossip.topology=onepeer-exp"}) {
+  for (const std::string policy : {"pdsgdm:2 --set compress.push=qsgd:4 --set gossip.topology=ring",
+                                   "adpsgd --set gossip.topology=onepeer-exp"}) {
     SCOPED_TRACE(policy);
-    const std::string out = tmp(std::string("mpi_gossip_term_") + (policy[0] == 'p' ? "choco" : "adpsgd"));
+    const std::string out =
+        tmp(std::string("mpi_gossip_term_") + (policy[0] == 'p' ? "choco" : "adpsgd"));
     const std::string args =
         "train --quiet --runtime mpi --servers 0 --data synthetic --model linear-test --batch 16 "
         "--lr 0.1 --policy " +

@@ -938,9 +938,8 @@ std::optional<RunResult> run_with_leave(Fixture& f, int rank, int64_t step,
 TEST(MpiGossipLeave, SgpKeepsThePushSumMassAtALeave) {
   for (const std::string topo : {"ring", "star"}) {
     SCOPED_TRACE(topo);
-    const std::vector<Override> o = {{"policy.name", "sgp"},
-                                     {"gossip.topology", topo},
-                                     {"train.checkpoint_every", "1000"}};
+    const std::vector<Override> o = {
+        {"policy.name", "sgp"}, {"gossip.topology", topo}, {"train.checkpoint_every", "1000"}};
     Fixture a("leave_sgp_a", 4, o);
     a.steps(12);
     a.lr_zero_after(6);
@@ -964,8 +963,8 @@ TEST(MpiGossipLeave, SgpKeepsThePushSumMassAtALeave) {
     EXPECT_LE(distance(ra->params, rb->params), 1e-6 * norm(ra->params));
     // The final checkpoint: the live set, and the live ranks' weights.
     const Checkpoint ck = CheckpointStore::load_latest(b.dir, b.job().identity);
-    EXPECT_FALSE(CheckpointStore::load_latest(a.dir, a.job().identity)
-                     .has(mpi::gossip_membership_blob(0)))
+    EXPECT_FALSE(
+        CheckpointStore::load_latest(a.dir, a.job().identity).has(mpi::gossip_membership_blob(0)))
         << "a checkpoint without a leave holds no live set";
     for (int w = 0; w < 4; ++w) EXPECT_TRUE(ck.has(mpi::gossip_membership_blob(w)));
     const Job j = b.job();
@@ -1035,9 +1034,8 @@ TEST(MpiGossipLeave, ALeaveBelowMinWorkersStopsTheRun) {
 TEST(MpiGossipLeave, AResumeAfterALeaveKeepsTheRankOut) {
   for (const std::string policy : {"sgp", "dpsgd"}) {
     SCOPED_TRACE(policy);
-    const std::vector<Override> o = {{"policy.name", policy},
-                                     {"optim.kind", "momentum"},
-                                     {"train.checkpoint_every", "1000"}};
+    const std::vector<Override> o = {
+        {"policy.name", policy}, {"optim.kind", "momentum"}, {"train.checkpoint_every", "1000"}};
     Fixture whole("leave_whole", 4, o);
     whole.steps(14);
     const std::optional<RunResult> rw = run_with_leave(whole, 2, 4);

@@ -262,8 +262,9 @@ class GossipRank {
       const int64_t round = (step_ + 1) / period_ - 1;
       Exchange ex(comm_, rank_, np_, static_cast<size_t>(c_.mpi.chunk));
       if (cta_ && gossip) post_model(ex, round);
-      if (!dormant_ && phase_ != kGossipGradient) {  // (resumed with its gradient in hand: that one)
-        if (membership_.changed()) {  // the shard of the live set, from its next epoch
+      if (!dormant_ &&
+          phase_ != kGossipGradient) {  // (resumed with its gradient in hand: that one)
+        if (membership_.changed()) {    // the shard of the live set, from its next epoch
           membership_.refresh(rank_, *sampler_, c_.train.batch, graph_.live_mask(), false);
         }
         models_.debiased(0, local_);
@@ -647,8 +648,9 @@ class GossipRank {
     // 0's is the one reported).
     const int after = graph_.live_count() - static_cast<int>(a.leavers.size());
     if (choco_ || after < 1) {
-      const std::string why = choco_ ? "with compress.push (CHOCO) a gossip rank does not leave alone on mpi"
-                                     : "no live rank would be left";
+      const std::string why =
+          choco_ ? "with compress.push (CHOCO) a gossip rank does not leave alone on mpi"
+                 : "no live rank would be left";
       stops_.request(fmt::format(
           "SIGTERM or SIGINT to {} after step {}: {}, so the whole run stopped there (resume it "
           "with --resume when checkpoints are on)",

@@ -116,9 +116,8 @@ bool GossipEvaluator::evaluate(double t, const GossipModels& models, double idle
         span > 0 ? std::clamp((idle_all - run.last_idle) / span, 0.0, 1.0) : 0.0;
     run.last_idle = idle_all;
     run.last_time = t;
-    const MetricsRow row =
-        gossip_row(c_, cs, *model_, test_, job_.train->size(), t, run.counts, idle_frac,
-                   &workers, live);
+    const MetricsRow row = gossip_row(c_, cs, *model_, test_, job_.train->size(), t, run.counts,
+                                      idle_frac, &workers, live);
     recorder_->write(row);
     observer_->on_row(row);
     run.last_acc = row.test_acc;
