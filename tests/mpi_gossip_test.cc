@@ -1016,6 +1016,33 @@ TEST(MpiGossipLeave, DpsgdAndPdsgdmGoOnWithTheLiveRanks) {
   }
 }
 
+// Two ranks leave at the same step, rank 0 (which still writes the rows)
+// among them, with every worker's model evaluated: the mass of both goes
+// to their live successors, the log has both leaves, the rows count 2.
+TEST(MpiGossipLeave, TwoRanksLeaveAtOnceRankZeroAmongThem) {
+  const std::vector<Override> o = {{"policy.name", "sgp"}, {"gossip.eval_workers", "true"}};
+  Fixture a("leave_two_a", 4, o);
+  a.steps(12);
+  a.lr_zero_after(4);
+  const std::optional<RunResult> ra = a.run();
+  Fixture b("leave_two_b", 4, o);
+  b.steps(12);
+  b.lr_zero_after(4);
+  mpi::set_gossip_leave_for_test(3, 6);
+  const std::optional<RunResult> rb = run_with_leave(b, 0, 6);  // (clears both)
+  if (world_rank() != 0) return;
+  ASSERT_TRUE(rb->stopped.empty()) << rb->stopped;
+  ASSERT_EQ(rb->membership.size(), 2u);
+  EXPECT_EQ(rb->membership[0].worker, 0);
+  EXPECT_EQ(rb->membership[1].worker, 3);
+  EXPECT_EQ(rb->last.live_workers, 2);
+  EXPECT_EQ(rb->worker_pushes[0], 6);
+  EXPECT_EQ(rb->worker_pushes[3], 6);
+  EXPECT_GT(rb->worker_pushes[1], 6);
+  EXPECT_GT(rb->last.worker_acc_min, 0.3) << "a left rank's model is not evaluated";
+  EXPECT_LE(distance(ra->params, rb->params), 1e-6 * norm(ra->params));
+}
+
 // train.min_workers = 4: the leave stops the run on every rank, with the
 // shared line.
 TEST(MpiGossipLeave, ALeaveBelowMinWorkersStopsTheRun) {
