@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -329,20 +330,23 @@ TEST(MpiCli, SigtermToAWorkerRankIsAGracefulLeaveAndTheRunCompletes) {
   }
 }
 
-// SIGTERM to a gossip rank: no gossip rank leaves alone on mpi, so the whole
-// run stops at the next step on every rank (exit 3, the stop line naming
-// the rank), with a closing row before the budget and a final checkpoint at
-// the stop; a new launch resumes from it and runs to the budget.
+// SIGTERM to a gossip rank that cannot leave alone (adpsgd; CHOCO, whose
+// ranks keep public copies of their neighbours): the whole run stops at the
+// next step on every rank (exit 3, the stop line naming the rank), with a
+// closing row before the budget and a final checkpoint at the stop; a new
+// launch resumes from it and runs to the budget.
 TEST(MpiCli, SigtermToAGossipRankStopsTheRunWithAFinalCheckpointThatResumes) {
-  // sgp: the per-step agreement carries it; adpsgd: the counts to rank 0.
-  for (const std::string policy : {"sgp", "adpsgd"}) {
+  // CHOCO: the per-step agreement carries it; adpsgd: the counts to rank 0.
+  for (const std::string policy : {"pdsgdm:2 --set compress.push=qsgd:4 --set gossip.topology=ring",
+                                   "adpsgd --set gossip.topology=onepeer-exp"}) {
     SCOPED_TRACE(policy);
-    const std::string out = tmp("mpi_gossip_term_" + policy);
+    const std::string out =
+        tmp(std::string("mpi_gossip_term_") + (policy[0] == 'p' ? "choco" : "adpsgd"));
     const std::string args =
         "train --quiet --runtime mpi --servers 0 --data synthetic --model linear-test --batch 16 "
         "--lr 0.1 --policy " +
         policy +
-        " --set gossip.topology=onepeer-exp --eval-every 0.25 --budget 4 "
+        " --eval-every 0.25 --budget 4 "
         "--checkpoint-every 0.2 --set mpi.timeout=20 --out " +
         out;
     const pid_t launcher = launch_until_training("4", args, out);
@@ -372,6 +376,87 @@ TEST(MpiCli, SigtermToAGossipRankStopsTheRunWithAFinalCheckpointThatResumes) {
     EXPECT_TRUE(r["stopped"].is_null()) << r.dump();
     EXPECT_NEAR(r["train_s"].get<double>(), 4.0, 0.3);
   }
+}
+
+// SIGTERM to a rank of a lockstep gossip policy (sgp) is a graceful leave:
+// the run goes on with the 3 live ranks to its budget (exit 0), summary.json
+// logs the leave, the rows count 3 live workers; a checkpoint after the
+// leave resumes with rank 2 still out.
+TEST(MpiCli, SigtermToAnSgpRankIsAGracefulLeaveAndAResumeKeepsItOut) {
+  const std::string out = tmp("mpi_gossip_leave");
+  const std::string args =
+      "train --quiet --runtime mpi --servers 0 --data synthetic --model linear-test --batch 16 "
+      "--lr 0.1 --policy sgp --eval-every 0.25 --budget 3 --checkpoint-every 0.2 "
+      "--set mpi.timeout=20 --out " +
+      out;
+  const pid_t launcher = launch_until_training("4", args, out);
+  ASSERT_FALSE(CheckpointDirs(out).empty()) << slurp(out + ".log");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const pid_t victim = rank_pid(out, 2);
+  ASSERT_GT(victim, 0);
+  const int status = kill_and_wait(victim, SIGTERM, launcher);
+  ASSERT_TRUE(WIFEXITED(status)) << slurp(out + ".log");
+  EXPECT_EQ(WEXITSTATUS(status), 0) << slurp(out + ".log");
+  EXPECT_TRUE(pids_with(out).empty());
+  const nlohmann::json s = summary(out);
+  EXPECT_TRUE(s["stopped"].is_null()) << s.dump();
+  EXPECT_NEAR(s["train_s"].get<double>(), 3.0, 0.3);
+  ASSERT_EQ(s["membership"].size(), 1u) << s.dump();
+  EXPECT_EQ(s["membership"][0]["worker"].get<int>(), 2);
+  EXPECT_EQ(s["membership"][0]["event"].get<std::string>(), "leave");
+  EXPECT_EQ(s["membership"][0]["cause"].get<std::string>(), "signal");
+  const std::vector<MetricsRow> rows = read_metrics_csv(out + "/metrics.csv");
+  ASSERT_GE(rows.size(), 3u);
+  EXPECT_EQ(rows.front().live_workers, 4);
+  EXPECT_EQ(rows.back().live_workers, 3);
+  EXPECT_TRUE(std::isfinite(rows.back().consensus_rel));
+
+  const Outcome o = run(kMpirun + "-np 4 ", "train --quiet --resume " + out + " --budget 4");
+  ASSERT_EQ(o.code, 0) << o.err;
+  const nlohmann::json r = summary(out);
+  EXPECT_TRUE(r["stopped"].is_null()) << r.dump();
+  EXPECT_NEAR(r["train_s"].get<double>(), 4.0, 0.3);
+  ASSERT_EQ(r["membership"].size(), 1u) << r.dump();
+  EXPECT_EQ(r["membership"][0]["worker"].get<int>(), 2);
+  const std::vector<MetricsRow> resumed = read_metrics_csv(out + "/metrics.csv");
+  ASSERT_GT(resumed.size(), rows.size());
+  EXPECT_GT(resumed.back().time_s, 3.5);
+  EXPECT_EQ(resumed.back().live_workers, 3);
+}
+
+// The same leave below train.min_workers stops the run on every rank (exit
+// 3, the shared line); resuming it ends at once with the same line.
+TEST(MpiCli, SigtermToAGossipRankBelowMinWorkersStopsAndTheResumeEndsAtOnce) {
+  const std::string out = tmp("mpi_gossip_leave_min");
+  const std::string args =
+      "train --runtime mpi --servers 0 --data synthetic --model linear-test --batch 16 "
+      "--lr 0.1 --policy sgp --eval-every 0.25 --budget 30 --checkpoint-every 0.2 "
+      "--set train.min_workers=4 --set mpi.timeout=20 --out " +
+      out;
+  const pid_t launcher = launch_until_training("4", args, out);
+  ASSERT_FALSE(CheckpointDirs(out).empty()) << slurp(out + ".log");
+  const pid_t victim = rank_pid(out, 2);
+  ASSERT_GT(victim, 0);
+  const int status = kill_and_wait(victim, SIGTERM, launcher);
+  ASSERT_TRUE(WIFEXITED(status)) << slurp(out + ".log");
+  EXPECT_EQ(WEXITSTATUS(status), 3) << slurp(out + ".log");
+  const std::string log = slurp(out + ".log");
+  const std::string head =
+      "hsgd: stopped: 3 of 4 workers live, fewer than train.min_workers = 4: worker 2 left at ";
+  ASSERT_EQ(count(log, head), 1) << log;
+  const size_t at = log.find(head);
+  const std::string line = log.substr(at, log.find('\n', at) - at);
+  EXPECT_NE(line.find("(signal)"), std::string::npos) << line;
+  const std::vector<MetricsRow> before = read_metrics_csv(out + "/metrics.csv");
+  ASSERT_FALSE(before.empty());
+  EXPECT_LT(before.back().time_s, 30);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const Outcome o = run(kMpirun + "-np 4 ", "train --resume " + out);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  EXPECT_EQ(o.code, 3) << o.err;
+  EXPECT_EQ(count(o.err, line), 1) << o.err;
+  EXPECT_LT(read_metrics_csv(out + "/metrics.csv").back().time_s, 30);
 }
 
 // SIGKILL to a server rank: the launch ends (mpirun takes every rank down,

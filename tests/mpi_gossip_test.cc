@@ -22,6 +22,7 @@
 #include "hsgd/core/error.h"
 #include "hsgd/core/topology.h"
 #include "hsgd/mpi/gossip.h"
+#include "hsgd/mpi/gossip_eval.h"
 #include "hsgd/mpi/mpi_runtime.h"
 #include "hsgd/mpi/session.h"
 #include "hsgd/mpi/transport.h"
@@ -911,6 +912,178 @@ TEST(MpiGossip, TheOuterStepIsTakenAtEveryGlobalAverage) {
   const double moved = distance(rp->params, plain.job().initial_params);
   EXPECT_GT(moved, 0.1);
   EXPECT_LT(distance(rh->params, held.job().initial_params), 0.3 * moved);  // one step, 40
+}
+
+// ---- a graceful leave (SIGTERM to a rank; here set_gossip_leave_for_test)
+
+// The run with rank `rank` leaving after `step` of its steps.
+std::optional<RunResult> run_with_leave(Fixture& f, int rank, int64_t step,
+                                        const Checkpoint* resume = nullptr) {
+  mpi::set_gossip_leave_for_test(rank, step);
+  std::optional<RunResult> r;
+  try {
+    r = f.run(resume);
+  } catch (...) {
+    mpi::set_gossip_leave_for_test(-1, 0);
+    throw;
+  }
+  mpi::set_gossip_leave_for_test(-1, 0);
+  return r;
+}
+
+// sgp at lr 0 after 6 steps: rank 2 leaves after step 8 and its (x, w)
+// goes to its live successor, so the average model sum x / sum w is the
+// one of the run without a leave (1e-6 relative), and the live ranks'
+// weights still sum to n (star: weights other than 1).
+TEST(MpiGossipLeave, SgpKeepsThePushSumMassAtALeave) {
+  for (const std::string topo : {"ring", "star"}) {
+    SCOPED_TRACE(topo);
+    const std::vector<Override> o = {
+        {"policy.name", "sgp"}, {"gossip.topology", topo}, {"train.checkpoint_every", "1000"}};
+    Fixture a("leave_sgp_a", 4, o);
+    a.steps(12);
+    a.lr_zero_after(6);
+    const std::optional<RunResult> ra = a.run();
+    Fixture b("leave_sgp_b", 4, o);
+    b.steps(12);
+    b.lr_zero_after(6);
+    const std::optional<RunResult> rb = run_with_leave(b, 2, 8);
+    if (world_rank() != 0) continue;
+    ASSERT_TRUE(rb->stopped.empty()) << rb->stopped;
+    ASSERT_EQ(rb->membership.size(), 1u);
+    EXPECT_EQ(rb->membership[0].worker, 2);
+    EXPECT_FALSE(rb->membership[0].join);
+    EXPECT_EQ(rb->membership[0].cause, MembershipCause::kSignal);
+    EXPECT_EQ(rb->last.live_workers, 3);
+    EXPECT_EQ(ra->last.live_workers, 4);
+    EXPECT_EQ(rb->worker_pushes[2], 8) << "the leaver took no step after its leave";
+    EXPECT_GT(rb->worker_pushes[0], 8);
+    EXPECT_EQ(rb->gradients, 4 * 8 + 3 * (rb->worker_pushes[0] - 8));
+    EXPECT_GT(ra->last.consensus_rel, 0) << "the models should differ";
+    EXPECT_LE(distance(ra->params, rb->params), 1e-6 * norm(ra->params));
+    // The final checkpoint: the live set, and the live ranks' weights.
+    const Checkpoint ck = CheckpointStore::load_latest(b.dir, b.job().identity);
+    EXPECT_FALSE(
+        CheckpointStore::load_latest(a.dir, a.job().identity).has(mpi::gossip_membership_blob(0)))
+        << "a checkpoint without a leave holds no live set";
+    for (int w = 0; w < 4; ++w) EXPECT_TRUE(ck.has(mpi::gossip_membership_blob(w)));
+    const Job j = b.job();
+    GossipModels models(4, j.initial_params, gossip_local_update(b.config));
+    DelayModel delays(b.config.stragglers, 4, b.config.train.seed);
+    std::vector<float> grad(j.initial_params.size());
+    double live_weight = 0;
+    for (int w = 0; w < 4; ++w) {
+      ShardSampler sampler = make_sampler(j, w);
+      GossipWorkerState st;
+      ck.read(gossip_worker_blob(w), [&](StateReader& r) {
+        load_gossip_worker(r, w, 4, models, w, sampler, delays, &st, grad);
+      });
+      if (w == 2) {
+        EXPECT_EQ(norm(models.x(w)), 0.0) << "the leaver holds nothing";
+      } else {
+        live_weight += models.weight(w);
+      }
+    }
+    EXPECT_NEAR(live_weight, 4.0, 1e-9);
+  }
+}
+
+// dpsgd (cta, atc) and pdsgdm: the live ranks go on over the live graph,
+// the leaver's model is dropped; the rows count the live ranks.
+TEST(MpiGossipLeave, DpsgdAndPdsgdmGoOnWithTheLiveRanks) {
+  for (const std::vector<Override>& o : std::vector<std::vector<Override>>{
+           {{"policy.name", "dpsgd"}},
+           {{"policy.name", "dpsgd"}, {"gossip.order", "atc"}, {"gossip.global_every", "3"}},
+           {{"policy.name", "pdsgdm:2"}, {"optim.kind", "momentum"}},
+           {{"policy.name", "sgp"}, {"gossip.global_every", "2"}}}) {
+    SCOPED_TRACE(describe(o));
+    Fixture f("leave_dpsgd", 4, o);
+    f.steps(16);
+    f.lr_zero_after(10);
+    const std::optional<RunResult> r = run_with_leave(f, 1, 5);
+    if (world_rank() != 0) continue;
+    ASSERT_TRUE(r->stopped.empty()) << r->stopped;
+    ASSERT_EQ(r->membership.size(), 1u);
+    EXPECT_EQ(r->membership[0].worker, 1);
+    EXPECT_EQ(r->last.live_workers, 3);
+    EXPECT_EQ(r->worker_pushes[1], 5);
+    EXPECT_EQ(r->worker_pushes[0], r->worker_pushes[3]);
+    EXPECT_GE(r->worker_pushes[0], 16);
+    EXPECT_EQ(r->gradients, 4 * 5 + 3 * (r->worker_pushes[0] - 5));
+    EXPECT_TRUE(std::isfinite(r->last.consensus_rel));
+    EXPECT_LT(r->last.consensus_rel, 0.05) << "the live ranks gossip with each other";
+    EXPECT_GT(r->last.test_acc, 0.5);
+  }
+}
+
+// Two ranks leave at the same step, rank 0 (which still writes the rows)
+// among them, with every worker's model evaluated: the mass of both goes
+// to their live successors, the log has both leaves, the rows count 2.
+TEST(MpiGossipLeave, TwoRanksLeaveAtOnceRankZeroAmongThem) {
+  const std::vector<Override> o = {{"policy.name", "sgp"}, {"gossip.eval_workers", "true"}};
+  Fixture a("leave_two_a", 4, o);
+  a.steps(12);
+  a.lr_zero_after(4);
+  const std::optional<RunResult> ra = a.run();
+  Fixture b("leave_two_b", 4, o);
+  b.steps(12);
+  b.lr_zero_after(4);
+  mpi::set_gossip_leave_for_test(3, 6);
+  const std::optional<RunResult> rb = run_with_leave(b, 0, 6);  // (clears both)
+  if (world_rank() != 0) return;
+  ASSERT_TRUE(rb->stopped.empty()) << rb->stopped;
+  ASSERT_EQ(rb->membership.size(), 2u);
+  EXPECT_EQ(rb->membership[0].worker, 0);
+  EXPECT_EQ(rb->membership[1].worker, 3);
+  EXPECT_EQ(rb->last.live_workers, 2);
+  EXPECT_EQ(rb->worker_pushes[0], 6);
+  EXPECT_EQ(rb->worker_pushes[3], 6);
+  EXPECT_GT(rb->worker_pushes[1], 6);
+  EXPECT_GT(rb->last.worker_acc_min, 0.3) << "a left rank's model is not evaluated";
+  EXPECT_LE(distance(ra->params, rb->params), 1e-6 * norm(ra->params));
+}
+
+// train.min_workers = 4: the leave stops the run on every rank, with the
+// shared line.
+TEST(MpiGossipLeave, ALeaveBelowMinWorkersStopsTheRun) {
+  Fixture f("leave_min", 4, {{"policy.name", "sgp"}, {"train.min_workers", "4"}});
+  f.steps(12);
+  const std::optional<RunResult> r = run_with_leave(f, 3, 4);
+  if (!r) return;
+  EXPECT_NE(r->stopped.find("fewer than train.min_workers = 4"), std::string::npos)
+      << "rank " << world_rank() << ": " << r->stopped;
+  if (world_rank() != 0) return;
+  EXPECT_EQ(r->worker_pushes[0], 4);
+}
+
+// A checkpoint after a leave resumes with the leaver still out: the resumed
+// run is the run without a checkpoint, bit for bit.
+TEST(MpiGossipLeave, AResumeAfterALeaveKeepsTheRankOut) {
+  for (const std::string policy : {"sgp", "dpsgd"}) {
+    SCOPED_TRACE(policy);
+    const std::vector<Override> o = {
+        {"policy.name", policy}, {"optim.kind", "momentum"}, {"train.checkpoint_every", "1000"}};
+    Fixture whole("leave_whole", 4, o);
+    whole.steps(14);
+    const std::optional<RunResult> rw = run_with_leave(whole, 2, 4);
+    Fixture a("leave_ckpt", 4, o);
+    a.steps(8);
+    run_with_leave(a, 2, 4);
+    std::optional<Checkpoint> ck;
+    if (world_rank() == 0) ck.emplace(CheckpointStore::load_latest(a.dir, a.job().identity));
+    Fixture b("leave_ckpt_resumed", 4, o);
+    b.dir = a.dir;
+    b.steps(14);
+    const std::optional<RunResult> rb = b.run(ck ? &*ck : nullptr);
+    if (world_rank() != 0) continue;
+    ASSERT_TRUE(rb->stopped.empty()) << rb->stopped;
+    ASSERT_EQ(rb->membership.size(), 1u);
+    EXPECT_EQ(rb->membership[0].worker, 2);
+    EXPECT_EQ(rb->last.live_workers, 3);
+    EXPECT_EQ(rb->worker_pushes, rw->worker_pushes);
+    EXPECT_EQ(rb->gradients, rw->gradients);
+    EXPECT_EQ(rb->params, rw->params) << "the resumed run differs from the whole one";
+  }
 }
 
 TEST(MpiGossip, ZzATimeoutNamesTheWaitOnEveryRank) {

@@ -29,11 +29,37 @@
 #include "hsgd/runtime/gossip_outer.h"
 #include "hsgd/runtime/gossip_row.h"
 #include "hsgd/runtime/local_steps.h"
+#include "hsgd/runtime/membership.h"
 #include "hsgd/runtime/row.h"
 #include "hsgd/runtime/run_control.h"
 
 namespace hsgd::mpi {
 namespace {
+
+// gossip_membership-W: "GSM1", the live mask (n bytes), the live ranks'
+// steps, Membership::save.
+constexpr uint32_t kMembershipPartTag = 0x47534d31;
+
+// Reads a gossip_membership-W part into `live`, `lockstep` and
+// `membership`; throws InputError (r.fail) when it is corrupt.
+void load_membership_part(StateReader& r, int n, std::vector<char>* live, int64_t* lockstep,
+                          Membership& membership) {
+  r.expect_tag(kMembershipPartTag, "the live set");
+  *live = r.get_vec<char>();
+  if (live->size() != static_cast<size_t>(n)) r.fail("corrupt (a live set of another size)");
+  if (std::none_of(live->begin(), live->end(), [](char c) { return c != 0; })) {
+    r.fail("corrupt (a live set without a live rank)");
+  }
+  *lockstep = r.get<int64_t>();
+  if (*lockstep < 0) r.fail("corrupt (the live ranks' steps)");
+  membership.load(r);
+}
+
+// set_gossip_leave_for_test: rank -> the step after which it leaves.
+std::vector<std::pair<int, int64_t>>& test_leaves() {
+  static std::vector<std::pair<int, int64_t>> leaves;
+  return leaves;
+}
 
 std::string names(const std::vector<int>& workers) {
   std::string out;
@@ -175,6 +201,7 @@ struct Agreed {
   bool stop_request = false;
   int64_t samples = 0, finite = 0, nonfinite = 0;
   double loss_sum = 0;
+  std::vector<int> leavers;  // the ranks that leave at this step, ascending
 };
 
 class GossipRank {
@@ -186,6 +213,8 @@ class GossipRank {
         timeout_(c_.mpi.timeout),
         np_(job.initial_params.size()),
         topo_(c_.gossip.topology, c_.gossip.weights, c_.train.workers, c_.train.seed),
+        graph_(c_.gossip.topology, c_.gossip.weights, c_.train.workers, c_.train.seed),
+        membership_(job, c_.train.workers),
         models_(1, job.initial_params, gossip_local_update(c_)),
         outer_(GossipOuter::make(c_, job.initial_params)),
         delays_(c_.stragglers, c_.train.workers, c_.train.seed),
@@ -227,11 +256,17 @@ class GossipRank {
                                    schedule_.epochs_done(run_.counts.samples) || stops_.stopped());
     double last_status = 0;
     while (!diverged_ && !ended) {
-      const bool gossip = n_ > 1 && (step_ + 1) % period_ == 0;
+      // A rank that left (dormant_) takes no step, no data and no round; it
+      // enters every collective with a zero contribution.
+      const bool gossip = !dormant_ && n_ > 1 && (step_ + 1) % period_ == 0;
       const int64_t round = (step_ + 1) / period_ - 1;
       Exchange ex(comm_, rank_, np_, static_cast<size_t>(c_.mpi.chunk));
       if (cta_ && gossip) post_model(ex, round);
-      if (phase_ != kGossipGradient) {  // (resumed with its gradient in hand: that one)
+      if (!dormant_ &&
+          phase_ != kGossipGradient) {  // (resumed with its gradient in hand: that one)
+        if (membership_.changed()) {    // the shard of the live set, from its next epoch
+          membership_.refresh(rank_, *sampler_, c_.train.batch, graph_.live_mask(), false);
+        }
         models_.debiased(0, local_);
         const auto t0 = SteadyClock::now();
         Batch batch;
@@ -246,6 +281,17 @@ class GossipRank {
       const Agreed a = agree(finite, batch_, loss_);
       // The run layer's decisions, on figures every rank holds alike.
       bool stop = a.stop_request || schedule_.past_budget(a.time);
+      bool repost = false;
+      if (!a.leavers.empty()) {
+        // cta: the round posted over the old graph completes (every rank
+        // posted its part) and is posted again over the live graph.
+        if (ex.posted()) {
+          idle_ += ex.wait(timeout_);
+          repost = cta_ && gossip;
+        }
+        leave(a.leavers, a.time);
+        stop = stop || stops_.stopped();
+      }
       if (!stop && a.nonfinite > 0) {
         run_.counts.nonfinite += a.nonfinite;
         run_.consecutive_nonfinite = a.finite == 0 ? run_.consecutive_nonfinite + a.nonfinite : 0;
@@ -267,9 +313,12 @@ class GossipRank {
         break;
       }
       const float lr = static_cast<float>(lr_at(c_.lr_schedule, c_.optim.lr, step_));
-      if (!gossip) {
+      if (dormant_) {
+        // (no step)
+      } else if (!gossip) {
         local_step(finite, lr);
       } else {
+        if (repost) post_model(ex, round);
         if (!cta_) {
           local_step(finite, lr);
           if (push_sum_) {
@@ -285,14 +334,15 @@ class GossipRank {
         if (cta_) local_step(finite, lr);
         ++rounds_;
       }
-      run_.counts.steps += n_;
+      run_.counts.steps += graph_.live_count();
       run_.counts.samples += a.samples;
       run_.counts.loss_sum += a.loss_sum;
       run_.counts.loss_count += a.finite;
-      ++step_;
+      if (!dormant_) ++step_;
+      ++lockstep_;
       phase_ = kGossipBetween;
       if (schedule_.epochs_done(run_.counts.samples)) break;
-      if (c_.gossip.global_every > 0 && n_ > 1 && step_ % c_.gossip.global_every == 0) {
+      if (c_.gossip.global_every > 0 && n_ > 1 && lockstep_ % c_.gossip.global_every == 0) {
         global_average();
       }
       // Every rank between steps, at the same step: a due checkpoint.
@@ -332,6 +382,7 @@ class GossipRank {
     }
     result.last = recorder_->rows().back();
     result.params = evaluator_.average();
+    result.membership = membership_.log();
     result.stopped = stops_.reason();
     result.train_s = result.last.time_s;
     result.real_train_s = train_s - start_s;
@@ -358,9 +409,30 @@ class GossipRank {
     st.received = received_;
     st.rounds = rounds_;
     StateWriter w;
-    save_gossip_worker(
-        w, rank_, models_, 0, *sampler_, delays_, st,
-        phase_ == kGossipGradient ? std::span<const float>(grads_) : std::span<const float>());
+    const std::span<const float> grad =
+        phase_ == kGossipGradient ? std::span<const float>(grads_) : std::span<const float>();
+    if (dormant_) {
+      // A rank that left holds x = 0, m = 0, w = 0; its part says weight 1
+      // (a weight is positive in the layout), its membership part that it
+      // left (restore() puts the 0 back).
+      GossipModels held = models_;
+      held.weight(0) = 1.0;
+      save_gossip_worker(w, rank_, held, 0, *sampler_, delays_, st, grad);
+    } else {
+      save_gossip_worker(w, rank_, models_, 0, *sampler_, delays_, st, grad);
+    }
+    return w.take();
+  }
+
+  // This rank's gossip_membership-W (only once a rank has left): the live
+  // set, the steps every live rank has taken, and the membership (its log
+  // and this rank's shard).
+  std::string membership_bytes() const {
+    StateWriter w;
+    w.tag(kMembershipPartTag);
+    w.put_vec(graph_.live_mask());
+    w.put<int64_t>(lockstep_);
+    membership_.save(w);
     return w.take();
   }
 
@@ -381,9 +453,16 @@ class GossipRank {
   // run's (alike on every rank) and the run layer's. The checkpoint is
   // complete once rank 0 commits it.
   PendingCut gather_cut() {
-    PendingCut cut = gather_gossip_parts(job_, comm_, rank_, n_, timeout_, choco_ != nullptr, [&] {
+    // The live set only once a rank has left: a checkpoint of a run without
+    // a leave is the one it always was.
+    const bool members = membership_.changed();
+    std::vector<std::string (*)(int)> blobs = {&gossip_worker_blob};
+    if (choco_) blobs.push_back(&gossip_choco_blob);
+    if (members) blobs.push_back(&gossip_membership_blob);
+    PendingCut cut = gather_gossip_parts(job_, comm_, rank_, n_, timeout_, blobs, [&] {
       std::vector<std::string> parts = {worker_bytes()};
       if (choco_) parts.push_back(choco_bytes());
+      if (members) parts.push_back(membership_bytes());
       return parts;
     });
     if (!cut) return cut;
@@ -402,6 +481,17 @@ class GossipRank {
     if (!part) return false;
     *start_s = part->start_s;
     const std::string where = fmt::format("{} (rank {})", "the resumed gossip state", rank_);
+    if (!part->membership.empty()) {
+      // A rank left before the cut: the live set, and this rank's shard
+      // (its sampler rebuilt for it before its position is restored).
+      StateReader mr(part->membership, where + ": " + gossip_membership_blob(rank_));
+      std::vector<char> live;
+      load_membership_part(mr, n_, &live, &lockstep_, membership_);
+      mr.expect_end();
+      graph_.set_live(live);
+      dormant_ = !graph_.live(rank_);
+      *sampler_ = membership_.sampler_for(rank_);
+    }
     if (choco_) {
       StateReader cr(part->choco, where + ": " + gossip_choco_blob(rank_));
       choco_->load_worker(0, cr);
@@ -416,7 +506,9 @@ class GossipRank {
         (st.phase != kGossipBetween && st.phase != kGossipGradient) || !st.inbox.empty()) {
       wr.fail("corrupt (an mpi gossip rank is cut between steps or with its gradient in hand)");
     }
+    if (dormant_) models_.remove(0, -1);  // its part said weight 1
     step_ = st.step;
+    if (part->membership.empty()) lockstep_ = st.step;
     phase_ = st.phase;
     loss_ = st.loss;
     batch_ = st.batch;
@@ -438,16 +530,16 @@ class GossipRank {
   }
 
   void post_model(Exchange& ex, int64_t round) {
-    const std::vector<int> to = topo_.out_peers(rank_, round);
-    std::vector<int> from = topo_.in_peers(rank_, round);
+    const std::vector<int> to = graph_.out_peers(rank_, round);
+    std::vector<int> from = graph_.in_peers(rank_, round);
     count_bytes(to.size(), from.size());
     ex.post(round, std::move(from), to, models_.x(0), nullptr);
   }
 
   // Push-sum: keeps one share of (x, w) and sends one to each out-peer.
   void post_shares(Exchange& ex, int64_t round) {
-    const std::vector<int> to = topo_.out_peers(rank_, round);
-    std::vector<int> from = topo_.in_peers(rank_, round);
+    const std::vector<int> to = graph_.out_peers(rank_, round);
+    std::vector<int> from = graph_.in_peers(rank_, round);
     const double share = 1.0 / (static_cast<double>(to.size()) + 1.0);
     for (float& v : models_.x(0)) v = static_cast<float>(v * share);
     models_.weight(0) *= share;
@@ -459,8 +551,8 @@ class GossipRank {
   // CHOCO: encodes the round (ChocoGossip::encode; own_q_ is what every
   // receiver decodes) and posts its bytes.
   void post_choco(Exchange& ex, int64_t round) {
-    const std::vector<int> to = topo_.out_peers(rank_, round);
-    std::vector<int> from = topo_.in_peers(rank_, round);
+    const std::vector<int> to = graph_.out_peers(rank_, round);
+    std::vector<int> from = graph_.in_peers(rank_, round);
     choco_->encode(0, step_, models_.x(0), &choco_bytes_, own_q_);
     const size_t size = choco_->message_bytes();
     HSGD_ASSERT(choco_bytes_.size() == size, "a CHOCO message of another size than its codec's");
@@ -477,7 +569,7 @@ class GossipRank {
   void combine(const Exchange& ex, int64_t round) {
     std::span<float> x = models_.x(0);
     if (choco_) {
-      const MixRow row = topo_.mixing_row(rank_, round);
+      const MixRow row = graph_.mixing_row(rank_, round);
       const std::vector<int>& from = ex.from();
       in_q_.resize(from.size());
       std::vector<std::span<const float>> qs;
@@ -497,7 +589,7 @@ class GossipRank {
       return;
     }
     const std::vector<float> own(x.begin(), x.end());
-    gossip_combine(topo_, rank_, round, push_sum_, x, own, ex.from(), ex.parts());
+    gossip_combine(graph_, rank_, round, push_sum_, x, own, ex.from(), ex.parts());
     if (push_sum_) {
       for (size_t k = 0; k < ex.from().size(); ++k) models_.weight(0) += ex.weight_in(k);
     }
@@ -508,24 +600,37 @@ class GossipRank {
   }
 
   // Every rank's step, summed; the largest clock. Its wait is idle time.
+  // A rank that left, or leaves at this step (its gradient is dropped),
+  // adds nothing; the SUM's element 4 + r is 1 when rank r leaves now.
   Agreed agree(bool finite, int64_t batch, double loss) {
-    double sums[4] = {finite ? static_cast<double>(batch) : 0.0, finite ? loss : 0.0,
-                      finite ? 1.0 : 0.0, finite ? 0.0 : 1.0};
+    const bool leaving = !dormant_ && leave_due();
+    const bool counts = !dormant_ && !(leaving && !choco_);
+    // On the heap (n + 4 doubles); left to leak when the wait times out, as
+    // the collective may still write it.
+    auto* buffer = new std::vector<double>(4 + static_cast<size_t>(n_), 0.0);
+    std::vector<double>& sums = *buffer;
+    if (counts) {
+      sums[0] = finite ? static_cast<double>(batch) : 0.0;
+      sums[1] = finite ? loss : 0.0;
+      sums[2] = finite ? 1.0 : 0.0;
+      sums[3] = finite ? 0.0 : 1.0;
+    }
+    if (leaving) sums[4 + static_cast<size_t>(rank_)] = 1.0;
     const bool request = stops_.check_request(/*at_evaluation=*/false);
-    // The third: 1 + the highest rank that got SIGTERM or SIGINT.
-    double maxes[3] = {clock_.seconds(), request ? 1.0 : 0.0,
-                       leave_requested() ? rank_ + 1.0 : 0.0};
+    double maxes[2] = {clock_.seconds(), request ? 1.0 : 0.0};
     MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-    check(MPI_Iallreduce(MPI_IN_PLACE, sums, 4, MPI_DOUBLE, MPI_SUM, comm_, &r[0]),
+    check(MPI_Iallreduce(MPI_IN_PLACE, sums.data(), as_count(sums.size()), MPI_DOUBLE, MPI_SUM,
+                         comm_, &r[0]),
           "MPI_Iallreduce");
-    check(MPI_Iallreduce(MPI_IN_PLACE, maxes, 3, MPI_DOUBLE, MPI_MAX, comm_, &r[1]),
+    check(MPI_Iallreduce(MPI_IN_PLACE, maxes, 2, MPI_DOUBLE, MPI_MAX, comm_, &r[1]),
           "MPI_Iallreduce");
     const auto t0 = SteadyClock::now();
     wait_all(r, timeout_, [&] {
       return fmt::format("on {} after step {}: the agreement of every rank's step (a collective)",
                          worker_name(rank_, 0), step_);
     });
-    idle_ += since(t0);
+    const std::unique_ptr<std::vector<double>> owned(buffer);
+    if (!dormant_) idle_ += since(t0);
     Agreed a;
     a.samples = static_cast<int64_t>(sums[0]);
     a.loss_sum = sums[1];
@@ -533,15 +638,116 @@ class GossipRank {
     a.nonfinite = static_cast<int64_t>(sums[3]);
     a.time = maxes[0];
     a.stop_request = maxes[1] > 0;
-    if (maxes[2] > 0) {
-      // Every rank records the same line (rank 0's is the one reported).
+    for (int i = 0; i < n_; ++i) {
+      if (sums[4 + static_cast<size_t>(i)] > 0) a.leavers.push_back(i);
+    }
+    if (a.leavers.empty()) return a;
+    // A leave the lockstep loop cannot carry out stops the whole run
+    // instead: with CHOCO (every rank's public copy of its neighbours), or
+    // when no rank would be left. Every rank records the same line (rank
+    // 0's is the one reported).
+    const int after = graph_.live_count() - static_cast<int>(a.leavers.size());
+    if (choco_ || after < 1) {
+      const std::string why =
+          choco_ ? "with compress.push (CHOCO) a gossip rank does not leave alone on mpi"
+                 : "no live rank would be left";
       stops_.request(fmt::format(
-          "SIGTERM or SIGINT to {} after step {}: a gossip rank does not leave alone on mpi, so "
-          "the whole run stopped there (resume it with --resume when checkpoints are on)",
-          worker_name(static_cast<int>(maxes[2]) - 1, 0), step_));
+          "SIGTERM or SIGINT to {} after step {}: {}, so the whole run stopped there (resume it "
+          "with --resume when checkpoints are on)",
+          worker_name(a.leavers.back(), 0), lockstep_, why));
       a.stop_request = true;
+      a.leavers.clear();
     }
     return a;
+  }
+
+  // Whether this live rank leaves at this step: SIGTERM or SIGINT
+  // (leave_requested) or a test's set_gossip_leave_for_test.
+  bool leave_due() const {
+    if (leave_requested()) return true;
+    for (const auto& [r, s] : test_leaves()) {
+      if (r == rank_ && s == step_) return true;
+    }
+    return false;
+  }
+
+  // Every rank, at the same step: `leavers` leave the graph at training
+  // time t, as on threads (runtime/gossip_threads.cc): the graph becomes
+  // the live graph; sgp: each leaver's (x, w) goes to its live successor
+  // (one message, mpi.timeout), so the sums of the models and the weights
+  // stay; dpsgd, pdsgdm: the leaver's model and momentum are dropped. A
+  // leaver drops the gradient in hand and goes dormant. Every rank records
+  // the events (the log, the shards, train.min_workers) alike.
+  void leave(const std::vector<int>& leavers, double t) {
+    std::vector<char> live = graph_.live_mask();
+    for (int r : leavers) live[static_cast<size_t>(r)] = 0;
+    graph_.set_live(live);
+    if (push_sum_) hand_over(leavers);
+    if (std::find(leavers.begin(), leavers.end(), rank_) != leavers.end()) {
+      models_.remove(0, -1);
+      dormant_ = true;
+      phase_ = kGossipBetween;  // the gradient in hand is dropped
+    }
+    const int m = graph_.live_count();
+    for (size_t k = 0; k < leavers.size(); ++k) {
+      const MembershipEvent e{t, leavers[k], false, MembershipCause::kSignal, ""};
+      const int after = m + static_cast<int>(leavers.size() - 1 - k);
+      stops_.check_membership(membership_.record(e, after));
+    }
+  }
+
+  // sgp: every leaver sends its (x, w) to its live successor, which adds
+  // them to its own in ascending leaver order.
+  void hand_over(const std::vector<int>& leavers) {
+    const std::vector<Chunk> chunks = chunks_of(np_, static_cast<size_t>(c_.mpi.chunk));
+    std::vector<int> from;
+    for (int r : leavers) {
+      if (graph_.successor(r) == rank_) from.push_back(r);
+    }
+    // Left to leak when the wait times out (a receive may still write them).
+    auto* buffers = new std::pair<std::vector<std::vector<float>>, std::vector<double>>(
+        std::vector<std::vector<float>>(from.size(), std::vector<float>(np_)),
+        std::vector<double>(from.size(), 0.0));
+    std::vector<std::vector<float>>& xs = buffers->first;
+    std::vector<double>& ws = buffers->second;
+    std::vector<MPI_Request> reqs;
+    MPI_Request q = MPI_REQUEST_NULL;
+    for (size_t k = 0; k < from.size(); ++k) {
+      for (const Chunk& c : chunks) {
+        check(MPI_Irecv(xs[k].data() + c.begin, as_count(c.size), MPI_FLOAT, from[k],
+                        kTagGossipLeave, comm_, &q),
+              "MPI_Irecv");
+        reqs.push_back(q);
+      }
+      check(MPI_Irecv(&ws[k], 1, MPI_DOUBLE, from[k], kTagGossipLeave, comm_, &q), "MPI_Irecv");
+      reqs.push_back(q);
+    }
+    int heir = -1;
+    if (std::find(leavers.begin(), leavers.end(), rank_) != leavers.end()) {
+      heir = graph_.successor(rank_);
+      const std::span<const float> x = models_.x(0);
+      for (const Chunk& c : chunks) {
+        check(MPI_Isend(x.data() + c.begin, as_count(c.size), MPI_FLOAT, heir, kTagGossipLeave,
+                        comm_, &q),
+              "MPI_Isend");
+        reqs.push_back(q);
+      }
+      check(MPI_Isend(&models_.weight(0), 1, MPI_DOUBLE, heir, kTagGossipLeave, comm_, &q),
+            "MPI_Isend");
+      reqs.push_back(q);
+    }
+    if (reqs.empty()) {
+      delete buffers;
+      return;
+    }
+    wait_all(reqs, timeout_, [&] {
+      return fmt::format("on {} after step {}: a leave (push-sum mass from {} to {})",
+                         worker_name(rank_, 0), lockstep_, names(from),
+                         heir < 0 ? "nobody" : worker_name(heir, 0));
+    });
+    const std::unique_ptr<std::pair<std::vector<std::vector<float>>, std::vector<double>>> owned(
+        buffers);
+    for (size_t k = 0; k < from.size(); ++k) models_.credit(0, xs[k], ws[k]);
   }
 
   // A collective of doubles, in place, with the deadline.
@@ -571,10 +777,19 @@ class GossipRank {
     sum[np_] = models_.weight(0);
     const auto t0 = SteadyClock::now();
     allreduce(sum.data(), sum.size(), MPI_SUM, "a global average (gossip.global_every)");
+    if (dormant_) return;  // it entered with zeros, and stays out
     idle_ += since(t0);
     for (size_t p = 0; p < np_; ++p) x[p] = static_cast<float>(sum[p] / sum[np_]);
     if (outer_) outer_->apply(x);  // SlowMo: alike on every rank (the same average)
     models_.weight(0) = 1.0;
+    // After a leave (GossipModels::global_average): w_i = W / m over the m
+    // live ranks, x_i = x_bar w_i (push-sum keeps its total mass).
+    const int m = graph_.live_count();
+    if (m < n_) {
+      const double wi = sum[np_] / m;
+      for (size_t p = 0; p < np_; ++p) x[p] = static_cast<float>(x[p] * wi);
+      models_.weight(0) = wi;
+    }
     if (choco_) choco_->reset(0, x);  // every rank knows the average
     ++run_.global_averages;
     // As a ring all-reduce would carry it (gossip_threads.cc counts alike).
@@ -586,7 +801,8 @@ class GossipRank {
   // Collective (mpi/gossip_eval.h): the row at training time t; every rank
   // learns whether the run diverged.
   void evaluate(double t) {
-    diverged_ = evaluator_.evaluate(t, models_, idle_, {}, {}, run_, stops_, plain_wait());
+    diverged_ = evaluator_.evaluate(t, models_, idle_, {}, {}, run_, stops_, plain_wait(),
+                                    graph_.live_count());
   }
 
   // mpi/gossip_eval.h's waits: with the deadline, nothing else to do.
@@ -605,7 +821,11 @@ class GossipRank {
   MPI_Comm comm_;
   double timeout_;
   size_t np_;
-  Topology topo_;
+  Topology topo_;                         // the configured graph (summary.json's gossip)
+  GossipGraph graph_;                     // the graph over the live ranks
+  Membership membership_;                 // the log, the shards, train.min_workers
+  bool dormant_ = false;                  // this rank left: no step, zero contributions
+  int64_t lockstep_ = 0;                  // steps of the live ranks (every rank counts them)
   GossipModels models_;                   // this rank's x, m, w (worker 0 of one)
   std::unique_ptr<GossipOuter> outer_;    // SlowMo (null when off): alike on every rank
   std::unique_ptr<ChocoGossip> choco_;    // CHOCO (null when off): this rank's public copy
@@ -667,6 +887,18 @@ void check_gossip_resume(const Job& job, const Checkpoint& ck, int ranks) {
   std::vector<float> grad(job.initial_params.size());
   for (int w = 0; w < ranks; ++w) {
     ShardSampler sampler = make_sampler(job, w);
+    if (ck.has(gossip_membership_blob(w))) {  // a rank had left: the shard of its live set
+      Membership membership(job, ranks);
+      ck.read(gossip_membership_blob(w), [&](StateReader& r) {
+        std::vector<char> live;
+        int64_t lockstep = 0;
+        load_membership_part(r, ranks, &live, &lockstep, membership);
+      });
+      sampler = membership.sampler_for(w);
+    } else if (w > 0 && ck.has(gossip_membership_blob(0))) {
+      throw InputError(fmt::format("{}: incomplete gossip checkpoint (no {}.bin)", ck.path,
+                                   gossip_membership_blob(w)));
+    }
     GossipWorkerState st;
     ck.read(gossip_worker_blob(w), [&](StateReader& r) {
       const bool in_hand = load_gossip_worker(r, w, ranks, models, 0, sampler, delays, &st, grad);
@@ -692,6 +924,14 @@ void check_gossip_resume(const Job& job, const Checkpoint& ck, int ranks) {
   RunStops stops(c);
   TrainSchedule schedule(c, job.train->size(), c.train.checkpoint_every > 0);
   load_run_state(ck, stops, schedule);
+}
+
+void set_gossip_leave_for_test(int rank, int64_t step) {
+  if (rank < 0) {
+    test_leaves().clear();
+    return;
+  }
+  test_leaves().emplace_back(rank, step);
 }
 
 RunResult run_gossip(const Job& job, MPI_Comm comm, Recorder* recorder, Observer* observer) {

@@ -8,7 +8,8 @@
 //   1. the gradient at the de-biased model; dpsgd cta posts the round's
 //      exchange (below) first, so that it overlaps the gradient;
 //   2. the agreement: one small all-reduce of every rank's step (samples,
-//      loss, finite or not, its training clock, a front end's stop request),
+//      loss, finite or not, its training clock, a front end's stop request,
+//      whether it leaves now),
 //      so that every rank takes the run layer's decisions
 //      (runtime/run_control.h: budget, evaluation, epoch target,
 //      train.max_nonfinite) on the same figures at the same step. The ranks
@@ -46,6 +47,22 @@
 // every rank) and sends each rank its part: a resumed run is the
 // uninterrupted one, bit for bit. The same rank count is needed.
 //
+// A leave (dpsgd, sgp, pdsgdm; docs/gossip.md#mpi): SIGTERM or SIGINT to
+// rank R sets R's flag in the agreement's SUM (one element per rank), so
+// every rank learns at the same step which ranks leave, and carries the
+// leave out as the threads runtime does: the graph becomes the live graph
+// (GossipGraph; with every rank live the configured topology, peer for
+// peer), sgp sends the leaver's (x, w) to its live successor (tag
+// kTagGossipLeave), dpsgd and pdsgdm drop it; every rank records the event
+// in its Membership (the log, the shards, train.min_workers). The leaver
+// drops its gradient and goes dormant: no step, no data, no round, but it
+// enters every collective (the agreement, rows, global averages,
+// checkpoints, the end) with a zero contribution, and returns at the end
+// like every rank. Checkpoints after a leave add gossip_membership-W per
+// rank (the live set, the live ranks' steps, its Membership); without a
+// leave they are unchanged. CHOCO, and a leave of every live rank, stop the
+// whole run instead (a request, exit 3).
+//
 // adpsgd takes no per-step agreement and runs apart: run_gossip hands it to
 // mpi/gossip_adpsgd.h.
 //
@@ -73,5 +90,10 @@ void check_gossip_resume(const Job& job, const Checkpoint& ck, int ranks);
 // that is not null). Rank 0's result is the run's; the others have
 // primary = false and, when they learnt of it, the stop line.
 RunResult run_gossip(const Job& job, MPI_Comm comm, Recorder* recorder, Observer* observer);
+
+// Tests (dpsgd, sgp, pdsgdm): rank `rank` of the next runs in this process
+// leaves after `step` of its steps, as on SIGTERM; rank < 0 clears every
+// such leave.
+void set_gossip_leave_for_test(int rank, int64_t step);
 
 }  // namespace hsgd::mpi

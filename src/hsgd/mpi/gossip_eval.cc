@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "hsgd/core/error.h"
 #include "hsgd/mpi/gossip.h"
@@ -47,15 +48,22 @@ GossipEvaluator::GossipEvaluator(const Job& job, MPI_Comm comm, int rank, Record
 bool GossipEvaluator::evaluate(double t, const GossipModels& models, double idle,
                                std::span<double> extras,
                                const std::function<void(std::span<const double>)>& fold,
-                               GossipRunState& run, RunStops& stops, const GossipWait& wait) {
+                               GossipRunState& run, RunStops& stops, const GossipWait& wait,
+                               int live) {
   const size_t np = models.num_params();
+  const int m = live < 0 ? n_ : live;
+  const bool mine = models.live(0);  // false: this rank left (zero contribution)
   // gossip.eval_workers: this rank's own de-biased model first (rank 0's
   // params_ take the average below); min, sum and max to rank 0.
   WorkerAccuracy workers;
   if (c_.gossip.eval_workers) {
-    models.debiased(0, params_);
-    const double acc = model_->evaluate(test_).accuracy;
-    double extremes[2] = {-acc, acc}, sum_acc = 0, most[2] = {0, 0};
+    double acc = 0;
+    if (mine) {
+      models.debiased(0, params_);
+      acc = model_->evaluate(test_).accuracy;
+    }
+    const double none = -std::numeric_limits<double>::infinity();
+    double extremes[2] = {mine ? -acc : none, mine ? acc : none}, sum_acc = 0, most[2] = {0, 0};
     MPI_Request rq[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     check(MPI_Ireduce(extremes, most, 2, MPI_DOUBLE, MPI_MAX, 0, comm_, &rq[0]), "MPI_Ireduce");
     check(MPI_Ireduce(&acc, &sum_acc, 1, MPI_DOUBLE, MPI_SUM, 0, comm_, &rq[1]), "MPI_Ireduce");
@@ -63,7 +71,7 @@ bool GossipEvaluator::evaluate(double t, const GossipModels& models, double idle
       return fmt::format("on {} at an evaluation of every worker's model (a reduce to rank 0)",
                          worker_name(rank_, 0));
     });
-    workers = {-most[0], sum_acc / n_, most[1]};
+    workers = {-most[0], sum_acc / m, most[1]};
   }
   std::vector<double> sum(np + 2 + extras.size());
   std::span<const float> x = models.x(0);
@@ -86,7 +94,7 @@ bool GossipEvaluator::evaluate(double t, const GossipModels& models, double idle
   double sq = 0;
   for (size_t p = 0; p < np; ++p) {
     const float avg = static_cast<float>(sum[p] / wsum);
-    const double d = x[p] / w - avg;
+    const double d = mine ? x[p] / w - avg : 0.0;
     sq += d * d;
     if (rank_ == 0) params_[p] = avg;
   }
@@ -100,16 +108,16 @@ bool GossipEvaluator::evaluate(double t, const GossipModels& models, double idle
     GossipModels::Consensus cs;
     double norm = 0;
     for (float v : params_) norm += static_cast<double>(v) * v;
-    cs.xi = std::sqrt(sq_sum / n_);
+    cs.xi = std::sqrt(sq_sum / m);
     cs.norm = std::sqrt(norm);
     const double idle_all = sum[np + 1];
-    const double span = (t - run.last_time) * n_;
+    const double span = (t - run.last_time) * m;
     const double idle_frac =
         span > 0 ? std::clamp((idle_all - run.last_idle) / span, 0.0, 1.0) : 0.0;
     run.last_idle = idle_all;
     run.last_time = t;
-    const MetricsRow row =
-        gossip_row(c_, cs, *model_, test_, job_.train->size(), t, run.counts, idle_frac, &workers);
+    const MetricsRow row = gossip_row(c_, cs, *model_, test_, job_.train->size(), t, run.counts,
+                                      idle_frac, &workers, live);
     recorder_->write(row);
     observer_->on_row(row);
     run.last_acc = row.test_acc;
@@ -151,8 +159,19 @@ void GossipEvaluator::gather_result(double sent, double received, int64_t steps,
                                  received_all, steps_all);
 }
 
+std::string gossip_membership_blob(int w) { return fmt::format("gossip_membership-{}", w); }
+
 std::optional<PendingCheckpoint> gather_gossip_parts(
     const Job& job, MPI_Comm comm, int rank, int n, double timeout, bool choco,
+    const std::function<std::vector<std::string>()>& parts) {
+  std::vector<std::string (*)(int)> names = {&gossip_worker_blob};
+  if (choco) names.push_back(&gossip_choco_blob);
+  return gather_gossip_parts(job, comm, rank, n, timeout, names, parts);
+}
+
+std::optional<PendingCheckpoint> gather_gossip_parts(
+    const Job& job, MPI_Comm comm, int rank, int n, double timeout,
+    const std::vector<std::string (*)(int)>& names,
     const std::function<std::vector<std::string>()>& parts) {
   const auto what = [&](int r) {
     return [rank, r] {
@@ -160,7 +179,7 @@ std::optional<PendingCheckpoint> gather_gossip_parts(
                          r);
     };
   };
-  const size_t count = choco ? 2 : 1;
+  const size_t count = names.size();
   if (rank != 0) {
     const std::vector<std::string> mine = parts();
     HSGD_ASSERT(mine.size() == count, "a gossip rank's part of another shape");
@@ -178,8 +197,7 @@ std::optional<PendingCheckpoint> gather_gossip_parts(
       for (size_t k = 0; k < count; ++k) got.push_back(recv_bytes(comm, r, timeout, what(r)));
     }
     if (!cut) continue;
-    cut->add(gossip_worker_blob(r), got[0]);
-    if (choco) cut->add(gossip_choco_blob(r), got[1]);
+    for (size_t k = 0; k < count; ++k) cut->add(names[k](r), got[k]);
   }
   return cut;
 }
@@ -224,6 +242,8 @@ std::optional<ResumedGossipPart> receive_gossip_resume(const Job& job, MPI_Comm 
       w.put_str(outer ? ck.blob(kGossipOuterBlob) : std::string());
       w.put_str(ck.blob(kRunBlob));
       w.put_str(choco ? ck.blob(gossip_choco_blob(r)) : std::string());
+      const std::string member = gossip_membership_blob(r);
+      w.put_str(ck.has(member) ? ck.blob(member) : std::string());
       ck.cache.erase(name);  // one rank's part in memory at a time
       if (r == 0) {
         mine = w.take();
@@ -242,6 +262,7 @@ std::optional<ResumedGossipPart> receive_gossip_resume(const Job& job, MPI_Comm 
   part.outer = r.get_str();
   part.run_state = r.get_str();
   part.choco = r.get_str();
+  part.membership = r.get_str();
   r.expect_end();
   return part;
 }

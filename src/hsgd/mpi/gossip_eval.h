@@ -52,10 +52,14 @@ class GossipEvaluator {
   // models, and `fold` (every rank, may be empty) sees the sums before rank
   // 0 builds the row from `run` (its counts, the last row's time and idle).
   // Returns whether the run diverged (the same on every rank); rank 0's
-  // `stops` then holds the line.
+  // `stops` then holds the line. `live`: the ranks still in the run (-1:
+  // every rank). A rank that left (models.live(0) false: weight 0, model 0)
+  // enters with a zero contribution: the consensus distance, the idle
+  // fraction, the workers' accuracies and the row's live_workers count only
+  // the live ranks.
   bool evaluate(double t, const GossipModels& models, double idle, std::span<double> extras,
                 const std::function<void(std::span<const double>)>& fold, GossipRunState& run,
-                RunStops& stops, const GossipWait& wait);
+                RunStops& stops, const GossipWait& wait, int live = -1);
 
   // Rank 0: the average model of the last evaluation.
   const std::vector<float>& average() const { return params_; }
@@ -89,12 +93,23 @@ class GossipEvaluator {
 std::optional<PendingCheckpoint> gather_gossip_parts(
     const Job& job, MPI_Comm comm, int rank, int n, double timeout, bool choco,
     const std::function<std::vector<std::string>()>& parts);
+// The same with the blob names given: parts()[k] of rank W is blob
+// names[k](W).
+std::optional<PendingCheckpoint> gather_gossip_parts(
+    const Job& job, MPI_Comm comm, int rank, int n, double timeout,
+    const std::vector<std::string (*)(int)>& names,
+    const std::function<std::vector<std::string>()>& parts);
+
+// "gossip_membership-W": rank W's part of the live set (mpi/gossip.cc),
+// written only once a rank has left.
+std::string gossip_membership_blob(int w);
 
 // What a rank resumes from: the cut's training time and its blobs (those
 // of the run alike on every rank).
 struct ResumedGossipPart {
   double start_s = 0;
   std::string worker, run, outer, run_state, choco;  // outer, choco: empty when off
+  std::string membership;  // gossip_membership-W, empty when the checkpoint has none
 };
 
 // Collective. Rank 0 (job.resume) checks its checkpoint

@@ -57,8 +57,8 @@ RunResult run_primary(const Job& job, const Layout& l, const std::vector<float>&
 void run_replica(const Job& job, const Layout& l, const std::vector<float>& initial, bool resuming);
 
 // Makes SIGTERM / SIGINT on a worker rank a graceful leave at its next
-// request (issue 10); on a gossip rank, a stop of the whole run at the next
-// step (mpi/gossip.h).
+// request (issue 10); on a dpsgd, sgp or pdsgdm rank, a leave at the next
+// step; with adpsgd or CHOCO, a stop of the whole run (mpi/gossip.h).
 void catch_leave_signals();
 // True once this rank got SIGTERM or SIGINT (after catch_leave_signals).
 bool leave_requested();

@@ -67,6 +67,9 @@ enum Tag : int {
   kTagAdpsgdReplyModel = 22,
   kTagAdpsgdProgress = 23,
   kTagAdpsgdStop = 24,
+  // A lockstep gossip rank that leaves (mpi/gossip.h) -> its live
+  // successor: sgp's (x, w), the model in chunks, then the weight.
+  kTagGossipLeave = 25,
   kTagGossipModel = 1000,
   kTagGossipWeight = 10000,
 };
