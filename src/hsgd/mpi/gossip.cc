@@ -375,19 +375,8 @@ class GossipRank {
     if (!diverged_) evaluate(train_s);
     if (final_cut && !diverged_ && stops_.final_checkpoint_allowed()) final_cut->commit(final_info);
     gather_result(&result);
-    if (rank_ != 0) {
-      result.primary = false;
-      result.stopped = stops_.reason();
-      return result;
-    }
-    result.last = recorder_->rows().back();
-    result.params = evaluator_.average();
-    result.membership = membership_.log();
-    result.stopped = stops_.reason();
-    result.train_s = result.last.time_s;
-    result.real_train_s = train_s - start_s;
-    result.gradients = run_.counts.steps;
-    result.wall_s = since(wall0);
+    evaluator_.finish_result(stops_, run_, train_s, start_s, since(wall0), &result);
+    if (rank_ == 0) result.membership = membership_.log();
     return result;
   }
 

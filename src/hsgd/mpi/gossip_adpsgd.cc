@@ -736,18 +736,7 @@ class AdpsgdRank {
     if (final_cut && !diverged_ && stops_.final_checkpoint_allowed()) final_cut->commit(final_info);
     RunResult result;
     evaluator_.gather_result(sent_, received_, step_, 0, topo_, run_, &result, plain_wait());
-    if (rank_ != 0) {
-      result.primary = false;
-      result.stopped = stops_.reason();
-      return result;
-    }
-    result.last = recorder_->rows().back();
-    result.params = evaluator_.average();
-    result.stopped = stops_.reason();
-    result.train_s = result.last.time_s;
-    result.real_train_s = train_s - start_s_;
-    result.gradients = run_.counts.steps;
-    result.wall_s = since(wall0);
+    evaluator_.finish_result(stops_, run_, train_s, start_s_, since(wall0), &result);
     return result;
   }
 

@@ -161,6 +161,22 @@ void GossipEvaluator::gather_result(double sent, double received, int64_t steps,
 
 std::string gossip_membership_blob(int w) { return fmt::format("gossip_membership-{}", w); }
 
+void GossipEvaluator::finish_result(const RunStops& stops, const GossipRunState& run,
+                                    double train_s, double start_s, double wall_s,
+                                    RunResult* result) const {
+  result->stopped = stops.reason();
+  if (rank_ != 0) {
+    result->primary = false;
+    return;
+  }
+  result->last = recorder_->rows().back();
+  result->params = params_;
+  result->train_s = result->last.time_s;
+  result->real_train_s = train_s - start_s;
+  result->gradients = run.counts.steps;
+  result->wall_s = wall_s;
+}
+
 std::optional<PendingCheckpoint> gather_gossip_parts(
     const Job& job, MPI_Comm comm, int rank, int n, double timeout, bool choco,
     const std::function<std::vector<std::string>()>& parts) {

@@ -70,6 +70,12 @@ class GossipEvaluator {
                      const Topology& topo, const GossipRunState& run, RunResult* result,
                      const GossipWait& wait);
 
+  // After gather_result: the stop line on every rank; on rank 0 the last
+  // row, the average, the training times and the gradients; the other
+  // ranks' results are not primary.
+  void finish_result(const RunStops& stops, const GossipRunState& run, double train_s,
+                     double start_s, double wall_s, RunResult* result) const;
+
  private:
   const Job& job_;
   const Config& c_;
