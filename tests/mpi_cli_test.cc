@@ -255,6 +255,18 @@ int kill_and_wait(pid_t victim, int sig, pid_t launcher) {
   return status;
 }
 
+// Starts `mpirun -np 4 hsgd args`, waits until training is under way,
+// sends SIGTERM to rank 2 and waits for the launch: its wait status, or -1
+// when rank 2 was not found (the launch is then left to end by itself).
+int sigterm_rank_2_of_4(const std::string& args, const std::string& out) {
+  const pid_t launcher = launch_until_training("4", args, out);
+  if (CheckpointDirs(out).empty()) return -1;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const pid_t victim = rank_pid(out, 2);
+  if (victim <= 0) return -1;
+  return kill_and_wait(victim, SIGTERM, launcher);
+}
+
 // A launch killed by SIGKILL to one rank ends (every rank, within the
 // timeout); a new launch with --resume, even with another number of worker
 // ranks, completes from the newest checkpoint and its metrics run on.
@@ -349,12 +361,8 @@ TEST(MpiCli, SigtermToAGossipRankStopsTheRunWithAFinalCheckpointThatResumes) {
         " --eval-every 0.25 --budget 4 "
         "--checkpoint-every 0.2 --set mpi.timeout=20 --out " +
         out;
-    const pid_t launcher = launch_until_training("4", args, out);
-    ASSERT_FALSE(CheckpointDirs(out).empty()) << slurp(out + ".log");
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    const pid_t victim = rank_pid(out, 2);
-    ASSERT_GT(victim, 0);
-    const int status = kill_and_wait(victim, SIGTERM, launcher);
+    const int status = sigterm_rank_2_of_4(args, out);
+    ASSERT_NE(status, -1) << slurp(out + ".log");
     ASSERT_TRUE(WIFEXITED(status)) << slurp(out + ".log");
     EXPECT_EQ(WEXITSTATUS(status), 3) << slurp(out + ".log");
     EXPECT_TRUE(pids_with(out).empty());
@@ -389,12 +397,8 @@ TEST(MpiCli, SigtermToAnSgpRankIsAGracefulLeaveAndAResumeKeepsItOut) {
       "--lr 0.1 --policy sgp --eval-every 0.25 --budget 3 --checkpoint-every 0.2 "
       "--set mpi.timeout=20 --out " +
       out;
-  const pid_t launcher = launch_until_training("4", args, out);
-  ASSERT_FALSE(CheckpointDirs(out).empty()) << slurp(out + ".log");
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const pid_t victim = rank_pid(out, 2);
-  ASSERT_GT(victim, 0);
-  const int status = kill_and_wait(victim, SIGTERM, launcher);
+  const int status = sigterm_rank_2_of_4(args, out);
+  ASSERT_NE(status, -1) << slurp(out + ".log");
   ASSERT_TRUE(WIFEXITED(status)) << slurp(out + ".log");
   EXPECT_EQ(WEXITSTATUS(status), 0) << slurp(out + ".log");
   EXPECT_TRUE(pids_with(out).empty());
