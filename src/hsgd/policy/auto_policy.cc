@@ -12,14 +12,17 @@ namespace hsgd {
 AutoParts auto_rule_parts(int rule) {
   AutoParts p;
   if (rule == 5) return p;
-  if (rule != 6) {
+  if (rule != 6 && rule != 7) {
     throw InputError("policy.auto_rule = " + std::to_string(rule) +
-                     ": expected 6 (today's rule) or 5 (the rule before it)");
+                     ": expected 6 (today's rule), 7 or 5 (the rule before the sixth)");
   }
   // The sixth rule: on the design cells the probes and the window rises
   // added nothing on the MLP and cost on LeNet-5 (docs/results-auto.md,
   // "The sixth rule").
   p.rise = p.up = p.down = p.curve = false;
+  // The seventh: the budget at the concurrency n / K, not the measured
+  // staleness, which stragglers inflate (docs/results-auto.md).
+  p.concurrency = rule == 7;
   return p;
 }
 
@@ -165,7 +168,9 @@ AutoController::AutoController(int workers, AutoParts parts, double lr, AutoCons
 // budget asks for K >= n / (2 cst_.budget / lr - 1). 1 with the budget off.
 void AutoController::first_k() {
   k_ = 1;
-  if (budget_on()) {
+  if (budget_on() && parts_.concurrency) {
+    k_ = concurrency_floor(workers_);
+  } else if (budget_on()) {
     const double r = 2 * cst_.budget / lr_ - 1;
     k_ = r <= 1 ? workers_
                 : std::clamp(static_cast<int>(std::ceil(workers_ / r - 1e-9)), 1, workers_);
@@ -210,6 +215,7 @@ int AutoController::cap() const {
 // keeps lr x (staleness + 1) within the budget is K x lr (tau + 1) / cst_.budget.
 int AutoController::budget_floor() const {
   if (!budget_on()) return 1;
+  if (parts_.concurrency) return concurrency_floor(live_);
   if (!parts_.measured) {
     const double r = 2 * cst_.budget / lr_ - 1;
     return r <= 1
@@ -218,6 +224,14 @@ int AutoController::budget_floor() const {
   }
   const double need = static_cast<double>(k_) * lr_ * (tau_.mean + 1) / cst_.budget;
   return std::clamp(static_cast<int>(std::ceil(need - 1e-9)), 1, std::max(1, live_));
+}
+
+// The seventh rule: n equally fast workers, K pushes per update, have n / K
+// gradients in flight per update, so staleness + 1 = n / K and the budget
+// asks for K >= lr x n / cst_.budget.
+int AutoController::concurrency_floor(int n) const {
+  const double need = lr_ * static_cast<double>(n) / cst_.budget;
+  return std::clamp(static_cast<int>(std::ceil(need - 1e-9)), 1, std::max(1, n));
 }
 
 // At a block's end, not in a probe, one block after K last changed (the

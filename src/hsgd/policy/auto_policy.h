@@ -29,8 +29,13 @@ struct AutoParts {
   bool curve = true;     // no probe on a speeding-up descent; no rising baseline
   bool budget = true;    // K never below what keeps lr x (staleness + 1) within the budget constant
   bool measured = true;  // ... at the measured staleness (off: at n / K, the pushes in flight per update)
+  // The seventh rule's budget: at the staleness of n equally fast workers,
+  // staleness + 1 = n / K (the gradients in flight per update), whatever the
+  // measured staleness; stragglers' rare, very stale pushes do not raise K.
+  bool concurrency = false;
 };
 // The parts of rule `rule` (policy.auto_rule; docs/auto.md):
+//   7: the sixth with the budget at the concurrency n / K (`concurrency`).
 //   6 (today's): the staleness budget, the spike guard (stopping at the
 //     arrival-time cap), the cap and the momentum correction; no probes and
 //     no window rises (rise, up, down and curve off).
@@ -124,6 +129,7 @@ class AutoController final : public Policy {
   void rise(int factor = 2, bool spike = false);
   bool accelerating() const;
   bool budget_on() const { return parts_.budget && lr_ > 0; }
+  int concurrency_floor(int n) const;
   bool budget_step();
   void set_live(int live);
   void set_spike_line();
