@@ -474,7 +474,7 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
         2, [](double) { return 4.5; }, 0.01);
     EXPECT_EQ(c->k(), ablate.empty() ? 4 : 1);
   }
-  EXPECT_THROW(rule(7), InputError);
+  EXPECT_THROW(rule(8), InputError);
 }
 
 // The staleness budget: lr x (staleness + 1) <= kBudget. Before anything is
@@ -562,6 +562,30 @@ TEST(AutoPolicy, WithoutMeasuredStalenessTheBudgetKeepsTheConcurrencyK) {
   td.eta = 0.01;
   td.run(62);
   EXPECT_EQ(d.k(), 2);
+}
+
+// policy.auto_rule = 7: the budget at the concurrency, staleness + 1 =
+// n / K, so K >= lr x n / 0.5 from the start (16 workers: 2 at lr 0.05, 4
+// at lr 0.1), and the stragglers' stale pushes, which lift the measured
+// staleness past the budget, do not raise it; under the sixth rule they do.
+TEST(AutoPolicy, TheSeventhRuleBudgetsTheConcurrencyNotTheMeasuredStaleness) {
+  std::vector<double> periods(12, 0.1);
+  periods.insert(periods.end(), 4, 1.0);
+  for (const double lr : {0.05, 0.1}) {
+    SCOPED_TRACE(lr);
+    const int floor = lr == 0.05 ? 2 : 4;
+    AutoController seventh(16, auto_rule_parts(7), lr);
+    AutoController sixth(16, auto_rule_parts(6), lr);
+    EXPECT_EQ(seventh.k(), floor);
+    Trainer t7(&seventh, periods, flat_floor);
+    Trainer t6(&sixth, periods, flat_floor);
+    t7.eta = t6.eta = 0.01;
+    t7.run(62);
+    t6.run(62);
+    EXPECT_GT(lr * (seventh.staleness() + 1), 0.5);  // the measured budget would act
+    EXPECT_EQ(seventh.k(), floor);
+    EXPECT_GT(sixth.k(), floor);
+  }
 }
 
 // The budget may ask for more than the workers that arrive in time; it
