@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""auto's rules side by side against the best fixed policy of each cell
+(issue 32), from committed sweep.json files only; runs nothing.
+
+For every set of cells (a family), the fixed policies come from one sweep
+and each rule's auto from its own sweep (the same cells and seeds), so a
+rule run alone later is compared with the same fixed runs. Prints one
+Markdown table per set (interval mean over the seeds, pp differences) and,
+over the sets named held out, the issue's targets for each rule: within
+1.5 pp of the best fixed policy in at least 90 % of cells, never more than
+3 pp behind, ahead of async by 2 pp or more wherever a fixed policy is.
+
+Usage: scripts/auto-rules.py [--root docs/results/sweep] [--sets NAME,...]
+A set whose files are missing is skipped with a line saying so."""
+import argparse
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SIXTH = "auto"
+SEVENTH = "auto+policy.auto_rule=7"
+SIXTH_ALONE = "auto+policy.auto_ablate=up,down,rise"
+
+# name: (label, held out?, fixed sweep, [(rule, sweep dir, policy name)])
+SETS = {
+    "design-mlp": ("Design cells, MLP (seeds 11, 12)", False, "design-budget",
+                   [("sixth", "sixth-design-mlp", SIXTH_ALONE),
+                    ("seventh", "seventh-design-mlp", SEVENTH)]),
+    "design-lenet5": ("Design cells, LeNet-5 (seeds 11, 12)", False, "design-lenet5-spike",
+                      [("sixth", "sixth-design-lenet5", SIXTH_ALONE),
+                       ("seventh", "seventh-design-lenet5", SEVENTH)]),
+}
+for fam, label in [("data", "other data"), ("shape", "other cluster shape"),
+                   ("model", "other model"), ("issue", "the issue's setting")]:
+    SETS["heldout-" + fam] = (f"Held out: {label}", True, "heldout-" + fam,
+                              [("sixth", "sixth-heldout-" + fam, SIXTH_ALONE),
+                               ("seventh", "seventh-heldout-" + fam, SEVENTH)])
+SETS["sweep-lenet5"] = ("Held out: the LeNet-5 slice (seeds 1-3)", True, "sweep-lenet5",
+                        [("sixth", "sixth-sweep-lenet5", SIXTH_ALONE),
+                         ("seventh", "seventh-sweep-lenet5", SEVENTH)])
+for fam, label in [("lenet", "LeNet-5 on 16 workers"), ("fmnist-mlp", "an MLP on Fashion-MNIST")]:
+    SETS["heldout-" + fam] = (f"Held out, new: {label}", True, "heldout-" + fam,
+                              [("sixth", "heldout-" + fam, SIXTH),
+                               ("seventh", "heldout-" + fam, SEVENTH)])
+SETS["sweep-mlp"] = ("The MLP grid (27 cells, seeds 1-3)", False, "sweep-mlp",
+                     [("fifth", "sweep-mlp", SIXTH),
+                      ("sixth", "sixth-sweep-mlp", SIXTH_ALONE),
+                      ("seventh", "seventh-sweep-mlp", SEVENTH)])
+
+
+def load(root, d):
+    p = os.path.join(root, d, "sweep.json")
+    if not os.path.exists(p):
+        return None
+    with open(p) as f:
+        return {tuple(sorted(c["at"].items())): c["policies"] for c in json.load(f)["cells"]}
+
+
+def fmt(x):
+    return ("%+.2f" % x).replace("-", "−")
+
+
+def is_fixed(p):
+    return not p.startswith("auto")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--root", default=os.path.join(ROOT, "docs", "results", "sweep"))
+    ap.add_argument("--sets", default=",".join(SETS))
+    a = ap.parse_args()
+    held = {}  # rule -> rows
+    for name in a.sets.split(","):
+        if name not in SETS:
+            sys.exit(f"auto-rules.py: --sets: unknown set '{name}' (expected {', '.join(SETS)})")
+        label, heldout, fixed_dir, rules = SETS[name]
+        fixed = load(a.root, fixed_dir)
+        ruled = [(r, load(a.root, d), p) for r, d, p in rules]
+        missing = [d for (_, d, _), (_, s, _) in zip(rules, ruled) if s is None]
+        if fixed is None or missing:
+            print(f"**{label}**: not run ({', '.join([fixed_dir] if fixed is None else missing)})\n")
+            continue
+        names = [r for r, _, _ in ruled]
+        print(f"**{label}**\n")
+        print("| cell | best fixed | best (%) | async (%) | " +
+              " | ".join(f"{r} (%) | {r} − best (pp)" for r in names) + " |")
+        print("|---|---|---:|---:|" + "---:|---:|" * len(names))
+        for key, pol in fixed.items():
+            fx = {p: v for p, v in pol.items() if is_fixed(p)}
+            best = max(fx, key=lambda p: fx[p]["interval_mean"]["mean"])
+            bi = 100 * fx[best]["interval_mean"]["mean"]
+            asy = 100 * fx["async"]["interval_mean"]["mean"]
+            cols = []
+            for r, s, p in ruled:
+                v = 100 * s[key][p]["interval_mean"]["mean"]
+                cols.append(f"{v:.2f} | {fmt(v - bi)}")
+                if heldout:
+                    held.setdefault(r, []).append((v - bi, v - asy, bi - asy))
+            cell = ", ".join(f"{k} {v}" for k, v in key)
+            print(f"| {cell} | {best} | {bi:.2f} | {asy:.2f} | " + " | ".join(cols) + " |")
+        print()
+    for r, rows in held.items():
+        within = sum(d >= -1.5 for d, _, _ in rows)
+        strong = [x for x in rows if x[2] >= 2.0]
+        print(f"- held out, {r} rule: within 1.5 pp in {within} of {len(rows)} cells "
+              f"({100.0 * within / len(rows):.0f} %; target >= 90 %); worst "
+              f"{fmt(min(d for d, _, _ in rows))} pp (target >= −3); mean "
+              f"{fmt(sum(d for d, _, _ in rows) / len(rows))} pp; ahead of async by >= 2 pp in "
+              f"{sum(da >= 2.0 for _, da, _ in strong)} of the {len(strong)} cells where a "
+              f"fixed policy is")
+
+
+if __name__ == "__main__":
+    main()
