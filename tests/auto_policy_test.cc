@@ -419,7 +419,7 @@ TEST(AutoPolicy, ARisingLossDoublesKUpToTheWorkers) {
   EXPECT_LT(d.k(), c.k());
 }
 
-// policy.auto_rule: the sixth rule (the default, through make_policy) has
+// policy.auto_rule: the sixth rule (and the seventh, today's, through make_policy) has
 // neither probes nor window rises, and keeps the spike guard; the fifth
 // (policy.auto_rule = 5) has both. The same two signal sequences on each.
 TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
@@ -477,9 +477,17 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
   EXPECT_THROW(rule(8), InputError);
 }
 
-// The staleness budget: lr x (staleness + 1) <= kBudget. Before anything is
-// measured, n workers in step are assumed (staleness + 1 = (n / K + 1) / 2).
+// The staleness budget: lr x (staleness + 1) <= kBudget. The sixth rule
+// (and the fifth: AutoParts{}), before anything is measured, assumes n
+// workers in step (staleness + 1 = (n / K + 1) / 2); the seventh, today's,
+// n equally fast ones (staleness + 1 = n / K) throughout.
 TEST(AutoPolicy, TheStalenessBudgetSetsTheFirstK) {
+  const AutoParts seventh = auto_rule_parts(7);
+  EXPECT_EQ(AutoController(25, seventh, 0.01).k(), 1);  // 0.01 x 25 / 0.5 = 0.5
+  EXPECT_EQ(AutoController(25, seventh, 0.1).k(), 5);
+  EXPECT_EQ(AutoController(25, seventh, 0.3).k(), 15);
+  EXPECT_EQ(AutoController(25, seventh, 0.5).k(), 25);
+  EXPECT_EQ(AutoController(25, seventh, 0).k(), 1);
   EXPECT_EQ(AutoController(25, {}, 0.01).k(), 1);  // 0.01 x 13 = 0.13: async is within it
   EXPECT_EQ(AutoController(25, {}, 0.1).k(), 3);   // 25 / (2 x 0.5 / 0.1 - 1) = 2.8
   EXPECT_EQ(AutoController(25, {}, 0.3).k(), 11);  // 25 / 2.33 = 10.7
@@ -491,6 +499,8 @@ TEST(AutoPolicy, TheStalenessBudgetSetsTheFirstK) {
   // Sum aggregation: K does not shorten the steps, so make_policy passes no lr.
   PolicyOptions o;
   o.kind = "auto";
+  EXPECT_EQ(make_policy(o, 25, 0.3)->threshold(kP, 25), 15);
+  o.auto_rule = 6;
   EXPECT_EQ(make_policy(o, 25, 0.3)->threshold(kP, 25), 11);
   o.aggregation = Aggregation::kSum;
   EXPECT_EQ(make_policy(o, 25, 0.3)->threshold(kP, 25), 1);
@@ -687,7 +697,7 @@ TEST(AutoPolicy, TheBudgetUsesTheRateTheServerStepsWith) {
   std::vector<float> params(4, 0.0f);
   const std::vector<float> grad(4, 0.01f);
   OptimizerOptions oo;
-  oo.lr = 0.01;  // 0.01 x 13 = 0.13: within the budget, K = 1 at this rate
+  oo.lr = 0.01;  // 0.01 x 25 = 0.25: within the budget, K = 1 at this rate
   oo.scale_lr = true;
   PolicyOptions po;
   po.kind = "auto";
@@ -701,18 +711,19 @@ TEST(AutoPolicy, TheBudgetUsesTheRateTheServerStepsWith) {
     ASSERT_DOUBLE_EQ(so.lr, 0.25);
     Server s(params, so, make_policy(po, n, oo.lr), make_optimizer(oo, params.size()));
     EXPECT_DOUBLE_EQ(auto_of(s).lr(), 0.25);
-    EXPECT_EQ(s.threshold(0), 9);  // 25 / (2 x 0.5 / 0.25 - 1) = 8.3
+    EXPECT_EQ(s.threshold(0), 13);  // 0.25 x 25 / 0.5 = 12.5
   }
   {
     // A linear warm-up over 10 updates to 0.3: K starts at the first
-    // update's rate (0.03: K = 1), and the rate follows the updates.
+    // update's rate (0.03: 0.03 x 25 / 0.5 = 1.5, K = 2), and the rate
+    // follows the updates.
     ServerOptions so;
     so.workers = n;
     so.lr = 0.3;
     so.lr_schedule.warmup = 10;
     Server s(params, so, make_policy(po, n, oo.lr), make_optimizer(oo, params.size()));
     EXPECT_DOUBLE_EQ(auto_of(s).lr(), 0.03);
-    EXPECT_EQ(s.threshold(0), 1);
+    EXPECT_EQ(s.threshold(0), 2);
     for (int i = 0; s.version() < 12; ++i) {
       const int w = i % n;
       s.on_push(w, s.version(), grad, 32, 1.0, 0.01 * i);
@@ -901,7 +912,7 @@ TEST(AutoPolicy, TheRuleUsesTheConstantsGiven) {
   PolicyOptions o;
   o.kind = "auto";
   o.auto_constants = "budget=0.25";
-  EXPECT_EQ(make_policy(o, 25, 0.1)->threshold(kP, 25), 7);
+  EXPECT_EQ(make_policy(o, 25, 0.1)->threshold(kP, 25), 10);  // 0.1 x 25 / 0.25
 }
 
 }  // namespace

@@ -329,19 +329,23 @@ TEST(Config, ConsensusLrIsWrittenOnlyWhenSet) {
 // policy.auto_rule is part of an auto run's identity, except 5: runs made
 // before the key existed ran the fifth rule, and with auto_rule = 5 their
 // config.toml and hash are what they were (so they resume); a run of the
-// sixth rule (the default) is another run.
+// sixth rule or of the seventh (the default) is another run, and says so.
 TEST(Config, AutoRuleIsWrittenForAutoExceptTheFifth) {
   const std::string ex = std::string(HSGD_SOURCE_DIR) + "/examples/paper/synthetic.toml";
-  const Config sixth = load_config(ex, {{"policy.name", "auto"}});
-  EXPECT_EQ(sixth.policy.auto_rule, 6);
+  const Config seventh = load_config(ex, {{"policy.name", "auto"}});
+  EXPECT_EQ(seventh.policy.auto_rule, 7);
+  EXPECT_NE(to_toml(seventh).find("auto_rule = 7"), std::string::npos) << to_toml(seventh);
+  const Config sixth = load_config(ex, {{"policy.name", "auto"}, {"policy.auto_rule", "6"}});
   EXPECT_NE(to_toml(sixth).find("auto_rule = 6"), std::string::npos) << to_toml(sixth);
+  EXPECT_NE(config_hash(sixth), config_hash(seventh));
+  EXPECT_EQ(load_config(write_file("auto6.toml", to_toml(sixth)), {}).policy.auto_rule, 6);
   const Config fifth = load_config(ex, {{"policy.name", "auto"}, {"policy.auto_rule", "5"}});
   const std::string fifth_text = to_toml(fifth);
   EXPECT_EQ(fifth_text.find("auto_rule"), std::string::npos) << fifth_text;
   EXPECT_NE(config_hash(fifth), config_hash(sixth));
-  // The fifth rule's config.toml reads back as... the sixth unless the key
-  // is given: a resume of such a run must say auto_rule = 5.
-  EXPECT_EQ(load_config(write_file("auto5.toml", fifth_text), {}).policy.auto_rule, 6);
+  // The fifth rule's config.toml reads back as... today's rule unless the
+  // key is given: a resume of such a run must say auto_rule = 5.
+  EXPECT_EQ(load_config(write_file("auto5.toml", fifth_text), {}).policy.auto_rule, 7);
   // Another policy: not written, whatever the value.
   const Config sync = load_config(ex, {{"policy.name", "sync"}, {"policy.auto_rule", "6"}});
   EXPECT_EQ(to_toml(sync).find("auto_rule"), std::string::npos);

@@ -415,10 +415,10 @@ std::vector<Key> declare() {
           .moot(policies({"auto"}))
           .written_when([](const Config& c) { return !c.policy.auto_constants.empty(); }));
   add(int_key("policy", "auto_rule", HSGD_REF(policy.auto_rule),
-              "auto: which rule: 6, today's (the staleness budget, the spike guard and the "
-              "arrival-time cap; docs/auto.md); 7, the sixth with the budget at the concurrency "
-              "n / K instead of the measured staleness; or 5, the rule before the sixth (also the "
-              "probes and the rises), to reproduce results made with it. 5 is not written to config.toml: runs "
+              "auto: which rule: 7, today's (the staleness budget at the concurrency n / K, the "
+              "spike guard and the arrival-time cap; docs/auto.md); 6, the rule before it (the "
+              "budget at the measured staleness); or 5, the rule before the sixth (also the "
+              "probes and the rises). 6 and 5 reproduce results made with them. 5 is not written to config.toml: runs "
               "made before this key ran rule 5 and keep their identity.")
           .check([](int v) { return v >= 5 && v <= 7; }, "5, 6 or 7")
           .moot(policies({"auto"}))

@@ -14,7 +14,7 @@ AutoParts auto_rule_parts(int rule) {
   if (rule == 5) return p;
   if (rule != 6 && rule != 7) {
     throw InputError("policy.auto_rule = " + std::to_string(rule) +
-                     ": expected 6 (today's rule), 7 or 5 (the rule before the sixth)");
+                     ": expected 7 (today's rule), 6 or 5 (the rules before it)");
   }
   // The sixth rule: on the design cells the probes and the window rises
   // added nothing on the MLP and cost on LeNet-5 (docs/results-auto.md,

@@ -35,8 +35,9 @@ struct AutoParts {
   bool concurrency = false;
 };
 // The parts of rule `rule` (policy.auto_rule; docs/auto.md):
-//   7: the sixth with the budget at the concurrency n / K (`concurrency`).
-//   6 (today's): the staleness budget, the spike guard (stopping at the
+//   7 (today's): the sixth with the budget at the concurrency n / K
+//     (`concurrency`), not at the measured staleness.
+//   6 (the rule before it): the staleness budget, the spike guard (stopping at the
 //     arrival-time cap), the cap and the momentum correction; no probes and
 //     no window rises (rise, up, down and curve off).
 //   5 (the rule before it, kept to reproduce its results): every part.

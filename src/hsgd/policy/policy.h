@@ -53,8 +53,9 @@ struct PolicyOptions {
   // the rule's own.
   std::string auto_constants;
   // auto: which rule (policy.auto_rule; policy/auto_policy.h,
-  // auto_rule_parts): 6, today's, or 5, the rule before it, for comparison.
-  int auto_rule = 6;
+  // auto_rule_parts): 7, today's; 6 and 5, the rules before it, for
+  // comparison.
+  int auto_rule = 7;
 };
 
 // What the server tells a policy after each finite, unfiltered push
