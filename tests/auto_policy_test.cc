@@ -463,8 +463,8 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
   // Two pushes far above the start: the spike guard acts under both rules
   // (x 4: every worker arrives in time, so the cap is 16); switched off by
   // policy.auto_ablate, which starts from the rule's own parts, K stays.
-  for (const auto& [r, ablate] : std::vector<std::pair<int, std::string>>{
-           {5, ""}, {6, ""}, {6, "spike"}}) {
+  for (const auto& [r, ablate] :
+       std::vector<std::pair<int, std::string>>{{5, ""}, {6, ""}, {6, "spike"}}) {
     SCOPED_TRACE(std::to_string(r) + " " + ablate);
     std::unique_ptr<AutoController> c = rule(r, ablate);
     Feed f(c.get(), std::vector<double>(16, 0.1));

@@ -418,8 +418,8 @@ std::vector<Key> declare() {
               "auto: which rule: 7, today's (the staleness budget at the concurrency n / K, the "
               "spike guard and the arrival-time cap; docs/auto.md); 6, the rule before it (the "
               "budget at the measured staleness); or 5, the rule before the sixth (also the "
-              "probes and the rises). 6 and 5 reproduce results made with them. 5 is not written to config.toml: runs "
-              "made before this key ran rule 5 and keep their identity.")
+              "probes and the rises). 6 and 5 reproduce results made with them. 5 is not written "
+              "to config.toml: runs made before this key ran rule 5 and keep their identity.")
           .check([](int v) { return v >= 5 && v <= 7; }, "5, 6 or 7")
           .moot(policies({"auto"}))
           .written_when(

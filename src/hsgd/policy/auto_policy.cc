@@ -163,7 +163,8 @@ AutoController::AutoController(int workers, AutoParts parts, double lr, AutoCons
   first_k();
 }
 
-// The first K, before any staleness is measured: n workers in step give
+// The first K. The seventh rule: its floor (concurrency_floor). The fifth
+// and sixth, before any staleness is measured: n workers in step give
 // staleness + 1 = (n / K + 1) / 2 on average (K = 1: (n + 1) / 2), so the
 // budget asks for K >= n / (2 cst_.budget / lr - 1). 1 with the budget off.
 void AutoController::first_k() {

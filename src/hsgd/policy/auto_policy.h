@@ -28,7 +28,8 @@ struct AutoParts {
   bool spikecap = true;  // ... but from below the arrival-time cap only up to the cap
   bool curve = true;     // no probe on a speeding-up descent; no rising baseline
   bool budget = true;    // K never below what keeps lr x (staleness + 1) within the budget constant
-  bool measured = true;  // ... at the measured staleness (off: at n / K, the pushes in flight per update)
+  bool measured =
+      true;  // ... at the measured staleness (off: at n / K, the pushes in flight per update)
   // The seventh rule's budget: at the staleness of n equally fast workers,
   // staleness + 1 = n / K (the gradients in flight per update), whatever the
   // measured staleness; stragglers' rare, very stale pushes do not raise K.
@@ -37,10 +38,12 @@ struct AutoParts {
 // The parts of rule `rule` (policy.auto_rule; docs/auto.md):
 //   7 (today's): the sixth with the budget at the concurrency n / K
 //     (`concurrency`), not at the measured staleness.
-//   6 (the rule before it): the staleness budget, the spike guard (stopping at the
-//     arrival-time cap), the cap and the momentum correction; no probes and
-//     no window rises (rise, up, down and curve off).
-//   5 (the rule before it, kept to reproduce its results): every part.
+//   6 (the rule before it): the staleness budget, the spike guard
+//     (stopping at the arrival-time cap), the cap and the momentum
+//     correction; no probes and no window rises (rise, up, down and curve
+//     off).
+//   5 (the rule before the sixth): every part.
+// 6 and 5 are kept to reproduce the results made with them.
 // Throws InputError naming policy.auto_rule for another number.
 AutoParts auto_rule_parts(int rule);
 // `base` with the parts a comma-separated list names switched off ("" ->
