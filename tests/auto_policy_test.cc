@@ -474,7 +474,8 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
         2, [](double) { return 4.5; }, 0.01);
     EXPECT_EQ(c->k(), ablate.empty() ? 4 : 1);
   }
-  EXPECT_THROW(rule(8), InputError);
+  EXPECT_THROW(rule(9), InputError);
+  EXPECT_THROW(rule(4), InputError);
 }
 
 // The staleness budget: lr x (staleness + 1) <= kBudget. The sixth rule
@@ -596,6 +597,50 @@ TEST(AutoPolicy, TheSeventhRuleBudgetsTheConcurrencyNotTheMeasuredStaleness) {
     EXPECT_EQ(seventh.k(), floor);
     EXPECT_GT(sixth.k(), floor);
   }
+}
+
+// policy.auto_rule = 8: a spike's K is held retry_blocks (16) blocks, then,
+// once the loss is back below the loss at the start, K returns to the
+// budget's K; a second spike there holds it twice as long. Under the seventh
+// rule the spike's K stays for good; with the loss still above the start the
+// eighth does not retry either.
+TEST(AutoPolicy, TheEighthRuleRetriesASpikesKAfterAHoldThatDoubles) {
+  // 25 equal workers, lr 0.1: the budget's K is ceil(0.1 x 25 / 0.5) = 5, a
+  // spike takes it to 20; a block is 4 windows of 25 pushes.
+  auto run = [](int rule, double after, std::vector<int>* ks) {
+    AutoController c(25, auto_rule_parts(rule), 0.1);
+    Feed f(&c, std::vector<double>(25, 0.1));
+    f.run(
+        200, [](double t) { return 2.3 - 0.05 * t; }, 0.01);  // a clean, slow descent
+    ks->push_back(c.k());
+    f.run(
+        2, [](double) { return 4.5; }, 0.01);  // a spike
+    ks->push_back(c.k());
+    f.run(
+        1500, [&](double) { return after; }, 0.01);  // 15 blocks of the hold
+    ks->push_back(c.k());
+    f.run(
+        200, [&](double) { return after; }, 0.01);  // the 16th ends it
+    ks->push_back(c.k());
+    f.run(
+        2, [](double) { return 4.5; }, 0.01);  // a spike at the retried K
+    ks->push_back(c.k());
+    f.run(
+        3100, [&](double) { return after; }, 0.01);  // 31 blocks of a hold of 32
+    ks->push_back(c.k());
+    f.run(
+        200, [&](double) { return after; }, 0.01);
+    ks->push_back(c.k());
+    return c.rises();
+  };
+  std::vector<int> eighth, seventh, damaged;
+  EXPECT_EQ(run(8, 1.5, &eighth), 2);
+  EXPECT_EQ(eighth, (std::vector<int>{5, 20, 20, 5, 20, 20, 5}));
+  run(7, 1.5, &seventh);
+  EXPECT_EQ(seventh, (std::vector<int>{5, 20, 20, 20, 25, 25, 25}));  // a spike at 20: all
+  // Above the start (3.0 against ~2.3) the loss has not recovered: no retry.
+  run(8, 3.0, &damaged);
+  EXPECT_EQ(damaged, (std::vector<int>{5, 20, 20, 20, 25, 25, 25}));
 }
 
 // The budget may ask for more than the workers that arrive in time; it
@@ -848,9 +893,9 @@ std::string fmt(double v) {
 TEST(AutoPolicy, ConstantsAreParsedCheckedAndNamed) {
   const AutoConstants d = parse_auto_constants("");
   const auto defaults = auto_constant_values(d);
-  ASSERT_EQ(defaults.size(), 15u);
+  ASSERT_EQ(defaults.size(), 16u);
   EXPECT_EQ(defaults.front(), (std::pair<std::string, double>("min_window", 8)));
-  EXPECT_EQ(defaults.back(), (std::pair<std::string, double>("budget", 0.5)));
+  EXPECT_EQ(defaults.back(), (std::pair<std::string, double>("retry_blocks", 16)));
   const AutoConstants c = parse_auto_constants("rise_sigmas=1.25,spike_factor=8,budget=0.25");
   EXPECT_EQ(c.rise_sigmas, 1.25);
   EXPECT_EQ(c.spike_factor, 8);

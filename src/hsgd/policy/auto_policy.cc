@@ -12,9 +12,9 @@ namespace hsgd {
 AutoParts auto_rule_parts(int rule) {
   AutoParts p;
   if (rule == 5) return p;
-  if (rule != 6 && rule != 7) {
+  if (rule < 6 || rule > 8) {
     throw InputError("policy.auto_rule = " + std::to_string(rule) +
-                     ": expected 7 (today's rule), 6 or 5 (the rules before it)");
+                     ": expected 7 (today's rule), 8, or 6 or 5 (the rules before it)");
   }
   // The sixth rule: on the design cells the probes and the window rises
   // added nothing on the MLP and cost on LeNet-5 (docs/results-auto.md,
@@ -22,7 +22,9 @@ AutoParts auto_rule_parts(int rule) {
   p.rise = p.up = p.down = p.curve = false;
   // The seventh: the budget at the concurrency n / K, not the measured
   // staleness, which stragglers inflate (docs/results-auto.md).
-  p.concurrency = rule == 7;
+  p.concurrency = rule >= 7;
+  // The eighth: a spike's K is retried after a hold (exponential back-off).
+  p.retry = rule == 8;
   return p;
 }
 
@@ -87,6 +89,7 @@ constexpr ConstantField kConstantFields[] = {
     {"accel_sigmas", nullptr, &AutoConstants::accel_sigmas},
     {"fall_sigmas", nullptr, &AutoConstants::fall_sigmas},
     {"budget", nullptr, &AutoConstants::budget},
+    {"retry_blocks", &AutoConstants::retry_blocks, nullptr},
 };
 
 }  // namespace
@@ -158,7 +161,9 @@ AutoController::AutoController(int workers, AutoParts parts, double lr, AutoCons
       free_since_(kTracked, -1.0),
       duration_(kTracked, 0.0) {
   gap_ = cst_.gap_min;
-  ban_len_ = cst_.gap_max;
+  // The first ban (a spike's hold): the fifth rule's down-probes wait it out;
+  // the eighth rule retries the budget's K when it ends.
+  ban_len_ = parts_.retry ? cst_.retry_blocks : cst_.gap_max;
   set_live(workers);
   first_k();
 }
@@ -256,6 +261,25 @@ bool AutoController::budget_step() {
   base_k_ = probe_k_ = k_;
   since_ = 0;
   budget_set_ = true;
+  return true;
+}
+
+// The eighth rule, at a block's end: a spike's hold is over (ban_ = 0),
+// K is still where a spike put it (no budget step since: budget_set_ off,
+// rises_ > 0), and the loss has come back below the loss at the start
+// (start_armed_, re-armed by a window below it): K returns to the budget's
+// floor, at most to the arrival-time cap. Another spike there raises K again
+// and holds it twice as long (ban). True if K changed.
+bool AutoController::retry_step() {
+  if (!parts_.retry || ban_ > 0 || budget_set_ || rises_ == 0 || !start_armed_) return false;
+  const int limit = std::min(live_, parts_.cap ? cap() : live_);
+  const int target = std::min(limit, budget_floor());
+  if (target >= k_) return false;
+  set_k(target);
+  base_k_ = probe_k_ = k_;
+  since_ = 0;
+  budget_set_ = true;
+  set_spike_gate();
   return true;
 }
 
@@ -495,6 +519,7 @@ void AutoController::end_block() {
   n_blocks_ = std::min<int64_t>(n_blocks_ + 1, static_cast<int64_t>(blocks_.size()));
   ++since_;
   if (ban_ > 0) --ban_;
+  if (retry_step()) return;
   if (phase_ == 1) {
     // The probe block is done: back to the base K for one block, so that
     // the probe is judged between blocks at the base K on both sides.

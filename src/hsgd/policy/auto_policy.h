@@ -34,8 +34,16 @@ struct AutoParts {
   // staleness + 1 = n / K (the gradients in flight per update), whatever the
   // measured staleness; stragglers' rare, very stale pushes do not raise K.
   bool concurrency = false;
+  // The eighth rule: a spike's K is held for a while, not for good. When its
+  // hold ends (retry_blocks blocks, doubled after every spike) and the loss
+  // is back below the loss at the start, K returns to the budget's K: the
+  // instability a spike measured belongs to that phase of training (the
+  // early one, where warm-ups are used, is the sharpest), so it is retried,
+  // with exponential back-off.
+  bool retry = false;
 };
 // The parts of rule `rule` (policy.auto_rule; docs/auto.md):
+//   8: the seventh with a spike's K retried (`retry`).
 //   7 (today's): the sixth with the budget at the concurrency n / K
 //     (`concurrency`), not at the measured staleness.
 //   6 (the rule before it): the staleness budget, the spike guard
@@ -71,6 +79,7 @@ struct AutoConstants {
   double accel_sigmas = 1.0;  // no probe on a descent accelerating beyond this many s.e.
   double fall_sigmas = 2.0;   // ... that is a descent: its last fall beyond this many s.e.
   double budget = 0.5;        // the staleness budget: lr x (staleness + 1) <= this
+  int retry_blocks = 16;      // the eighth rule: a spike's K held this many blocks (doubling)
 };
 // "" -> the defaults. Throws InputError naming policy.auto_constants for an
 // unknown name, a value that is not a number, or one out of its range.
@@ -135,6 +144,7 @@ class AutoController final : public Policy {
   bool budget_on() const { return parts_.budget && lr_ > 0; }
   int concurrency_floor(int n) const;
   bool budget_step();
+  bool retry_step();
   void set_live(int live);
   void set_spike_line();
   void set_spike_gate();
