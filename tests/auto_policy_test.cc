@@ -419,7 +419,7 @@ TEST(AutoPolicy, ARisingLossDoublesKUpToTheWorkers) {
   EXPECT_LT(d.k(), c.k());
 }
 
-// policy.auto_rule: the sixth rule (and the seventh, today's, through make_policy) has
+// policy.auto_rule: the sixth rule (and the seventh, today's, and the eighth) has
 // neither probes nor window rises, and keeps the spike guard; the fifth
 // (policy.auto_rule = 5) has both. The same two signal sequences on each.
 TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
@@ -432,7 +432,7 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
     return std::unique_ptr<AutoController>(dynamic_cast<AutoController*>(p.release()));
   };
   // Averaging lowers the loss faster: the fifth rule's probes take K up.
-  for (int r : {5, 6}) {
+  for (int r : {5, 6, 7, 8}) {
     SCOPED_TRACE(r);
     std::unique_ptr<AutoController> c = rule(r);
     ASSERT_TRUE(c);
@@ -449,7 +449,7 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
   }
   // A loss that climbs for a while (not a blow-up: under the spike line):
   // the fifth rule's window rises double K, the sixth's K stays.
-  for (int r : {5, 6}) {
+  for (int r : {5, 6, 7, 8}) {
     SCOPED_TRACE(r);
     std::unique_ptr<AutoController> c = rule(r);
     Feed f(c.get(), std::vector<double>(16, 0.1));
@@ -464,7 +464,7 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
   // (x 4: every worker arrives in time, so the cap is 16); switched off by
   // policy.auto_ablate, which starts from the rule's own parts, K stays.
   for (const auto& [r, ablate] :
-       std::vector<std::pair<int, std::string>>{{5, ""}, {6, ""}, {6, "spike"}}) {
+       std::vector<std::pair<int, std::string>>{{5, ""}, {6, ""}, {7, ""}, {8, ""}, {8, "spike"}}) {
     SCOPED_TRACE(std::to_string(r) + " " + ablate);
     std::unique_ptr<AutoController> c = rule(r, ablate);
     Feed f(c.get(), std::vector<double>(16, 0.1));
