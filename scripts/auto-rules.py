@@ -22,6 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIXTH = "auto"
 SEVENTH = "auto+policy.auto_rule=7"
 EIGHTH = "auto+policy.auto_rule=8"
+NOGUARD = "auto+policy.auto_rule=7+policy.auto_ablate=spike"
 SIXTH_ALONE = "auto+policy.auto_ablate=up,down,rise"
 
 # name: (label, held out?, fixed sweep, [(rule, sweep dir, policy name)])
@@ -49,12 +50,19 @@ SETS["sweep-mlp"] = ("The MLP grid (27 cells, seeds 1-3)", False, "sweep-mlp",
                      [("fifth", "sweep-mlp", SIXTH),
                       ("sixth", "sixth-sweep-mlp", SIXTH_ALONE),
                       ("seventh", "seventh-sweep-mlp", SEVENTH)])
-SETS["heldout-lenet-32"] = ("Held out, newest: LeNet-5 on 32 workers", True, "heldout-lenet-32",
-                            [("seventh", "heldout-lenet-32", SEVENTH)])
+SETS["heldout-lenet-32"] = ("Held out: LeNet-5 on 32 workers (the eighth rule's)", True,
+                            "heldout-lenet-32", [("seventh", "heldout-lenet-32", SEVENTH)])
 # The eighth rule (a spike's K retried), run alone on every set, in
-# eighth-<set>/ (the newest family runs it in its own sweep).
+# eighth-<set>/ (heldout-lenet-32 runs it in its own sweep).
 for name, (label, heldout, fixed_dir, rules) in SETS.items():
     rules.append(("eighth", fixed_dir if name == "heldout-lenet-32" else "eighth-" + name, EIGHTH))
+SETS["heldout-lenet-8"] = ("Held out: LeNet-5 on 8 workers (the guard's ablation's)", True,
+                           "heldout-lenet-8", [("seventh", "heldout-lenet-8", SEVENTH)])
+# The seventh rule without its spike guard, run alone on every set, in
+# noguard-<set>/ (heldout-lenet-8 runs it in its own sweep).
+for name, (label, heldout, fixed_dir, rules) in SETS.items():
+    rules.append(("no guard", fixed_dir if name == "heldout-lenet-8" else "noguard-" + name,
+                  NOGUARD))
 
 
 def load(root, d):

@@ -32,6 +32,7 @@ CONSTANTS = [
     ("gap_max", 16, True), ("cap_factor", 1.5, False), ("spike", 0.5, False),
     ("spike_sds", 4.0, False), ("spike_pushes", 2, True), ("spike_factor", 4, True),
     ("accel_sigmas", 1.0, False), ("fall_sigmas", 2.0, False), ("budget", 0.5, False),
+    ("retry_blocks", 16, True),
 ]
 FACTORS = [0.5, 2.0]
 
@@ -114,12 +115,17 @@ def baseline(path, candidate="auto"):
 
 def todays_auto(family):
     """The policy of a family's sweep that is today's auto: "auto", unless
-    its [set] names an older rule for "auto" (then the one naming rule 7)."""
+    its [set] names an older rule for "auto" or it has no "auto" (then the
+    one naming today's rule, 9, or its run-for-run equal on sgd, the
+    seventh without the spike guard)."""
     with open(os.path.join(ROOT, "examples", "sweep", family + ".toml"), "rb") as f:
         s = tomllib.load(f)
-    if s.get("set", {}).get("policy", {}).get("auto_rule") is None:
+    if s.get("set", {}).get("policy", {}).get("auto_rule") is None and "auto" in s["policies"]:
         return "auto"
-    return "auto+policy.auto_rule=7"
+    for p in ("auto+policy.auto_rule=9", "auto+policy.auto_rule=7+policy.auto_ablate=spike"):
+        if p in s["policies"]:
+            return p
+    sys.exit(f"auto-sensitivity.py: {family}: no policy in its sweep is today's auto")
 
 
 def run(hsgd, family, constants, out, jobs, whole=False):

@@ -419,7 +419,8 @@ TEST(AutoPolicy, ARisingLossDoublesKUpToTheWorkers) {
   EXPECT_LT(d.k(), c.k());
 }
 
-// policy.auto_rule: the sixth rule (and the seventh, today's, and the eighth) has
+// policy.auto_rule: the sixth rule (and the seventh, the eighth and the ninth, today's,
+// here without a budget: lr 0) has
 // neither probes nor window rises, and keeps the spike guard; the fifth
 // (policy.auto_rule = 5) has both. The same two signal sequences on each.
 TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
@@ -432,7 +433,7 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
     return std::unique_ptr<AutoController>(dynamic_cast<AutoController*>(p.release()));
   };
   // Averaging lowers the loss faster: the fifth rule's probes take K up.
-  for (int r : {5, 6, 7, 8}) {
+  for (int r : {5, 6, 7, 8, 9}) {
     SCOPED_TRACE(r);
     std::unique_ptr<AutoController> c = rule(r);
     ASSERT_TRUE(c);
@@ -449,7 +450,7 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
   }
   // A loss that climbs for a while (not a blow-up: under the spike line):
   // the fifth rule's window rises double K, the sixth's K stays.
-  for (int r : {5, 6, 7, 8}) {
+  for (int r : {5, 6, 7, 8, 9}) {
     SCOPED_TRACE(r);
     std::unique_ptr<AutoController> c = rule(r);
     Feed f(c.get(), std::vector<double>(16, 0.1));
@@ -463,8 +464,8 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
   // Two pushes far above the start: the spike guard acts under both rules
   // (x 4: every worker arrives in time, so the cap is 16); switched off by
   // policy.auto_ablate, which starts from the rule's own parts, K stays.
-  for (const auto& [r, ablate] :
-       std::vector<std::pair<int, std::string>>{{5, ""}, {6, ""}, {7, ""}, {8, ""}, {8, "spike"}}) {
+  for (const auto& [r, ablate] : std::vector<std::pair<int, std::string>>{
+           {5, ""}, {6, ""}, {7, ""}, {8, ""}, {9, ""}, {9, "spike"}}) {
     SCOPED_TRACE(std::to_string(r) + " " + ablate);
     std::unique_ptr<AutoController> c = rule(r, ablate);
     Feed f(c.get(), std::vector<double>(16, 0.1));
@@ -474,7 +475,7 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
         2, [](double) { return 4.5; }, 0.01);
     EXPECT_EQ(c->k(), ablate.empty() ? 4 : 1);
   }
-  EXPECT_THROW(rule(9), InputError);
+  EXPECT_THROW(rule(10), InputError);
   EXPECT_THROW(rule(4), InputError);
 }
 
@@ -641,6 +642,49 @@ TEST(AutoPolicy, TheEighthRuleRetriesASpikesKAfterAHoldThatDoubles) {
   // Above the start (3.0 against ~2.3) the loss has not recovered: no retry.
   run(8, 3.0, &damaged);
   EXPECT_EQ(damaged, (std::vector<int>{5, 20, 20, 20, 25, 25, 25}));
+}
+
+// policy.auto_rule = 9: where the staleness budget is on, no spike guard:
+// the same two pushes far above the start that take the seventh rule's K
+// from the budget's 5 to 20 leave the ninth's at 5. Where the budget is off
+// (sum aggregation: make_policy passes no rate), or where the steps are not
+// plain sgd, the guard acts as before.
+TEST(AutoPolicy, TheNinthRuleHasNoSpikeGuardWhereTheBudgetIsOn) {
+  auto spike = [](std::unique_ptr<Policy> p) {
+    auto* c = dynamic_cast<AutoController*>(p.get());
+    EXPECT_TRUE(c != nullptr);
+    if (c == nullptr) return std::pair<int, int>{0, 0};
+    Feed f(c, std::vector<double>(25, 0.1));
+    f.run(
+        200, [](double t) { return 2.3 - 0.05 * t; }, 0.01);  // a clean, slow descent
+    const int before = c->k();
+    f.run(
+        2, [](double) { return 4.5; }, 0.01);  // two pushes at ~2x the start
+    f.run(
+        200, [](double) { return 4.5; }, 0.01);  // and a blow-up that goes on
+    EXPECT_EQ(c->rises() > 0, c->k() > before);
+    return std::pair<int, int>{before, c->k()};
+  };
+  PolicyOptions o;
+  o.kind = "auto";
+  EXPECT_EQ(o.auto_rule, 9);  // today's
+  EXPECT_EQ(spike(make_policy(o, 25, 0.1)), (std::pair<int, int>{5, 5}));
+  o.auto_rule = 7;
+  const auto seventh = spike(make_policy(o, 25, 0.1));
+  EXPECT_EQ(seventh.first, 5);
+  EXPECT_GE(seventh.second, 20);
+  o.auto_rule = 9;
+  // Steps that are not plain sgd (a momentum optimizer: the server says so
+  // through on_plain_steps): the budget does not model them, the guard is on.
+  std::unique_ptr<Policy> momentum = make_policy(o, 25, 0.1);
+  momentum->on_plain_steps(false);
+  const auto heavy = spike(std::move(momentum));
+  EXPECT_EQ(heavy.first, 5);
+  EXPECT_GE(heavy.second, 20);
+  o.aggregation = Aggregation::kSum;  // no budget: the guard is on
+  const auto sum = spike(make_policy(o, 25, 0.1));
+  EXPECT_EQ(sum.first, 1);
+  EXPECT_GE(sum.second, 4);
 }
 
 // The budget may ask for more than the workers that arrive in time; it

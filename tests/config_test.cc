@@ -329,12 +329,15 @@ TEST(Config, ConsensusLrIsWrittenOnlyWhenSet) {
 // policy.auto_rule is part of an auto run's identity, except 5: runs made
 // before the key existed ran the fifth rule, and with auto_rule = 5 their
 // config.toml and hash are what they were (so they resume); a run of the
-// sixth rule or of the seventh (the default) is another run, and says so.
+// sixth to ninth rule (the ninth is the default) is another run, and says so.
 TEST(Config, AutoRuleIsWrittenForAutoExceptTheFifth) {
   const std::string ex = std::string(HSGD_SOURCE_DIR) + "/examples/paper/synthetic.toml";
-  const Config seventh = load_config(ex, {{"policy.name", "auto"}});
-  EXPECT_EQ(seventh.policy.auto_rule, 7);
+  const Config ninth = load_config(ex, {{"policy.name", "auto"}});
+  EXPECT_EQ(ninth.policy.auto_rule, 9);
+  EXPECT_NE(to_toml(ninth).find("auto_rule = 9"), std::string::npos) << to_toml(ninth);
+  const Config seventh = load_config(ex, {{"policy.name", "auto"}, {"policy.auto_rule", "7"}});
   EXPECT_NE(to_toml(seventh).find("auto_rule = 7"), std::string::npos) << to_toml(seventh);
+  EXPECT_NE(config_hash(ninth), config_hash(seventh));
   const Config sixth = load_config(ex, {{"policy.name", "auto"}, {"policy.auto_rule", "6"}});
   EXPECT_NE(to_toml(sixth).find("auto_rule = 6"), std::string::npos) << to_toml(sixth);
   EXPECT_NE(config_hash(sixth), config_hash(seventh));
@@ -345,7 +348,7 @@ TEST(Config, AutoRuleIsWrittenForAutoExceptTheFifth) {
   EXPECT_NE(config_hash(fifth), config_hash(sixth));
   // The fifth rule's config.toml reads back as... today's rule unless the
   // key is given: a resume of such a run must say auto_rule = 5.
-  EXPECT_EQ(load_config(write_file("auto5.toml", fifth_text), {}).policy.auto_rule, 7);
+  EXPECT_EQ(load_config(write_file("auto5.toml", fifth_text), {}).policy.auto_rule, 9);
   // Another policy: not written, whatever the value.
   const Config sync = load_config(ex, {{"policy.name", "sync"}, {"policy.auto_rule", "6"}});
   EXPECT_EQ(to_toml(sync).find("auto_rule"), std::string::npos);
@@ -355,7 +358,7 @@ TEST(Config, AutoRuleIsWrittenForAutoExceptTheFifth) {
     ADD_FAILURE() << "auto_rule 4 accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("policy.auto_rule"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("5, 6, 7 or 8"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("5, 6, 7, 8 or 9"), std::string::npos) << e.what();
   }
 }
 

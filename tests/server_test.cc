@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "hsgd/core/error.h"
+#include "hsgd/policy/auto_policy.h"
 
 namespace hsgd {
 namespace {
@@ -63,6 +64,19 @@ TEST(Server, AsyncAppliesEveryPushAndNobodyWaits) {
   ASSERT_EQ(h.size(), Server::kStalenessBuckets);
   for (int tau = 0; tau < 6; ++tau) EXPECT_EQ(h[static_cast<size_t>(tau)], 1) << tau;
   EXPECT_EQ(h[6], 0);
+}
+
+// The server tells its policy whether its steps are plain sgd (issue 32):
+// auto's ninth rule keeps its spike guard only where they are not, or where
+// the budget is off.
+TEST(Server, TellsThePolicyWhetherItsStepsArePlainSgd) {
+  for (const char* k : {"sgd", "momentum", "nesterov", "adam", "adagrad"}) {
+    SCOPED_TRACE(k);
+    Rig r(4, kind("auto"), 0.1, 2, Aggregation::kMean, {}, {.kind = k});
+    const auto* a = dynamic_cast<const AutoController*>(&r.server->policy());
+    ASSERT_NE(a, nullptr);
+    EXPECT_EQ(a->spike_guard(), std::string_view(k) != "sgd");
+  }
 }
 
 TEST(Server, SyncFiresOnePushFromEveryWorkerAndReleasesTheWaiters) {

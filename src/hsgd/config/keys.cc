@@ -415,13 +415,14 @@ std::vector<Key> declare() {
           .moot(policies({"auto"}))
           .written_when([](const Config& c) { return !c.policy.auto_constants.empty(); }));
   add(int_key("policy", "auto_rule", HSGD_REF(policy.auto_rule),
-              "auto: which rule: 7, today's (the staleness budget at the concurrency n / K, the "
-              "spike guard and the arrival-time cap; docs/auto.md); 8, the seventh with a "
-              "spike's K retried after a hold that doubles; 6, the rule before the seventh (the "
-              "budget at the measured staleness); or 5, the rule before the sixth (also the "
-              "probes and the rises). 6 and 5 reproduce results made with them. 5 is not written "
-              "to config.toml: runs made before this key ran rule 5 and keep their identity.")
-          .check([](int v) { return v >= 5 && v <= 8; }, "5, 6, 7 or 8")
+              "auto: which rule: 9, today's (the staleness budget at the concurrency n / K and "
+              "the arrival-time cap; the spike guard only where the budget is off; "
+              "docs/auto.md); 8, the seventh with a spike's K retried after a hold (tried, not "
+              "adopted); 7, the rule before the ninth (the spike guard everywhere); 6 (the "
+              "budget at the measured staleness); or 5 (also the probes and the rises). 8 to 5 "
+              "reproduce results made with them. 5 is not written to config.toml: runs made "
+              "before this key ran rule 5 and keep their identity.")
+          .check([](int v) { return v >= 5 && v <= 9; }, "5, 6, 7, 8 or 9")
           .moot(policies({"auto"}))
           .written_when(
               [](const Config& c) { return c.policy.kind == "auto" && c.policy.auto_rule != 5; }));

@@ -158,6 +158,7 @@ class Sgd final : public Optimizer {
     HSGD_ASSERT(g.size() == w.size(), "sgd: size mismatch");
     sgd_kernel(w.data(), g.data(), w.size(), a_, wd_);
   }
+  bool plain_steps() const override { return true; }
 
  private:
   float wd_;

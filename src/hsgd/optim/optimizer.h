@@ -81,6 +81,10 @@ class Optimizer {
   // 1 - (1 - mu')(1 - m) give back the configured mu; 0 (the default) leaves
   // mu as configured. The others ignore it.
   virtual void set_implicit_momentum(double /*m*/) {}
+  // Whether a step is lr x the gradient and nothing else (sgd; weight decay
+  // only adds to the gradient): the step auto's staleness budget models
+  // (Policy::on_plain_steps).
+  virtual bool plain_steps() const { return false; }
   // Per-run state (velocity; Adam: step count, m, v) for checkpoints.
   // restore_state takes what save_state of the same kind and size returned.
   virtual std::vector<float> save_state() const { return {}; }

@@ -12,9 +12,9 @@ namespace hsgd {
 AutoParts auto_rule_parts(int rule) {
   AutoParts p;
   if (rule == 5) return p;
-  if (rule < 6 || rule > 8) {
+  if (rule < 6 || rule > 9) {
     throw InputError("policy.auto_rule = " + std::to_string(rule) +
-                     ": expected 7 (today's rule), 8, or 6 or 5 (the rules before it)");
+                     ": expected 9 (today's rule), 8, 7, 6 or 5 (the rules before it)");
   }
   // The sixth rule: on the design cells the probes and the window rises
   // added nothing on the MLP and cost on LeNet-5 (docs/results-auto.md,
@@ -25,6 +25,9 @@ AutoParts auto_rule_parts(int rule) {
   p.concurrency = rule >= 7;
   // The eighth: a spike's K is retried after a hold (exponential back-off).
   p.retry = rule == 8;
+  // The ninth: no spike guard where the budget is on and models the step
+  // (plain sgd steps; docs/results-auto.md, "Without the spike guard").
+  p.spike_with_budget = rule != 9;
   return p;
 }
 
@@ -186,12 +189,18 @@ void AutoController::first_k() {
   set_spike_gate();
 }
 
+void AutoController::on_plain_steps(bool plain) {
+  plain_ = plain;
+  set_spike_gate();
+}
+
 void AutoController::on_lr(double lr) {
   if (!rate_on_ || lr == lr_) return;
   lr_ = std::max(0.0, lr);
   // Before the first push K is still the budget's prior: it follows the rate
   // (the server's, given after construction: optim.scale_lr, a warm-up).
   if (tau_.count == 0) first_k();
+  set_spike_gate();  // a rate of 0 turns the budget off, and the ninth rule's guard on
 }
 
 int AutoController::threshold(const Progress&, int live) const {

@@ -41,17 +41,26 @@ struct AutoParts {
   // early one, where warm-ups are used, is the sharpest), so it is retried,
   // with exponential back-off.
   bool retry = false;
+  // The spike guard also where the staleness budget is on (off in the ninth
+  // rule: the budget's K is the stability prior there, and the guard fired
+  // on transients that K rides out). The ninth keeps it where the budget
+  // does not model the step: sum aggregation, an unknown rate, or an
+  // optimizer other than sgd (momentum amplifies a stale step; the guard is
+  // what saves async with server momentum).
+  bool spike_with_budget = true;
 };
 // The parts of rule `rule` (policy.auto_rule; docs/auto.md):
-//   8: the seventh with a spike's K retried (`retry`).
-//   7 (today's): the sixth with the budget at the concurrency n / K
-//     (`concurrency`), not at the measured staleness.
+//   9 (today's): the seventh with the spike guard only where the budget is off
+//     (`spike_with_budget` off).
+//   8: the seventh with a spike's K retried (`retry`); tried, not adopted.
+//   7 (the rule before the ninth): the sixth with the budget at the
+//     concurrency n / K (`concurrency`), not at the measured staleness.
 //   6 (the rule before it): the staleness budget, the spike guard
 //     (stopping at the arrival-time cap), the cap and the momentum
 //     correction; no probes and no window rises (rise, up, down and curve
 //     off).
 //   5 (the rule before the sixth): every part.
-// 6 and 5 are kept to reproduce the results made with them.
+// 8 to 5 are kept to reproduce the results made with them.
 // Throws InputError naming policy.auto_rule for another number.
 AutoParts auto_rule_parts(int rule);
 // `base` with the parts a comma-separated list names switched off ("" ->
@@ -111,6 +120,8 @@ class AutoController final : public Policy {
   // optim.lr after optim.scale_lr and the lr schedule, updated after every
   // update. Not saved: the server gives it again after a load.
   void on_lr(double lr) override;
+  // Not saved either: the server gives it at every construction.
+  void on_plain_steps(bool plain) override;
   std::vector<double> save_state() const override;
   // This rule's state (572 numbers) and the third rule's (571: without the
   // budget's flag, read as off).
@@ -125,6 +136,11 @@ class AutoController final : public Policy {
   // budget is off), before the cap.
   int budget_floor() const;
   double staleness() const { return tau_.mean; }
+  // Whether the spike guard is part of the rule here (the ninth rule: only
+  // where the budget is off or the steps are not plain sgd).
+  bool spike_guard() const {
+    return parts_.spike && (parts_.spike_with_budget || !budget_on() || !plain_);
+  }
   int64_t decisions() const { return windows_; }
   int64_t rises() const { return rises_; }
   int64_t probes() const { return probes_; }
@@ -148,7 +164,7 @@ class AutoController final : public Policy {
   void set_live(int live);
   void set_spike_line();
   void set_spike_gate();
-  bool spike_armed() const { return parts_.spike && start_known_ && k_ < workers_; }
+  bool spike_armed() const { return spike_guard() && start_known_ && k_ < workers_; }
   void set_k(int k);
   void ban(int unstable);
   bool probe_kept() const;
@@ -158,6 +174,7 @@ class AutoController final : public Policy {
   int workers_;
   double lr_ = 0;
   bool rate_on_ = false;  // the budget may run (lr > 0 at construction)
+  bool plain_ = true;     // the server's steps are lr x gradient (on_plain_steps)
   int live_ = 0;
   int k_ = 1;
   // The current window of pushed losses (and the sum of their times).

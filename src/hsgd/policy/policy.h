@@ -53,9 +53,9 @@ struct PolicyOptions {
   // the rule's own.
   std::string auto_constants;
   // auto: which rule (policy.auto_rule; policy/auto_policy.h,
-  // auto_rule_parts): 7, today's; 6 and 5, the rules before it, for
+  // auto_rule_parts): 9, today's; 8 to 5, the rules tried before it, for
   // comparison.
-  int auto_rule = 7;
+  int auto_rule = 9;
 };
 
 // What the server tells a policy after each finite, unfiltered push
@@ -106,6 +106,11 @@ class Policy {
   // construction, after every update and after a load. auto's staleness
   // budget reads it; the others ignore it.
   virtual void on_lr(double /*lr*/) {}
+  // Whether the server's steps are lr x the aggregated gradient and nothing
+  // else (optim.kind sgd: Optimizer::plain_steps), given once by the server
+  // at its construction, before on_lr. auto's ninth rule turns its spike
+  // guard off only then, where its staleness budget models the step.
+  virtual void on_plain_steps(bool /*plain*/) {}
   // Per-run state for checkpoints (empty for the stateless policies).
   virtual std::vector<double> save_state() const { return {}; }
   // Whether restore_state reads a saved state of `size` numbers (this
