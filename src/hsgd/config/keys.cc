@@ -416,7 +416,8 @@ std::vector<Key> declare() {
           .written_when([](const Config& c) { return !c.policy.auto_constants.empty(); }));
   add(int_key("policy", "auto_rule", HSGD_REF(policy.auto_rule),
               "auto: which rule: 9, today's (the staleness budget at the concurrency n / K and "
-              "the arrival-time cap; the spike guard only where the budget is off; "
+              "the arrival-time cap; the spike guard only where the budget does not model the "
+              "step: an optimizer other than sgd, or sum aggregation; "
               "docs/auto.md); 8, the seventh with a spike's K retried after a hold (tried, not "
               "adopted); 7, the rule before the ninth (the spike guard everywhere); 6 (the "
               "budget at the measured staleness); or 5 (also the probes and the rises). 8 to 5 "
