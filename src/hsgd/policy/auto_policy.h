@@ -50,8 +50,9 @@ struct AutoParts {
   bool spike_with_budget = true;
 };
 // The parts of rule `rule` (policy.auto_rule; docs/auto.md):
-//   9 (today's): the seventh with the spike guard only where the budget is off
-//     (`spike_with_budget` off).
+//   9 (today's): the seventh with the spike guard only where the budget
+//     does not model the step: the budget off, or steps that are not plain
+//     sgd (`spike_with_budget` off).
 //   8: the seventh with a spike's K retried (`retry`); tried, not adopted.
 //   7 (the rule before the ninth): the sixth with the budget at the
 //     concurrency n / K (`concurrency`), not at the measured staleness.
