@@ -26,7 +26,7 @@ AutoParts auto_rule_parts(int rule) {
   // The eighth: a spike's K is retried after a hold (exponential back-off).
   p.retry = rule == 8;
   // The ninth: no spike guard where the budget is on and models the step
-  // (plain sgd steps; docs/results-auto.md, "Without the spike guard").
+  // (plain sgd steps; docs/results-auto.md, "The ninth rule").
   p.spike_with_budget = rule != 9;
   return p;
 }
@@ -266,11 +266,17 @@ bool AutoController::budget_step() {
     target = std::max(k_, std::min(limit, floor));
   }
   if (target == k_) return false;
-  set_k(target);
+  set_budget_k(target);
+  return true;
+}
+
+// K set by the budget (its floor, the cap, or the eighth rule's retry):
+// the base of any probe, a fresh count of blocks at it.
+void AutoController::set_budget_k(int k) {
+  set_k(k);
   base_k_ = probe_k_ = k_;
   since_ = 0;
   budget_set_ = true;
-  return true;
 }
 
 // The eighth rule, at a block's end: a spike's hold is over (ban_ = 0),
@@ -284,10 +290,7 @@ bool AutoController::retry_step() {
   const int limit = std::min(live_, parts_.cap ? cap() : live_);
   const int target = std::min(limit, budget_floor());
   if (target >= k_) return false;
-  set_k(target);
-  base_k_ = probe_k_ = k_;
-  since_ = 0;
-  budget_set_ = true;
+  set_budget_k(target);
   set_spike_gate();
   return true;
 }

@@ -162,6 +162,7 @@ class AutoController final : public Policy {
   int concurrency_floor(int n) const;
   bool budget_step();
   bool retry_step();
+  void set_budget_k(int k);
   void set_live(int live);
   void set_spike_line();
   void set_spike_gate();
