@@ -433,7 +433,7 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
     return std::unique_ptr<AutoController>(dynamic_cast<AutoController*>(p.release()));
   };
   // Averaging lowers the loss faster: the fifth rule's probes take K up.
-  for (int r : {5, 6, 7, 8, 9}) {
+  for (int r : {5, 6, 7, 8, 9, 10}) {
     SCOPED_TRACE(r);
     std::unique_ptr<AutoController> c = rule(r);
     ASSERT_TRUE(c);
@@ -450,7 +450,7 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
   }
   // A loss that climbs for a while (not a blow-up: under the spike line):
   // the fifth rule's window rises double K, the sixth's K stays.
-  for (int r : {5, 6, 7, 8, 9}) {
+  for (int r : {5, 6, 7, 8, 9, 10}) {
     SCOPED_TRACE(r);
     std::unique_ptr<AutoController> c = rule(r);
     Feed f(c.get(), std::vector<double>(16, 0.1));
@@ -475,7 +475,7 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
         2, [](double) { return 4.5; }, 0.01);
     EXPECT_EQ(c->k(), ablate.empty() ? 4 : 1);
   }
-  EXPECT_THROW(rule(10), InputError);
+  EXPECT_THROW(rule(11), InputError);
   EXPECT_THROW(rule(4), InputError);
 }
 
@@ -674,10 +674,11 @@ TEST(AutoPolicy, TheNinthRuleHasNoSpikeGuardWhereTheBudgetIsOn) {
   EXPECT_EQ(seventh.first, 5);
   EXPECT_GE(seventh.second, 20);
   o.auto_rule = 9;
-  // Steps that are not plain sgd (a momentum optimizer: the server says so
-  // through on_plain_steps): the budget does not model them, the guard is on.
+  // Steps that are not plain sgd (a momentum optimizer: the server gives its
+  // step gain through on_step_gain): the ninth's budget does not model them,
+  // the guard is on.
   std::unique_ptr<Policy> momentum = make_policy(o, 25, 0.1);
-  momentum->on_plain_steps(false);
+  momentum->on_step_gain(10);
   const auto heavy = spike(std::move(momentum));
   EXPECT_EQ(heavy.first, 5);
   EXPECT_GE(heavy.second, 20);
@@ -685,6 +686,50 @@ TEST(AutoPolicy, TheNinthRuleHasNoSpikeGuardWhereTheBudgetIsOn) {
   const auto sum = spike(make_policy(o, 25, 0.1));
   EXPECT_EQ(sum.first, 1);
   EXPECT_GE(sum.second, 4);
+}
+
+// The tenth rule (tried, issue 32) counts a step as the server moves the
+// parameters: lr x the step gain the server gives (1 / (1 - mu) = 10 with
+// momentum 0.9), so its budget asks for ten times the ninth's K there, and
+// drops the spike guard wherever the gain is known. With plain sgd (gain 1)
+// it is the ninth; with an unknown gain (0: adam) the guard stays and the
+// budget counts lr.
+TEST(AutoPolicy, TheTenthRuleCountsTheStepMomentumAmplifies) {
+  auto make = [](int rule, double gain, double lr) {
+    PolicyOptions o;
+    o.kind = "auto";
+    o.auto_rule = rule;
+    std::unique_ptr<Policy> p = make_policy(o, 25, lr);
+    p->on_step_gain(gain);
+    return p;
+  };
+  auto spike = [](std::unique_ptr<Policy> p) {
+    auto* c = dynamic_cast<AutoController*>(p.get());
+    EXPECT_TRUE(c != nullptr);
+    if (c == nullptr) return std::pair<int, int>{0, 0};
+    Feed f(c, std::vector<double>(25, 0.1));
+    f.run(
+        200, [](double t) { return 2.3 - 0.05 * t; }, 0.01);
+    const int before = c->k();
+    f.run(
+        202, [](double) { return 4.5; }, 0.01);  // a blow-up that goes on
+    return std::pair<int, int>{before, c->k()};
+  };
+  // The first K: lr x gain x n / 0.5.
+  EXPECT_EQ(dynamic_cast<AutoController&>(*make(10, 10, 0.01)).k(), 5);
+  EXPECT_EQ(dynamic_cast<AutoController&>(*make(9, 10, 0.01)).k(), 1);
+  EXPECT_EQ(dynamic_cast<AutoController&>(*make(10, 10, 0.1)).k(), 25);  // at most n
+  EXPECT_EQ(dynamic_cast<AutoController&>(*make(10, 1, 0.1)).k(), 5);
+  EXPECT_EQ(dynamic_cast<AutoController&>(*make(10, 0, 0.1)).k(), 5);
+  // The guard: gone with a known gain, kept with an unknown one.
+  EXPECT_EQ(spike(make(10, 10, 0.01)), (std::pair<int, int>{5, 5}));
+  EXPECT_EQ(spike(make(10, 1, 0.1)), spike(make(9, 1, 0.1)));
+  const auto adam = spike(make(10, 0, 0.01));
+  EXPECT_EQ(adam.first, 1);
+  EXPECT_GE(adam.second, 4);
+  const auto ninth_momentum = spike(make(9, 10, 0.01));
+  EXPECT_EQ(ninth_momentum.first, 1);
+  EXPECT_GE(ninth_momentum.second, 4);
 }
 
 // The budget may ask for more than the workers that arrive in time; it
@@ -699,6 +744,29 @@ TEST(AutoPolicy, TheBudgetDoesNotWaitForStragglers) {
   EXPECT_EQ(c.cap(), 5);
   EXPECT_EQ(c.k(), 5);
   EXPECT_EQ(c.rises(), 0);
+}
+
+// The tenth rule brings a first K above the cap down to the cap once every
+// worker's arrival time is known (after two rounds: a duration runs from
+// a release to the next push), not at the first block's end (four rounds).
+// 12 workers at 0.1 s and 4 at 3 s, lr 0.5: the budget's first K is 16, a
+// round 3 s (the second ends at 6 s).
+TEST(AutoPolicy, TheTenthRuleBringsTheFirstKToTheCapOnceEveryArrivalIsKnown) {
+  std::vector<double> periods(12, 0.1);
+  periods.insert(periods.end(), 4, 3.0);
+  AutoController ninth(16, auto_rule_parts(9), 0.5), tenth(16, auto_rule_parts(10), 0.5);
+  EXPECT_EQ(ninth.k(), 16);
+  EXPECT_EQ(tenth.k(), 16);
+  Trainer a(&ninth, periods, flat_floor), b(&tenth, periods, flat_floor);
+  a.run(6.5);
+  b.run(6.5);
+  EXPECT_EQ(tenth.cap(), 12);
+  EXPECT_EQ(tenth.k(), 12);
+  EXPECT_EQ(ninth.k(), 16);  // its first block is not over
+  a.run(10);
+  EXPECT_EQ(ninth.k(), 12);
+  b.run(10);
+  EXPECT_EQ(tenth.k(), 12);
 }
 
 TEST(AutoPolicy, ImplicitMomentumFollowsTheStaleness) {

@@ -66,16 +66,34 @@ TEST(Server, AsyncAppliesEveryPushAndNobodyWaits) {
   EXPECT_EQ(h[6], 0);
 }
 
-// The server tells its policy whether its steps are plain sgd (issue 32):
-// auto's ninth rule keeps its spike guard only where they are not, or where
-// the budget is off.
-TEST(Server, TellsThePolicyWhetherItsStepsArePlainSgd) {
-  for (const char* k : {"sgd", "momentum", "nesterov", "adam", "adagrad"}) {
-    SCOPED_TRACE(k);
-    Rig r(4, kind("auto"), 0.1, 2, Aggregation::kMean, {}, {.kind = k});
-    const auto* a = dynamic_cast<const AutoController*>(&r.server->policy());
+// The server tells its policy its optimizer's step gain (issue 32): auto's
+// ninth rule keeps its spike guard wherever the steps are not plain sgd,
+// the tenth only where the gain is unknown (adam, adagrad), and counts its
+// budget at lr x the gain (momentum 0.9: 10 x lr).
+TEST(Server, TellsThePolicyItsOptimizersStepGain) {
+  struct Case {
+    const char* kind;
+    bool ninth_guard, tenth_guard;
+    double tenth_rate;
+  };
+  for (const Case& c : {Case{"sgd", false, false, 0.01}, Case{"momentum", true, false, 0.1},
+                        Case{"nesterov", true, false, 0.1}, Case{"adam", true, true, 0.01},
+                        Case{"adagrad", true, true, 0.01}}) {
+    SCOPED_TRACE(c.kind);
+    PolicyOptions po = kind("auto");
+    Rig ninth(8, po, 0.01, 2, Aggregation::kMean, {}, {.kind = c.kind, .momentum = 0.9});
+    const auto* a = dynamic_cast<const AutoController*>(&ninth.server->policy());
     ASSERT_NE(a, nullptr);
-    EXPECT_EQ(a->spike_guard(), std::string_view(k) != "sgd");
+    EXPECT_EQ(a->spike_guard(), c.ninth_guard);
+    EXPECT_DOUBLE_EQ(a->rate(), 0.01);
+    po.auto_rule = 10;
+    Rig tenth(8, po, 0.01, 2, Aggregation::kMean, {}, {.kind = c.kind, .momentum = 0.9});
+    a = dynamic_cast<const AutoController*>(&tenth.server->policy());
+    ASSERT_NE(a, nullptr);
+    EXPECT_EQ(a->spike_guard(), c.tenth_guard);
+    EXPECT_NEAR(a->rate(), c.tenth_rate, 1e-12);
+    // The budget's first K at that rate: lr x gain x 8 / 0.5.
+    EXPECT_EQ(a->k(), c.tenth_rate > 0.05 ? 2 : 1);
   }
 }
 

@@ -158,7 +158,7 @@ class Sgd final : public Optimizer {
     HSGD_ASSERT(g.size() == w.size(), "sgd: size mismatch");
     sgd_kernel(w.data(), g.data(), w.size(), a_, wd_);
   }
-  bool plain_steps() const override { return true; }
+  double step_gain() const override { return 1; }
 
  private:
   float wd_;
@@ -188,6 +188,7 @@ class Momentum final : public Optimizer {
     mu_ = m == 0 ? static_cast<float>(configured_)
                  : static_cast<float>(std::max(0.0, 1.0 - (1.0 - configured_) / (1.0 - m)));
   }
+  double step_gain() const override { return 1.0 / (1.0 - configured_); }
   std::vector<float> save_state() const override { return v_; }
   void restore_state(std::span<const float> s) override {
     HSGD_ASSERT(s.size() == v_.size(), "optimizer state size mismatch");

@@ -81,10 +81,13 @@ class Optimizer {
   // 1 - (1 - mu')(1 - m) give back the configured mu; 0 (the default) leaves
   // mu as configured. The others ignore it.
   virtual void set_implicit_momentum(double /*m*/) {}
-  // Whether a step is lr x the gradient and nothing else (sgd; weight decay
-  // only adds to the gradient): the step auto's staleness budget models
-  // (Policy::on_plain_steps).
-  virtual bool plain_steps() const { return false; }
+  // How far one step moves the parameters once it is steady, in units of lr
+  // x the gradient: 1 for sgd (weight decay only adds to the gradient),
+  // 1 / (1 - mu) for momentum and nesterov (the configured mu: a constant
+  // gradient's velocity), 0 where the step is not such a multiple (adam,
+  // adagrad). auto's staleness budget counts a step with it
+  // (Policy::on_step_gain).
+  virtual double step_gain() const { return 0; }
   // Per-run state (velocity; Adam: step count, m, v) for checkpoints.
   // restore_state takes what save_state of the same kind and size returned.
   virtual std::vector<float> save_state() const { return {}; }

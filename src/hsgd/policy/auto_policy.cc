@@ -12,9 +12,9 @@ namespace hsgd {
 AutoParts auto_rule_parts(int rule) {
   AutoParts p;
   if (rule == 5) return p;
-  if (rule < 6 || rule > 9) {
+  if (rule < 6 || rule > 10) {
     throw InputError("policy.auto_rule = " + std::to_string(rule) +
-                     ": expected 9 (today's rule), 8, 7, 6 or 5 (the rules before it)");
+                     ": expected 9 (today's rule), 10 (tried), 8, 7, 6 or 5 (the rules before it)");
   }
   // The sixth rule: on the design cells the probes and the window rises
   // added nothing on the MLP and cost on LeNet-5 (docs/results-auto.md,
@@ -27,7 +27,11 @@ AutoParts auto_rule_parts(int rule) {
   p.retry = rule == 8;
   // The ninth: no spike guard where the budget is on and models the step
   // (plain sgd steps; docs/results-auto.md, "The ninth rule").
-  p.spike_with_budget = rule != 9;
+  p.spike_with_budget = rule < 9;
+  // The tenth: the budget counts lr x the step gain (momentum's 1 / (1 -
+  // mu)), and the guard goes wherever that gain is known.
+  p.step_gain = rule == 10;
+  p.early_cap = rule == 10;
   return p;
 }
 
@@ -180,7 +184,7 @@ void AutoController::first_k() {
   if (budget_on() && parts_.concurrency) {
     k_ = concurrency_floor(workers_);
   } else if (budget_on()) {
-    const double r = 2 * cst_.budget / lr_ - 1;
+    const double r = 2 * cst_.budget / rate() - 1;
     k_ = r <= 1 ? workers_
                 : std::clamp(static_cast<int>(std::ceil(workers_ / r - 1e-9)), 1, workers_);
   }
@@ -189,8 +193,11 @@ void AutoController::first_k() {
   set_spike_gate();
 }
 
-void AutoController::on_plain_steps(bool plain) {
-  plain_ = plain;
+void AutoController::on_step_gain(double gain) {
+  gain_ = std::max(0.0, gain);
+  // Before the first push K is still the budget's prior, which the tenth
+  // rule counts with the gain.
+  if (rate_on_ && tau_.count == 0) first_k();
   set_spike_gate();
 }
 
@@ -225,6 +232,12 @@ int AutoController::cap() const {
   return std::clamp(n, 1, std::max(1, live_));
 }
 
+int AutoController::known_arrivals() const {
+  int m = 0;
+  for (size_t i = 0; i < tracked_; ++i) m += duration_[i] > 0 ? 1 : 0;
+  return m;
+}
+
 // Staleness + 1 scales as 1 / K (n workers, K pushes per update: an update
 // every K pushes, a push spans about n / K updates), so the smallest K that
 // keeps lr x (staleness + 1) within the budget is K x lr (tau + 1) / cst_.budget.
@@ -232,12 +245,12 @@ int AutoController::budget_floor() const {
   if (!budget_on()) return 1;
   if (parts_.concurrency) return concurrency_floor(live_);
   if (!parts_.measured) {
-    const double r = 2 * cst_.budget / lr_ - 1;
+    const double r = 2 * cst_.budget / rate() - 1;
     return r <= 1
                ? std::max(1, live_)
                : std::clamp(static_cast<int>(std::ceil(live_ / r - 1e-9)), 1, std::max(1, live_));
   }
-  const double need = static_cast<double>(k_) * lr_ * (tau_.mean + 1) / cst_.budget;
+  const double need = static_cast<double>(k_) * rate() * (tau_.mean + 1) / cst_.budget;
   return std::clamp(static_cast<int>(std::ceil(need - 1e-9)), 1, std::max(1, live_));
 }
 
@@ -245,7 +258,7 @@ int AutoController::budget_floor() const {
 // gradients in flight per update, so staleness + 1 = n / K and the budget
 // asks for K >= lr x n / cst_.budget.
 int AutoController::concurrency_floor(int n) const {
-  const double need = lr_ * static_cast<double>(n) / cst_.budget;
+  const double need = rate() * static_cast<double>(n) / cst_.budget;
   return std::clamp(static_cast<int>(std::ceil(need - 1e-9)), 1, std::max(1, n));
 }
 
@@ -267,6 +280,23 @@ bool AutoController::budget_step() {
   }
   if (target == k_) return false;
   set_budget_k(target);
+  return true;
+}
+
+// The tenth rule, at a window's end in the first block: the first K (the
+// budget's, set before any arrival is known) comes down to the cap as soon
+// as every live worker's arrival time is known, not at the block's end,
+// which may be four slow rounds away. Later the budget's block-end steps
+// keep K within the cap as before. True if K changed.
+bool AutoController::early_cap_step() {
+  if (!parts_.early_cap || !parts_.cap || !budget_on() || !budget_set_ || phase_ != 0 ||
+      windows_ >= kBlock) {
+    return false;
+  }
+  if (k_ <= 1 || known_arrivals() < live_) return false;
+  const int limit = std::min(live_, cap());
+  if (k_ <= limit) return false;
+  set_budget_k(limit);
   return true;
 }
 
@@ -450,7 +480,11 @@ void AutoController::end_window() {
   b_se2_ += se2;
   b_t_ += tsum;
   b_pushes_ += pushes;
-  if (++b_windows_ >= kBlock) end_block();
+  if (++b_windows_ >= kBlock) {
+    end_block();
+  } else {
+    early_cap_step();
+  }
 }
 
 void AutoController::rise(int factor, bool spike) {
@@ -571,7 +605,7 @@ void AutoController::end_block() {
   // A down-probe stays within the staleness budget (K / 2 about doubles
   // staleness + 1).
   const bool in_budget =
-      !budget_on() || static_cast<double>(k_) * lr_ * (tau_.mean + 1) <= cst_.budget * half;
+      !budget_on() || static_cast<double>(k_) * rate() * (tau_.mean + 1) <= cst_.budget * half;
   const int down =
       parts_.down && k_ > 1 && in_budget && (ban_ == 0 || half > unstable_k_) ? half : k_;
   int target = dir_ > 0 ? up : down;

@@ -48,8 +48,24 @@ struct AutoParts {
   // optimizer other than sgd (momentum amplifies a stale step; the guard is
   // what saves async with server momentum).
   bool spike_with_budget = true;
+  // The tenth rule: the budget counts a step as the server moves the
+  // parameters, lr x the step gain (1 / (1 - mu) with server momentum mu),
+  // so the drift it bounds is in gradients also under momentum; the spike
+  // guard then goes wherever the gain is known (sgd, momentum, nesterov),
+  // not only with plain sgd.
+  bool step_gain = false;
+  // The tenth rule also: the first K (the budget's, set before any arrival
+  // is known), if above the arrival-time cap, comes down to the cap at the
+  // first window's end at which every live worker's arrival time is known,
+  // not at the first block's end (under a sync-like K a block is four
+  // rounds behind the slowest straggler).
+  bool early_cap = false;
 };
 // The parts of rule `rule` (policy.auto_rule; docs/auto.md):
+//   10 (tried): the ninth with the budget at lr x the step gain, and the
+//     spike guard only where the gain is unknown or the budget off
+//     (`step_gain`); a K above the cap comes down to it once every arrival
+//     is known (`early_cap`).
 //   9 (today's): the seventh with the spike guard only where the budget
 //     does not model the step: the budget off, or steps that are not plain
 //     sgd (`spike_with_budget` off).
@@ -122,7 +138,7 @@ class AutoController final : public Policy {
   // update. Not saved: the server gives it again after a load.
   void on_lr(double lr) override;
   // Not saved either: the server gives it at every construction.
-  void on_plain_steps(bool plain) override;
+  void on_step_gain(double gain) override;
   std::vector<double> save_state() const override;
   // This rule's state (572 numbers) and the third rule's (571: without the
   // budget's flag, read as off).
@@ -132,16 +148,21 @@ class AutoController final : public Policy {
 
   // For tests and the recorder.
   int k() const { return k_; }
-  int cap() const;  // the arrival-time cap on K (live workers if unknown)
+  int cap() const;             // the arrival-time cap on K (live workers if unknown)
+  int known_arrivals() const;  // workers whose duration is known
   // The staleness budget's floor on K at the measured staleness (1 when the
   // budget is off), before the cap.
   int budget_floor() const;
   double staleness() const { return tau_.mean; }
   // Whether the spike guard is part of the rule here (the ninth rule: only
-  // where the budget is off or the steps are not plain sgd).
+  // where the budget is off or the steps are not plain sgd; the tenth: only
+  // where the budget is off or the step gain unknown).
   bool spike_guard() const {
-    return parts_.spike && (parts_.spike_with_budget || !budget_on() || !plain_);
+    return parts_.spike && (parts_.spike_with_budget || !budget_on() || !step_modeled());
   }
+  // The rate the budget counts: lr, or under the tenth rule lr x the step
+  // gain where it is known.
+  double rate() const { return parts_.step_gain && gain_ > 0 ? lr_ * gain_ : lr_; }
   int64_t decisions() const { return windows_; }
   int64_t rises() const { return rises_; }
   int64_t probes() const { return probes_; }
@@ -159,8 +180,12 @@ class AutoController final : public Policy {
   void rise(int factor = 2, bool spike = false);
   bool accelerating() const;
   bool budget_on() const { return parts_.budget && lr_ > 0; }
+  // The budget models the server's step: plain sgd (the ninth rule), any
+  // known gain (the tenth).
+  bool step_modeled() const { return parts_.step_gain ? gain_ > 0 : gain_ == 1; }
   int concurrency_floor(int n) const;
   bool budget_step();
+  bool early_cap_step();
   bool retry_step();
   void set_budget_k(int k);
   void set_live(int live);
@@ -176,7 +201,7 @@ class AutoController final : public Policy {
   int workers_;
   double lr_ = 0;
   bool rate_on_ = false;  // the budget may run (lr > 0 at construction)
-  bool plain_ = true;     // the server's steps are lr x gradient (on_plain_steps)
+  double gain_ = 1;       // the server's step gain (on_step_gain; 1: plain sgd)
   int live_ = 0;
   int k_ = 1;
   // The current window of pushed losses (and the sum of their times).

@@ -106,11 +106,14 @@ class Policy {
   // construction, after every update and after a load. auto's staleness
   // budget reads it; the others ignore it.
   virtual void on_lr(double /*lr*/) {}
-  // Whether the server's steps are lr x the aggregated gradient and nothing
-  // else (optim.kind sgd: Optimizer::plain_steps), given once by the server
-  // at its construction, before on_lr. auto's ninth rule turns its spike
-  // guard off only then, where its staleness budget models the step.
-  virtual void on_plain_steps(bool /*plain*/) {}
+  // How far the server's steady step moves the parameters, in units of lr x
+  // the aggregated gradient (Optimizer::step_gain: 1 for sgd, 1 / (1 - mu)
+  // for momentum and nesterov, 0 where the step is not such a multiple),
+  // given once by the server at its construction, before on_lr. auto's
+  // ninth rule turns its spike guard off only for 1 (plain sgd); the tenth
+  // counts a step as lr x the gain in its staleness budget, and turns the
+  // guard off wherever the gain is known.
+  virtual void on_step_gain(double /*gain*/) {}
   // Per-run state for checkpoints (empty for the stateless policies).
   virtual std::vector<double> save_state() const { return {}; }
   // Whether restore_state reads a saved state of `size` numbers (this

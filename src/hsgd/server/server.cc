@@ -30,7 +30,7 @@ Server::Server(std::span<float> params, const ServerOptions& o, std::unique_ptr<
     step_ema_.assign(params.size(), 0.0f);
     before_.assign(params.size(), 0.0f);
   }
-  policy_->on_plain_steps(optimizer_->plain_steps());
+  policy_->on_step_gain(optimizer_->step_gain());
   policy_->on_lr(lr_at(opt_.lr_schedule, opt_.lr, 0));  // the rate of the first update
   if (m.momentum_correction) {
     tau_mean_.start(steady_staleness(o.workers, policy_->threshold(Progress{}, o.workers)));
