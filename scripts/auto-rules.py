@@ -24,6 +24,8 @@ SEVENTH = "auto+policy.auto_rule=7"
 EIGHTH = "auto+policy.auto_rule=8"
 NOGUARD = "auto+policy.auto_rule=7+policy.auto_ablate=spike"
 SIXTH_ALONE = "auto+policy.auto_ablate=up,down,rise"
+NINTH = "auto+policy.auto_rule=9"
+TENTH = "auto+policy.auto_rule=10"
 
 # name: (label, held out?, fixed sweep, [(rule, sweep dir, policy name)])
 SETS = {
@@ -63,6 +65,22 @@ SETS["heldout-lenet-8"] = ("Held out: LeNet-5 on 8 workers (the guard's ablation
 for name, (label, heldout, fixed_dir, rules) in SETS.items():
     rules.append(("no guard", fixed_dir if name == "heldout-lenet-8" else "noguard-" + name,
                   NOGUARD))
+# The momentum case (not held out: the ninth rule's guard and the tenth's
+# step gain were chosen on it).
+SETS["sweep-momentum"] = ("The momentum case (seeds 1-3)", False, "sweep-momentum",
+                          [("seventh", "seventh-sweep-momentum", SEVENTH),
+                           ("eighth", "eighth-sweep-momentum", EIGHTH),
+                           ("no guard", "noguard-sweep-momentum", NOGUARD)])
+# Two families committed before the ninth rule ran on them (its runs are in
+# their own sweeps; with sgd the ninth is the seventh without the guard).
+for fam, label in [("noniid", "non-IID shards, slow machines (the ninth rule's)"),
+                   ("softmax-64", "softmax on 64 workers (the ninth rule's)")]:
+    SETS["heldout-" + fam] = (f"Held out: {label}", True, "heldout-" + fam,
+                              [("no guard", "heldout-" + fam, NINTH)])
+# The tenth rule (the budget at lr x the step gain; the first K to the cap
+# once every arrival is known), run alone on every set, in tenth-<set>/.
+for name, (label, heldout, fixed_dir, rules) in SETS.items():
+    rules.append(("tenth", "tenth-" + name, TENTH))
 
 
 def load(root, d):
