@@ -433,7 +433,7 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
     return std::unique_ptr<AutoController>(dynamic_cast<AutoController*>(p.release()));
   };
   // Averaging lowers the loss faster: the fifth rule's probes take K up.
-  for (int r : {5, 6, 7, 8, 9, 10}) {
+  for (int r : {5, 6, 7, 8, 9, 10, 11}) {
     SCOPED_TRACE(r);
     std::unique_ptr<AutoController> c = rule(r);
     ASSERT_TRUE(c);
@@ -450,7 +450,7 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
   }
   // A loss that climbs for a while (not a blow-up: under the spike line):
   // the fifth rule's window rises double K, the sixth's K stays.
-  for (int r : {5, 6, 7, 8, 9, 10}) {
+  for (int r : {5, 6, 7, 8, 9, 10, 11}) {
     SCOPED_TRACE(r);
     std::unique_ptr<AutoController> c = rule(r);
     Feed f(c.get(), std::vector<double>(16, 0.1));
@@ -475,7 +475,7 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
         2, [](double) { return 4.5; }, 0.01);
     EXPECT_EQ(c->k(), ablate.empty() ? 4 : 1);
   }
-  EXPECT_THROW(rule(11), InputError);
+  EXPECT_THROW(rule(12), InputError);
   EXPECT_THROW(rule(4), InputError);
 }
 
@@ -767,6 +767,25 @@ TEST(AutoPolicy, TheTenthRuleBringsTheFirstKToTheCapOnceEveryArrivalIsKnown) {
   EXPECT_EQ(ninth.k(), 12);
   b.run(10);
   EXPECT_EQ(tenth.k(), 12);
+}
+
+// The eleventh rule (tried) is the tenth without the momentum correction:
+// the server's momentum stays as configured whatever the staleness, and
+// everything else is the tenth's.
+TEST(AutoPolicy, TheEleventhRuleLeavesTheServersMomentumAsConfigured) {
+  AutoController tenth(25, auto_rule_parts(10), 0.001), eleventh(25, auto_rule_parts(11), 0.001);
+  tenth.on_step_gain(10);
+  eleventh.on_step_gain(10);
+  Feed f(&tenth, std::vector<double>(25, 0.1)), g(&eleventh, std::vector<double>(25, 0.1));
+  f.run(
+      400, [](double t) { return 2.0 * std::exp(-t); }, 0.001, 24);
+  g.run(
+      400, [](double t) { return 2.0 * std::exp(-t); }, 0.001, 24);
+  EXPECT_NEAR(tenth.implicit_momentum(), 24.0 / 25.0, 1e-9);
+  EXPECT_EQ(eleventh.implicit_momentum(), 0.0);
+  EXPECT_EQ(eleventh.k(), tenth.k());
+  EXPECT_EQ(eleventh.spike_guard(), tenth.spike_guard());
+  EXPECT_DOUBLE_EQ(eleventh.rate(), tenth.rate());
 }
 
 TEST(AutoPolicy, ImplicitMomentumFollowsTheStaleness) {

@@ -12,9 +12,10 @@ namespace hsgd {
 AutoParts auto_rule_parts(int rule) {
   AutoParts p;
   if (rule == 5) return p;
-  if (rule < 6 || rule > 10) {
+  if (rule < 6 || rule > 11) {
     throw InputError("policy.auto_rule = " + std::to_string(rule) +
-                     ": expected 9 (today's rule), 10 (tried), 8, 7, 6 or 5 (the rules before it)");
+                     ": expected 9 (today's rule), 10 or 11 (tried), 8, 7, 6 or 5 (the rules "
+                     "before it)");
   }
   // The sixth rule: on the design cells the probes and the window rises
   // added nothing on the MLP and cost on LeNet-5 (docs/results-auto.md,
@@ -30,8 +31,11 @@ AutoParts auto_rule_parts(int rule) {
   p.spike_with_budget = rule < 9;
   // The tenth: the budget counts lr x the step gain (momentum's 1 / (1 -
   // mu)), and the guard goes wherever that gain is known.
-  p.step_gain = rule == 10;
-  p.early_cap = rule == 10;
+  p.step_gain = p.early_cap = rule >= 10;
+  // The eleventh: the tenth without the momentum correction (the budget's
+  // step gain already bounds the drift momentum adds; lowering mu slowed
+  // runs at small rates: docs/results-auto.md, "The tenth rule").
+  p.momentum = rule != 11;
   return p;
 }
 

@@ -62,6 +62,7 @@ struct AutoParts {
   bool early_cap = false;
 };
 // The parts of rule `rule` (policy.auto_rule; docs/auto.md):
+//   11 (tried): the tenth without the momentum correction (`momentum`).
 //   10 (tried): the ninth with the budget at lr x the step gain, and the
 //     spike guard only where the gain is unknown or the budget off
 //     (`step_gain`); a K above the cap comes down to it once every arrival
