@@ -10,7 +10,7 @@ over the sets named held out, the issue's targets for each rule: within
 1.5 pp of the best fixed policy in at least 90 % of cells, never more than
 3 pp behind, ahead of async by 2 pp or more wherever a fixed policy is.
 
-Usage: scripts/auto-rules.py [--root docs/results/sweep] [--sets NAME,...]
+Usage: scripts/auto-rules.py [--root docs/results/sweep] [--sets NAME,...] [--clean]
 A set without its fixed sweep is skipped, and a rule without its sweep is
 left out of its set, with a line saying so."""
 import argparse
@@ -26,6 +26,7 @@ NOGUARD = "auto+policy.auto_rule=7+policy.auto_ablate=spike"
 SIXTH_ALONE = "auto+policy.auto_ablate=up,down,rise"
 NINTH = "auto+policy.auto_rule=9"
 TENTH = "auto+policy.auto_rule=10"
+ELEVENTH = "auto+policy.auto_rule=11"
 
 # name: (label, held out?, fixed sweep, [(rule, sweep dir, policy name)])
 SETS = {
@@ -96,6 +97,22 @@ for fam, label in [("momentum-mlp", "server momentum, an MLP (the tenth rule's)"
     SETS["heldout-" + fam] = (f"Held out: {label}", True, "heldout-" + fam,
                               [("ninth", "heldout-" + fam, NINTH),
                                ("tenth", "heldout-" + fam, TENTH)])
+# The eleventh rule (the tenth without the momentum correction) differs from
+# the tenth only where the server steps with momentum: run alone on the
+# momentum sets (eleventh-<set>/), and in its own two families.
+for name in ["sweep-momentum", "heldout-momentum-mlp", "heldout-nesterov-lenet"]:
+    SETS[name][3].append(("eleventh", "eleventh-" + name, ELEVENTH))
+for fam, label in [("momentum-fmnist", "server momentum, an MLP on Fashion-MNIST (the eleventh rule's)"),
+                   ("momentum-lenet", "server momentum 0.95, LeNet-5 (the eleventh rule's)")]:
+    SETS["heldout-" + fam] = (f"Held out: {label}", True, "heldout-" + fam,
+                              [("ninth", "heldout-" + fam, NINTH),
+                               ("tenth", "heldout-" + fam, TENTH),
+                               ("eleventh", "heldout-" + fam, ELEVENTH)])
+# Families committed before the ninth rule, unchanged since, ran on them: its
+# clean test (--clean prints the targets over these alone).
+CLEAN = ["heldout-lenet-8", "heldout-noniid", "heldout-softmax-64", "heldout-wide",
+         "heldout-momentum-mlp", "heldout-nesterov-lenet", "heldout-momentum-fmnist",
+         "heldout-momentum-lenet"]
 
 
 def load(root, d):
@@ -118,7 +135,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--root", default=os.path.join(ROOT, "docs", "results", "sweep"))
     ap.add_argument("--sets", default=",".join(SETS))
+    ap.add_argument("--clean", action="store_true",
+                    help="only the families the ninth rule ran on unchanged after they were "
+                    "committed (its clean held-out test)")
     a = ap.parse_args()
+    if a.clean:
+        a.sets = ",".join(CLEAN)
     held = {}  # rule -> rows
     for name in a.sets.split(","):
         if name not in SETS:
