@@ -644,33 +644,37 @@ TEST(AutoPolicy, TheEighthRuleRetriesASpikesKAfterAHoldThatDoubles) {
   EXPECT_EQ(damaged, (std::vector<int>{5, 20, 20, 20, 25, 25, 25}));
 }
 
+// An auto policy of 25 workers (0.1 s each) through a clean, slow descent,
+// then two pushes at ~2x the start and a blow-up that goes on: its K before
+// the spike and after (the spike guard's test for the ninth rule on).
+std::pair<int, int> spike_response(std::unique_ptr<Policy> p) {
+  auto* c = dynamic_cast<AutoController*>(p.get());
+  EXPECT_TRUE(c != nullptr);
+  if (c == nullptr) return {0, 0};
+  Feed f(c, std::vector<double>(25, 0.1));
+  f.run(
+      200, [](double t) { return 2.3 - 0.05 * t; }, 0.01);  // a clean, slow descent
+  const int before = c->k();
+  f.run(
+      2, [](double) { return 4.5; }, 0.01);  // two pushes at ~2x the start
+  f.run(
+      200, [](double) { return 4.5; }, 0.01);  // and a blow-up that goes on
+  EXPECT_EQ(c->rises() > 0, c->k() > before);
+  return {before, c->k()};
+}
+
 // policy.auto_rule = 9: where the staleness budget is on, no spike guard:
 // the same two pushes far above the start that take the seventh rule's K
 // from the budget's 5 to 20 leave the ninth's at 5. Where the budget is off
 // (sum aggregation: make_policy passes no rate), or where the steps are not
 // plain sgd, the guard acts as before.
 TEST(AutoPolicy, TheNinthRuleHasNoSpikeGuardWhereTheBudgetIsOn) {
-  auto spike = [](std::unique_ptr<Policy> p) {
-    auto* c = dynamic_cast<AutoController*>(p.get());
-    EXPECT_TRUE(c != nullptr);
-    if (c == nullptr) return std::pair<int, int>{0, 0};
-    Feed f(c, std::vector<double>(25, 0.1));
-    f.run(
-        200, [](double t) { return 2.3 - 0.05 * t; }, 0.01);  // a clean, slow descent
-    const int before = c->k();
-    f.run(
-        2, [](double) { return 4.5; }, 0.01);  // two pushes at ~2x the start
-    f.run(
-        200, [](double) { return 4.5; }, 0.01);  // and a blow-up that goes on
-    EXPECT_EQ(c->rises() > 0, c->k() > before);
-    return std::pair<int, int>{before, c->k()};
-  };
   PolicyOptions o;
   o.kind = "auto";
   EXPECT_EQ(o.auto_rule, 9);  // today's
-  EXPECT_EQ(spike(make_policy(o, 25, 0.1)), (std::pair<int, int>{5, 5}));
+  EXPECT_EQ(spike_response(make_policy(o, 25, 0.1)), (std::pair<int, int>{5, 5}));
   o.auto_rule = 7;
-  const auto seventh = spike(make_policy(o, 25, 0.1));
+  const auto seventh = spike_response(make_policy(o, 25, 0.1));
   EXPECT_EQ(seventh.first, 5);
   EXPECT_GE(seventh.second, 20);
   o.auto_rule = 9;
@@ -679,11 +683,11 @@ TEST(AutoPolicy, TheNinthRuleHasNoSpikeGuardWhereTheBudgetIsOn) {
   // the guard is on.
   std::unique_ptr<Policy> momentum = make_policy(o, 25, 0.1);
   momentum->on_step_gain(10);
-  const auto heavy = spike(std::move(momentum));
+  const auto heavy = spike_response(std::move(momentum));
   EXPECT_EQ(heavy.first, 5);
   EXPECT_GE(heavy.second, 20);
   o.aggregation = Aggregation::kSum;  // no budget: the guard is on
-  const auto sum = spike(make_policy(o, 25, 0.1));
+  const auto sum = spike_response(make_policy(o, 25, 0.1));
   EXPECT_EQ(sum.first, 1);
   EXPECT_GE(sum.second, 4);
 }
@@ -703,18 +707,6 @@ TEST(AutoPolicy, TheTenthRuleCountsTheStepMomentumAmplifies) {
     p->on_step_gain(gain);
     return p;
   };
-  auto spike = [](std::unique_ptr<Policy> p) {
-    auto* c = dynamic_cast<AutoController*>(p.get());
-    EXPECT_TRUE(c != nullptr);
-    if (c == nullptr) return std::pair<int, int>{0, 0};
-    Feed f(c, std::vector<double>(25, 0.1));
-    f.run(
-        200, [](double t) { return 2.3 - 0.05 * t; }, 0.01);
-    const int before = c->k();
-    f.run(
-        202, [](double) { return 4.5; }, 0.01);  // a blow-up that goes on
-    return std::pair<int, int>{before, c->k()};
-  };
   // The first K: lr x gain x n / 0.5.
   EXPECT_EQ(dynamic_cast<AutoController&>(*make(10, 10, 0.01)).k(), 5);
   EXPECT_EQ(dynamic_cast<AutoController&>(*make(9, 10, 0.01)).k(), 1);
@@ -722,12 +714,12 @@ TEST(AutoPolicy, TheTenthRuleCountsTheStepMomentumAmplifies) {
   EXPECT_EQ(dynamic_cast<AutoController&>(*make(10, 1, 0.1)).k(), 5);
   EXPECT_EQ(dynamic_cast<AutoController&>(*make(10, 0, 0.1)).k(), 5);
   // The guard: gone with a known gain, kept with an unknown one.
-  EXPECT_EQ(spike(make(10, 10, 0.01)), (std::pair<int, int>{5, 5}));
-  EXPECT_EQ(spike(make(10, 1, 0.1)), spike(make(9, 1, 0.1)));
-  const auto adam = spike(make(10, 0, 0.01));
+  EXPECT_EQ(spike_response(make(10, 10, 0.01)), (std::pair<int, int>{5, 5}));
+  EXPECT_EQ(spike_response(make(10, 1, 0.1)), spike_response(make(9, 1, 0.1)));
+  const auto adam = spike_response(make(10, 0, 0.01));
   EXPECT_EQ(adam.first, 1);
   EXPECT_GE(adam.second, 4);
-  const auto ninth_momentum = spike(make(9, 10, 0.01));
+  const auto ninth_momentum = spike_response(make(9, 10, 0.01));
   EXPECT_EQ(ninth_momentum.first, 1);
   EXPECT_GE(ninth_momentum.second, 4);
 }
