@@ -200,8 +200,8 @@ void AutoController::first_k() {
 void AutoController::on_step_gain(double gain) {
   gain_ = std::max(0.0, gain);
   // Before the first push K is still the budget's prior, which the tenth
-  // rule counts with the gain.
-  if (rate_on_ && tau_.count == 0) first_k();
+  // rule counts with the gain (the rules before it count lr alone).
+  if (parts_.step_gain && rate_on_ && tau_.count == 0) first_k();
   set_spike_gate();
 }
 

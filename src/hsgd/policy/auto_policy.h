@@ -149,8 +149,7 @@ class AutoController final : public Policy {
 
   // For tests and the recorder.
   int k() const { return k_; }
-  int cap() const;             // the arrival-time cap on K (live workers if unknown)
-  int known_arrivals() const;  // workers whose duration is known
+  int cap() const;  // the arrival-time cap on K (live workers if unknown)
   // The staleness budget's floor on K at the measured staleness (1 when the
   // budget is off), before the cap.
   int budget_floor() const;
@@ -187,6 +186,7 @@ class AutoController final : public Policy {
   int concurrency_floor(int n) const;
   bool budget_step();
   bool early_cap_step();
+  int known_arrivals() const;  // workers whose duration is known
   bool retry_step();
   void set_budget_k(int k);
   void set_live(int live);
