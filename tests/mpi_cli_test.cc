@@ -214,6 +214,19 @@ std::vector<pid_t> pids_with(const std::string& needle) {
   return out;
 }
 
+// Whether every rank of the launch whose command line holds `needle` is gone
+// within a short grace: mpirun may return while the kernel is still tearing
+// down a rank it signalled (seen once in a clean-clone run: a rank alive a
+// moment after mpirun's exit). A rank left running is still caught.
+bool no_rank_left(const std::string& needle) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (!pids_with(needle).empty()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
 // The pid of MPI rank `rank` of the launch whose command line holds `needle`.
 pid_t rank_pid(const std::string& needle, int rank) {
   for (pid_t p : pids_with(needle)) {
@@ -285,7 +298,7 @@ TEST(MpiCli, AKilledRankEndsTheLaunchAndAResumedLaunchCompletes) {
   const auto k0 = std::chrono::steady_clock::now();
   kill_and_wait(ranks.back(), SIGKILL, launcher);
   EXPECT_LT(std::chrono::steady_clock::now() - k0, std::chrono::seconds(30));
-  EXPECT_TRUE(pids_with(out).empty());  // no rank outlives the launch
+  EXPECT_TRUE(no_rank_left(out));  // no rank outlives the launch
   const Outcome o = run(kMpirun + "-np 3 ", "train --quiet --resume " + out);
   ASSERT_EQ(o.code, 0) << o.err;
   std::ifstream csv(out + "/metrics.csv");
@@ -338,7 +351,7 @@ TEST(MpiCli, SigtermToAWorkerRankIsAGracefulLeaveAndTheRunCompletes) {
     while (std::getline(csv, line)) last = line;
     EXPECT_NEAR(std::stod(last.substr(0, last.find(','))), 4.0, 0.3) << last;
     EXPECT_EQ(s["workers"].get<int>(), 5 - servers);
-    EXPECT_TRUE(pids_with(out).empty());
+    EXPECT_TRUE(no_rank_left(out));
   }
 }
 
@@ -365,7 +378,7 @@ TEST(MpiCli, SigtermToAGossipRankStopsTheRunWithAFinalCheckpointThatResumes) {
     ASSERT_NE(status, -1) << slurp(out + ".log");
     ASSERT_TRUE(WIFEXITED(status)) << slurp(out + ".log");
     EXPECT_EQ(WEXITSTATUS(status), 3) << slurp(out + ".log");
-    EXPECT_TRUE(pids_with(out).empty());
+    EXPECT_TRUE(no_rank_left(out));
     const nlohmann::json s = summary(out);
     ASSERT_TRUE(s["stopped"].is_string()) << s.dump();
     const std::string line = s["stopped"].get<std::string>();
@@ -401,7 +414,7 @@ TEST(MpiCli, SigtermToAnSgpRankIsAGracefulLeaveAndAResumeKeepsItOut) {
   ASSERT_NE(status, -1) << slurp(out + ".log");
   ASSERT_TRUE(WIFEXITED(status)) << slurp(out + ".log");
   EXPECT_EQ(WEXITSTATUS(status), 0) << slurp(out + ".log");
-  EXPECT_TRUE(pids_with(out).empty());
+  EXPECT_TRUE(no_rank_left(out));
   const nlohmann::json s = summary(out);
   EXPECT_TRUE(s["stopped"].is_null()) << s.dump();
   EXPECT_NEAR(s["train_s"].get<double>(), 3.0, 0.3);
@@ -481,7 +494,7 @@ TEST(MpiCli, ASigkilledServerRankEndsTheLaunchNamingIt) {
   const int status = kill_and_wait(victim, SIGKILL, launcher);
   EXPECT_LT(std::chrono::steady_clock::now() - k0, std::chrono::seconds(20));
   EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  EXPECT_TRUE(pids_with(out).empty());
+  EXPECT_TRUE(no_rank_left(out));
   const std::string log = slurp(out + ".log");
   EXPECT_NE(log.find("rank 1"), std::string::npos) << log;
 }
