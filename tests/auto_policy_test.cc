@@ -475,7 +475,7 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
         2, [](double) { return 4.5; }, 0.01);
     EXPECT_EQ(c->k(), ablate.empty() ? 4 : 1);
   }
-  EXPECT_THROW(rule(12), InputError);
+  EXPECT_THROW(rule(13), InputError);
   EXPECT_THROW(rule(4), InputError);
 }
 
@@ -778,6 +778,40 @@ TEST(AutoPolicy, TheEleventhRuleLeavesTheServersMomentumAsConfigured) {
   EXPECT_EQ(eleventh.k(), tenth.k());
   EXPECT_EQ(eleventh.spike_guard(), tenth.spike_guard());
   EXPECT_DOUBLE_EQ(eleventh.rate(), tenth.rate());
+}
+
+// The twelfth rule (tried) lowers the server's momentum only as far as the
+// budget needs: 25 equally fast workers at K = 1, pushes with staleness 24
+// (the correction's m = 24 / 25). With momentum 0.9 (gain 10) at lr 0.001
+// the step lr x 10 x 25 = 0.25 is within the budget (0.5): no lowering. At
+// lr 0.004 it is 1.0, twice the budget: m = 1 - 0.5 / 1.0, so mu' = 1 -
+// 0.1 / 0.5 = 0.8 and lr / (1 - mu') x 25 = 0.5. At lr 0.02 with pushes of
+// staleness 3 the correction's m (0.75) is below the budget's (0.9) and is
+// the one used. The ninth's K, guard and rate.
+TEST(AutoPolicy, TheTwelfthRuleLowersTheMomentumOnlyAsFarAsTheBudgetNeeds) {
+  auto run = [](int rule, double lr, int64_t tau, double gain = 10) {
+    auto c = std::make_unique<AutoController>(25, auto_rule_parts(rule), lr);
+    c->on_step_gain(gain);
+    Feed f(c.get(), std::vector<double>(25, 0.1));
+    f.run(
+        400, [](double t) { return 2.0 * std::exp(-t); }, 0.001, tau);
+    return c;
+  };
+  const auto small = run(12, 0.001, 24), large = run(12, 0.004, 24), fresh = run(12, 0.02, 3);
+  EXPECT_EQ(small->k(), 1);
+  EXPECT_EQ(small->implicit_momentum(), 0.0);
+  EXPECT_EQ(large->k(), 1);
+  EXPECT_NEAR(large->implicit_momentum(), 0.5, 1e-9);
+  EXPECT_EQ(fresh->k(), 1);
+  EXPECT_NEAR(fresh->staleness(), 3, 1e-9);
+  EXPECT_NEAR(fresh->implicit_momentum(), 0.75, 1e-9);
+  const auto ninth = run(9, 0.004, 24);
+  EXPECT_NEAR(ninth->implicit_momentum(), 24.0 / 25.0, 1e-9);
+  EXPECT_EQ(large->k(), ninth->k());
+  EXPECT_EQ(large->spike_guard(), ninth->spike_guard());
+  EXPECT_DOUBLE_EQ(large->rate(), ninth->rate());
+  // An unknown gain (adam): the full correction, as the ninth.
+  EXPECT_NEAR(run(12, 0.004, 24, 0)->implicit_momentum(), 24.0 / 25.0, 1e-9);
 }
 
 TEST(AutoPolicy, ImplicitMomentumFollowsTheStaleness) {

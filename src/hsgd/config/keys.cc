@@ -420,13 +420,15 @@ std::vector<Key> declare() {
               "step: an optimizer other than sgd, or sum aggregation; "
               "docs/auto.md); 10, the ninth with the budget counting lr x the step gain (1 / (1 - "
               "mu) with server momentum) and the guard only where that gain is unknown (tried); "
-              "11, the tenth without the momentum correction (tried); "
+              "11, the tenth without the momentum correction (tried); 12, the ninth with the "
+              "momentum correction only as far as the budget needs it (lr / (1 - mu) x n / K "
+              "within it) and the tenth's early cap (tried); "
               "8, the seventh with a spike's K retried after a hold (tried, not adopted); 7, the "
               "rule before the ninth (the spike guard everywhere); 6 (the "
               "budget at the measured staleness); or 5 (also the probes and the rises). 8 to 5 "
               "reproduce results made with them. 5 is not written to config.toml: runs made "
               "before this key ran rule 5 and keep their identity.")
-          .check([](int v) { return v >= 5 && v <= 11; }, "5, 6, 7, 8, 9, 10 or 11")
+          .check([](int v) { return v >= 5 && v <= 12; }, "5, 6, 7, 8, 9, 10, 11 or 12")
           .moot(policies({"auto"}))
           .written_when(
               [](const Config& c) { return c.policy.kind == "auto" && c.policy.auto_rule != 5; }));

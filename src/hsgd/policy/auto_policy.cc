@@ -12,10 +12,10 @@ namespace hsgd {
 AutoParts auto_rule_parts(int rule) {
   AutoParts p;
   if (rule == 5) return p;
-  if (rule < 6 || rule > 11) {
+  if (rule < 6 || rule > 12) {
     throw InputError("policy.auto_rule = " + std::to_string(rule) +
-                     ": expected 9 (today's rule), 10 or 11 (tried), 8, 7, 6 or 5 (the rules "
-                     "before it)");
+                     ": expected 9 (today's rule), 10, 11 or 12 (tried), 8, 7, 6 or 5 (the "
+                     "rules before it)");
   }
   // The sixth rule: on the design cells the probes and the window rises
   // added nothing on the MLP and cost on LeNet-5 (docs/results-auto.md,
@@ -31,11 +31,16 @@ AutoParts auto_rule_parts(int rule) {
   p.spike_with_budget = rule < 9;
   // The tenth: the budget counts lr x the step gain (momentum's 1 / (1 -
   // mu)), and the guard goes wherever that gain is known.
-  p.step_gain = p.early_cap = rule >= 10;
+  p.step_gain = rule == 10 || rule == 11;
+  p.early_cap = rule >= 10;
   // The eleventh: the tenth without the momentum correction (the budget's
   // step gain already bounds the drift momentum adds; lowering mu slowed
   // runs at small rates: docs/results-auto.md, "The tenth rule").
   p.momentum = rule != 11;
+  // The twelfth: the ninth's K, and the momentum lowered only as far as the
+  // budget needs (the correction cost at small rates, the eleventh's lack
+  // of it at large ones: docs/results-auto.md, "The twelfth rule").
+  p.momentum_budget = rule == 12;
   return p;
 }
 
@@ -342,7 +347,15 @@ void AutoController::set_spike_line() {
 }
 
 double AutoController::implicit_momentum() const {
-  return parts_.momentum ? implicit_momentum_of_staleness(tau_.mean) : 0.0;
+  if (!parts_.momentum) return 0.0;
+  const double m = implicit_momentum_of_staleness(tau_.mean);
+  if (!parts_.momentum_budget || !budget_on() || !(gain_ > 0)) return m;
+  // The twelfth rule: the momentum-amplified step at the concurrency n / K
+  // against the budget; lowered only by the excess.
+  const double drift =
+      lr_ * gain_ * static_cast<double>(live_) / static_cast<double>(std::max(1, k_));
+  if (drift <= cst_.budget) return 0.0;
+  return std::min(m, 1.0 - cst_.budget / drift);
 }
 
 void AutoController::observe_push(const PushSignal& s) {

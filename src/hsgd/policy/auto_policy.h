@@ -60,8 +60,20 @@ struct AutoParts {
   // not at the first block's end (under a sync-like K a block is four
   // rounds behind the slowest straggler).
   bool early_cap = false;
+  // The twelfth rule: the momentum correction goes only as far as the
+  // staleness budget needs. The server's momentum mu amplifies a step by
+  // g = 1 / (1 - mu); at the concurrency n / K the step it drifts by is
+  // lr x g x n / K, which the budget bounds by its constant b. So the
+  // implicit momentum the server subtracts is 1 - b / (lr g n / K) where
+  // that is positive (then lr / (1 - mu') x n / K = b), 0 where the step is
+  // within the budget, and never more than the staleness correction's
+  // tau / (tau + 1) (`momentum` on; an unknown gain: the full correction).
+  bool momentum_budget = false;
 };
 // The parts of rule `rule` (policy.auto_rule; docs/auto.md):
+//   12 (tried): the ninth with the momentum correction only as far as the
+//     budget needs it (`momentum_budget`) and the tenth's early cap
+//     (`early_cap`).
 //   11 (tried): the tenth without the momentum correction (`momentum`).
 //   10 (tried): the ninth with the budget at lr x the step gain, and the
 //     spike guard only where the gain is unknown or the budget off
