@@ -27,6 +27,8 @@ SIXTH_ALONE = "auto+policy.auto_ablate=up,down,rise"
 NINTH = "auto+policy.auto_rule=9"
 TENTH = "auto+policy.auto_rule=10"
 ELEVENTH = "auto+policy.auto_rule=11"
+TWELFTH = "auto+policy.auto_rule=12"
+THIRTEENTH = "auto+policy.auto_rule=13"
 
 # name: (label, held out?, fixed sweep, [(rule, sweep dir, policy name)])
 SETS = {
@@ -108,6 +110,20 @@ for fam, label in [("momentum-fmnist", "server momentum, an MLP on Fashion-MNIST
                               [("ninth", "heldout-" + fam, NINTH),
                                ("tenth", "heldout-" + fam, TENTH),
                                ("eleventh", "heldout-" + fam, ELEVENTH)])
+# The twelfth rule (the ninth with the momentum correction only as far as
+# the budget needs it, and the early cap) differs from the tenth only where
+# the server steps with momentum: run alone on the momentum sets and on two
+# plain-sgd sets, where it must give the tenth's runs (twelfth-<set>/).
+for name in ["sweep-momentum", "heldout-momentum-mlp", "heldout-nesterov-lenet",
+             "heldout-momentum-fmnist", "heldout-momentum-lenet", "heldout-softmax-64",
+             "heldout-lenet-8"]:
+    SETS[name][3].append(("twelfth", "twelfth-" + name, TWELFTH))
+# The thirteenth rule (the ninth, but the eleventh where the momentum's
+# step needs K <= 2) is the twelfth on plain sgd (gain 1): run alone on the
+# momentum sets (thirteenth-<set>/).
+for name in ["sweep-momentum", "heldout-momentum-mlp", "heldout-nesterov-lenet",
+             "heldout-momentum-fmnist", "heldout-momentum-lenet"]:
+    SETS[name][3].append(("thirteenth", "thirteenth-" + name, THIRTEENTH))
 # Families committed before the ninth rule, unchanged since, ran on them: its
 # clean test (--clean prints the targets over these alone).
 CLEAN = ["heldout-lenet-8", "heldout-noniid", "heldout-softmax-64", "heldout-wide",

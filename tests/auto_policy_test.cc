@@ -475,7 +475,7 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
         2, [](double) { return 4.5; }, 0.01);
     EXPECT_EQ(c->k(), ablate.empty() ? 4 : 1);
   }
-  EXPECT_THROW(rule(13), InputError);
+  EXPECT_THROW(rule(14), InputError);
   EXPECT_THROW(rule(4), InputError);
 }
 
@@ -812,6 +812,50 @@ TEST(AutoPolicy, TheTwelfthRuleLowersTheMomentumOnlyAsFarAsTheBudgetNeeds) {
   EXPECT_DOUBLE_EQ(large->rate(), ninth->rate());
   // An unknown gain (adam): the full correction, as the ninth.
   EXPECT_NEAR(run(12, 0.004, 24, 0)->implicit_momentum(), 24.0 / 25.0, 1e-9);
+}
+
+// The thirteenth rule (tried): with momentum 0.9 (gain 10) on 25 workers,
+// lr x 10 x 25 within twice the budget (lr <= 0.004: K <= 2 keeps the
+// amplified step within it) raises K to the budget at lr x the gain and
+// keeps mu (no implicit momentum subtracted, no spike guard: the
+// eleventh); above it (lr 0.006) the ninth: K at lr alone, the staleness
+// correction, the guard. Plain sgd: the ninth.
+TEST(AutoPolicy, TheThirteenthRuleRaisesKWhereADoublingMeetsTheMomentumsStep) {
+  auto run = [](int rule, double lr, double gain) {
+    auto c = std::make_unique<AutoController>(25, auto_rule_parts(rule), lr);
+    c->on_step_gain(gain);
+    Feed f(c.get(), std::vector<double>(25, 0.1));
+    f.run(
+        400, [](double t) { return 2.0 * std::exp(-t); }, 0.001, 24);
+    return c;
+  };
+  for (double lr : {0.001, 0.004}) {
+    const auto c = run(13, lr, 10), eleventh = run(11, lr, 10);
+    EXPECT_TRUE(c->raises_k()) << lr;
+    EXPECT_EQ(c->k(), lr == 0.001 ? 1 : 2) << lr;
+    EXPECT_EQ(c->k(), eleventh->k()) << lr;
+    EXPECT_EQ(c->implicit_momentum(), 0.0) << lr;
+    EXPECT_FALSE(c->spike_guard()) << lr;
+  }
+  const auto c = run(13, 0.006, 10), ninth = run(9, 0.006, 10);
+  EXPECT_FALSE(c->raises_k());
+  EXPECT_EQ(c->k(), 1);
+  EXPECT_EQ(c->k(), ninth->k());
+  EXPECT_NEAR(c->implicit_momentum(), 24.0 / 25.0, 1e-9);
+  EXPECT_TRUE(c->spike_guard());
+  EXPECT_DOUBLE_EQ(c->rate(), ninth->rate());
+  const auto sgd = run(13, 0.1, 1), sgd9 = run(9, 0.1, 1);
+  EXPECT_FALSE(sgd->raises_k());
+  EXPECT_EQ(sgd->k(), sgd9->k());
+  EXPECT_EQ(sgd->spike_guard(), sgd9->spike_guard());
+  // Two workers: K <= 2 always, whatever the rate; the momentum stays (the
+  // momentum case is lr 0.05).
+  for (double lr : {0.05, 0.5}) {
+    AutoController two(2, auto_rule_parts(13), lr);
+    two.on_step_gain(10);
+    EXPECT_TRUE(two.raises_k()) << lr;
+    EXPECT_EQ(two.k(), 2) << lr;
+  }
 }
 
 TEST(AutoPolicy, ImplicitMomentumFollowsTheStaleness) {

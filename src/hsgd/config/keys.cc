@@ -422,13 +422,15 @@ std::vector<Key> declare() {
               "mu) with server momentum) and the guard only where that gain is unknown (tried); "
               "11, the tenth without the momentum correction (tried); 12, the ninth with the "
               "momentum correction only as far as the budget needs it (lr / (1 - mu) x n / K "
-              "within it) and the tenth's early cap (tried); "
+              "within it) and the tenth's early cap (tried); 13, the ninth, but the eleventh where "
+              "the momentum-amplified step needs K <= 2 (lr / (1 - mu) x n <= 2 x the budget), "
+              "with the early cap (tried); "
               "8, the seventh with a spike's K retried after a hold (tried, not adopted); 7, the "
               "rule before the ninth (the spike guard everywhere); 6 (the "
               "budget at the measured staleness); or 5 (also the probes and the rises). 8 to 5 "
               "reproduce results made with them. 5 is not written to config.toml: runs made "
               "before this key ran rule 5 and keep their identity.")
-          .check([](int v) { return v >= 5 && v <= 12; }, "5, 6, 7, 8, 9, 10, 11 or 12")
+          .check([](int v) { return v >= 5 && v <= 13; }, "5 to 13")
           .moot(policies({"auto"}))
           .written_when(
               [](const Config& c) { return c.policy.kind == "auto" && c.policy.auto_rule != 5; }));

@@ -12,10 +12,10 @@ namespace hsgd {
 AutoParts auto_rule_parts(int rule) {
   AutoParts p;
   if (rule == 5) return p;
-  if (rule < 6 || rule > 12) {
+  if (rule < 6 || rule > 13) {
     throw InputError("policy.auto_rule = " + std::to_string(rule) +
-                     ": expected 9 (today's rule), 10, 11 or 12 (tried), 8, 7, 6 or 5 (the "
-                     "rules before it)");
+                     ": expected 9 (today's rule), 10 to 13 (tried), 8, 7, 6 or 5 (the rules "
+                     "before it)");
   }
   // The sixth rule: on the design cells the probes and the window rises
   // added nothing on the MLP and cost on LeNet-5 (docs/results-auto.md,
@@ -41,6 +41,10 @@ AutoParts auto_rule_parts(int rule) {
   // budget needs (the correction cost at small rates, the eleventh's lack
   // of it at large ones: docs/results-auto.md, "The twelfth rule").
   p.momentum_budget = rule == 12;
+  // The thirteenth: the eleventh where the momentum's step needs K <= 2,
+  // the ninth elsewhere (the two rules' clean momentum cells split so:
+  // docs/results-auto.md, "The thirteenth rule").
+  p.momentum_switch = rule == 13;
   return p;
 }
 
@@ -206,7 +210,7 @@ void AutoController::on_step_gain(double gain) {
   gain_ = std::max(0.0, gain);
   // Before the first push K is still the budget's prior, which the tenth
   // rule counts with the gain (the rules before it count lr alone).
-  if (parts_.step_gain && rate_on_ && tau_.count == 0) first_k();
+  if ((parts_.step_gain || parts_.momentum_switch) && rate_on_ && tau_.count == 0) first_k();
   set_spike_gate();
 }
 
@@ -346,8 +350,14 @@ void AutoController::set_spike_line() {
       start_mean_ + std::max(cst_.spike * std::abs(start_mean_), cst_.spike_sds * start_sd_);
 }
 
+bool AutoController::raises_k() const {
+  if (!parts_.momentum_switch || !budget_on() || !(gain_ > 1)) return false;
+  const double need = lr_ * gain_ * static_cast<double>(live_) / cst_.budget;
+  return std::ceil(need - 1e-9) <= 2 || live_ <= 2;
+}
+
 double AutoController::implicit_momentum() const {
-  if (!parts_.momentum) return 0.0;
+  if (!parts_.momentum || raises_k()) return 0.0;
   const double m = implicit_momentum_of_staleness(tau_.mean);
   if (!parts_.momentum_budget || !budget_on() || !(gain_ > 0)) return m;
   // The twelfth rule: the momentum-amplified step at the concurrency n / K

@@ -69,8 +69,18 @@ struct AutoParts {
   // within the budget, and never more than the staleness correction's
   // tau / (tau + 1) (`momentum` on; an unknown gain: the full correction).
   bool momentum_budget = false;
+  // The thirteenth rule: with server momentum (a known step gain g > 1),
+  // raise K or lower mu, whichever the momentum-amplified step asks less
+  // of. If the budget at lr x g is met by K <= 2 (lr x g x n <= 2 b: at
+  // most one doubling of K), K counts the gain (the tenth's budget) and mu
+  // stays as configured; otherwise K is the ninth's (lr alone), mu is
+  // lowered by the staleness's implicit momentum, and the spike guard stays.
+  bool momentum_switch = false;
 };
 // The parts of rule `rule` (policy.auto_rule; docs/auto.md):
+//   13 (tried): the ninth, but with momentum whose amplified step the
+//     budget meets at K <= 2, the eleventh (`momentum_switch`); the early
+//     cap.
 //   12 (tried): the ninth with the momentum correction only as far as the
 //     budget needs it (`momentum_budget`) and the tenth's early cap
 //     (`early_cap`).
@@ -174,7 +184,10 @@ class AutoController final : public Policy {
   }
   // The rate the budget counts: lr, or under the tenth rule lr x the step
   // gain where it is known.
-  double rate() const { return parts_.step_gain && gain_ > 0 ? lr_ * gain_ : lr_; }
+  double rate() const { return counts_gain() ? lr_ * gain_ : lr_; }
+  // The thirteenth rule: momentum the budget meets by raising K to at most
+  // 2 (K counts the gain; mu stays).
+  bool raises_k() const;
   int64_t decisions() const { return windows_; }
   int64_t rises() const { return rises_; }
   int64_t probes() const { return probes_; }
@@ -194,7 +207,10 @@ class AutoController final : public Policy {
   bool budget_on() const { return parts_.budget && lr_ > 0; }
   // The budget models the server's step: plain sgd (the ninth rule), any
   // known gain (the tenth).
-  bool step_modeled() const { return parts_.step_gain ? gain_ > 0 : gain_ == 1; }
+  bool step_modeled() const { return parts_.step_gain ? gain_ > 0 : gain_ == 1 || raises_k(); }
+  // The budget counts lr x the step gain (the tenth and eleventh rules; the
+  // thirteenth where it raises K).
+  bool counts_gain() const { return gain_ > 0 && (parts_.step_gain || raises_k()); }
   int concurrency_floor(int n) const;
   bool budget_step();
   bool early_cap_step();
