@@ -761,6 +761,26 @@ TEST(AutoPolicy, TheTenthRuleBringsTheFirstKToTheCapOnceEveryArrivalIsKnown) {
   EXPECT_EQ(tenth.k(), 12);
 }
 
+// The early cap acts in the first block only: later, a K above the cap
+// (here: the cap falls when 4 of 16 workers slow down, 0.1 s -> 3 s) comes
+// down at a block's end, as under the ninth rule, not at the next window.
+TEST(AutoPolicy, TheEarlyCapActsInTheFirstBlockOnly) {
+  for (int rule : {10, 12, 13}) {
+    AutoController c(16, auto_rule_parts(rule), 0.5);
+    Trainer tr(&c, std::vector<double>(16, 0.1), flat_floor);
+    tr.run(1.35);  // 13 windows (one round each): three blocks and one window
+    EXPECT_EQ(c.decisions(), 13) << rule;
+    EXPECT_EQ(c.k(), 16) << rule;
+    for (size_t w = 12; w < 16; ++w) tr.period[w] = 3.0;
+    tr.run(3.5);  // a fast round, then a slow one: the cap is 12
+    EXPECT_EQ(c.decisions(), 15) << rule;
+    EXPECT_EQ(c.cap(), 12) << rule;
+    EXPECT_EQ(c.k(), 16) << rule;  // the block is not over
+    tr.run(10);
+    EXPECT_EQ(c.k(), 12) << rule;
+  }
+}
+
 // The eleventh rule (tried) is the tenth without the momentum correction:
 // the server's momentum stays as configured whatever the staleness, and
 // everything else is the tenth's.
