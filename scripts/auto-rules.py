@@ -29,6 +29,7 @@ TENTH = "auto+policy.auto_rule=10"
 ELEVENTH = "auto+policy.auto_rule=11"
 TWELFTH = "auto+policy.auto_rule=12"
 THIRTEENTH = "auto+policy.auto_rule=13"
+TWELFTH_NOGUARD = "auto+policy.auto_rule=12+policy.auto_ablate=spike"
 
 # name: (label, held out?, fixed sweep, [(rule, sweep dir, policy name)])
 SETS = {
@@ -118,6 +119,10 @@ for name in ["sweep-momentum", "heldout-momentum-mlp", "heldout-nesterov-lenet",
              "heldout-momentum-fmnist", "heldout-momentum-lenet", "heldout-softmax-64",
              "heldout-lenet-8"]:
     SETS[name][3].append(("twelfth", "twelfth-" + name, TWELFTH))
+# The twelfth without its spike guard (an ablation), on the momentum sets.
+for name in ["sweep-momentum", "heldout-momentum-mlp", "heldout-nesterov-lenet",
+             "heldout-momentum-fmnist", "heldout-momentum-lenet"]:
+    SETS[name][3].append(("twelfth, no guard", "twelfth-noguard-" + name, TWELFTH_NOGUARD))
 # The thirteenth rule (the ninth, but the eleventh where the momentum's
 # step needs K <= 2) is the twelfth on plain sgd (gain 1): run alone on the
 # momentum sets (thirteenth-<set>/).
