@@ -10,7 +10,7 @@ over the sets named held out, the issue's targets for each rule: within
 1.5 pp of the best fixed policy in at least 90 % of cells, never more than
 3 pp behind, ahead of async by 2 pp or more wherever a fixed policy is.
 
-Usage: scripts/auto-rules.py [--root docs/results/sweep] [--sets NAME,...] [--clean]
+Usage: scripts/auto-rules.py [--root docs/results/sweep] [--sets NAME,...] [--clean [RULE]]
 A set without its fixed sweep is skipped, and a rule without its sweep is
 left out of its set, with a line saying so."""
 import argparse
@@ -129,11 +129,30 @@ for name in ["sweep-momentum", "heldout-momentum-mlp", "heldout-nesterov-lenet",
 for name in ["sweep-momentum", "heldout-momentum-mlp", "heldout-nesterov-lenet",
              "heldout-momentum-fmnist", "heldout-momentum-lenet"]:
     SETS[name][3].append(("thirteenth", "thirteenth-" + name, THIRTEENTH))
-# Families committed before the ninth rule, unchanged since, ran on them: its
-# clean test (--clean prints the targets over these alone).
-CLEAN = ["heldout-lenet-8", "heldout-noniid", "heldout-softmax-64", "heldout-wide",
-         "heldout-momentum-mlp", "heldout-nesterov-lenet", "heldout-momentum-fmnist",
-         "heldout-momentum-lenet"]
+# Families committed after the thirteenth rule was chosen, before any rule
+# ran on them (rules 9, 11, 12 and 13 named in each).
+for fam, label in [("momentum-softmax", "server momentum, softmax on 32 workers"),
+                   ("nesterov-fmnist", "Nesterov 0.8, a two-layer MLP on Fashion-MNIST"),
+                   ("momentum-lenet-4", "server momentum, LeNet-5 on 4 workers"),
+                   ("momentum-64", "server momentum 0.8, an MLP on 64 workers"),
+                   ("sgd-deep", "plain sgd, a deeper MLP on 24 workers")]:
+    SETS["heldout-" + fam] = (f"Held out: {label} (the thirteenth rule's)", True,
+                              "heldout-" + fam,
+                              [("ninth", "heldout-" + fam, NINTH),
+                               ("eleventh", "heldout-" + fam, ELEVENTH),
+                               ("twelfth", "heldout-" + fam, TWELFTH),
+                               ("thirteenth", "heldout-" + fam, THIRTEENTH)])
+THIRTEENTH_CLEAN = ["heldout-momentum-softmax", "heldout-nesterov-fmnist",
+                    "heldout-momentum-lenet-4", "heldout-momentum-64", "heldout-sgd-deep"]
+# Each rule's clean test (--clean RULE): the families committed before it
+# ran on them, with the rule unchanged since. The ninth's: every family
+# committed after it was made (it is named in all of them).
+CLEAN = {
+    "ninth": ["heldout-lenet-8", "heldout-noniid", "heldout-softmax-64", "heldout-wide",
+              "heldout-momentum-mlp", "heldout-nesterov-lenet", "heldout-momentum-fmnist",
+              "heldout-momentum-lenet"] + THIRTEENTH_CLEAN,
+    "thirteenth": THIRTEENTH_CLEAN,
+}
 
 
 def load(root, d):
@@ -156,12 +175,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--root", default=os.path.join(ROOT, "docs", "results", "sweep"))
     ap.add_argument("--sets", default=",".join(SETS))
-    ap.add_argument("--clean", action="store_true",
-                    help="only the families the ninth rule ran on unchanged after they were "
-                    "committed (its clean held-out test)")
+    ap.add_argument("--clean", nargs="?", const="ninth", choices=sorted(CLEAN),
+                    help="only the families RULE (default ninth) ran on unchanged after they "
+                    "were committed (its clean held-out test)")
     a = ap.parse_args()
     if a.clean:
-        a.sets = ",".join(CLEAN)
+        a.sets = ",".join(CLEAN[a.clean])
     held = {}  # rule -> rows
     for name in a.sets.split(","):
         if name not in SETS:
