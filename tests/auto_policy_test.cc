@@ -868,6 +868,18 @@ TEST(AutoPolicy, TheThirteenthRuleRaisesKWhereADoublingMeetsTheMomentumsStep) {
   EXPECT_FALSE(sgd->raises_k());
   EXPECT_EQ(sgd->k(), sgd9->k());
   EXPECT_EQ(sgd->spike_guard(), sgd9->spike_guard());
+  // The switch is the constant switch_k: at 4, lr 0.006 (K = 3) raises K;
+  // at 1, lr 0.004 does not.
+  {
+    AutoController wide(25, auto_rule_parts(13), 0.006, parse_auto_constants("switch_k=4"));
+    wide.on_step_gain(10);
+    EXPECT_TRUE(wide.raises_k());
+    EXPECT_EQ(wide.k(), 3);
+    AutoController narrow(25, auto_rule_parts(13), 0.004, parse_auto_constants("switch_k=1"));
+    narrow.on_step_gain(10);
+    EXPECT_FALSE(narrow.raises_k());
+    EXPECT_EQ(narrow.k(), 1);
+  }
   // Two workers: K <= 2 always, whatever the rate; the momentum stays (the
   // momentum case is lr 0.05).
   for (double lr : {0.05, 0.5}) {
@@ -1114,9 +1126,9 @@ std::string fmt(double v) {
 TEST(AutoPolicy, ConstantsAreParsedCheckedAndNamed) {
   const AutoConstants d = parse_auto_constants("");
   const auto defaults = auto_constant_values(d);
-  ASSERT_EQ(defaults.size(), 16u);
+  ASSERT_EQ(defaults.size(), 17u);
   EXPECT_EQ(defaults.front(), (std::pair<std::string, double>("min_window", 8)));
-  EXPECT_EQ(defaults.back(), (std::pair<std::string, double>("retry_blocks", 16)));
+  EXPECT_EQ(defaults.back(), (std::pair<std::string, double>("switch_k", 2)));
   const AutoConstants c = parse_auto_constants("rise_sigmas=1.25,spike_factor=8,budget=0.25");
   EXPECT_EQ(c.rise_sigmas, 1.25);
   EXPECT_EQ(c.spike_factor, 8);

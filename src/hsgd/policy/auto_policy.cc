@@ -110,6 +110,7 @@ constexpr ConstantField kConstantFields[] = {
     {"fall_sigmas", nullptr, &AutoConstants::fall_sigmas},
     {"budget", nullptr, &AutoConstants::budget},
     {"retry_blocks", &AutoConstants::retry_blocks, nullptr},
+    {"switch_k", &AutoConstants::switch_k, nullptr},
 };
 
 }  // namespace
@@ -353,7 +354,7 @@ void AutoController::set_spike_line() {
 bool AutoController::raises_k() const {
   if (!parts_.momentum_switch || !budget_on() || !(gain_ > 1)) return false;
   const double need = lr_ * gain_ * static_cast<double>(live_) / cst_.budget;
-  return std::ceil(need - 1e-9) <= 2 || live_ <= 2;
+  return std::ceil(need - 1e-9) <= cst_.switch_k || live_ <= cst_.switch_k;
 }
 
 double AutoController::implicit_momentum() const {

@@ -129,6 +129,8 @@ struct AutoConstants {
   double fall_sigmas = 2.0;   // ... that is a descent: its last fall beyond this many s.e.
   double budget = 0.5;        // the staleness budget: lr x (staleness + 1) <= this
   int retry_blocks = 16;      // the eighth rule: a spike's K held this many blocks (doubling)
+  int switch_k = 2;  // the thirteenth rule: momentum whose step the budget meets at K <= this
+                     // raises K (mu stays); above it mu is lowered instead
 };
 // "" -> the defaults. Throws InputError naming policy.auto_constants for an
 // unknown name, a value that is not a number, or one out of its range.
