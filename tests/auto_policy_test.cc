@@ -475,7 +475,7 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
         2, [](double) { return 4.5; }, 0.01);
     EXPECT_EQ(c->k(), ablate.empty() ? 4 : 1);
   }
-  EXPECT_THROW(rule(14), InputError);
+  EXPECT_THROW(rule(15), InputError);
   EXPECT_THROW(rule(4), InputError);
 }
 
@@ -765,7 +765,7 @@ TEST(AutoPolicy, TheTenthRuleBringsTheFirstKToTheCapOnceEveryArrivalIsKnown) {
 // (here: the cap falls when 4 of 16 workers slow down, 0.1 s -> 3 s) comes
 // down at a block's end, as under the ninth rule, not at the next window.
 TEST(AutoPolicy, TheEarlyCapActsInTheFirstBlockOnly) {
-  for (int rule : {10, 12, 13}) {
+  for (int rule : {10, 12, 13, 14}) {
     AutoController c(16, auto_rule_parts(rule), 0.5);
     Trainer tr(&c, std::vector<double>(16, 0.1), flat_floor);
     tr.run(1.35);  // 13 windows (one round each): three blocks and one window
@@ -888,6 +888,34 @@ TEST(AutoPolicy, TheThirteenthRuleRaisesKWhereADoublingMeetsTheMomentumsStep) {
     EXPECT_TRUE(two.raises_k()) << lr;
     EXPECT_EQ(two.k(), 2) << lr;
   }
+}
+
+// The fourteenth rule (tried) applies the momentum correction only where
+// lr / (1 - mu) x n / K is above the budget (0.5): 25 workers at K = 1,
+// momentum 0.9 (gain 10): at lr 0.002 the step is exactly 0.5, no
+// correction; at lr 0.004 it is 1.0, the full correction (24 / 25 at
+// staleness 24, where the twelfth subtracts 0.5). The ninth's K, guard
+// and rate; an unknown gain: the full correction.
+TEST(AutoPolicy, TheFourteenthRuleCorrectsTheMomentumOnlyAboveTheBudget) {
+  auto run = [](int rule, double lr, double gain = 10) {
+    auto c = std::make_unique<AutoController>(25, auto_rule_parts(rule), lr);
+    c->on_step_gain(gain);
+    Feed f(c.get(), std::vector<double>(25, 0.1));
+    f.run(
+        400, [](double t) { return 2.0 * std::exp(-t); }, 0.001, 24);
+    return c;
+  };
+  const auto at = run(14, 0.002), above = run(14, 0.004), ninth = run(9, 0.004);
+  EXPECT_EQ(at->k(), 1);
+  EXPECT_EQ(at->implicit_momentum(), 0.0);
+  EXPECT_EQ(above->k(), 1);
+  EXPECT_NEAR(above->implicit_momentum(), 24.0 / 25.0, 1e-9);
+  EXPECT_NEAR(run(12, 0.004)->implicit_momentum(), 0.5, 1e-9);
+  EXPECT_EQ(above->k(), ninth->k());
+  EXPECT_TRUE(above->spike_guard());
+  EXPECT_EQ(above->spike_guard(), ninth->spike_guard());
+  EXPECT_DOUBLE_EQ(above->rate(), ninth->rate());
+  EXPECT_NEAR(run(14, 0.002, 0)->implicit_momentum(), 24.0 / 25.0, 1e-9);
 }
 
 TEST(AutoPolicy, ImplicitMomentumFollowsTheStaleness) {

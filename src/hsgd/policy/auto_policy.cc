@@ -12,9 +12,9 @@ namespace hsgd {
 AutoParts auto_rule_parts(int rule) {
   AutoParts p;
   if (rule == 5) return p;
-  if (rule < 6 || rule > 13) {
+  if (rule < 6 || rule > 14) {
     throw InputError("policy.auto_rule = " + std::to_string(rule) +
-                     ": expected 9 (today's rule), 10 to 13 (tried), 8, 7, 6 or 5 (the rules "
+                     ": expected 9 (today's rule), 10 to 14 (tried), 8, 7, 6 or 5 (the rules "
                      "before it)");
   }
   // The sixth rule: on the design cells the probes and the window rises
@@ -45,6 +45,10 @@ AutoParts auto_rule_parts(int rule) {
   // the ninth elsewhere (the two rules' clean momentum cells split so:
   // docs/results-auto.md, "The thirteenth rule").
   p.momentum_switch = rule == 13;
+  // The fourteenth: the correction under the condition the README gives
+  // for the fixed policies (it held in 17 of 17 momentum cells there:
+  // docs/results-auto.md, "The fourteenth rule").
+  p.momentum_gate = rule == 14;
   return p;
 }
 
@@ -360,12 +364,14 @@ bool AutoController::raises_k() const {
 double AutoController::implicit_momentum() const {
   if (!parts_.momentum || raises_k()) return 0.0;
   const double m = implicit_momentum_of_staleness(tau_.mean);
-  if (!parts_.momentum_budget || !budget_on() || !(gain_ > 0)) return m;
-  // The twelfth rule: the momentum-amplified step at the concurrency n / K
-  // against the budget; lowered only by the excess.
+  if (!(parts_.momentum_budget || parts_.momentum_gate) || !budget_on() || !(gain_ > 0)) return m;
+  // The twelfth and fourteenth rules: the momentum-amplified step at the
+  // concurrency n / K against the budget. Within it, no correction; above
+  // it the twelfth lowers mu by the excess only, the fourteenth fully.
   const double drift =
       lr_ * gain_ * static_cast<double>(live_) / static_cast<double>(std::max(1, k_));
-  if (drift <= cst_.budget) return 0.0;
+  if (drift <= cst_.budget * (1 + 1e-9)) return 0.0;
+  if (parts_.momentum_gate) return m;
   return std::min(m, 1.0 - cst_.budget / drift);
 }
 

@@ -76,8 +76,17 @@ struct AutoParts {
   // stays as configured; otherwise K is the ninth's (lr alone), mu is
   // lowered by the staleness's implicit momentum, and the spike guard stays.
   bool momentum_switch = false;
+  // The fourteenth rule: the momentum correction (`momentum`) only where
+  // the momentum-amplified step at the concurrency, lr x g x n / K, is
+  // above the budget: the condition the README gives users of the fixed
+  // asynchronous policies for staleness.momentum_correction. At or below
+  // it the server's mu stays as configured.
+  bool momentum_gate = false;
 };
 // The parts of rule `rule` (policy.auto_rule; docs/auto.md):
+//   14 (tried): the ninth with the momentum correction only where the
+//     momentum-amplified step is above the budget (`momentum_gate`), and
+//     the early cap.
 //   13 (tried): the ninth, but with momentum whose amplified step the
 //     budget meets at K <= 2, the eleventh (`momentum_switch`); the early
 //     cap.
