@@ -30,6 +30,7 @@ ELEVENTH = "auto+policy.auto_rule=11"
 TWELFTH = "auto+policy.auto_rule=12"
 THIRTEENTH = "auto+policy.auto_rule=13"
 TWELFTH_NOGUARD = "auto+policy.auto_rule=12+policy.auto_ablate=spike"
+FOURTEENTH = "auto+policy.auto_rule=14"
 
 # name: (label, held out?, fixed sweep, [(rule, sweep dir, policy name)])
 SETS = {
@@ -142,16 +143,38 @@ for fam, label in [("momentum-softmax", "server momentum, softmax on 32 workers"
                                ("eleventh", "heldout-" + fam, ELEVENTH),
                                ("twelfth", "heldout-" + fam, TWELFTH),
                                ("thirteenth", "heldout-" + fam, THIRTEENTH)])
+# The fourteenth rule (the ninth with the momentum correction only where
+# the momentum step is above the budget, and the early cap), run alone on
+# every momentum set and on one plain-sgd set (fourteenth-<set>/).
+for name in ["sweep-momentum", "heldout-momentum-mlp", "heldout-nesterov-lenet",
+             "heldout-momentum-fmnist", "heldout-momentum-lenet", "heldout-momentum-softmax",
+             "heldout-nesterov-fmnist", "heldout-momentum-lenet-4", "heldout-momentum-64",
+             "heldout-softmax-64"]:
+    SETS[name][3].append(("fourteenth", "fourteenth-" + name, FOURTEENTH))
 THIRTEENTH_CLEAN = ["heldout-momentum-softmax", "heldout-nesterov-fmnist",
                     "heldout-momentum-lenet-4", "heldout-momentum-64", "heldout-sgd-deep"]
+# Families committed after the fourteenth rule was chosen, before any rule
+# ran on them (rules 9, 13 and 14 named in each).
+for fam, label in [("momentum-lenet-8", "server momentum at small rates, LeNet-5 on 8 workers"),
+                   ("nesterov-40", "Nesterov 0.95, a small MLP on 40 workers"),
+                   ("momentum-fmnist-softmax", "server momentum 0.8, softmax on Fashion-MNIST"),
+                   ("sgd-heavy", "plain sgd, heavy stragglers on 32 workers")]:
+    SETS["heldout-" + fam] = (f"Held out: {label} (the fourteenth rule's)", True,
+                              "heldout-" + fam,
+                              [("ninth", "heldout-" + fam, NINTH),
+                               ("thirteenth", "heldout-" + fam, THIRTEENTH),
+                               ("fourteenth", "heldout-" + fam, FOURTEENTH)])
+FOURTEENTH_CLEAN = ["heldout-momentum-lenet-8", "heldout-nesterov-40",
+                    "heldout-momentum-fmnist-softmax", "heldout-sgd-heavy"]
 # Each rule's clean test (--clean RULE): the families committed before it
 # ran on them, with the rule unchanged since. The ninth's: every family
 # committed after it was made (it is named in all of them).
 CLEAN = {
     "ninth": ["heldout-lenet-8", "heldout-noniid", "heldout-softmax-64", "heldout-wide",
               "heldout-momentum-mlp", "heldout-nesterov-lenet", "heldout-momentum-fmnist",
-              "heldout-momentum-lenet"] + THIRTEENTH_CLEAN,
-    "thirteenth": THIRTEENTH_CLEAN,
+              "heldout-momentum-lenet"] + THIRTEENTH_CLEAN + FOURTEENTH_CLEAN,
+    "thirteenth": THIRTEENTH_CLEAN + FOURTEENTH_CLEAN,
+    "fourteenth": FOURTEENTH_CLEAN,
 }
 
 
