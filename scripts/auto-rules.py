@@ -130,19 +130,30 @@ for name in ["sweep-momentum", "heldout-momentum-mlp", "heldout-nesterov-lenet",
 for name in ["sweep-momentum", "heldout-momentum-mlp", "heldout-nesterov-lenet",
              "heldout-momentum-fmnist", "heldout-momentum-lenet"]:
     SETS[name][3].append(("thirteenth", "thirteenth-" + name, THIRTEENTH))
-# Families committed after the thirteenth rule was chosen, before any rule
-# ran on them (rules 9, 11, 12 and 13 named in each).
-for fam, label in [("momentum-softmax", "server momentum, softmax on 32 workers"),
-                   ("nesterov-fmnist", "Nesterov 0.8, a two-layer MLP on Fashion-MNIST"),
-                   ("momentum-lenet-4", "server momentum, LeNet-5 on 4 workers"),
-                   ("momentum-64", "server momentum 0.8, an MLP on 64 workers"),
-                   ("sgd-deep", "plain sgd, a deeper MLP on 24 workers")]:
-    SETS["heldout-" + fam] = (f"Held out: {label} (the thirteenth rule's)", True,
-                              "heldout-" + fam,
-                              [("ninth", "heldout-" + fam, NINTH),
-                               ("eleventh", "heldout-" + fam, ELEVENTH),
-                               ("twelfth", "heldout-" + fam, TWELFTH),
-                               ("thirteenth", "heldout-" + fam, THIRTEENTH)])
+
+
+def add_families(rule, families, rules):
+    """Families committed after `rule` was chosen, before any rule ran on
+    them, with `rules` ((column, policy) pairs) named in each; returns
+    their set names (the rule's clean test)."""
+    names = []
+    for fam, label in families:
+        name = "heldout-" + fam
+        SETS[name] = (f"Held out: {label} (the {rule} rule's)", True, name,
+                      [(column, name, policy) for column, policy in rules])
+        names.append(name)
+    return names
+
+
+THIRTEENTH_CLEAN = add_families(
+    "thirteenth",
+    [("momentum-softmax", "server momentum, softmax on 32 workers"),
+     ("nesterov-fmnist", "Nesterov 0.8, a two-layer MLP on Fashion-MNIST"),
+     ("momentum-lenet-4", "server momentum, LeNet-5 on 4 workers"),
+     ("momentum-64", "server momentum 0.8, an MLP on 64 workers"),
+     ("sgd-deep", "plain sgd, a deeper MLP on 24 workers")],
+    [("ninth", NINTH), ("eleventh", ELEVENTH), ("twelfth", TWELFTH),
+     ("thirteenth", THIRTEENTH)])
 # The fourteenth rule (the ninth with the momentum correction only where
 # the momentum step is above the budget, and the early cap), run alone on
 # every momentum set and on one plain-sgd set (fourteenth-<set>/).
@@ -151,21 +162,13 @@ for name in ["sweep-momentum", "heldout-momentum-mlp", "heldout-nesterov-lenet",
              "heldout-nesterov-fmnist", "heldout-momentum-lenet-4", "heldout-momentum-64",
              "heldout-softmax-64"]:
     SETS[name][3].append(("fourteenth", "fourteenth-" + name, FOURTEENTH))
-THIRTEENTH_CLEAN = ["heldout-momentum-softmax", "heldout-nesterov-fmnist",
-                    "heldout-momentum-lenet-4", "heldout-momentum-64", "heldout-sgd-deep"]
-# Families committed after the fourteenth rule was chosen, before any rule
-# ran on them (rules 9, 13 and 14 named in each).
-for fam, label in [("momentum-lenet-8", "server momentum at small rates, LeNet-5 on 8 workers"),
-                   ("nesterov-40", "Nesterov 0.95, a small MLP on 40 workers"),
-                   ("momentum-fmnist-softmax", "server momentum 0.8, softmax on Fashion-MNIST"),
-                   ("sgd-heavy", "plain sgd, heavy stragglers on 32 workers")]:
-    SETS["heldout-" + fam] = (f"Held out: {label} (the fourteenth rule's)", True,
-                              "heldout-" + fam,
-                              [("ninth", "heldout-" + fam, NINTH),
-                               ("thirteenth", "heldout-" + fam, THIRTEENTH),
-                               ("fourteenth", "heldout-" + fam, FOURTEENTH)])
-FOURTEENTH_CLEAN = ["heldout-momentum-lenet-8", "heldout-nesterov-40",
-                    "heldout-momentum-fmnist-softmax", "heldout-sgd-heavy"]
+FOURTEENTH_CLEAN = add_families(
+    "fourteenth",
+    [("momentum-lenet-8", "server momentum at small rates, LeNet-5 on 8 workers"),
+     ("nesterov-40", "Nesterov 0.95, a small MLP on 40 workers"),
+     ("momentum-fmnist-softmax", "server momentum 0.8, softmax on Fashion-MNIST"),
+     ("sgd-heavy", "plain sgd, heavy stragglers on 32 workers")],
+    [("ninth", NINTH), ("thirteenth", THIRTEENTH), ("fourteenth", FOURTEENTH)])
 # Each rule's clean test (--clean RULE): the families committed before it
 # ran on them, with the rule unchanged since. The ninth's: every family
 # committed after it was made (it is named in all of them).

@@ -781,23 +781,27 @@ TEST(AutoPolicy, TheEarlyCapActsInTheFirstBlockOnly) {
   }
 }
 
+// A controller of rule `rule` on 25 equally fast workers (0.1 s), told the
+// server's step gain, after 400 pushes of staleness `tau` on a falling loss.
+std::unique_ptr<AutoController> fed_controller(int rule, double lr, double gain, int64_t tau = 24) {
+  auto c = std::make_unique<AutoController>(25, auto_rule_parts(rule), lr);
+  c->on_step_gain(gain);
+  Feed f(c.get(), std::vector<double>(25, 0.1));
+  f.run(
+      400, [](double t) { return 2.0 * std::exp(-t); }, 0.001, tau);
+  return c;
+}
+
 // The eleventh rule (tried) is the tenth without the momentum correction:
 // the server's momentum stays as configured whatever the staleness, and
 // everything else is the tenth's.
 TEST(AutoPolicy, TheEleventhRuleLeavesTheServersMomentumAsConfigured) {
-  AutoController tenth(25, auto_rule_parts(10), 0.001), eleventh(25, auto_rule_parts(11), 0.001);
-  tenth.on_step_gain(10);
-  eleventh.on_step_gain(10);
-  Feed f(&tenth, std::vector<double>(25, 0.1)), g(&eleventh, std::vector<double>(25, 0.1));
-  f.run(
-      400, [](double t) { return 2.0 * std::exp(-t); }, 0.001, 24);
-  g.run(
-      400, [](double t) { return 2.0 * std::exp(-t); }, 0.001, 24);
-  EXPECT_NEAR(tenth.implicit_momentum(), 24.0 / 25.0, 1e-9);
-  EXPECT_EQ(eleventh.implicit_momentum(), 0.0);
-  EXPECT_EQ(eleventh.k(), tenth.k());
-  EXPECT_EQ(eleventh.spike_guard(), tenth.spike_guard());
-  EXPECT_DOUBLE_EQ(eleventh.rate(), tenth.rate());
+  const auto tenth = fed_controller(10, 0.001, 10), eleventh = fed_controller(11, 0.001, 10);
+  EXPECT_NEAR(tenth->implicit_momentum(), 24.0 / 25.0, 1e-9);
+  EXPECT_EQ(eleventh->implicit_momentum(), 0.0);
+  EXPECT_EQ(eleventh->k(), tenth->k());
+  EXPECT_EQ(eleventh->spike_guard(), tenth->spike_guard());
+  EXPECT_DOUBLE_EQ(eleventh->rate(), tenth->rate());
 }
 
 // The twelfth rule (tried) lowers the server's momentum only as far as the
@@ -810,12 +814,7 @@ TEST(AutoPolicy, TheEleventhRuleLeavesTheServersMomentumAsConfigured) {
 // the one used. The ninth's K, guard and rate.
 TEST(AutoPolicy, TheTwelfthRuleLowersTheMomentumOnlyAsFarAsTheBudgetNeeds) {
   auto run = [](int rule, double lr, int64_t tau, double gain = 10) {
-    auto c = std::make_unique<AutoController>(25, auto_rule_parts(rule), lr);
-    c->on_step_gain(gain);
-    Feed f(c.get(), std::vector<double>(25, 0.1));
-    f.run(
-        400, [](double t) { return 2.0 * std::exp(-t); }, 0.001, tau);
-    return c;
+    return fed_controller(rule, lr, gain, tau);
   };
   const auto small = run(12, 0.001, 24), large = run(12, 0.004, 24), fresh = run(12, 0.02, 3);
   EXPECT_EQ(small->k(), 1);
@@ -841,14 +840,7 @@ TEST(AutoPolicy, TheTwelfthRuleLowersTheMomentumOnlyAsFarAsTheBudgetNeeds) {
 // eleventh); above it (lr 0.006) the ninth: K at lr alone, the staleness
 // correction, the guard. Plain sgd: the ninth.
 TEST(AutoPolicy, TheThirteenthRuleRaisesKWhereADoublingMeetsTheMomentumsStep) {
-  auto run = [](int rule, double lr, double gain) {
-    auto c = std::make_unique<AutoController>(25, auto_rule_parts(rule), lr);
-    c->on_step_gain(gain);
-    Feed f(c.get(), std::vector<double>(25, 0.1));
-    f.run(
-        400, [](double t) { return 2.0 * std::exp(-t); }, 0.001, 24);
-    return c;
-  };
+  auto run = [](int rule, double lr, double gain) { return fed_controller(rule, lr, gain); };
   for (double lr : {0.001, 0.004}) {
     const auto c = run(13, lr, 10), eleventh = run(11, lr, 10);
     EXPECT_TRUE(c->raises_k()) << lr;
@@ -897,14 +889,7 @@ TEST(AutoPolicy, TheThirteenthRuleRaisesKWhereADoublingMeetsTheMomentumsStep) {
 // staleness 24, where the twelfth subtracts 0.5). The ninth's K, guard
 // and rate; an unknown gain: the full correction.
 TEST(AutoPolicy, TheFourteenthRuleCorrectsTheMomentumOnlyAboveTheBudget) {
-  auto run = [](int rule, double lr, double gain = 10) {
-    auto c = std::make_unique<AutoController>(25, auto_rule_parts(rule), lr);
-    c->on_step_gain(gain);
-    Feed f(c.get(), std::vector<double>(25, 0.1));
-    f.run(
-        400, [](double t) { return 2.0 * std::exp(-t); }, 0.001, 24);
-    return c;
-  };
+  auto run = [](int rule, double lr, double gain = 10) { return fed_controller(rule, lr, gain); };
   const auto at = run(14, 0.002), above = run(14, 0.004), ninth = run(9, 0.004);
   EXPECT_EQ(at->k(), 1);
   EXPECT_EQ(at->implicit_momentum(), 0.0);
