@@ -53,8 +53,8 @@ struct PolicyOptions {
   // the rule's own.
   std::string auto_constants;
   // auto: which rule (policy.auto_rule; policy/auto_policy.h,
-  // auto_rule_parts): 9, today's; 8 to 5, the rules tried before it, for
-  // comparison.
+  // auto_rule_parts): 9, today's; 10 to 14, tried after it and not
+  // adopted; 8 to 5, the rules before it. All kept for comparison.
   int auto_rule = 9;
 };
 
