@@ -213,8 +213,9 @@ void AutoController::first_k() {
 
 void AutoController::on_step_gain(double gain) {
   gain_ = std::max(0.0, gain);
-  // Before the first push K is still the budget's prior, which the tenth
-  // rule counts with the gain (the rules before it count lr alone).
+  // Before the first push K is still the budget's prior, which the tenth,
+  // the eleventh and (where it raises K) the thirteenth rule count with the
+  // gain (the others count lr alone).
   if ((parts_.step_gain || parts_.momentum_switch) && rate_on_ && tau_.count == 0) first_k();
   set_spike_gate();
 }
@@ -355,9 +356,13 @@ void AutoController::set_spike_line() {
       start_mean_ + std::max(cst_.spike * std::abs(start_mean_), cst_.spike_sds * start_sd_);
 }
 
+double AutoController::amplified_step(int k) const {
+  return lr_ * gain_ * static_cast<double>(live_) / static_cast<double>(std::max(1, k));
+}
+
 bool AutoController::raises_k() const {
   if (!parts_.momentum_switch || !budget_on() || !(gain_ > 1)) return false;
-  const double need = lr_ * gain_ * static_cast<double>(live_) / cst_.budget;
+  const double need = amplified_step(1) / cst_.budget;
   return std::ceil(need - 1e-9) <= cst_.switch_k || live_ <= cst_.switch_k;
 }
 
@@ -368,8 +373,7 @@ double AutoController::implicit_momentum() const {
   // The twelfth and fourteenth rules: the momentum-amplified step at the
   // concurrency n / K against the budget. Within it, no correction; above
   // it the twelfth lowers mu by the excess only, the fourteenth fully.
-  const double drift =
-      lr_ * gain_ * static_cast<double>(live_) / static_cast<double>(std::max(1, k_));
+  const double drift = amplified_step(k_);
   if (drift <= cst_.budget * (1 + 1e-9)) return 0.0;
   if (parts_.momentum_gate) return m;
   return std::min(m, 1.0 - cst_.budget / drift);

@@ -193,11 +193,11 @@ class AutoController final : public Policy {
   bool spike_guard() const {
     return parts_.spike && (parts_.spike_with_budget || !budget_on() || !step_modeled());
   }
-  // The rate the budget counts: lr, or under the tenth rule lr x the step
-  // gain where it is known.
+  // The rate the budget counts: lr, or lr x the step gain where it is known
+  // and the rule counts it (counts_gain).
   double rate() const { return counts_gain() ? lr_ * gain_ : lr_; }
   // The thirteenth rule: momentum the budget meets by raising K to at most
-  // 2 (K counts the gain; mu stays).
+  // switch_k (K counts the gain; mu stays).
   bool raises_k() const;
   int64_t decisions() const { return windows_; }
   int64_t rises() const { return rises_; }
@@ -222,6 +222,9 @@ class AutoController final : public Policy {
   // The budget counts lr x the step gain (the tenth and eleventh rules; the
   // thirteenth where it raises K).
   bool counts_gain() const { return gain_ > 0 && (parts_.step_gain || raises_k()); }
+  // The momentum-amplified step at the concurrency n / K, lr x g x n / K
+  // (the twelfth to fourteenth rules weigh it against the budget).
+  double amplified_step(int k) const;
   int concurrency_floor(int n) const;
   bool budget_step();
   bool early_cap_step();
