@@ -197,14 +197,12 @@ class AdpsgdRank {
         }
         continue;
       }
-      if (stopping_ || diverged_) {
-        if (!meet()) break;
-        continue;
-      }
       const double now = clock_.seconds();
-      // (a row or a cut before the budget: every rank takes it)
-      if (schedule_.eval_due(now) || schedule_.checkpoint_due(now)) {
-        meet();
+      // Stopped, or a row or a cut before the budget: every rank meets. A
+      // meeting that finds the run stopped (another rank's stop, met at
+      // this rank's row) is this rank's last: every rank ends after it.
+      if (stopping_ || diverged_ || schedule_.eval_due(now) || schedule_.checkpoint_due(now)) {
+        if (!meet()) break;
         backoff.reset();
         continue;
       }
