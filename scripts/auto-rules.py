@@ -31,6 +31,7 @@ TWELFTH = "auto+policy.auto_rule=12"
 THIRTEENTH = "auto+policy.auto_rule=13"
 TWELFTH_NOGUARD = "auto+policy.auto_rule=12+policy.auto_ablate=spike"
 FOURTEENTH = "auto+policy.auto_rule=14"
+FIFTEENTH = "auto+policy.auto_rule=15"
 
 # name: (label, held out?, fixed sweep, [(rule, sweep dir, policy name)])
 SETS = {
@@ -169,6 +170,16 @@ FOURTEENTH_CLEAN = add_families(
      ("momentum-fmnist-softmax", "server momentum 0.8, softmax on Fashion-MNIST"),
      ("sgd-heavy", "plain sgd, heavy stragglers on 32 workers")],
     [("ninth", NINTH), ("thirteenth", THIRTEENTH), ("fourteenth", FOURTEENTH)])
+# The fifteenth rule (the fourteenth with the spike guard armed only after
+# the first block) differs from the fourteenth only where the guard is on
+# (server momentum here): run alone on every momentum set
+# (fifteenth-<set>/).
+for name in ["sweep-momentum", "heldout-momentum-mlp", "heldout-nesterov-lenet",
+             "heldout-momentum-fmnist", "heldout-momentum-lenet", "heldout-momentum-softmax",
+             "heldout-nesterov-fmnist", "heldout-momentum-lenet-4", "heldout-momentum-64",
+             "heldout-softmax-64", "heldout-momentum-lenet-8", "heldout-nesterov-40",
+             "heldout-momentum-fmnist-softmax"]:
+    SETS[name][3].append(("fifteenth", "fifteenth-" + name, FIFTEENTH))
 # Each rule's clean test (--clean RULE): the families committed before it
 # ran on them, with the rule unchanged since. The ninth's: every family
 # committed after it was made (it is named in all of them).

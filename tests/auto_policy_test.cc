@@ -475,7 +475,7 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
         2, [](double) { return 4.5; }, 0.01);
     EXPECT_EQ(c->k(), ablate.empty() ? 4 : 1);
   }
-  EXPECT_THROW(rule(15), InputError);
+  EXPECT_THROW(rule(16), InputError);
   EXPECT_THROW(rule(4), InputError);
 }
 
@@ -901,6 +901,43 @@ TEST(AutoPolicy, TheFourteenthRuleCorrectsTheMomentumOnlyAboveTheBudget) {
   EXPECT_EQ(above->spike_guard(), ninth->spike_guard());
   EXPECT_DOUBLE_EQ(above->rate(), ninth->rate());
   EXPECT_NEAR(run(14, 0.002, 0)->implicit_momentum(), 24.0 / 25.0, 1e-9);
+}
+
+// The fifteenth rule (tried) is the fourteenth with the spike guard armed
+// only after the first block (4 windows of 25 pushes here): two pushes far
+// above the start in the first block leave its K where it was, where the
+// fourteenth's guard raises K; the same pushes after the first block raise
+// both alike. Everything else is the fourteenth's.
+TEST(AutoPolicy, TheFifteenthRuleArmsTheSpikeGuardAfterTheFirstBlock) {
+  // `before` pushes of a clean, slow descent, two pushes at ~2x the start,
+  // then the descent again: K before the two pushes and after.
+  auto response = [](int rule, int before) {
+    AutoController c(25, auto_rule_parts(rule), 0.1);
+    c.on_step_gain(10);  // momentum 0.9: the guard is on under both rules
+    Feed f(&c, std::vector<double>(25, 0.1));
+    const auto descent = [](double t) { return 2.3 - 0.05 * t; };
+    f.run(before, descent, 0.01);
+    const int k0 = c.k();
+    f.run(
+        2, [](double) { return 4.5; }, 0.01);
+    f.run(20, descent, 0.01);
+    return std::pair<int, int>{k0, c.k()};
+  };
+  // In the first block (the start is known after the first window's 25).
+  const auto early14 = response(14, 40), early15 = response(15, 40);
+  EXPECT_EQ(early14.first, early15.first);
+  EXPECT_GT(early14.second, early14.first);
+  EXPECT_EQ(early15.second, early15.first);
+  // After it (more than 4 x 25 pushes).
+  const auto late14 = response(14, 120), late15 = response(15, 120);
+  EXPECT_GT(late14.second, late14.first);
+  EXPECT_EQ(late15, late14);
+  // The rest is the fourteenth's.
+  const auto a = fed_controller(15, 0.004, 10), b = fed_controller(14, 0.004, 10);
+  EXPECT_EQ(a->k(), b->k());
+  EXPECT_DOUBLE_EQ(a->implicit_momentum(), b->implicit_momentum());
+  EXPECT_EQ(fed_controller(15, 0.002, 10)->implicit_momentum(), 0.0);
+  EXPECT_DOUBLE_EQ(a->rate(), b->rate());
 }
 
 TEST(AutoPolicy, ImplicitMomentumFollowsTheStaleness) {

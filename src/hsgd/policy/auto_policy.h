@@ -82,8 +82,15 @@ struct AutoParts {
   // asynchronous policies for staleness.momentum_correction. At or below
   // it the server's mu stays as configured.
   bool momentum_gate = false;
+  // The fifteenth rule: the spike guard is armed only after the first
+  // block (kBlock windows). Where the fourteenth kept mu, the guard fired
+  // in 9 of 18 runs within the first 5 s, on momentum's early transient,
+  // and held a large K for the rest of the run.
+  bool spike_late = false;
 };
 // The parts of rule `rule` (policy.auto_rule; docs/auto.md):
+//   15 (tried): the fourteenth with the spike guard armed only after the
+//     first block (`spike_late`).
 //   14 (tried): the ninth with the momentum correction only where the
 //     momentum-amplified step is above the budget (`momentum_gate`), and
 //     the early cap.
@@ -234,7 +241,10 @@ class AutoController final : public Policy {
   void set_live(int live);
   void set_spike_line();
   void set_spike_gate();
-  bool spike_armed() const { return spike_guard() && start_known_ && k_ < workers_; }
+  bool spike_armed() const {
+    return spike_guard() && start_known_ && k_ < workers_ &&
+           (!parts_.spike_late || windows_ >= kBlock);
+  }
   void set_k(int k);
   void ban(int unstable);
   bool probe_kept() const;
