@@ -164,6 +164,8 @@ for name in ["sweep-momentum", "heldout-momentum-mlp", "heldout-nesterov-lenet",
              "heldout-nesterov-fmnist", "heldout-momentum-lenet-4", "heldout-momentum-64",
              "heldout-softmax-64"]:
     SETS[name][3].append(("fourteenth", "fourteenth-" + name, FOURTEENTH))
+# ... and on the MLP grid, where it is the tenth (plain sgd), run for run.
+SETS["sweep-mlp"][3].append(("fourteenth", "fourteenth-sweep-mlp", FOURTEENTH))
 FOURTEENTH_CLEAN = add_families(
     "fourteenth",
     [("momentum-lenet-8", "server momentum at small rates, LeNet-5 on 8 workers"),

@@ -671,7 +671,7 @@ std::pair<int, int> spike_response(std::unique_ptr<Policy> p) {
 TEST(AutoPolicy, TheNinthRuleHasNoSpikeGuardWhereTheBudgetIsOn) {
   PolicyOptions o;
   o.kind = "auto";
-  EXPECT_EQ(o.auto_rule, 9);  // today's
+  o.auto_rule = 9;
   EXPECT_EQ(spike_response(make_policy(o, 25, 0.1)), (std::pair<int, int>{5, 5}));
   o.auto_rule = 7;
   const auto seventh = spike_response(make_policy(o, 25, 0.1));
@@ -882,13 +882,31 @@ TEST(AutoPolicy, TheThirteenthRuleRaisesKWhereADoublingMeetsTheMomentumsStep) {
   }
 }
 
-// The fourteenth rule (tried) applies the momentum correction only where
+// The fourteenth rule (today's) applies the momentum correction only where
 // lr / (1 - mu) x n / K is above the budget (0.5): 25 workers at K = 1,
 // momentum 0.9 (gain 10): at lr 0.002 the step is exactly 0.5, no
 // correction; at lr 0.004 it is 1.0, the full correction (24 / 25 at
 // staleness 24, where the twelfth subtracts 0.5). The ninth's K, guard
 // and rate; an unknown gain: the full correction.
 TEST(AutoPolicy, TheFourteenthRuleCorrectsTheMomentumOnlyAboveTheBudget) {
+  PolicyOptions o;
+  o.kind = "auto";
+  EXPECT_EQ(o.auto_rule, 14);  // today's
+  // Through make_policy with the default rule, and with the ninth's.
+  auto implicit = [](const PolicyOptions& po) {
+    std::unique_ptr<Policy> p = make_policy(po, 25, 0.002);
+    auto* c = dynamic_cast<AutoController*>(p.get());
+    EXPECT_TRUE(c != nullptr);
+    if (c == nullptr) return -1.0;
+    c->on_step_gain(10);
+    Feed f(c, std::vector<double>(25, 0.1));
+    f.run(
+        400, [](double t) { return 2.0 * std::exp(-t); }, 0.001, 24);
+    return c->implicit_momentum();
+  };
+  EXPECT_EQ(implicit(o), 0.0);
+  o.auto_rule = 9;
+  EXPECT_NEAR(implicit(o), 24.0 / 25.0, 1e-9);
   auto run = [](int rule, double lr, double gain = 10) { return fed_controller(rule, lr, gain); };
   const auto at = run(14, 0.002), above = run(14, 0.004), ninth = run(9, 0.004);
   EXPECT_EQ(at->k(), 1);

@@ -14,8 +14,8 @@ AutoParts auto_rule_parts(int rule) {
   if (rule == 5) return p;
   if (rule < 6 || rule > 15) {
     throw InputError("policy.auto_rule = " + std::to_string(rule) +
-                     ": expected 9 (today's rule), 10 to 15 (tried), 8, 7, 6 or 5 (the rules "
-                     "before it)");
+                     ": expected 14 (today's rule), 9 (the rule before it), 10 to 13 or 15 "
+                     "(tried), 8, 7, 6 or 5 (the rules before the ninth)");
   }
   // The sixth rule: on the design cells the probes and the window rises
   // added nothing on the MLP and cost on LeNet-5 (docs/results-auto.md,

@@ -91,7 +91,7 @@ struct AutoParts {
 // The parts of rule `rule` (policy.auto_rule; docs/auto.md):
 //   15 (tried): the fourteenth with the spike guard armed only after the
 //     first block (`spike_late`).
-//   14 (tried): the ninth with the momentum correction only where the
+//   14 (today's): the ninth with the momentum correction only where the
 //     momentum-amplified step is above the budget (`momentum_gate`), and
 //     the early cap.
 //   13 (tried): the ninth, but with momentum whose amplified step the
@@ -105,7 +105,8 @@ struct AutoParts {
 //     spike guard only where the gain is unknown or the budget off
 //     (`step_gain`); a K above the cap comes down to it once every arrival
 //     is known (`early_cap`).
-//   9 (today's): the seventh with the spike guard only where the budget
+//   9 (the rule before the fourteenth): the seventh with the spike guard
+//     only where the budget
 //     does not model the step: the budget off, or steps that are not plain
 //     sgd (`spike_with_budget` off).
 //   8: the seventh with a spike's K retried (`retry`); tried, not adopted.
