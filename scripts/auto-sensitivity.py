@@ -116,15 +116,13 @@ def baseline(path, candidate="auto"):
 def todays_auto(family):
     """The policy of a family's sweep that is today's auto: "auto", unless
     its [set] names an older rule for "auto" or it has no "auto" (then the
-    one naming today's rule, 9, or its run-for-run equal on sgd, the
-    seventh without the spike guard)."""
+    one naming today's rule, 14)."""
     with open(os.path.join(ROOT, "examples", "sweep", family + ".toml"), "rb") as f:
         s = tomllib.load(f)
     if s.get("set", {}).get("policy", {}).get("auto_rule") is None and "auto" in s["policies"]:
         return "auto"
-    for p in ("auto+policy.auto_rule=9", "auto+policy.auto_rule=7+policy.auto_ablate=spike"):
-        if p in s["policies"]:
-            return p
+    if "auto+policy.auto_rule=14" in s["policies"]:
+        return "auto+policy.auto_rule=14"
     sys.exit(f"auto-sensitivity.py: {family}: no policy in its sweep is today's auto")
 
 

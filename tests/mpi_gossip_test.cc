@@ -693,6 +693,15 @@ TEST(MpiAdpsgd, StragglersDoNotSlowTheOthers) {
   EXPECT_EQ(rd->worker_pushes[0], rd->worker_pushes[3]) << "dpsgd on mpi is in lockstep";
 }
 
+// `o` with every worker's gradient taking 1 ms more (a delay for all).
+std::vector<Override> with_ms_for_all(std::vector<Override> o) {
+  o.insert(o.end(), {{"stragglers.fraction", "1"},
+                     {"stragglers.delay", "lognormal"},
+                     {"stragglers.scale", "0.001"},
+                     {"stragglers.sigma", "0"}});
+  return o;
+}
+
 // On the same job with an epoch target (the same samples), adpsgd on mpi
 // learns as adpsgd on threads does: test loss within 2 % and accuracy
 // within 2 pp, run by run, and the epoch target (rank 0's stop message)
@@ -703,13 +712,8 @@ TEST(MpiAdpsgd, StragglersDoNotSlowTheOthers) {
 TEST(MpiAdpsgd, LearnsAsOnTheThreadsRuntime) {
   for (int round = 0; round < 3; ++round) {
     Fixture f("adpsgd_vs_threads", 4,
-              Adpsgd({{"train.budget", "0"},
-                      {"train.epochs", "4"},
-                      {"optim.lr", "0.05"},
-                      {"stragglers.fraction", "1"},
-                      {"stragglers.delay", "lognormal"},
-                      {"stragglers.scale", "0.001"},
-                      {"stragglers.sigma", "0"}}));
+              with_ms_for_all(
+                  Adpsgd({{"train.budget", "0"}, {"train.epochs", "4"}, {"optim.lr", "0.05"}})));
     const std::optional<RunResult> r = f.run();
     if (world_rank() != 0) continue;
     ASSERT_TRUE(r->stopped.empty()) << r->stopped;
@@ -771,14 +775,8 @@ TEST(MpiAdpsgd, AStopThatMeetsARowEndsEveryRankTogether) {
   for (int round = 0; round < 5; ++round) {
     SCOPED_TRACE(fmt::format("round {}", round));
     Fixture f("adpsgd_stop_at_row", 4,
-              Adpsgd({{"train.budget", "0"},
-                      {"train.epochs", "1"},
-                      {"train.eval_every", "0.0005"},
-                      {"stragglers.fraction", "1"},
-                      {"stragglers.delay", "lognormal"},
-                      {"stragglers.scale", "0.001"},
-                      {"stragglers.sigma", "0"},
-                      {"mpi.timeout", "10"}}));
+              with_ms_for_all(Adpsgd(
+                  {{"train.budget", "0"}, {"train.epochs", "1"}, {"train.eval_every", "0.0005"}})));
     const std::optional<RunResult> r = f.run();
     ASSERT_TRUE(r.has_value());
     EXPECT_TRUE(r->stopped.empty()) << "rank " << world_rank() << ": " << r->stopped;
