@@ -45,13 +45,13 @@ AutoParts auto_rule_parts(int rule) {
   // the ninth elsewhere (the two rules' clean momentum cells split so:
   // docs/results-auto.md, "The thirteenth rule").
   p.momentum_switch = rule == 13;
-  // The fourteenth: the correction under the condition the README gives
-  // for the fixed policies (it held in 17 of 17 momentum cells there:
-  // docs/results-auto.md, "The fourteenth rule").
+  // The fourteenth (today's): the correction under the condition the
+  // README gives for the fixed policies (docs/results-auto.md, "The
+  // fourteenth rule" and "The fourteenth rule adopted").
   p.momentum_gate = rule == 14 || rule == 15;
-  // The fifteenth: the fourteenth with the spike guard armed after the
-  // first block (where it kept mu, the guard fired on momentum's early
-  // transient: docs/results-auto.md, "The fifteenth rule").
+  // The fifteenth (tried): the fourteenth with the spike guard armed after
+  // the first block (docs/results-auto.md, "The fourteenth rule adopted,
+  // the fifteenth tried").
   p.spike_late = rule == 15;
   return p;
 }
@@ -374,7 +374,7 @@ double AutoController::implicit_momentum() const {
   if (!parts_.momentum || raises_k()) return 0.0;
   const double m = implicit_momentum_of_staleness(tau_.mean);
   if (!(parts_.momentum_budget || parts_.momentum_gate) || !budget_on() || !(gain_ > 0)) return m;
-  // The twelfth and fourteenth rules: the momentum-amplified step at the
+  // The twelfth, fourteenth and fifteenth rules: the momentum-amplified step at the
   // concurrency n / K against the budget. Within it, no correction; above
   // it the twelfth lowers mu by the excess only, the fourteenth fully.
   const double drift = amplified_step(k_);
