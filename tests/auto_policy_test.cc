@@ -475,7 +475,7 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
         2, [](double) { return 4.5; }, 0.01);
     EXPECT_EQ(c->k(), ablate.empty() ? 4 : 1);
   }
-  EXPECT_THROW(rule(16), InputError);
+  EXPECT_THROW(rule(17), InputError);
   EXPECT_THROW(rule(4), InputError);
 }
 
@@ -958,6 +958,52 @@ TEST(AutoPolicy, TheFifteenthRuleArmsTheSpikeGuardAfterTheFirstBlock) {
   EXPECT_DOUBLE_EQ(a->rate(), b->rate());
 }
 
+// The sixteenth rule (tried): where the fourteenth keeps mu, the spike
+// guard's first firing turns the momentum correction on and leaves K; the
+// next firing raises K as the fourteenth's first did. The correction stays
+// on, and is in the saved state.
+TEST(AutoPolicy, TheSixteenthRulesFirstSpikeCorrectsTheMomentum) {
+  // lr 0.001 x gain 10 x 25 workers = 0.25: within the budget at K = 1.
+  auto spiked = [](int rule, int spikes, double gain = 10) {
+    auto c = fed_controller(rule, 0.001, gain);
+    Feed f(c.get(), std::vector<double>(25, 0.1));
+    const auto descent = [](double t) { return 2.0 * std::exp(-t) + 0.01 * t; };
+    for (int i = 0; i < spikes; ++i) {
+      f.run(
+          2, [](double) { return 4.5; }, 0.001, 24);
+      f.run(40, descent, 0.001, 24);  // more than a round: the guard is armed again
+    }
+    return c;
+  };
+  const auto before = fed_controller(16, 0.001, 10);
+  ASSERT_EQ(before->k(), 1);
+  EXPECT_EQ(before->implicit_momentum(), 0.0);
+  EXPECT_FALSE(before->spike_corrected());
+  const auto one16 = spiked(16, 1), one14 = spiked(14, 1);
+  EXPECT_EQ(one16->k(), 1);
+  EXPECT_TRUE(one16->spike_corrected());
+  EXPECT_NEAR(one16->implicit_momentum(), 24.0 / 25.0, 1e-9);
+  EXPECT_EQ(one14->k(), 4);  // the fourteenth: K x 4 at once
+  EXPECT_EQ(one14->implicit_momentum(), 0.0);
+  const auto two16 = spiked(16, 2);
+  EXPECT_EQ(two16->k(), 4);
+  EXPECT_NEAR(two16->implicit_momentum(), 24.0 / 25.0, 1e-9);
+  // Saved and restored: the correction stays on.
+  const std::vector<double> st = one16->save_state();
+  AutoController r(25, auto_rule_parts(16), 0.001);
+  r.on_step_gain(10);
+  r.restore_state(st);
+  EXPECT_TRUE(r.spike_corrected());
+  EXPECT_EQ(r.save_state(), st);
+  // Plain sgd (no guard) and momentum above the budget (corrected from the
+  // start) are the fourteenth's.
+  const auto sgd16 = spiked(16, 1, 1), sgd14 = spiked(14, 1, 1);
+  EXPECT_EQ(sgd16->save_state(), sgd14->save_state());
+  const auto hi16 = fed_controller(16, 0.004, 10), hi14 = fed_controller(14, 0.004, 10);
+  EXPECT_EQ(hi16->k(), hi14->k());
+  EXPECT_DOUBLE_EQ(hi16->implicit_momentum(), hi14->implicit_momentum());
+}
+
 TEST(AutoPolicy, ImplicitMomentumFollowsTheStaleness) {
   AutoController c(25, {});
   Feed f(&c, std::vector<double>(25, 0.1));
@@ -1027,10 +1073,20 @@ TEST(AutoPolicy, SaveRestoreContinuesIdentically) {
   fy.run(
       3000, [](double t) { return 1.0 + 0.3 * std::sin(t); }, 0.2, 2);
   EXPECT_EQ(x.save_state(), y.save_state());
+  // The fifteenth rule's state and earlier (572 numbers): no sixteenth's
+  // flag, read as off; the budget's flag as saved.
+  ASSERT_EQ(sx.size(), 573u);
+  sx.erase(sx.begin() + 38);
+  AutoController w(8, {}, 0.5);
+  w.restore_state(sx);
+  EXPECT_EQ(w.save_state().size(), sx.size() + 1);
+  EXPECT_EQ(w.save_state()[37], 1.0);
+  EXPECT_EQ(w.save_state()[38], 0.0);
+  // The third rule's (571): neither flag.
   sx.erase(sx.begin() + 37);
   AutoController z(8, {}, 0.5);
   z.restore_state(sx);
-  EXPECT_EQ(z.save_state().size(), sx.size() + 1);
+  EXPECT_EQ(z.save_state().size(), sx.size() + 2);
   EXPECT_EQ(z.save_state()[37], 0.0);
   EXPECT_EQ(z.k(), 8);
 }
@@ -1114,8 +1170,8 @@ TEST(AutoPolicy, AServerCheckpointOfTheThirdRuleReads) {
   fx.run(
       200, [](double t) { return 1.0 + 0.1 * std::sin(t); }, 0.1, 3);
   std::vector<double> old = x.save_state();
-  ASSERT_EQ(old.size(), 572u);
-  old.erase(old.begin() + 37);  // the third rule had no budget flag
+  ASSERT_EQ(old.size(), 573u);
+  old.erase(old.begin() + 37, old.begin() + 39);  // the third rule had neither flag
   std::vector<float> params = {1, 2, 3};
   OptimizerOptions oo;
   ServerOptions so;
@@ -1137,7 +1193,7 @@ TEST(AutoPolicy, AServerCheckpointOfTheThirdRuleReads) {
   ASSERT_NO_THROW(b.load(r));
   r.expect_end();
   std::vector<double> expect = old;
-  expect.insert(expect.begin() + 37, 0.0);
+  expect.insert(expect.begin() + 37, {0.0, 0.0});
   EXPECT_EQ(b.policy().save_state(), expect);
   EXPECT_EQ(p, params);
   std::vector<double> other = old;

@@ -364,13 +364,15 @@ TEST(Config, AutoRuleIsWrittenForAutoExceptTheFifth) {
     ADD_FAILURE() << "auto_rule 4 accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("policy.auto_rule"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("5 to 15"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("5 to 16"), std::string::npos) << e.what();
   }
   EXPECT_EQ(load_config(ex, {{"policy.name", "auto"}, {"policy.auto_rule", "10"}}).policy.auto_rule,
             10);
   EXPECT_EQ(load_config(ex, {{"policy.name", "auto"}, {"policy.auto_rule", "15"}}).policy.auto_rule,
             15);
-  EXPECT_THROW(load_config(ex, {{"policy.name", "auto"}, {"policy.auto_rule", "16"}}), InputError);
+  EXPECT_EQ(load_config(ex, {{"policy.name", "auto"}, {"policy.auto_rule", "16"}}).policy.auto_rule,
+            16);
+  EXPECT_THROW(load_config(ex, {{"policy.name", "auto"}, {"policy.auto_rule", "17"}}), InputError);
 }
 
 TEST(Config, CompressKeys) {

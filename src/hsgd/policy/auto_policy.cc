@@ -12,9 +12,9 @@ namespace hsgd {
 AutoParts auto_rule_parts(int rule) {
   AutoParts p;
   if (rule == 5) return p;
-  if (rule < 6 || rule > 15) {
+  if (rule < 6 || rule > 16) {
     throw InputError("policy.auto_rule = " + std::to_string(rule) +
-                     ": expected 14 (today's rule), 9 (the rule before it), 10 to 13 or 15 "
+                     ": expected 14 (today's rule), 9 (the rule before it), 10 to 13, 15 or 16 "
                      "(tried), 8, 7, 6 or 5 (the rules before the ninth)");
   }
   // The sixth rule: on the design cells the probes and the window rises
@@ -48,11 +48,15 @@ AutoParts auto_rule_parts(int rule) {
   // The fourteenth (today's): the correction under the condition the
   // README gives for the fixed policies (docs/results-auto.md, "The
   // fourteenth rule" and "The fourteenth rule adopted").
-  p.momentum_gate = rule == 14 || rule == 15;
+  p.momentum_gate = rule >= 14;
   // The fifteenth (tried): the fourteenth with the spike guard armed after
   // the first block (docs/results-auto.md, "The fourteenth rule adopted,
   // the fifteenth tried").
   p.spike_late = rule == 15;
+  // The sixteenth (tried): the fourteenth whose spike guard, where mu is
+  // kept, first turns the momentum correction on (docs/results-auto.md,
+  // "The sixteenth rule").
+  p.spike_corrects = rule == 16;
   return p;
 }
 
@@ -370,6 +374,16 @@ bool AutoController::raises_k() const {
   return std::ceil(need - 1e-9) <= cst_.switch_k || live_ <= cst_.switch_k;
 }
 
+// The sixteenth rule: a spike now turns the momentum correction on rather
+// than raising K: server momentum the rule corrects (a gain above 1) that it
+// keeps as configured today (the amplified step within the budget), and
+// not already corrected by a spike.
+bool AutoController::corrects_first() const {
+  return parts_.spike_corrects && parts_.momentum && parts_.momentum_gate && budget_on() &&
+         gain_ > 1 && !spike_corrected_ && !raises_k() &&
+         amplified_step(k_) <= cst_.budget * (1 + 1e-9);
+}
+
 double AutoController::implicit_momentum() const {
   if (!parts_.momentum || raises_k()) return 0.0;
   const double m = implicit_momentum_of_staleness(tau_.mean);
@@ -378,7 +392,7 @@ double AutoController::implicit_momentum() const {
   // concurrency n / K against the budget. Within it, no correction; above
   // it the twelfth lowers mu by the excess only, the fourteenth fully.
   const double drift = amplified_step(k_);
-  if (drift <= cst_.budget * (1 + 1e-9)) return 0.0;
+  if (drift <= cst_.budget * (1 + 1e-9) && !spike_corrected_) return 0.0;
   if (parts_.momentum_gate) return m;
   return std::min(m, 1.0 - cst_.budget / drift);
 }
@@ -443,7 +457,12 @@ void AutoController::observe_push(const PushSignal& s) {
         spike_cool_ = window_;
         sum_ = sumsq_ = tsum_ = 0;
         count_ = 0;
-        rise(cst_.spike_factor, true);
+        if (corrects_first()) {
+          // The sixteenth rule: the correction first, K as it is.
+          spike_corrected_ = true;
+        } else {
+          rise(cst_.spike_factor, true);
+        }
         set_spike_gate();
         return;
       }
@@ -752,7 +771,8 @@ std::vector<double> AutoController::save_state() const {
                            start_sd_,
                            static_cast<double>(spike_streak_),
                            static_cast<double>(spike_cool_),
-                           budget_set_ ? 1.0 : 0.0};
+                           budget_set_ ? 1.0 : 0.0,
+                           spike_corrected_ ? 1.0 : 0.0};
   for (size_t i = 0; i < kBlock + 1; ++i) {
     s.push_back(i < hist_n_ ? hist_mean_[i] : 0.0);
     s.push_back(i < hist_n_ ? hist_se2_[i] : 0.0);
@@ -767,13 +787,13 @@ std::vector<double> AutoController::save_state() const {
   return s;
 }
 
-// 38 scalars, then the tails; the third rule's state had 37 scalars (no
-// budget_set_, read as 0).
+// 39 scalars, then the tails; the fifteenth rule's and earlier had 38 (no
+// spike_corrected_, read as 0), the third rule's 37 (no budget_set_ either).
 constexpr size_t kAutoTail =
     2 * (AutoController::kBlock + 1) + 3 * 4 + 2 * static_cast<size_t>(AutoController::kTracked);
 
 bool AutoController::reads_state(size_t size) const {
-  return size == 38 + kAutoTail || size == 37 + kAutoTail;
+  return size == 39 + kAutoTail || size == 38 + kAutoTail || size == 37 + kAutoTail;
 }
 
 void AutoController::restore_state(std::span<const double> s) {
@@ -820,6 +840,7 @@ void AutoController::restore_state(std::span<const double> s) {
   spike_streak_ = i64(35);
   spike_cool_ = i64(36);
   budget_set_ = scalars > 37 && s[37] != 0;
+  spike_corrected_ = scalars > 38 && s[38] != 0;
   set_spike_line();
   hist_n_ = h;
   for (size_t i = 0; i < h; ++i) {

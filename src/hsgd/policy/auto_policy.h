@@ -88,8 +88,17 @@ struct AutoParts {
   // the first block (0.75 to 3.5 s) on real loss rises, so it changed
   // little.
   bool spike_late = false;
+  // The sixteenth rule (tried): where the fourteenth keeps mu (the
+  // momentum-amplified step within the budget), the spike guard's first
+  // firing turns the momentum correction on instead of raising K; a later
+  // firing raises K as before. A blow-up under momentum and staleness is
+  // the two momenta together overshooting (Mitliagkas et al. 2016), and
+  // taking staleness's share off mu costs no throughput; raising K does.
+  bool spike_corrects = false;
 };
 // The parts of rule `rule` (policy.auto_rule; docs/auto.md):
+//   16 (tried): the fourteenth whose spike guard, where mu is kept, first
+//     turns the momentum correction on (`spike_corrects`).
 //   15 (tried): the fourteenth with the spike guard armed only after the
 //     first block (`spike_late`).
 //   14 (today's): the ninth with the momentum correction only where the
@@ -182,8 +191,9 @@ class AutoController final : public Policy {
   // Not saved either: the server gives it at every construction.
   void on_step_gain(double gain) override;
   std::vector<double> save_state() const override;
-  // This rule's state (572 numbers) and the third rule's (571: without the
-  // budget's flag, read as off).
+  // This rule's state (573 numbers), the fifteenth's and earlier (572:
+  // without the sixteenth's flag, read as off) and the third rule's (571:
+  // without the budget's flag either).
   bool reads_state(size_t size) const override;
   void restore_state(std::span<const double> s) override;
   double lr() const { return lr_; }
@@ -212,6 +222,8 @@ class AutoController final : public Policy {
   int64_t probes() const { return probes_; }
   int64_t kept() const { return kept_; }
   int64_t aborts() const { return aborts_; }
+  // The sixteenth rule: a spike turned the momentum correction on.
+  bool spike_corrected() const { return spike_corrected_; }
   bool probing() const { return phase_ != 0; }
 
  private:
@@ -233,6 +245,7 @@ class AutoController final : public Policy {
   // The momentum-amplified step at the concurrency n / K, lr x g x n / K
   // (the twelfth to fifteenth rules weigh it against the budget).
   double amplified_step(int k) const;
+  bool corrects_first() const;
   int concurrency_floor(int n) const;
   bool budget_step();
   bool early_cap_step();
@@ -303,6 +316,8 @@ class AutoController final : public Policy {
   // K was set by the staleness budget (not by a rise or a probe): the budget
   // never keeps K above the arrival-time cap.
   bool budget_set_ = false;
+  // The sixteenth rule: a spike turned the momentum correction on (for good).
+  bool spike_corrected_ = false;
 };
 
 }  // namespace hsgd

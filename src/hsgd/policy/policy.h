@@ -53,7 +53,7 @@ struct PolicyOptions {
   // the rule's own.
   std::string auto_constants;
   // auto: which rule (policy.auto_rule; policy/auto_policy.h,
-  // auto_rule_parts): 14, today's; 9, the rule before it; 10 to 13 and 15,
+  // auto_rule_parts): 14, today's; 9, the rule before it; 10 to 13, 15 and 16,
   // tried and not adopted; 8 to 5, the rules before the ninth. All kept
   // for comparison.
   int auto_rule = 14;
