@@ -32,6 +32,7 @@ THIRTEENTH = "auto+policy.auto_rule=13"
 TWELFTH_NOGUARD = "auto+policy.auto_rule=12+policy.auto_ablate=spike"
 FOURTEENTH = "auto+policy.auto_rule=14"
 FIFTEENTH = "auto+policy.auto_rule=15"
+SIXTEENTH = "auto+policy.auto_rule=16"
 
 # name: (label, held out?, fixed sweep, [(rule, sweep dir, policy name)])
 SETS = {
@@ -199,6 +200,27 @@ EXTENDED_CLEAN = add_families(
      ("sgd-softmax-12", "plain sgd, softmax on 12 workers")],
     [("ninth", NINTH), ("fourteenth", FOURTEENTH), ("fifteenth", FIFTEENTH)],
     tag="after the fifteenth rule")
+# The sixteenth rule (the fourteenth whose spike guard, where it keeps mu,
+# first turns the momentum correction on) differs from the fourteenth only
+# with server momentum: run alone on every momentum set (sixteenth-<set>/).
+SIXTEENTH_SEEN = ["sweep-momentum", "heldout-momentum-mlp", "heldout-nesterov-lenet",
+                  "heldout-momentum-fmnist", "heldout-momentum-lenet", "heldout-momentum-softmax",
+                  "heldout-nesterov-fmnist", "heldout-momentum-lenet-4", "heldout-momentum-64",
+                  "heldout-softmax-64", "heldout-momentum-lenet-8", "heldout-nesterov-40",
+                  "heldout-momentum-fmnist-softmax", "heldout-momentum-fmnist-mlp-12",
+                  "heldout-nesterov-lenet-6", "heldout-momentum-synthetic-20"]
+for name in SIXTEENTH_SEEN:
+    SETS[name][3].append(("sixteenth", "sixteenth-" + name, SIXTEENTH))
+# Families committed after the sixteenth rule was chosen, before any rule
+# ran on them; the decision rule is in each file's header. They extend the
+# fourteenth's clean test too (it is unchanged since it was made).
+SIXTEENTH_CLEAN = add_families(
+    "sixteenth",
+    [("momentum-lenet-12", "server momentum 0.9, LeNet-5 on 12 workers"),
+     ("nesterov-fmnist-mlp-24", "Nesterov 0.9, an MLP on Fashion-MNIST on 24 workers"),
+     ("momentum-softmax-synthetic-8", "server momentum 0.95, softmax on 8 workers"),
+     ("momentum-mlp2-synthetic-16", "server momentum 0.8, a two-layer MLP on 16 workers")],
+    [("fourteenth", FOURTEENTH), ("sixteenth", SIXTEENTH)])
 # Each rule's clean test (--clean RULE): the families committed before it
 # ran on them, with the rule unchanged since. The ninth's: every family
 # committed after it was made (it is named in all of them).
@@ -207,8 +229,9 @@ CLEAN = {
               "heldout-momentum-mlp", "heldout-nesterov-lenet", "heldout-momentum-fmnist",
               "heldout-momentum-lenet"] + THIRTEENTH_CLEAN + FOURTEENTH_CLEAN + EXTENDED_CLEAN,
     "thirteenth": THIRTEENTH_CLEAN + FOURTEENTH_CLEAN,
-    "fourteenth": FOURTEENTH_CLEAN + EXTENDED_CLEAN,
+    "fourteenth": FOURTEENTH_CLEAN + EXTENDED_CLEAN + SIXTEENTH_CLEAN,
     "fifteenth": EXTENDED_CLEAN,
+    "sixteenth": SIXTEENTH_CLEAN,
 }
 
 
