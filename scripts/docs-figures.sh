@@ -4,7 +4,7 @@
 #   scripts/docs-figures.sh          (or: make figures)
 # results-paper.png          docs/results/synthetic-step300/compare.json
 # results-data-regimes.png   docs/results/data-regimes/skew-synthetic.dat
-# results-auto.png           docs/results/sweep/sweep-mlp/sweep.json
+# results-auto.png           docs/results/sweep/{sweep-mlp,fourteenth-sweep-mlp}/sweep.json
 # results-compression.png    docs/results/compress/lenet5-async-100M.csv
 # results-sparse.png         docs/results/sparse/auc.dat
 set -euo pipefail
@@ -52,19 +52,27 @@ set key bottom right
 plot for [c=2:7] "$R/data-regimes/skew-synthetic.dat" using 1:c with linespoints lw 2 title columnheader(c)
 GP
 
-# auto − best fixed policy, per cell of the MLP grid (interval mean, pp).
-python3 - "$R/sweep/sweep-mlp/sweep.json" > "$tmp/auto.dat" <<'PY'
+# auto (today's rule, the fourteenth) − best fixed policy, per cell of the
+# MLP grid (interval mean, pp): the fixed policies from sweep-mlp, the rule
+# from its own sweep of the same cells and seeds.
+python3 - "$R/sweep/sweep-mlp/sweep.json" "$R/sweep/fourteenth-sweep-mlp/sweep.json" \
+    "auto+policy.auto_rule=14" > "$tmp/auto.dat" <<'PY'
 import json, sys
-d = json.load(open(sys.argv[1]))
+fixed = json.load(open(sys.argv[1]))["cells"]
+rule = {tuple(sorted(c["at"].items())): c["policies"][sys.argv[3]]
+        for c in json.load(open(sys.argv[2]))["cells"]}
 short = {"optim.lr": "lr", "stragglers.sigma": "s", "train.batch": "b"}
-for i, c in enumerate(d["cells"]):
+for i, c in enumerate(fixed):
+    best = max(v["interval_mean"]["mean"] for p, v in c["policies"].items()
+               if not p.startswith("auto"))
+    auto = rule[tuple(sorted(c["at"].items()))]["interval_mean"]["mean"]
     label = " ".join(f'{short.get(k, k)}={v}' for k, v in c["at"].items())
-    print(f'{i} {100 * c["candidate_minus_best"]:.3f} "{label}"')
+    print(f'{i} {100 * (auto - best):.3f} "{label}"')
 PY
 gnuplot <<GP
 set terminal pngcairo size 1100,520 font 'sans,10'
 set output "$OUT/results-auto.png"
-set title "auto − best fixed policy per cell, MLP grid, 25 workers, 3 seeds, 100 virtual s"
+set title "auto (the fourteenth rule) − best fixed policy per cell, MLP grid, 25 workers, 3 seeds, 100 virtual s"
 set ylabel "interval mean, percentage points"
 set yrange [-1.5:0.5]
 set style fill solid 0.6 border -1
