@@ -295,7 +295,9 @@ class GossipRank {
       if (!stop && a.nonfinite > 0) {
         run_.counts.nonfinite += a.nonfinite;
         run_.consecutive_nonfinite = a.finite == 0 ? run_.consecutive_nonfinite + a.nonfinite : 0;
-        stop = stops_.check_pushes(run_.consecutive_nonfinite, run_.counts.steps, a.time);
+        // (not check_pushes: a request is this rank's alone until the next
+        // agreement, and one rank stopping here alone would end its run)
+        stop = stops_.check_nonfinite(run_.consecutive_nonfinite, run_.counts.steps, a.time);
       } else {
         run_.consecutive_nonfinite = 0;
       }

@@ -127,8 +127,12 @@ bool RunStops::check_request(bool at_evaluation) {
 }
 
 bool RunStops::check_pushes(int64_t consecutive, int64_t updates, double t) {
-  if (stopped()) return true;
   if (check_request(/*at_evaluation=*/false)) return true;
+  return check_nonfinite(consecutive, updates, t);
+}
+
+bool RunStops::check_nonfinite(int64_t consecutive, int64_t updates, double t) {
+  if (stopped()) return true;
   if (consecutive <= c_->train.max_nonfinite) return false;
   stop(fmt::format(
       "training diverged at update {} ({:.3f} s): {} consecutive pushes held a NaN or Inf "

@@ -134,6 +134,11 @@ class RunStops {
   // `updates`.
   bool check_pushes(int64_t consecutive, int64_t updates, double t);
   bool check_pushes(const Server& server, double t);
+  // check_pushes without the front end's request: the train.max_nonfinite
+  // rule alone. For ranks that must all take the same decision (mpi
+  // gossip): the request, read on one rank at any time, is agreed on
+  // separately.
+  bool check_nonfinite(int64_t consecutive, int64_t updates, double t);
   // Membership: `why` is Membership::record()'s line ("" = enough workers).
   bool check_membership(const std::string& why);
   // After a resume whose membership started afresh (another worker count:
