@@ -13,7 +13,9 @@ baseline is from the committed one (docs/results/sweep/FAMILY/sweep.json).
 Usage:
   scripts/auto-sensitivity.py --hsgd build/release/hsgd --out runs/sensitivity \
       [--families heldout-data,heldout-issue] [--constants budget,rise_sigmas] \
-      [--jobs 2] [--report]
+      [--rule 16] [--jobs 2] [--report]
+--rule names the auto rule measured (policy.auto_rule; default 16, today's):
+its runs name it, and its column in the family's sweep is the baseline.
 --report only reads what --out already holds and prints the tables.
 Reads the family sweep files from examples/sweep/FAMILY.toml."""
 import argparse
@@ -57,8 +59,9 @@ def toml_value(v):
     return repr(v)
 
 
-def write_sweep(family, constants, path):
-    """The family's sweep with auto alone and `constants` ("" = the rule's)."""
+def write_sweep(family, constants, path, rule):
+    """The family's sweep with auto alone under rule `rule` and `constants`
+    ("" = the rule's)."""
     src = os.path.join(ROOT, "examples", "sweep", family + ".toml")
     with open(src, "rb") as f:
         s = tomllib.load(f)
@@ -70,10 +73,11 @@ def write_sweep(family, constants, path):
         if isinstance(v, dict):  # a nested table: section.key
             for k2, v2 in v.items():
                 if f"{k}.{k2}" == "policy.auto_rule":
-                    continue  # a family that names an older rule's auto: today's here
+                    continue  # a family that names another rule's auto: `rule` here
                 lines.append(f"{k}.{k2} = {toml_value(v2)}")
         else:
             lines.append(f"{k} = {toml_value(v)}")
+    lines.append(f"policy.auto_rule = {rule}")
     if constants:
         lines.append(f"policy.auto_constants = {json.dumps(constants)}")
     lines += ["", "[axes]"]
@@ -113,20 +117,23 @@ def baseline(path, candidate="auto"):
     return out
 
 
-def todays_auto(family):
-    """The policy of a family's sweep that is today's auto: "auto", unless
-    its [set] names an older rule for "auto" or it has no "auto" (then the
-    one naming today's rule, 14)."""
+def todays_auto(family, rule):
+    """The policy of a family's sweep that is auto under rule `rule`: the one
+    naming it, or "auto" where the family's [set] names that rule or (for
+    the sixteenth, today's default) names none."""
     with open(os.path.join(ROOT, "examples", "sweep", family + ".toml"), "rb") as f:
         s = tomllib.load(f)
-    if s.get("set", {}).get("policy", {}).get("auto_rule") is None and "auto" in s["policies"]:
-        return "auto"
-    if "auto+policy.auto_rule=14" in s["policies"]:
-        return "auto+policy.auto_rule=14"
-    sys.exit(f"auto-sensitivity.py: {family}: no policy in its sweep is today's auto")
+    named = f"auto+policy.auto_rule={rule}"
+    if named in s["policies"]:
+        return named
+    if "auto" in s["policies"]:
+        given = s.get("set", {}).get("policy", {}).get("auto_rule")
+        if given == rule or (given is None and rule == 16):
+            return "auto"
+    sys.exit(f"auto-sensitivity.py: {family}: no policy in its sweep is auto with rule {rule}")
 
 
-def run(hsgd, family, constants, out, jobs, whole=False):
+def run(hsgd, family, constants, out, jobs, rule, whole=False):
     d = os.path.join(out, family, "baseline" if whole else constants.replace("=", "-"))
     result = os.path.join(d, "sweep.json")
     if os.path.exists(result):
@@ -136,7 +143,7 @@ def run(hsgd, family, constants, out, jobs, whole=False):
         spec = os.path.join(ROOT, "examples", "sweep", family + ".toml")
     else:
         spec = os.path.join(d, "sweep.toml")
-        write_sweep(family, constants, spec)
+        write_sweep(family, constants, spec, rule)
     r = subprocess.run([hsgd, "sweep", spec, "--out", os.path.join(d, "runs"),
                         "--jobs", str(jobs)], capture_output=True, text=True)
     if r.returncode != 0:
@@ -153,6 +160,7 @@ def main():
     ap.add_argument("--families", default="heldout-data,heldout-issue")
     ap.add_argument("--constants", default=",".join(c[0] for c in CONSTANTS))
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--rule", type=int, default=16)
     ap.add_argument("--report", action="store_true")
     a = ap.parse_args()
     families = a.families.split(",")
@@ -165,14 +173,14 @@ def main():
     for f in families:
         p = os.path.join(a.out, f, "baseline", "sweep.json")
         if not a.report:
-            p = run(a.hsgd, f, "", a.out, a.jobs, whole=True)
+            p = run(a.hsgd, f, "", a.out, a.jobs, a.rule, whole=True)
         if not os.path.exists(p):
             sys.exit(f"{f}: no baseline in {p}; run without --report first")
-        base[f] = baseline(p, todays_auto(f))
+        base[f] = baseline(p, todays_auto(f, a.rule))
         committed = os.path.join(ROOT, "docs", "results", "sweep", f, "sweep.json")
         if not os.path.exists(committed):
             continue
-        ref = baseline(committed, todays_auto(f))
+        ref = baseline(committed, todays_auto(f, a.rule))
         diff = max(abs(base[f][k]["auto"]["mean"] - ref[k]["auto"]["mean"]) for k in ref)
         diff_best = max(abs(base[f][k]["best_mean"] - ref[k]["best_mean"]) for k in ref)
         print(f"{f}: this binary's baseline against the committed sweep: today's auto within "
@@ -193,7 +201,7 @@ def main():
             for f in families:
                 d = os.path.join(a.out, f, constants.replace("=", "-"), "sweep.json")
                 if not a.report:
-                    d = run(a.hsgd, f, constants, a.out, a.jobs)
+                    d = run(a.hsgd, f, constants, a.out, a.jobs, a.rule)
                 if not os.path.exists(d):
                     continue
                 got = auto_means(d)

@@ -882,7 +882,8 @@ TEST(AutoPolicy, TheThirteenthRuleRaisesKWhereADoublingMeetsTheMomentumsStep) {
   }
 }
 
-// The fourteenth rule (today's) applies the momentum correction only where
+// The fourteenth rule (the rule before the sixteenth) applies the momentum
+// correction only where
 // lr / (1 - mu) x n / K is above the budget (0.5): 25 workers at K = 1,
 // momentum 0.9 (gain 10): at lr 0.002 the step is exactly 0.5, no
 // correction; at lr 0.004 it is 1.0, the full correction (24 / 25 at
@@ -891,8 +892,8 @@ TEST(AutoPolicy, TheThirteenthRuleRaisesKWhereADoublingMeetsTheMomentumsStep) {
 TEST(AutoPolicy, TheFourteenthRuleCorrectsTheMomentumOnlyAboveTheBudget) {
   PolicyOptions o;
   o.kind = "auto";
-  EXPECT_EQ(o.auto_rule, 14);  // today's
-  // Through make_policy with the default rule, and with the ninth's.
+  o.auto_rule = 14;
+  // Through make_policy with the fourteenth rule, and with the ninth's.
   auto implicit = [](const PolicyOptions& po) {
     std::unique_ptr<Policy> p = make_policy(po, 25, 0.002);
     auto* c = dynamic_cast<AutoController*>(p.get());
@@ -958,11 +959,29 @@ TEST(AutoPolicy, TheFifteenthRuleArmsTheSpikeGuardAfterTheFirstBlock) {
   EXPECT_DOUBLE_EQ(a->rate(), b->rate());
 }
 
-// The sixteenth rule (tried): where the fourteenth keeps mu, the spike
+// The sixteenth rule (today's): where the fourteenth keeps mu, the spike
 // guard's first firing turns the momentum correction on and leaves K; the
 // next firing raises K as the fourteenth's first did. The correction stays
 // on, and is in the saved state.
 TEST(AutoPolicy, TheSixteenthRulesFirstSpikeCorrectsTheMomentum) {
+  PolicyOptions o;
+  o.kind = "auto";
+  EXPECT_EQ(o.auto_rule, 16);  // today's
+  {
+    // The default through make_policy: a spike within the budget corrects.
+    std::unique_ptr<Policy> p = make_policy(o, 25, 0.001);
+    auto* c = dynamic_cast<AutoController*>(p.get());
+    ASSERT_TRUE(c != nullptr);
+    c->on_step_gain(10);
+    Feed f(c, std::vector<double>(25, 0.1));
+    f.run(
+        400, [](double t) { return 2.0 * std::exp(-t); }, 0.001, 24);
+    EXPECT_EQ(c->implicit_momentum(), 0.0);
+    f.run(
+        2, [](double) { return 4.5; }, 0.001, 24);
+    EXPECT_EQ(c->k(), 1);
+    EXPECT_NEAR(c->implicit_momentum(), 24.0 / 25.0, 1e-9);
+  }
   // lr 0.001 x gain 10 x 25 workers = 0.25: within the budget at K = 1.
   auto spiked = [](int rule, int spikes, double gain = 10) {
     auto c = fed_controller(rule, 0.001, gain);

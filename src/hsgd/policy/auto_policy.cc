@@ -14,8 +14,9 @@ AutoParts auto_rule_parts(int rule) {
   if (rule == 5) return p;
   if (rule < 6 || rule > 16) {
     throw InputError("policy.auto_rule = " + std::to_string(rule) +
-                     ": expected 14 (today's rule), 9 (the rule before it), 10 to 13, 15 or 16 "
-                     "(tried), 8, 7, 6 or 5 (the rules before the ninth)");
+                     ": expected 16 (today's rule), 14 (the rule before it), 9 (the rule before "
+                     "the fourteenth), 10 to 13 or 15 (tried), 8, 7, 6 or 5 (the rules before "
+                     "the ninth)");
   }
   // The sixth rule: on the design cells the probes and the window rises
   // added nothing on the MLP and cost on LeNet-5 (docs/results-auto.md,
@@ -45,17 +46,18 @@ AutoParts auto_rule_parts(int rule) {
   // the ninth elsewhere (the two rules' clean momentum cells split so:
   // docs/results-auto.md, "The thirteenth rule").
   p.momentum_switch = rule == 13;
-  // The fourteenth (today's): the correction under the condition the
-  // README gives for the fixed policies (docs/results-auto.md, "The
-  // fourteenth rule" and "The fourteenth rule adopted").
+  // The fourteenth (the rule before the sixteenth): the correction under
+  // the condition the README gives for the fixed policies
+  // (docs/results-auto.md, "The fourteenth rule" and "The fourteenth rule
+  // adopted").
   p.momentum_gate = rule >= 14;
   // The fifteenth (tried): the fourteenth with the spike guard armed after
   // the first block (docs/results-auto.md, "The fourteenth rule adopted,
   // the fifteenth tried").
   p.spike_late = rule == 15;
-  // The sixteenth (tried): the fourteenth whose spike guard, where mu is
+  // The sixteenth (today's): the fourteenth whose spike guard, where mu is
   // kept, first turns the momentum correction on (docs/results-auto.md,
-  // "The sixteenth rule").
+  // "The sixteenth rule adopted").
   p.spike_corrects = rule == 16;
   return p;
 }
@@ -376,7 +378,7 @@ bool AutoController::raises_k() const {
 
 // The sixteenth rule: a spike now turns the momentum correction on rather
 // than raising K: server momentum the rule corrects (a gain above 1) that it
-// keeps as configured today (the amplified step within the budget), and
+// keeps as configured (the amplified step within the budget), and
 // not already corrected by a spike.
 bool AutoController::corrects_first() const {
   return parts_.spike_corrects && parts_.momentum && parts_.momentum_gate && budget_on() &&
@@ -388,7 +390,7 @@ double AutoController::implicit_momentum() const {
   if (!parts_.momentum || raises_k()) return 0.0;
   const double m = implicit_momentum_of_staleness(tau_.mean);
   if (!(parts_.momentum_budget || parts_.momentum_gate) || !budget_on() || !(gain_ > 0)) return m;
-  // The twelfth, fourteenth and fifteenth rules: the momentum-amplified step at the
+  // The twelfth and the fourteenth to sixteenth rules: the momentum-amplified step at the
   // concurrency n / K against the budget. Within it, no correction; above
   // it the twelfth lowers mu by the excess only, the fourteenth fully.
   const double drift = amplified_step(k_);

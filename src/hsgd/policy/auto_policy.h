@@ -88,7 +88,7 @@ struct AutoParts {
   // the first block (0.75 to 3.5 s) on real loss rises, so it changed
   // little.
   bool spike_late = false;
-  // The sixteenth rule (tried): where the fourteenth keeps mu (the
+  // The sixteenth rule (today's): where the fourteenth keeps mu (the
   // momentum-amplified step within the budget), the spike guard's first
   // firing turns the momentum correction on instead of raising K; a later
   // firing raises K as before. A blow-up under momentum and staleness is
@@ -97,13 +97,13 @@ struct AutoParts {
   bool spike_corrects = false;
 };
 // The parts of rule `rule` (policy.auto_rule; docs/auto.md):
-//   16 (tried): the fourteenth whose spike guard, where mu is kept, first
+//   16 (today's): the fourteenth whose spike guard, where mu is kept, first
 //     turns the momentum correction on (`spike_corrects`).
 //   15 (tried): the fourteenth with the spike guard armed only after the
 //     first block (`spike_late`).
-//   14 (today's): the ninth with the momentum correction only where the
-//     momentum-amplified step is above the budget (`momentum_gate`), and
-//     the early cap.
+//   14 (the rule before the sixteenth): the ninth with the momentum
+//     correction only where the momentum-amplified step is above the
+//     budget (`momentum_gate`), and the early cap.
 //   13 (tried): the ninth, but with momentum whose amplified step the
 //     budget meets at K <= 2, the eleventh (`momentum_switch`); the early
 //     cap.
