@@ -28,8 +28,7 @@ struct ReferenceWorkers {
   std::vector<std::unique_ptr<Model>> nets;
   std::vector<std::vector<float>> params, grads;
   ReferenceWorkers(const Job& j, int n)
-      : params(static_cast<size_t>(n), std::vector<float>(j.initial_params.size())),
-        grads(params) {
+      : params(static_cast<size_t>(n), std::vector<float>(j.initial_params.size())), grads(params) {
     for (int i = 0; i < n; ++i) {
       samplers.push_back(make_sampler(j, i));
       nets.push_back(j.make_model());

@@ -46,9 +46,9 @@ TEST(Compress, ParsesEveryCompressorAndRefusesBadOnes) {
   EXPECT_EQ(parse_compressor("powersgd:2", "k").rank, 2);
   EXPECT_EQ(parse_compressor("sign", "k").name(), "sign");
   EXPECT_EQ(parse_compressor("topk:0.01", "k").name(), "topk:0.01");
-  for (const char* bad : {"topk:0", "topk:1.5", "topk:-0.1", "topk", "randomk:abc", "qsgd:1",
-                          "qsgd:0", "qsgd", "powersgd:0", "powersgd:-1", "zip", "fp16:2", "",
-                          "sign:3", "topk:nan"}) {
+  for (const char* bad :
+       {"topk:0", "topk:1.5", "topk:-0.1", "topk", "randomk:abc", "qsgd:1", "qsgd:0", "qsgd",
+        "powersgd:0", "powersgd:-1", "zip", "fp16:2", "", "sign:3", "topk:nan"}) {
     try {
       parse_compressor(bad, "compress.push");
       ADD_FAILURE() << bad << " was accepted";
@@ -433,7 +433,8 @@ TEST(Compress, PullCopiesConvergeToTheServerParameters) {
     ASSERT_EQ(std::vector<float>(held.begin(), held.end()), worker);
   }
   double err = 0;
-  for (size_t i = 0; i < params.size(); ++i) err = std::max<double>(err, std::fabs(worker[i] - params[i]));
+  for (size_t i = 0; i < params.size(); ++i)
+    err = std::max<double>(err, std::fabs(worker[i] - params[i]));
   EXPECT_LT(err, 1e-6);
   // Worker 1 has not pulled: it still holds the initial parameters.
   EXPECT_EQ(std::vector<float>(stage.held(1).begin(), stage.held(1).end()), init);
@@ -563,8 +564,8 @@ TEST(Compress, PushStageStateRoundTrips) {
 // never a crash or a read past the end.
 TEST(Compress, CorruptBytesAreAnErrorNotACrash) {
   const std::vector<float> x = randn(700, 16);
-  for (const char* spec : {"none", "fp16", "bf16", "topk:0.1", "randomk:0.1", "qsgd:4",
-                           "qsgd:300", "sign", "powersgd:2"}) {
+  for (const char* spec : {"none", "fp16", "bf16", "topk:0.1", "randomk:0.1", "qsgd:4", "qsgd:300",
+                           "sign", "powersgd:2"}) {
     Codec c = codec_for(spec, x.size(), 0, {{20, 30}, {100}});
     std::string bytes;
     c.encode(x, 7, false, &bytes);

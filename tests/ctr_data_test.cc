@@ -1,12 +1,12 @@
 // Click-through data: synthetic-ctr, the Criteo TSV reader, the AUC, and the
 // categorical ids carried through gather and the train/test split.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <unistd.h>
 #include <string>
 
 #include "hsgd/core/error.h"
@@ -100,14 +100,14 @@ TEST(CtrData, SplitAndGatherCarryTheIds) {
   const int64_t idx[] = {3, 0};
   gather(copy, idx, &b);
   EXPECT_EQ(b.categorical, (std::vector<int32_t>{copy.categorical[6], copy.categorical[7],
-                                                  copy.categorical[0], copy.categorical[1]}));
+                                                 copy.categorical[0], copy.categorical[1]}));
 }
 
 TEST(CtrData, CriteoReadsMissingValuesAndHashesIds) {
   std::string text = criteo_line(1, "3", "68fd1e64");
-  text += criteo_line(0, "", "");     // everything missing
+  text += criteo_line(0, "", "");            // everything missing
   text += criteo_line(0, "-2", "68FD1E64");  // negative integer; hex case-insensitive
-  text += "\n";                       // a trailing blank line
+  text += "\n";                              // a trailing blank line
   const std::string path = write_tmp("ok.tsv", text);
   const Dataset d = read_criteo(path, 1000);
   ASSERT_EQ(d.size(), 3);
@@ -148,8 +148,9 @@ TEST(CtrData, CriteoErrorsNameFileAndLine) {
   EXPECT_NE(message_of([&] { read_criteo(bad_hex, 100); }).find(":line 1 field 15: expected a hex"),
             std::string::npos);
   const std::string bad_int = write_tmp("int.tsv", criteo_line(1, "1.5", "a"));
-  EXPECT_NE(message_of([&] { read_criteo(bad_int, 100); }).find(":line 1 field 2: expected an integer"),
-            std::string::npos);
+  EXPECT_NE(
+      message_of([&] { read_criteo(bad_int, 100); }).find(":line 1 field 2: expected an integer"),
+      std::string::npos);
   EXPECT_NE(message_of([&] { read_criteo(bad_int, 1); }).find("model.table_rows"),
             std::string::npos);
 }

@@ -63,7 +63,8 @@ TEST(Dlrm, LayoutAndSparseGradientEqualsDense) {
   std::fill(r.g.begin(), r.g.end(), 7.0f);
   const double loss2 = r.m->sparse_gradient(b, rows, rg, {});
   EXPECT_DOUBLE_EQ(loss, loss2);
-  for (int64_t i = 0; i < l.dense; ++i) ASSERT_EQ(r.g[static_cast<size_t>(i)], dense[static_cast<size_t>(i)]);
+  for (int64_t i = 0; i < l.dense; ++i)
+    ASSERT_EQ(r.g[static_cast<size_t>(i)], dense[static_cast<size_t>(i)]);
   std::vector<float> scattered(static_cast<size_t>(l.rows * 4), 0.0f);
   for (size_t k = 0; k < rows.size(); ++k) {
     for (int c = 0; c < 4; ++c) scattered[static_cast<size_t>(rows[k] * 4 + c)] = rg[k * 4 + c];
@@ -111,7 +112,8 @@ TEST(Dlrm, GradientMatchesFiniteDifferences) {
   r.m->gradient(b);
   const std::vector<float> g = r.g;
   const RowLayout l = r.m->row_layout();
-  const size_t row_coord = static_cast<size_t>(l.dense + (l.table_offset[1] + b.categorical[1]) * 4);
+  const size_t row_coord =
+      static_cast<size_t>(l.dense + (l.table_offset[1] + b.categorical[1]) * 4);
   for (size_t i : {size_t{0}, size_t{5}, row_coord, row_coord + 3}) {
     const float keep = r.p[i];
     const float h = 1e-2f;
@@ -196,7 +198,8 @@ TEST(DlrmCli, SparseSimIsDeterministicAndResumesExactly) {
                            "--policy kasync:2 --runtime sim --set sim.compute_time=0.005 "
                            "--set sim.server_ns_per_param=1 --set model.sparse=true "
                            "--set optim.kind=adam --set optim.lr=0.01 --budget 0.5 "
-                           "--set train.checkpoint_every=0.5 --out " + c;
+                           "--set train.checkpoint_every=0.5 --out " +
+                           c;
   const Outcome h = run(half);
   ASSERT_EQ(h.code, 0) << h.err;
   const Outcome r = run("train --resume " + c + " --budget 1");

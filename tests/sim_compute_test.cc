@@ -323,8 +323,8 @@ TEST(SimThreads, ResumeUnderAnotherThreadCountIsByteExact) {
     }
     SCOPED_TRACE(name);
     std::string whole;
-    const RunResult a = Sim(with(with(o, "sim.threads", "2"), "train.budget", "1.5")).run(
-        "resume_whole_" + name, &whole);
+    const RunResult a = Sim(with(with(o, "sim.threads", "2"), "train.budget", "1.5"))
+                            .run("resume_whole_" + name, &whole);
     const std::string dir = testing::fresh_dir("simc_resume_" + name);
     auto run_part = [&](const std::string& threads, const std::string& budget, bool resume) {
       Sim s(with(with(with(o, "sim.threads", threads), "train.budget", budget),

@@ -53,10 +53,11 @@ int main(int argc, char** argv) {
   m->bind(p, g);
   m->init_params(1);
   const RowLayout l = m->row_layout();
-  std::printf("dlrm: %lld tables x %lld rows x dim %lld, batch %lld, zipf %.2f: %lld params "
-              "(%lld dense)\n",
-              (long long)tables, (long long)rows, (long long)dim, (long long)batch, o.zipf,
-              (long long)m->num_params(), (long long)l.dense);
+  std::printf(
+      "dlrm: %lld tables x %lld rows x dim %lld, batch %lld, zipf %.2f: %lld params "
+      "(%lld dense)\n",
+      (long long)tables, (long long)rows, (long long)dim, (long long)batch, o.zipf,
+      (long long)m->num_params(), (long long)l.dense);
 
   ShardSampler sampler(d, 0, 1, 1);
   Batch b;
@@ -81,7 +82,8 @@ int main(int argc, char** argv) {
   std::sort(unique.begin(), unique.end());
   const int64_t u = unique[unique.size() / 2];
   const double dense_bytes = 4.0 * static_cast<double>(m->num_params());
-  const double sparse_bytes = 4.0 * static_cast<double>(l.dense) + static_cast<double>(u) * (8.0 + 4.0 * static_cast<double>(dim));
+  const double sparse_bytes = 4.0 * static_cast<double>(l.dense) +
+                              static_cast<double>(u) * (8.0 + 4.0 * static_cast<double>(dim));
   std::printf("unique rows per batch: median %lld of %lld ids (min %lld, max %lld)\n", (long long)u,
               (long long)(batch * tables), (long long)unique.front(), (long long)unique.back());
   std::printf("bytes per push (= per pull): row-sparse %.0f, dense %.0f, ratio %.1fx\n",
@@ -110,9 +112,10 @@ int main(int argc, char** argv) {
       }
       ++rounds;
     }
-    std::printf("server row updates/s, one core, %s: %.2fM (stage + buffer + apply, incl. copying "
-                "the push)\n",
-                kind, static_cast<double>(updates) / since(t0) / 1e6);
+    std::printf(
+        "server row updates/s, one core, %s: %.2fM (stage + buffer + apply, incl. copying "
+        "the push)\n",
+        kind, static_cast<double>(updates) / since(t0) / 1e6);
   }
   if (seconds > 0) {
     // Compute-only: each thread its own model, parameters and shard.

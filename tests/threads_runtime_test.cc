@@ -534,12 +534,9 @@ TEST(ThreadsRuntime, CheckpointsCarryTheCompressionState) {
     EXPECT_EQ(r2.params, r1.params) << "resumed at update " << ck.info.updates;
     EXPECT_EQ(r2.compress.bytes_pushed, r1.compress.bytes_pushed);
   }
-  const std::vector<Override> o = {{"train.epochs", "0"},
-                                   {"train.budget", "0.4"},
-                                   {"train.eval_every", "0.1"},
-                                   {"train.checkpoint_every", "0.15"},
-                                   {"policy.name", "async"},
-                                   {"compress.push", "topk:0.2"},
+  const std::vector<Override> o = {{"train.epochs", "0"},       {"train.budget", "0.4"},
+                                   {"train.eval_every", "0.1"}, {"train.checkpoint_every", "0.15"},
+                                   {"policy.name", "async"},    {"compress.push", "topk:0.2"},
                                    {"compress.pull", "sign"}};
   Fixture f("resume_compress", o);
   Job j = f.job();

@@ -125,9 +125,9 @@ struct CheckpointCost {
   double write_s = 0, resume_s = 0;  // medians
   double dd_write_s = 0, dd_read_s = 0;
   double resident_read_s = 0, resident_ratio = 0;  // read_into; resume against it
-  double write_ratio = 0, resume_ratio = 0;  // medians of the per-round ratios
-  uint64_t part_bytes = 0;                   // the server part's size
-  uint64_t write_peak = 0, resume_peak = 0;  // the largest peak RSS growth over the rounds
+  double write_ratio = 0, resume_ratio = 0;        // medians of the per-round ratios
+  uint64_t part_bytes = 0;                         // the server part's size
+  uint64_t write_peak = 0, resume_peak = 0;        // the largest peak RSS growth over the rounds
 };
 
 // Writing one checkpoint of a server of `n` parameters (momentum, a

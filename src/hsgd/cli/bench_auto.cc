@@ -94,8 +94,8 @@ int bench_auto(const BenchArgs& a) {
   std::printf("auto controller (observe_push + threshold): %.1f ns per push\n\n", ctl);
   std::printf("%-10s %10s %18s %18s %12s\n", "model", "params", "server ns/push", "auto ns/push",
               "auto share");
-  for (const auto& [name, n] : {std::pair<const char*, size_t>{"mlp-64", 1994},
-                                {"lenet5", 61706}, {"cifar-cnn", 620810}}) {
+  for (const auto& [name, n] :
+       {std::pair<const char*, size_t>{"mlp-64", 1994}, {"lenet5", 61706}, {"cifar-cnn", 620810}}) {
     const double srv = server_ns("async", workers, n, a.repeats);
     std::printf("%-10s %10zu %18.0f %18.1f %11.3f%%\n", name, n, srv, ctl, 100 * ctl / srv);
   }

@@ -15,7 +15,8 @@
 namespace hsgd::cli {
 
 // `name` on `d`'s samples and classes; `hidden` for an MLP.
-ModelSpec bench_spec(const std::string& name, const Dataset& d, std::vector<int64_t> hidden = {128});
+ModelSpec bench_spec(const std::string& name, const Dataset& d,
+                     std::vector<int64_t> hidden = {128});
 
 // A model bound to its own buffers and initialised (seed 1), drawing
 // consecutive batches of one shard over all of `train`; `warmup` gradients

@@ -44,16 +44,15 @@ int bench_compress(const BenchArgs& a) {
       "hsgd bench --compress: %s on %s, %zu parameters (%zu tensors), batch %d; gradient "
       "%.3f ms (median of 20)\n",
       spec.name.c_str(), train.name.c_str(), p.size(), shapes.size(), batch, grad_s * 1e3);
-  std::printf(
-      "cost = worker encode + error feedback + server decode of one push, median of %d\n\n",
-      a.repeats * 4);
-  std::printf("%-14s %12s %10s %12s %12s %10s\n", "compressor", "bytes/push", "ratio",
-              "encode ms", "decode ms", "% of grad");
+  std::printf("cost = worker encode + error feedback + server decode of one push, median of %d\n\n",
+              a.repeats * 4);
+  std::printf("%-14s %12s %10s %12s %12s %10s\n", "compressor", "bytes/push", "ratio", "encode ms",
+              "decode ms", "% of grad");
   const size_t plain = 4 * p.size();
   std::string bytes;
   std::vector<float> sent(p.size()), out(p.size());
-  for (const char* name : {"none", "fp16", "bf16", "topk:0.01", "randomk:0.01", "qsgd:16",
-                           "sign", "powersgd:2"}) {
+  for (const char* name :
+       {"none", "fp16", "bf16", "topk:0.01", "randomk:0.01", "qsgd:16", "sign", "powersgd:2"}) {
     CompressOptions o;
     o.push = parse_compressor(name, "bench");
     PushStage stage(o, layout, 1, 0);

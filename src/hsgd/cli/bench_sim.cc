@@ -31,7 +31,6 @@ namespace {
 
 using Clock = SteadyClock;
 
-
 // One thread calling Model::gradient on consecutive batches: gradients/s
 // over `seconds`.
 double compute_only_rate(const ModelSpec& spec, const Dataset& train, int batch, double seconds) {
@@ -213,8 +212,7 @@ int bench_sim(const BenchArgs& a) {
         "  %-15s %9lld params (%6.1f MB each)  peak RSS %8.0f MB (%6.0f MB before the run; "
         "%lld gradients, %.1f s)\n",
         m.label, static_cast<long long>(np), 4.0 * static_cast<double>(np) / 1e6, peak_rss_mb(),
-        before, static_cast<long long>(r.gradients),
-        since(t0));
+        before, static_cast<long long>(r.gradients), since(t0));
     std::fflush(stdout);
   }
   return 0;

@@ -392,8 +392,9 @@ int sweep(const SweepArgs& a) {
   for (const auto& row : configs) all.insert(all.end(), row.begin(), row.end());
   warn_moot_in_every(all);
   if (a.check) {
-    std::printf("%s: %zu cells x %zu policies x %zu seeds = %zu runs, every config valid\n", g.path.c_str(),
-                cells.size(), g.policies.size(), g.seeds.size(), cells.size() * g.policies.size() * g.seeds.size());
+    std::printf("%s: %zu cells x %zu policies x %zu seeds = %zu runs, every config valid\n",
+                g.path.c_str(), cells.size(), g.policies.size(), g.seeds.size(),
+                cells.size() * g.policies.size() * g.seeds.size());
     return 0;
   }
 

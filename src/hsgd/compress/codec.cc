@@ -60,15 +60,15 @@ class Cursor {
  private:
   void need(size_t n) const {
     if (n > b_.size() - at_) {
-      throw InputError(fmt::format("{}: truncated compressed message (needed {} more bytes, {} left)",
-                                   what_, n, b_.size() - at_));
+      throw InputError(
+          fmt::format("{}: truncated compressed message (needed {} more bytes, {} left)", what_, n,
+                      b_.size() - at_));
     }
   }
   std::span<const char> b_;
   const std::string& what_;
   size_t at_ = 0;
 };
-
 
 bool parse_double(std::string_view s, double* v) {
   const auto r = std::from_chars(s.data(), s.data() + s.size(), *v);
@@ -151,14 +151,22 @@ bool CompressorSpec::biased() const {
 
 std::string CompressorSpec::name() const {
   switch (kind) {
-    case Kind::kNone: return "none";
-    case Kind::kFp16: return "fp16";
-    case Kind::kBf16: return "bf16";
-    case Kind::kTopk: return fmt::format("topk:{}", ratio);
-    case Kind::kRandomk: return fmt::format("randomk:{}", ratio);
-    case Kind::kQsgd: return fmt::format("qsgd:{}", levels);
-    case Kind::kSign: return "sign";
-    case Kind::kPowersgd: return fmt::format("powersgd:{}", rank);
+    case Kind::kNone:
+      return "none";
+    case Kind::kFp16:
+      return "fp16";
+    case Kind::kBf16:
+      return "bf16";
+    case Kind::kTopk:
+      return fmt::format("topk:{}", ratio);
+    case Kind::kRandomk:
+      return fmt::format("randomk:{}", ratio);
+    case Kind::kQsgd:
+      return fmt::format("qsgd:{}", levels);
+    case Kind::kSign:
+      return "sign";
+    case Kind::kPowersgd:
+      return fmt::format("powersgd:{}", rank);
   }
   return "none";
 }
@@ -204,8 +212,7 @@ CompressorSpec parse_compressor(std::string_view text, std::string_view key) {
     }
     s.rank = static_cast<int>(v);
   } else {
-    throw bad(
-        "expected none, fp16, bf16, topk:R, randomk:R, qsgd:S, sign or powersgd:R");
+    throw bad("expected none, fp16, bf16, topk:R, randomk:R, qsgd:S, sign or powersgd:R");
   }
   return s;
 }
@@ -341,13 +348,25 @@ size_t Codec::encoded_size() const {
       continue;
     }
     switch (spec_.kind) {
-      case Kind::kNone: s += 4 * n; break;
+      case Kind::kNone:
+        s += 4 * n;
+        break;
       case Kind::kFp16:
-      case Kind::kBf16: s += 2 * n; break;
-      case Kind::kTopk: s += 4 + 8 * kept(spec_.ratio, n); break;
-      case Kind::kRandomk: s += 4 * kept(spec_.ratio, n); break;
-      case Kind::kQsgd: s += 4 * nb + n * (spec_.levels > 127 ? 2 : 1); break;
-      case Kind::kSign: s += 4 * nb + (n + 7) / 8; break;
+      case Kind::kBf16:
+        s += 2 * n;
+        break;
+      case Kind::kTopk:
+        s += 4 + 8 * kept(spec_.ratio, n);
+        break;
+      case Kind::kRandomk:
+        s += 4 * kept(spec_.ratio, n);
+        break;
+      case Kind::kQsgd:
+        s += 4 * nb + n * (spec_.levels > 127 ? 2 : 1);
+        break;
+      case Kind::kSign:
+        s += 4 * nb + (n + 7) / 8;
+        break;
       case Kind::kPowersgd:
         s += 4 * static_cast<size_t>(spec_.rank) * static_cast<size_t>(t.rows + t.cols);
         break;
@@ -380,7 +399,9 @@ void Codec::encode(std::span<const float> x, uint64_t key, bool raw, std::string
       continue;
     }
     switch (spec_.kind) {
-      case Kind::kNone: put_n(out, v, n); break;
+      case Kind::kNone:
+        put_n(out, v, n);
+        break;
       case Kind::kFp16:
         for (size_t i = 0; i < n; ++i) put(out, float_to_half(v[i]));
         break;
@@ -562,7 +583,9 @@ void Codec::decode(std::span<const char> bytes, std::span<float> out,
       continue;
     }
     switch (spec_.kind) {
-      case Kind::kNone: c.get_n(v, n); break;
+      case Kind::kNone:
+        c.get_n(v, n);
+        break;
       case Kind::kFp16:
         for (size_t i = 0; i < n; ++i) v[i] = half_to_float(c.get<uint16_t>());
         break;
@@ -571,7 +594,8 @@ void Codec::decode(std::span<const char> bytes, std::span<float> out,
         break;
       case Kind::kTopk: {
         const auto k = c.get<uint32_t>();
-        if (k != kept(spec_.ratio, n)) c.fail(fmt::format("top-k of {}, expected {}", k, kept(spec_.ratio, n)));
+        if (k != kept(spec_.ratio, n))
+          c.fail(fmt::format("top-k of {}, expected {}", k, kept(spec_.ratio, n)));
         idx.resize(k);
         c.get_n(idx.data(), k);
         for (size_t i = 0; i < k; ++i) {

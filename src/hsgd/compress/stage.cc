@@ -103,8 +103,8 @@ PullStage::PullStage(const CompressOptions& o, std::vector<TensorSlot> layout, u
   rounds_.assign(static_cast<size_t>(workers), 0);
 }
 
-std::span<const float> PullStage::pull(int worker, std::span<const float> params,
-                                       uint64_t version, std::string* bytes) {
+std::span<const float> PullStage::pull(int worker, std::span<const float> params, uint64_t version,
+                                       std::string* bytes) {
   const auto w = static_cast<size_t>(worker);
   HSGD_ASSERT(w < held_.size(), "compress: pull of an unknown worker");
   std::vector<float>& held = held_[w];
@@ -148,9 +148,7 @@ void PullStage::load(StateReader& r) {
   }
 }
 
-bool is_raw_message(std::span<const char> bytes) {
-  return bytes.size() > 5 && bytes[5] == 1;
-}
+bool is_raw_message(std::span<const char> bytes) { return bytes.size() > 5 && bytes[5] == 1; }
 
 void apply_pull(const Codec& decoder, std::span<const char> bytes, std::span<float> params,
                 std::vector<float>* scratch, const std::string& what) {

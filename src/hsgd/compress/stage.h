@@ -35,9 +35,7 @@ struct CompressOptions {
   double sim_ns_per_param = -1;
 
   bool on() const { return !push.none() || !pull.none(); }
-  bool push_feedback() const {
-    return error_feedback < 0 ? push.biased() : error_feedback != 0;
-  }
+  bool push_feedback() const { return error_feedback < 0 ? push.biased() : error_feedback != 0; }
 };
 
 // Byte and time counters of a stage, since the start.

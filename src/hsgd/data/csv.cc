@@ -12,7 +12,6 @@
 namespace hsgd {
 namespace {
 
-
 [[noreturn]] void fail_field(const std::string& path, int64_t line, size_t field,
                              const std::string& expected, std::string_view got) {
   throw InputError(fmt::format("{}:line {} field {}: expected {}, got '{}'{}", path, line, field,
@@ -31,7 +30,7 @@ Dataset parse_csv(const std::string& path, std::string_view raw) {
   const std::string_view text = data_internal::decode(path, raw, &storage);
   Dataset d;
   d.name = path;
-  size_t width = 0;        // fields per row, set by the first row
+  size_t width = 0;  // fields per row, set by the first row
   int32_t max_label = -1;
   data_internal::RowReader rows(text, path);
   std::string_view line;

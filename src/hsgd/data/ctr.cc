@@ -49,12 +49,14 @@ uint64_t mix64(uint64_t z) {
 double binary_auc(const float* scores, const int32_t* labels, int64_t n) {
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), int64_t{0});
-  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return scores[a] < scores[b]; });
+  std::sort(order.begin(), order.end(),
+            [&](int64_t a, int64_t b) { return scores[a] < scores[b]; });
   double rank_sum = 0;  // sum of the positives' (1-based, tie-averaged) ranks
   int64_t pos = 0;
   for (int64_t i = 0; i < n;) {
     int64_t j = i;
-    while (j < n && scores[order[static_cast<size_t>(j)]] == scores[order[static_cast<size_t>(i)]]) ++j;
+    while (j < n && scores[order[static_cast<size_t>(j)]] == scores[order[static_cast<size_t>(i)]])
+      ++j;
     const double mid = 0.5 * static_cast<double>(i + 1 + j);  // average rank of i+1..j
     for (int64_t k = i; k < j; ++k) {
       if (labels[order[static_cast<size_t>(k)]] == 1) {
@@ -85,8 +87,10 @@ Dataset make_synthetic_ctr(const CtrOptions& o) {
   // The planted model.
   Rng model_rng(o.seed, data_internal::kCtrModelStream);
   std::vector<double> w(nd), effect(nf * rows);
-  for (double& v : w) v = model_rng.normal() / std::sqrt(static_cast<double>(std::max<size_t>(nd, 1)));
-  for (double& v : effect) v = model_rng.normal() / std::sqrt(static_cast<double>(std::max<size_t>(nf, 1)));
+  for (double& v : w)
+    v = model_rng.normal() / std::sqrt(static_cast<double>(std::max<size_t>(nd, 1)));
+  for (double& v : effect)
+    v = model_rng.normal() / std::sqrt(static_cast<double>(std::max<size_t>(nf, 1)));
 
   // Zipf ids by inverse CDF over the ranks.
   std::vector<double> cdf(rows);
@@ -110,7 +114,8 @@ Dataset make_synthetic_ctr(const CtrOptions& o) {
   for (size_t i = 0; i < n; ++i) {
     double s = 0;
     for (size_t k = 0; k < nd; ++k) s += w[k] * d.features[i * nd + k];
-    for (size_t j = 0; j < nf; ++j) s += effect[j * rows + static_cast<size_t>(d.categorical[i * nf + j])];
+    for (size_t j = 0; j < nf; ++j)
+      s += effect[j * rows + static_cast<size_t>(d.categorical[i * nf + j])];
     z[i] = s;
   }
   // Bias: mean sigmoid(z + b) = 0.25, by bisection.
@@ -150,10 +155,14 @@ std::optional<uint64_t> parse_hex(std::string_view s) {
   uint64_t v = 0;
   for (char c : s) {
     int d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    else return std::nullopt;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
+    else
+      return std::nullopt;
     v = v * 16 + static_cast<uint64_t>(d);
   }
   return v;
@@ -163,9 +172,10 @@ std::optional<uint64_t> parse_hex(std::string_view s) {
 
 Dataset parse_criteo(const std::string& path, std::string_view raw, int64_t rows) {
   if (rows < 2 || rows > INT32_MAX) {
-    throw InputError(fmt::format("model.table_rows = {}: criteo data needs at least 2 rows per "
-                                 "table (row 0 holds missing values) and at most 2^31 - 1",
-                                 rows));
+    throw InputError(
+        fmt::format("model.table_rows = {}: criteo data needs at least 2 rows per "
+                    "table (row 0 holds missing values) and at most 2^31 - 1",
+                    rows));
   }
   std::string storage;
   const std::string_view text = data_internal::decode(path, raw, &storage);
@@ -213,8 +223,8 @@ Dataset parse_criteo(const std::string& path, std::string_view raw, int64_t rows
       if (!s.empty()) {
         const auto v = parse_hex(s);
         if (!v) {
-          fail_field(path, line_no, 2 + kCriteoInts + j, "a hex value of at most 16 digits or nothing",
-                     f[1 + kCriteoInts + j]);
+          fail_field(path, line_no, 2 + kCriteoInts + j,
+                     "a hex value of at most 16 digits or nothing", f[1 + kCriteoInts + j]);
         }
         id = static_cast<int32_t>(1 + mix64(*v ^ mix64(j + 1)) % buckets);
       }

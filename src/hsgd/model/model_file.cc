@@ -321,8 +321,8 @@ void parse_model(const std::string& path, std::string_view bytes, ModelSpec* spe
     s.input_mean = header.value("input_mean", 0.0);
     s.input_std = header.value("input_std", 1.0);
     if (header.contains("archive_bytes")) {
-      archive_bytes = static_cast<uint64_t>(
-          integer(header.at("archive_bytes"), "archive_bytes", 0, INT64_MAX));
+      archive_bytes =
+          static_cast<uint64_t>(integer(header.at("archive_bytes"), "archive_bytes", 0, INT64_MAX));
     }
   } catch (const nlohmann::json::exception& e) {
     r.fail_at(header_at, std::string("bad header: ") + e.what());

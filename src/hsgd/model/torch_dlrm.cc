@@ -41,12 +41,15 @@ class DlrmModel final : public Model {
   explicit DlrmModel(const ModelSpec& s) : spec_(s) {
     const auto& shape = s.sample_shape;
     if (shape.size() != 1 || shape[0] < 1) {
-      throw InputError("--model dlrm: expects dense features of shape {d} with d >= 1, the data "
-                       "has " + shape_string(shape));
+      throw InputError(
+          "--model dlrm: expects dense features of shape {d} with d >= 1, the data "
+          "has " +
+          shape_string(shape));
     }
     if (s.table_rows.empty()) {
-      throw InputError("--model dlrm: needs categorical features (--data synthetic-ctr or "
-                       "criteo:FILE); the data has none");
+      throw InputError(
+          "--model dlrm: needs categorical features (--data synthetic-ctr or "
+          "criteo:FILE); the data has none");
     }
     if (s.num_classes != 2) {
       throw InputError("--model dlrm: needs binary labels (2 classes), the data has " +
@@ -159,8 +162,7 @@ class DlrmModel final : public Model {
                          std::span<float> row_grads, std::span<float> losses) override {
     HSGD_ASSERT(!flat_.empty(), "gradient before bind");
     check_batch(batch);
-    HSGD_ASSERT(static_cast<int64_t>(row_grads.size()) ==
-                    static_cast<int64_t>(rows.size()) * dim_,
+    HSGD_ASSERT(static_cast<int64_t>(row_grads.size()) == static_cast<int64_t>(rows.size()) * dim_,
                 "sparse_gradient: row_grads must hold rows.size() x dim floats");
     std::fill(grads_.begin(), grads_.begin() + layout_.dense, 0.0f);
     std::fill(row_grads.begin(), row_grads.end(), 0.0f);
@@ -278,18 +280,19 @@ class DlrmModel final : public Model {
   torch::Tensor labels_tensor(const Batch& b) const {
     torch::Tensor y = torch::empty({b.size()}, torch::kFloat32);
     float* p = y.data_ptr<float>();
-    for (int64_t i = 0; i < b.size(); ++i) p[i] = static_cast<float>(b.labels[static_cast<size_t>(i)]);
+    for (int64_t i = 0; i < b.size(); ++i)
+      p[i] = static_cast<float>(b.labels[static_cast<size_t>(i)]);
     return y;
   }
 
   // The logits {n} of a batch whose rows are `emb` {n, fields, dim}.
   torch::Tensor forward(const Batch& b, const torch::Tensor& emb) {
     const int64_t n = b.size();
-    const torch::Tensor x = torch::from_blob(const_cast<float*>(b.features.data()), {n, nd_},
-                                             torch::kFloat32);
-    const torch::Tensor z = net_.bottom->forward(x);                      // {n, dim}
-    const torch::Tensor t = torch::cat({z.unsqueeze(1), emb}, 1);         // {n, m, dim}
-    const torch::Tensor dots = torch::bmm(t, t.transpose(1, 2));          // {n, m, m}
+    const torch::Tensor x =
+        torch::from_blob(const_cast<float*>(b.features.data()), {n, nd_}, torch::kFloat32);
+    const torch::Tensor z = net_.bottom->forward(x);                               // {n, dim}
+    const torch::Tensor t = torch::cat({z.unsqueeze(1), emb}, 1);                  // {n, m, dim}
+    const torch::Tensor dots = torch::bmm(t, t.transpose(1, 2));                   // {n, m, m}
     const torch::Tensor inter = dots.index({torch::indexing::Slice(), li_, lj_});  // {n, pairs}
     return net_.top->forward(torch::cat({z, inter}, 1)).squeeze(1);
   }
@@ -304,7 +307,8 @@ class DlrmModel final : public Model {
     torch::Tensor emb = gather_rows(b).requires_grad_(true);
     const torch::Tensor logit = forward(b, emb);
     const torch::Tensor each = F::binary_cross_entropy_with_logits(
-        logit, labels_tensor(b), F::BinaryCrossEntropyWithLogitsFuncOptions().reduction(torch::kNone));
+        logit, labels_tensor(b),
+        F::BinaryCrossEntropyWithLogitsFuncOptions().reduction(torch::kNone));
     if (!losses.empty()) {
       const torch::Tensor l = each.detach().contiguous();
       std::copy_n(l.data_ptr<float>(), n, losses.begin());
@@ -313,8 +317,8 @@ class DlrmModel final : public Model {
     if (b.weights.empty()) {
       loss = each.mean();
     } else {
-      const torch::Tensor w = torch::from_blob(const_cast<float*>(b.weights.data()), {n},
-                                               torch::kFloat32);
+      const torch::Tensor w =
+          torch::from_blob(const_cast<float*>(b.weights.data()), {n}, torch::kFloat32);
       loss = (each * w).mean();
     }
     loss.backward();

@@ -168,11 +168,9 @@ std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double 
   }
   if (o.kind == "async") return std::make_unique<AsyncPolicy>();
   if (o.kind == "auto")
-    return std::make_unique<AutoController>(workers,
-                                            parse_auto_ablate(o.auto_ablate,
-                                                              auto_rule_parts(o.auto_rule)),
-                                            o.aggregation == Aggregation::kMean ? lr : 0.0,
-                                            parse_auto_constants(o.auto_constants));
+    return std::make_unique<AutoController>(
+        workers, parse_auto_ablate(o.auto_ablate, auto_rule_parts(o.auto_rule)),
+        o.aggregation == Aggregation::kMean ? lr : 0.0, parse_auto_constants(o.auto_constants));
   if (o.kind == "hogwild") return std::make_unique<AsyncPolicy>("hogwild");
   // The serverless gossip policies (policy/gossip.h) have no server either:
   // their runtime never calls the policy; its name is what rows carry.

@@ -12,8 +12,7 @@ namespace {
 constexpr uint32_t kTag = 0x434D5031;  // "CMP1"
 }
 
-Compression::Compression(const CompressOptions& o,
-                         const std::vector<std::vector<int64_t>>& shapes,
+Compression::Compression(const CompressOptions& o, const std::vector<std::vector<int64_t>>& shapes,
                          std::span<const float> initial, int workers, uint64_t seed)
     : push_on_(!o.push.none()), pull_on_(!o.pull.none()), numel_(initial.size()) {
   const std::vector<TensorSlot> layout = make_layout(shapes, 0, numel_);
@@ -23,8 +22,7 @@ Compression::Compression(const CompressOptions& o,
   }
   if (pull_on_) {
     pull_ = std::make_unique<PullStage>(o, layout, seed, workers, initial);
-    pull_decoder_ =
-        std::make_unique<Codec>(o.pull, layout, static_cast<size_t>(o.min_bytes), 0);
+    pull_decoder_ = std::make_unique<Codec>(o.pull, layout, static_cast<size_t>(o.min_bytes), 0);
   }
 }
 
@@ -72,8 +70,7 @@ std::unique_ptr<Compression> make_compression(const Config& c,
                                               const std::vector<std::vector<int64_t>>& shapes,
                                               std::span<const float> initial) {
   if (!c.compress.on()) return nullptr;
-  return std::make_unique<Compression>(c.compress, shapes, initial, c.train.workers,
-                                       c.train.seed);
+  return std::make_unique<Compression>(c.compress, shapes, initial, c.train.workers, c.train.seed);
 }
 
 double calibrate_compress_ns(const Config& c, const std::vector<std::vector<int64_t>>& shapes,

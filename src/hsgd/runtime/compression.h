@@ -37,8 +37,7 @@ class Compression {
   // Server side of a pull: the message for `worker` (compressed difference
   // to its held copy, or raw under warm-up) into *bytes; returns whether it
   // was compressed.
-  bool encode_pull(int worker, std::span<const float> params, uint64_t version,
-                   std::string* bytes);
+  bool encode_pull(int worker, std::span<const float> params, uint64_t version, std::string* bytes);
   // What `worker` holds after its last pull (the server's record).
   std::span<const float> held(int worker) const;
   // Worker side of a pull: applies the message to the worker's parameters.

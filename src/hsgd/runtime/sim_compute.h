@@ -61,8 +61,8 @@ class PushKernel {
   // grads); params hold the parameters the worker pulled and may be
   // overwritten. Writes the push into grads, returns the training loss and
   // sets *samples to the samples behind it. `scratch` is reused.
-  virtual double compute(int worker, Model& model, std::span<float> params,
-                         std::span<float> grads, Batch* scratch, int64_t* samples) = 0;
+  virtual double compute(int worker, Model& model, std::span<float> params, std::span<float> grads,
+                         Batch* scratch, int64_t* samples) = 0;
   // Whether compute() may write `params`. If it never does, the model reads
   // the pulled parameters in place, from the snapshot shared by every
   // request of that version, instead of a copy of its own.
@@ -177,8 +177,8 @@ class SimCompute {
   std::vector<Slot> slots_;
   std::vector<Pending> heap_;
   uint64_t next_seq_ = 0;
-  size_t held_ = 0;     // computed results not finished
-  size_t running_ = 0;  // pool threads computing
+  size_t held_ = 0;         // computed results not finished
+  size_t running_ = 0;      // pool threads computing
   bool unbounded_ = false;  // settle_all: ignore the window
   bool stop_ = false;
   double horizon_ = std::numeric_limits<double>::infinity();

@@ -86,7 +86,9 @@ class SparseWorker {
   // Moves the batch's rows and their gradients (after compute()) into *out,
   // for a push applied later (the simulator).
   void take_rows(RowPush* out);
-  std::span<const float> dense_grads() const { return grads_.first(static_cast<size_t>(layout_.dense)); }
+  std::span<const float> dense_grads() const {
+    return grads_.first(static_cast<size_t>(layout_.dense));
+  }
   const SparseTraffic& traffic() const { return traffic_; }
 
  private:
@@ -96,7 +98,7 @@ class SparseWorker {
   Batch batch_;
   bool pending_ = false;
   std::vector<int64_t> rows_;
-  std::vector<float> row_buf_;    // pulled rows, then row gradients
+  std::vector<float> row_buf_;  // pulled rows, then row gradients
   SparseTraffic traffic_;
   SamplerCost* cost_ = nullptr;  // the sampler's: sampling and gradient time
 };

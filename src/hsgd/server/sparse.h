@@ -107,8 +107,8 @@ class RowOptimizer {
  private:
   OptimizerOptions o_;
   int64_t rows_, dim_;
-  std::vector<float> m_, v_;     // momentum: m_ = velocity; adagrad: v_ = sum g^2; adam: both
-  std::vector<int64_t> count_;   // adam: updates that touched each row
+  std::vector<float> m_, v_;    // momentum: m_ = velocity; adagrad: v_ = sum g^2; adam: both
+  std::vector<int64_t> count_;  // adam: updates that touched each row
   // adam: 1 - beta1^t and 1 - beta2^t for the counts seen so far (derived
   // from o_, not state: not saved).
   void bias_corrections(int64_t t, float* c1, float* c2);
@@ -162,8 +162,8 @@ class RowTable final : public ServerHook {
   RowOptimizer optimizer_;
   RowPush staged_;
   bool has_staged_ = false;
-  RowPush buffer_;  // sum of the buffered pushes' rows (sorted ids)
-  RowPush merged_;  // scratch
+  RowPush buffer_;                // sum of the buffered pushes' rows (sorted ids)
+  RowPush merged_;                // scratch
   std::vector<int64_t> version_;  // per row: updates that moved it
   // Per worker: the ids of its last pull (sorted) and their versions then.
   struct Pulled {
