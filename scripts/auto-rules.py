@@ -33,6 +33,7 @@ TWELFTH_NOGUARD = "auto+policy.auto_rule=12+policy.auto_ablate=spike"
 FOURTEENTH = "auto+policy.auto_rule=14"
 FIFTEENTH = "auto+policy.auto_rule=15"
 SIXTEENTH = "auto+policy.auto_rule=16"
+SEVENTEENTH = "auto+policy.auto_rule=17"
 
 # name: (label, held out?, fixed sweep, [(rule, sweep dir, policy name)])
 SETS = {
@@ -221,6 +222,11 @@ SIXTEENTH_CLEAN = add_families(
      ("momentum-softmax-synthetic-8", "server momentum 0.95, softmax on 8 workers"),
      ("momentum-mlp2-synthetic-16", "server momentum 0.8, a two-layer MLP on 16 workers")],
     [("fourteenth", FOURTEENTH), ("sixteenth", SIXTEENTH)])
+# The seventeenth rule (the sixteenth whose guard, where it keeps mu, tests
+# a window's mean) differs from the sixteenth only with server momentum: run
+# alone on every momentum set (seventeenth-<set>/).
+for name in SIXTEENTH_SEEN + SIXTEENTH_CLEAN:
+    SETS[name][3].append(("seventeenth", "seventeenth-" + name, SEVENTEENTH))
 # Each rule's clean test (--clean RULE): the families committed before it
 # ran on them, with the rule unchanged since. The ninth's: every family
 # committed after it was made (it is named in all of them).

@@ -475,7 +475,7 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
         2, [](double) { return 4.5; }, 0.01);
     EXPECT_EQ(c->k(), ablate.empty() ? 4 : 1);
   }
-  EXPECT_THROW(rule(17), InputError);
+  EXPECT_THROW(rule(18), InputError);
   EXPECT_THROW(rule(4), InputError);
 }
 
@@ -1021,6 +1021,52 @@ TEST(AutoPolicy, TheSixteenthRulesFirstSpikeCorrectsTheMomentum) {
   const auto hi16 = fed_controller(16, 0.004, 10), hi14 = fed_controller(14, 0.004, 10);
   EXPECT_EQ(hi16->k(), hi14->k());
   EXPECT_DOUBLE_EQ(hi16->implicit_momentum(), hi14->implicit_momentum());
+}
+
+// The seventeenth rule (tried): where mu is kept, two pushes far above the
+// start (a bump) change nothing; a window whose mean is above the spike line
+// (a round of them) turns the correction on and leaves K. Then the
+// per-push guard is back: a later spike raises K. Above the budget, and on
+// plain sgd, it is the sixteenth.
+TEST(AutoPolicy, TheSeventeenthRuleCorrectsOnAWindowAboveTheLine) {
+  auto fed = [](int rule, int high, double gain = 10) {
+    auto c = fed_controller(rule, 0.001, gain);
+    Feed f(c.get(), std::vector<double>(25, 0.1));
+    const auto descent = [](double t) { return 2.0 * std::exp(-t) + 0.01 * t; };
+    f.run(
+        high, [](double) { return 4.5; }, 0.001, 24);
+    f.run(40, descent, 0.001, 24);
+    return c;
+  };
+  // A bump of 3 pushes: the sixteenth corrects, the seventeenth does not.
+  const auto bump16 = fed(16, 3), bump17 = fed(17, 3);
+  EXPECT_TRUE(bump16->spike_corrected());
+  EXPECT_FALSE(bump17->spike_corrected());
+  EXPECT_EQ(bump17->k(), 1);
+  EXPECT_EQ(bump17->implicit_momentum(), 0.0);
+  // Two rounds of them: a whole window above the line.
+  const auto round17 = fed(17, 50);
+  EXPECT_TRUE(round17->spike_corrected());
+  EXPECT_EQ(round17->k(), 1);
+  EXPECT_NEAR(round17->implicit_momentum(), 24.0 / 25.0, 1e-9);
+  // Then a per-push spike raises K.
+  {
+    auto c = fed_controller(17, 0.001, 10);
+    Feed f(c.get(), std::vector<double>(25, 0.1));
+    f.run(
+        50, [](double) { return 4.5; }, 0.001, 24);
+    f.run(
+        40, [](double t) { return 2.0 * std::exp(-t); }, 0.001, 24);
+    ASSERT_TRUE(c->spike_corrected());
+    ASSERT_EQ(c->k(), 1);
+    f.run(
+        2, [](double) { return 4.5; }, 0.001, 24);
+    EXPECT_EQ(c->k(), 4);
+  }
+  // Plain sgd (no guard), and momentum above the budget: the sixteenth's.
+  EXPECT_EQ(fed(17, 3, 1)->save_state(), fed(16, 3, 1)->save_state());
+  const auto hi16 = fed_controller(16, 0.004, 10), hi17 = fed_controller(17, 0.004, 10);
+  EXPECT_EQ(hi17->save_state(), hi16->save_state());
 }
 
 TEST(AutoPolicy, ImplicitMomentumFollowsTheStaleness) {

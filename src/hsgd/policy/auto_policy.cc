@@ -12,11 +12,11 @@ namespace hsgd {
 AutoParts auto_rule_parts(int rule) {
   AutoParts p;
   if (rule == 5) return p;
-  if (rule < 6 || rule > 16) {
+  if (rule < 6 || rule > 17) {
     throw InputError("policy.auto_rule = " + std::to_string(rule) +
                      ": expected 16 (today's rule), 14 (the rule before it), 9 (the rule before "
-                     "the fourteenth), 10 to 13 or 15 (tried), 8, 7, 6 or 5 (the rules before "
-                     "the ninth)");
+                     "the fourteenth), 10 to 13, 15 or 17 (tried), 8, 7, 6 or 5 (the rules "
+                     "before the ninth)");
   }
   // The sixth rule: on the design cells the probes and the window rises
   // added nothing on the MLP and cost on LeNet-5 (docs/results-auto.md,
@@ -58,7 +58,10 @@ AutoParts auto_rule_parts(int rule) {
   // The sixteenth (today's): the fourteenth whose spike guard, where mu is
   // kept, first turns the momentum correction on (docs/results-auto.md,
   // "The sixteenth rule adopted").
-  p.spike_corrects = rule == 16;
+  p.spike_corrects = rule >= 16;
+  // The seventeenth (tried): the sixteenth whose guard, where mu is kept,
+  // tests a window's mean (docs/results-auto.md, "The seventeenth rule").
+  p.spike_window = rule == 17;
   return p;
 }
 
@@ -449,7 +452,8 @@ void AutoController::observe_push(const PushSignal& s) {
   // computed before the new K took effect). The first test is the common
   // case's only one: armed, not cooling down, no streak, loss under the line.
   // (Past this test the guard is armed: the gate is +inf otherwise.)
-  if (loss > spike_gate_ || ((spike_cool_ | spike_streak_) != 0 && spike_armed())) {
+  if (loss > spike_gate_ ||
+      ((spike_cool_ | spike_streak_) != 0 && spike_armed() && !window_guard())) {
     if (spike_cool_ > 0) {
       --spike_cool_;
     } else {
@@ -480,7 +484,8 @@ void AutoController::observe_push(const PushSignal& s) {
 // otherwise. Armed depends on K and on the start being known, which change
 // only in end_window() and rise(); observe_push calls this after both.
 void AutoController::set_spike_gate() {
-  spike_gate_ = spike_armed() ? spike_line_ : std::numeric_limits<double>::infinity();
+  spike_gate_ =
+      spike_armed() && !window_guard() ? spike_line_ : std::numeric_limits<double>::infinity();
 }
 
 void AutoController::end_window() {
@@ -510,6 +515,14 @@ void AutoController::end_window() {
   hist_mean_[hist_n_] = mean;
   hist_se2_[hist_n_] = se2;
   ++hist_n_;
+  // The seventeenth rule, where mu is kept: a window whose mean loss is above
+  // the spike line turns the momentum correction on (the per-push test is
+  // off here); the per-push guard is armed again one round later.
+  if (windows_ > 1 && window_guard() && spike_armed() && mean > spike_line_) {
+    spike_corrected_ = true;
+    spike_streak_ = 0;
+    spike_cool_ = window_;
+  }
   // Rise: this window against the kBlock before it, or against the loss at
   // the start (a stable run does not end up worse than it began), beyond
   // noise in cst_.rise_windows windows in a row: the steps are too stale or too

@@ -95,8 +95,17 @@ struct AutoParts {
   // the two momenta together overshooting (Mitliagkas et al. 2016), and
   // taking staleness's share off mu costs no throughput; raising K does.
   bool spike_corrects = false;
+  // The seventeenth rule (tried): the sixteenth, whose guard, where it
+  // keeps mu, asks for a window (one round of pushes) whose mean loss is
+  // above the spike line before it turns the correction on, not two pushes
+  // in a row. Momentum's overshoot under staleness recurs push after push
+  // (an oscillation that lifts whole windows); a stale gradient's bump is
+  // a few pushes, which async rides out.
+  bool spike_window = false;
 };
 // The parts of rule `rule` (policy.auto_rule; docs/auto.md):
+//   17 (tried): the sixteenth whose guard, where mu is kept, tests a
+//     window's mean loss, not two pushes (`spike_window`).
 //   16 (today's): the fourteenth whose spike guard, where mu is kept, first
 //     turns the momentum correction on (`spike_corrects`).
 //   15 (tried): the fourteenth with the spike guard armed only after the
@@ -246,6 +255,8 @@ class AutoController final : public Policy {
   // (the twelfth to fifteenth rules weigh it against the budget).
   double amplified_step(int k) const;
   bool corrects_first() const;
+  // The seventeenth rule: the guard tests windows, not pushes, here.
+  bool window_guard() const { return parts_.spike_window && corrects_first(); }
   int concurrency_floor(int n) const;
   bool budget_step();
   bool early_cap_step();
