@@ -788,7 +788,11 @@ TEST(MpiAdpsgd, LearnsAsOnTheThreadsRuntime) {
         static_cast<long long>(r->last.samples), static_cast<long long>(t.last.samples));
     const int64_t target = static_cast<int64_t>(std::ceil(4.0 * f.train.size()));
     EXPECT_GE(r->last.samples, target);
-    EXPECT_LE(r->last.samples, target + 2 * 4 * f.config.train.batch) << "stopped late";
+    // The stop is a message's round trip after the target (docs/gossip.md):
+    // a step or two per rank on an idle machine; it was 2.25 (6544 against
+    // 6400 + 128) once with a compiler running beside ctest -j 2. At most 8
+    // steps per rank: an epoch target that does not stop the run still fails.
+    EXPECT_LE(r->last.samples, target + 8 * 4 * f.config.train.batch) << "stopped late";
     EXPECT_NEAR(r->last.test_loss, t.last.test_loss, 0.02 * t.last.test_loss);
     EXPECT_NEAR(r->last.test_acc, t.last.test_acc, 0.02);
     EXPECT_GT(r->last.test_acc, 0.6);
