@@ -123,15 +123,18 @@ for name in ["sweep-momentum", "heldout-momentum-mlp", "heldout-nesterov-lenet",
              "heldout-momentum-fmnist", "heldout-momentum-lenet", "heldout-softmax-64",
              "heldout-lenet-8"]:
     SETS[name][3].append(("twelfth", "twelfth-" + name, TWELFTH))
+# The momentum sets as they were made (each later list extends the one
+# before): the rules that differ from their predecessor only with server
+# momentum ran alone on those that existed when they were tried.
+MOMENTUM_SETS = ["sweep-momentum", "heldout-momentum-mlp", "heldout-nesterov-lenet",
+                 "heldout-momentum-fmnist", "heldout-momentum-lenet"]
 # The twelfth without its spike guard (an ablation), on the momentum sets.
-for name in ["sweep-momentum", "heldout-momentum-mlp", "heldout-nesterov-lenet",
-             "heldout-momentum-fmnist", "heldout-momentum-lenet"]:
+for name in MOMENTUM_SETS:
     SETS[name][3].append(("twelfth, no guard", "twelfth-noguard-" + name, TWELFTH_NOGUARD))
 # The thirteenth rule (the ninth, but the eleventh where the momentum's
 # step needs K <= 2) is the twelfth on plain sgd (gain 1): run alone on the
 # momentum sets (thirteenth-<set>/).
-for name in ["sweep-momentum", "heldout-momentum-mlp", "heldout-nesterov-lenet",
-             "heldout-momentum-fmnist", "heldout-momentum-lenet"]:
+for name in MOMENTUM_SETS:
     SETS[name][3].append(("thirteenth", "thirteenth-" + name, THIRTEENTH))
 
 
@@ -161,10 +164,10 @@ THIRTEENTH_CLEAN = add_families(
 # The fourteenth rule (the ninth with the momentum correction only where
 # the momentum step is above the budget, and the early cap), run alone on
 # every momentum set and on one plain-sgd set (fourteenth-<set>/).
-for name in ["sweep-momentum", "heldout-momentum-mlp", "heldout-nesterov-lenet",
-             "heldout-momentum-fmnist", "heldout-momentum-lenet", "heldout-momentum-softmax",
-             "heldout-nesterov-fmnist", "heldout-momentum-lenet-4", "heldout-momentum-64",
-             "heldout-softmax-64"]:
+FOURTEENTH_SEEN = MOMENTUM_SETS + ["heldout-momentum-softmax", "heldout-nesterov-fmnist",
+                                   "heldout-momentum-lenet-4", "heldout-momentum-64",
+                                   "heldout-softmax-64"]
+for name in FOURTEENTH_SEEN:
     SETS[name][3].append(("fourteenth", "fourteenth-" + name, FOURTEENTH))
 # ... and on the MLP grid, where it is the tenth (plain sgd), run for run.
 SETS["sweep-mlp"][3].append(("fourteenth", "fourteenth-sweep-mlp", FOURTEENTH))
@@ -179,11 +182,9 @@ FOURTEENTH_CLEAN = add_families(
 # the first block) differs from the fourteenth only where the guard is on
 # (server momentum here): run alone on every momentum set
 # (fifteenth-<set>/).
-for name in ["sweep-momentum", "heldout-momentum-mlp", "heldout-nesterov-lenet",
-             "heldout-momentum-fmnist", "heldout-momentum-lenet", "heldout-momentum-softmax",
-             "heldout-nesterov-fmnist", "heldout-momentum-lenet-4", "heldout-momentum-64",
-             "heldout-softmax-64", "heldout-momentum-lenet-8", "heldout-nesterov-40",
-             "heldout-momentum-fmnist-softmax"]:
+FIFTEENTH_SEEN = FOURTEENTH_SEEN + ["heldout-momentum-lenet-8", "heldout-nesterov-40",
+                                    "heldout-momentum-fmnist-softmax"]
+for name in FIFTEENTH_SEEN:
     SETS[name][3].append(("fifteenth", "fifteenth-" + name, FIFTEENTH))
 # Families committed after the fifteenth rule was tried on the seen cells
 # (and not taken further), before any rule ran on them: they extend the
@@ -204,12 +205,8 @@ EXTENDED_CLEAN = add_families(
 # The sixteenth rule (the fourteenth whose spike guard, where it keeps mu,
 # first turns the momentum correction on) differs from the fourteenth only
 # with server momentum: run alone on every momentum set (sixteenth-<set>/).
-SIXTEENTH_SEEN = ["sweep-momentum", "heldout-momentum-mlp", "heldout-nesterov-lenet",
-                  "heldout-momentum-fmnist", "heldout-momentum-lenet", "heldout-momentum-softmax",
-                  "heldout-nesterov-fmnist", "heldout-momentum-lenet-4", "heldout-momentum-64",
-                  "heldout-softmax-64", "heldout-momentum-lenet-8", "heldout-nesterov-40",
-                  "heldout-momentum-fmnist-softmax", "heldout-momentum-fmnist-mlp-12",
-                  "heldout-nesterov-lenet-6", "heldout-momentum-synthetic-20"]
+SIXTEENTH_SEEN = FIFTEENTH_SEEN + ["heldout-momentum-fmnist-mlp-12", "heldout-nesterov-lenet-6",
+                                   "heldout-momentum-synthetic-20"]
 for name in SIXTEENTH_SEEN:
     SETS[name][3].append(("sixteenth", "sixteenth-" + name, SIXTEENTH))
 # Families committed after the sixteenth rule was chosen, before any rule
