@@ -385,19 +385,19 @@ bool AutoController::raises_k() const {
 // not already corrected by a spike.
 bool AutoController::corrects_first() const {
   return parts_.spike_corrects && parts_.momentum && parts_.momentum_gate && budget_on() &&
-         gain_ > 1 && !spike_corrected_ && !raises_k() &&
-         amplified_step(k_) <= cst_.budget * (1 + 1e-9);
+         gain_ > 1 && !spike_corrected_ && !raises_k() && within_budget(amplified_step(k_));
 }
 
 double AutoController::implicit_momentum() const {
   if (!parts_.momentum || raises_k()) return 0.0;
   const double m = implicit_momentum_of_staleness(tau_.mean);
   if (!(parts_.momentum_budget || parts_.momentum_gate) || !budget_on() || !(gain_ > 0)) return m;
-  // The twelfth and the fourteenth to sixteenth rules: the momentum-amplified step at the
-  // concurrency n / K against the budget. Within it, no correction; above
-  // it the twelfth lowers mu by the excess only, the fourteenth fully.
+  // The twelfth and the fourteenth to seventeenth rules: the momentum-amplified
+  // step at the concurrency n / K against the budget. Within it, no
+  // correction (until a spike, the sixteenth and seventeenth); above it the
+  // twelfth lowers mu by the excess only, the others fully.
   const double drift = amplified_step(k_);
-  if (drift <= cst_.budget * (1 + 1e-9) && !spike_corrected_) return 0.0;
+  if (within_budget(drift) && !spike_corrected_) return 0.0;
   if (parts_.momentum_gate) return m;
   return std::min(m, 1.0 - cst_.budget / drift);
 }

@@ -252,8 +252,9 @@ class AutoController final : public Policy {
   // thirteenth where it raises K).
   bool counts_gain() const { return gain_ > 0 && (parts_.step_gain || raises_k()); }
   // The momentum-amplified step at the concurrency n / K, lr x g x n / K
-  // (the twelfth to fifteenth rules weigh it against the budget).
+  // (the twelfth to seventeenth rules weigh it against the budget).
   double amplified_step(int k) const;
+  bool within_budget(double step) const { return step <= cst_.budget * (1 + 1e-9); }
   bool corrects_first() const;
   // The seventeenth rule: the guard tests windows, not pushes, here.
   bool window_guard() const { return parts_.spike_window && corrects_first(); }
