@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "hsgd/core/error.h"
@@ -73,6 +74,68 @@ TEST(Sweep, ARunStoppedEarlyDoesNotShortenTheOthersInterval) {
   EXPECT_DOUBLE_EQ(c.policies[2].interval_mean.mean, (0.1 + 9 * 0.7) / 10);
   EXPECT_EQ(c.best_fixed, 1);
   EXPECT_NEAR(c.cand_minus_best, -0.09, 1e-12);
+}
+
+// auto in any variant chooses its K while it runs: it is never the "best
+// fixed" policy, even when it is not the candidate and scores highest.
+TEST(Sweep, AnAutoVariantIsNeverTheBestFixedPolicy) {
+  const SweepResult r =
+      sweep_results(one_cell({"async", "auto+policy.auto_rule=9", "kasync:2", "auto"},
+                             {run(4, [](int) { return 0.5; }), run(4, [](int) { return 0.9; }),
+                              run(4, [](int) { return 0.4; }), run(4, [](int) { return 0.6; })}));
+  const SweepCell& c = r.cells[0];
+  EXPECT_EQ(c.best_fixed, 0);
+  EXPECT_EQ(c.runner_up, 2);
+  EXPECT_NEAR(c.cand_minus_best, 0.1, 1e-12);
+  EXPECT_NEAR(c.best_minus_runner_up, 0.1, 1e-12);
+  EXPECT_TRUE(is_adaptive_policy("auto"));
+  EXPECT_TRUE(is_adaptive_policy("auto+policy.auto_rule=16"));
+  EXPECT_FALSE(is_adaptive_policy("async"));
+  EXPECT_FALSE(is_adaptive_policy("autumn"));
+  // With no fixed policy at all, there is no best fixed one.
+  const SweepResult alone =
+      sweep_results(one_cell({"auto+policy.auto_rule=9", "auto"},
+                             {run(2, [](int) { return 0.5; }), run(2, [](int) { return 0.6; })}));
+  EXPECT_EQ(alone.cells[0].best_fixed, -1);
+  EXPECT_TRUE(std::isnan(alone.cells[0].cand_minus_best));
+}
+
+// Three seeds: the paired standard error is the std of the per-seed
+// differences over sqrt(3), not a combination of the two policies' stds.
+TEST(Sweep, PairedStandardErrorsOfTheDifferences) {
+  SweepInput in;
+  in.axes = {{"optim.lr", {"0.1"}}};
+  in.policies = {"async", "kasync:2", "auto"};
+  in.seeds = {1, 2, 3};
+  in.candidate = "auto";
+  in.cells = {{0}};
+  // Per seed: async 0.50, 0.60, 0.70; kasync:2 0.48, 0.57, 0.66 (differences
+  // 0.02, 0.03, 0.04); auto 0.45, 0.60, 0.68 (differences -0.05, 0, -0.02).
+  const double as[] = {0.5, 0.6, 0.7}, ks[] = {0.48, 0.57, 0.66}, au[] = {0.45, 0.6, 0.68};
+  in.runs.assign(1, std::vector<std::vector<std::vector<MetricsRow>>>(3));
+  for (int s = 0; s < 3; ++s) {
+    in.runs[0][0].push_back(run(2, [&](int) { return as[s]; }));
+    in.runs[0][1].push_back(run(2, [&](int) { return ks[s]; }));
+    in.runs[0][2].push_back(run(2, [&](int) { return au[s]; }));
+  }
+  const SweepCell c = sweep_results(in).cells[0];
+  ASSERT_EQ(c.best_fixed, 0);
+  ASSERT_EQ(c.runner_up, 1);
+  EXPECT_NEAR(c.best_minus_runner_up, 0.03, 1e-12);
+  EXPECT_NEAR(c.best_minus_runner_up_se, 0.01 / std::sqrt(3.0), 1e-12);
+  const double d[] = {-0.05, 0.0, -0.02};
+  const double m = (d[0] + d[1] + d[2]) / 3;
+  double ss = 0;
+  for (double x : d) ss += (x - m) * (x - m);
+  EXPECT_NEAR(c.cand_minus_best, m, 1e-12);
+  EXPECT_NEAR(c.cand_minus_best_se, std::sqrt(ss / 2) / std::sqrt(3.0), 1e-12);
+  // One seed: no standard error.
+  EXPECT_TRUE(std::isnan(
+      sweep_results(one_cell({"async", "kasync:2", "auto"},
+                             {run(2, [](int) { return 0.5; }), run(2, [](int) { return 0.4; }),
+                              run(2, [](int) { return 0.6; })}))
+          .cells[0]
+          .cand_minus_best_se));
 }
 
 TEST(Sweep, InconsistentInputIsAnInputError) {

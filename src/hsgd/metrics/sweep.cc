@@ -22,6 +22,8 @@ std::string pct(const Stat& s) {
 
 std::string pp(double v) { return std::isfinite(v) ? fmt::format("{:+.2f}", 100 * v) : "n/a"; }
 
+std::string se(double v) { return std::isfinite(v) ? fmt::format("{:.2f}", 100 * v) : "n/a"; }
+
 double interval_mean(const std::vector<MetricsRow>& rows, const std::vector<double>& grid) {
   const Curves c = resample(rows, grid);
   double sum = 0;
@@ -35,7 +37,22 @@ double interval_mean(const std::vector<MetricsRow>& rows, const std::vector<doub
   return n ? sum / static_cast<double>(n) : kNaN;
 }
 
+// The standard error of the mean of a[s] − b[s] over the seeds where both are
+// finite (NaN with fewer than two).
+double paired_se(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> d;
+  for (size_t s = 0; s < a.size() && s < b.size(); ++s) {
+    if (std::isfinite(a[s]) && std::isfinite(b[s])) d.push_back(a[s] - b[s]);
+  }
+  if (d.size() < 2) return kNaN;
+  return mean_std(d).std / std::sqrt(static_cast<double>(d.size()));
+}
+
 }  // namespace
+
+bool is_adaptive_policy(const std::string& policy) {
+  return policy == "auto" || policy.rfind("auto+", 0) == 0;
+}
 
 SweepResult sweep_results(const SweepInput& in) {
   SweepResult r;
@@ -82,17 +99,23 @@ SweepResult sweep_results(const SweepInput& in) {
       if (sp.policy == "async") cell.async = static_cast<int>(p);
       cell.policies.push_back(std::move(sp));
     }
-    for (size_t p = 0; p < cell.policies.size(); ++p) {
-      if (static_cast<int>(p) == cell.candidate) continue;
-      const double m = cell.policies[p].interval_mean.mean;
-      if (!std::isfinite(m)) continue;
-      if (cell.best_fixed < 0 ||
-          m > cell.policies[static_cast<size_t>(cell.best_fixed)].interval_mean.mean) {
-        cell.best_fixed = static_cast<int>(p);
-      }
-    }
     auto im = [&](int p) {
       return p < 0 ? kNaN : cell.policies[static_cast<size_t>(p)].interval_mean.mean;
+    };
+    for (size_t p = 0; p < cell.policies.size(); ++p) {
+      const int i = static_cast<int>(p);
+      if (i == cell.candidate || is_adaptive_policy(cell.policies[p].policy)) continue;
+      const double m = cell.policies[p].interval_mean.mean;
+      if (!std::isfinite(m)) continue;
+      if (cell.best_fixed < 0 || m > im(cell.best_fixed)) {
+        cell.runner_up = cell.best_fixed;
+        cell.best_fixed = i;
+      } else if (cell.runner_up < 0 || m > im(cell.runner_up)) {
+        cell.runner_up = i;
+      }
+    }
+    auto seeds = [&](int p) {
+      return p < 0 ? std::vector<double>{} : cell.policies[static_cast<size_t>(p)].interval;
     };
     auto fin = [&](int p) {
       return p < 0 ? kNaN : cell.policies[static_cast<size_t>(p)].final_acc.mean;
@@ -101,6 +124,9 @@ SweepResult sweep_results(const SweepInput& in) {
     cell.cand_minus_async = im(cell.candidate) - im(cell.async);
     cell.best_minus_async = im(cell.best_fixed) - im(cell.async);
     cell.cand_minus_best_final = fin(cell.candidate) - fin(cell.best_fixed);
+    cell.best_minus_runner_up = im(cell.best_fixed) - im(cell.runner_up);
+    cell.cand_minus_best_se = paired_se(seeds(cell.candidate), seeds(cell.best_fixed));
+    cell.best_minus_runner_up_se = paired_se(seeds(cell.best_fixed), seeds(cell.runner_up));
     r.cells.push_back(std::move(cell));
   }
   return r;
@@ -133,17 +159,22 @@ std::string sweep_markdown(const SweepResult& r) {
   const std::string cand = r.candidate.empty() ? "candidate" : r.candidate;
   md += head + " best fixed | best fixed interval | " + cand + " interval | " + cand +
         " − best (pp) | " + cand + " − async (pp) | best − async (pp) | " + cand +
-        " − best final (pp) |\n";
-  md += rule + "---|---:|---:|---:|---:|---:|---:|\n";
+        " − best final (pp) | " + cand +
+        " − best, paired se (pp) | runner-up | best − runner-up (pp) | best − runner-up, paired "
+        "se (pp) |\n";
+  md += rule + "---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|\n";
   for (const SweepCell& c : r.cells) {
     std::string row = "|";
     for (size_t a = 0; a < r.axes.size(); ++a) row += " " + r.axes[a].values[c.index[a]] + " |";
     const SweepPolicy* best = c.best_fixed < 0 ? nullptr : &c.policies[size_t(c.best_fixed)];
     const SweepPolicy* cp = c.candidate < 0 ? nullptr : &c.policies[size_t(c.candidate)];
-    row += fmt::format(" {} | {} | {} | {} | {} | {} | {} |\n", best ? best->policy : "n/a",
-                       best ? pct(best->interval_mean) : "n/a", cp ? pct(cp->interval_mean) : "n/a",
-                       pp(c.cand_minus_best), pp(c.cand_minus_async), pp(c.best_minus_async),
-                       pp(c.cand_minus_best_final));
+    const SweepPolicy* second = c.runner_up < 0 ? nullptr : &c.policies[size_t(c.runner_up)];
+    row += fmt::format(" {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                       best ? best->policy : "n/a", best ? pct(best->interval_mean) : "n/a",
+                       cp ? pct(cp->interval_mean) : "n/a", pp(c.cand_minus_best),
+                       pp(c.cand_minus_async), pp(c.best_minus_async), pp(c.cand_minus_best_final),
+                       se(c.cand_minus_best_se), second ? second->policy : "n/a",
+                       pp(c.best_minus_runner_up), se(c.best_minus_runner_up_se));
     md += row;
   }
   for (int measure = 0; measure < 2; ++measure) {
@@ -186,6 +217,11 @@ nlohmann::json sweep_json(const SweepResult& r) {
     cj["candidate_minus_async"] = num(c.cand_minus_async);
     cj["best_minus_async"] = num(c.best_minus_async);
     cj["candidate_minus_best_final"] = num(c.cand_minus_best_final);
+    cj["candidate_minus_best_se"] = num(c.cand_minus_best_se);
+    cj["runner_up"] =
+        c.runner_up < 0 ? nlohmann::json() : nlohmann::json(c.policies[size_t(c.runner_up)].policy);
+    cj["best_minus_runner_up"] = num(c.best_minus_runner_up);
+    cj["best_minus_runner_up_se"] = num(c.best_minus_runner_up_se);
     nlohmann::json ps = nlohmann::json::object();
     for (const SweepPolicy& p : c.policies) {
       auto vals = [](const std::vector<double>& v) {

@@ -12,10 +12,17 @@
 //    measured on one grid;
 //  - final = the run's last row's test_acc;
 //  - over seeds: mean and sample standard deviation (compare.h: mean_std);
-//  - best fixed = the policy other than `candidate` with the highest mean
-//    interval mean (the first in list order on a tie);
+//  - best fixed = the fixed policy (not `candidate`, and not `auto` in any
+//    variant: auto chooses its K while it runs) with the highest mean
+//    interval mean (the first in list order on a tie); the runner-up = the
+//    next fixed policy;
 //  - differences (pp): candidate − best fixed, candidate − async, best fixed −
-//    async (those naming a policy absent from the sweep are NaN).
+//    async, best fixed − runner-up (those naming a policy absent from the
+//    sweep are NaN);
+//  - paired standard error of candidate − best fixed and of best fixed −
+//    runner-up: the sample std of the per-seed differences over √seeds (a
+//    seed's runs share its initial model, data order and straggler draws;
+//    NaN with one seed).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
@@ -52,10 +59,14 @@ struct SweepCell {
   std::vector<size_t> index;  // into each axis's values
   std::vector<SweepPolicy> policies;
   int best_fixed = -1;  // index into policies (-1: no fixed policy)
+  int runner_up = -1;   // the second fixed policy (-1: fewer than two)
   int candidate = -1, async = -1;
   // Differences of the interval means and of the final accuracies (fractions).
   double cand_minus_best = 0, cand_minus_async = 0, best_minus_async = 0;
   double cand_minus_best_final = 0;
+  double best_minus_runner_up = 0;
+  // Paired standard errors of the interval-mean differences (fractions).
+  double cand_minus_best_se = 0, best_minus_runner_up_se = 0;
 };
 
 struct SweepResult {
@@ -68,6 +79,10 @@ struct SweepResult {
 
 // Throws InputError for inconsistent input (sizes, empty runs).
 SweepResult sweep_results(const SweepInput& in);
+
+// Whether a sweep policy ("auto", "auto+policy.auto_rule=9") is `auto`,
+// which no "best fixed" names.
+bool is_adaptive_policy(const std::string& policy);
 
 // "optim.lr=0.1, stragglers.sigma=0.25".
 std::string cell_label(const SweepResult& r, const SweepCell& c);
