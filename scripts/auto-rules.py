@@ -10,7 +10,13 @@ over the sets named held out, the issue's targets for each rule: within
 1.5 pp of the best fixed policy in at least 90 % of cells, never more than
 3 pp behind, ahead of async by 2 pp or more wherever a fixed policy is.
 
-Usage: scripts/auto-rules.py [--root docs/results/sweep] [--sets NAME,...] [--clean [RULE]]
+With --reseed, the sixteenth rule's clean families rerun on seeds 4-6
+(examples/sweep/reseed/, in reseed-<set>/) against the committed seeds
+1-3: how often the fixed policy best on one seed set is within 1.5 pp of
+the best on the other (the ceiling of the target under seed noise), and
+each rule on the fresh seeds and on all six.
+
+Usage: scripts/auto-rules.py [--root docs/results/sweep] [--sets NAME,...] [--clean [RULE]] [--reseed]
 A set without its fixed sweep is skipped, and a rule without its sweep is
 left out of its set, with a line saying so."""
 import argparse
@@ -266,6 +272,72 @@ def is_fixed(p):
     return not p.startswith("auto")
 
 
+def best_fixed(pol, score):
+    fx = [p for p in pol if is_fixed(p)]
+    return max(fx, key=lambda p: score(pol[p]))
+
+
+def summary(label, diffs):
+    within = sum(d >= -1.5 for d in diffs)
+    return (f"- {label}: within 1.5 pp in {within} of {len(diffs)} "
+            f"({100.0 * within / len(diffs):.0f} %); worst {fmt(min(diffs))} pp; "
+            f"mean {fmt(sum(diffs) / len(diffs))} pp")
+
+
+def reseed(root):
+    """Seeds 1-3 (the committed sweeps) against seeds 4-6 (reseed-<set>/)
+    on the sixteenth rule's clean families."""
+    rules = [("fourteenth", FOURTEENTH), ("sixteenth", SIXTEENTH), ("seventeenth", SEVENTEENTH)]
+    ceiling, fresh, pooled = [], {r: [] for r, _ in rules}, {r: [] for r, _ in rules}
+    curse = []
+    print("| set | cell | best on 1-3 | best on 4-6 | best 1-3 on 4-6 − best on 4-6 (pp) "
+          "| best 4-6 on 1-3 − best on 1-3 (pp) | best on all 6 | " +
+          " | ".join(f"{r} on 4-6 − best (pp) | {r} on 6 − best (pp)" for r, _ in rules) + " |")
+    print("|---|---|---|---|---:|---:|---|" + "---:|---:|" * len(rules))
+    for name in SIXTEENTH_CLEAN + SEVENTEENTH_CLEAN:
+        a = load(root, name)
+        a17 = load(root, "seventeenth-" + name)
+        b = load(root, "reseed-" + name)
+        if a is None or b is None:
+            print(f"| {name} | not run | | | | | |" + " | |" * len(rules))
+            continue
+        for key in a:
+            pa, pb = dict(a[key]), b[key]
+            if a17 is not None and SEVENTEENTH not in pa:
+                pa[SEVENTEENTH] = a17[key][SEVENTEENTH]
+
+            def im(v):
+                return 100 * v["interval_mean"]["mean"]
+
+            def six(p):
+                return (im(pa[p]) + im(pb[p])) / 2  # three seeds each
+
+            ba, bb = best_fixed(pa, im), best_fixed(pb, im)
+            b6 = max((p for p in pa if is_fixed(p)), key=six)
+            ceiling += [im(pb[ba]) - im(pb[bb]), im(pa[bb]) - im(pa[ba])]
+            curse.append(im(pa[ba]) - im(pb[ba]))
+            cols = []
+            for r, pol in rules:
+                d4, d6 = im(pb[pol]) - im(pb[bb]), six(pol) - six(b6)
+                fresh[r].append(d4)
+                pooled[r].append(d6)
+                cols.append(f"{fmt(d4)} | {fmt(d6)}")
+            cell = ", ".join(f"{k} {v}" for k, v in key)
+            print(f"| {name[len('heldout-'):]} | {cell} | {ba} | {bb} | {fmt(ceiling[-2])} | "
+                  f"{fmt(ceiling[-1])} | {b6} | " + " | ".join(cols) + " |")
+    print()
+    if not curse:
+        return
+    print(summary("the fixed policy best on one seed set, on the other (both directions)",
+                  ceiling))
+    print(f"- the fixed policy best on seeds 1-3, its score there minus its score on seeds 4-6: "
+          f"{fmt(sum(curse) / len(curse))} pp (mean over {len(curse)} cells; selection bias "
+          f"plus seed noise)")
+    for r, _ in rules:
+        print(summary(f"{r} rule on seeds 4-6", fresh[r]))
+        print(summary(f"{r} rule on all six seeds", pooled[r]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--root", default=os.path.join(ROOT, "docs", "results", "sweep"))
@@ -273,7 +345,11 @@ def main():
     ap.add_argument("--clean", nargs="?", const="ninth", choices=sorted(CLEAN),
                     help="only the families RULE (default ninth) ran on unchanged after they "
                     "were committed (its clean held-out test)")
+    ap.add_argument("--reseed", action="store_true",
+                    help="the sixteenth rule's clean families on seeds 1-3 against seeds 4-6")
     a = ap.parse_args()
+    if a.reseed:
+        return reseed(a.root)
     if a.clean:
         a.sets = ",".join(CLEAN[a.clean])
     held = {}  # rule -> rows
