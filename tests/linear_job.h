@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <span>
 #include <sstream>
@@ -84,7 +85,10 @@ struct LinearJob {
   // One epoch of plain sequential SGD by hand, from the job's initial
   // parameters in worker 0-of-1's shard order: what sync with one worker
   // must compute.
-  std::vector<float> sequential_sgd_epoch(float lr, int64_t batch) const {
+  // `on_gradient`, if set, sees each batch's gradient before its step.
+  std::vector<float> sequential_sgd_epoch(
+      float lr, int64_t batch,
+      const std::function<void(std::span<const float>)>& on_gradient = {}) const {
     Job j = job();
     auto model = j.make_model();
     std::vector<float> w = j.initial_params, g(w.size());
@@ -94,6 +98,7 @@ struct LinearJob {
     for (int64_t seen = 0; seen < train.size(); seen += batch) {
       sampler.next(batch, &b);
       model->gradient(b);
+      if (on_gradient) on_gradient(g);
       for (size_t i = 0; i < w.size(); ++i) w[i] -= lr * g[i];
     }
     return w;

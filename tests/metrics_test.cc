@@ -338,12 +338,13 @@ TEST(Recorder, EveryCombinationOfOptionalGroupsIsWrittenReadAndResumed) {
       csv_header() + ",consensus,consensus_rel,worker_acc_min,worker_acc_mean,worker_acc_max");
   EXPECT_EQ(columns_of_header(csv_header() + ",worker_acc_min"), std::nullopt);
   EXPECT_EQ(columns_of_header("time_s,updates"), std::nullopt);
-  for (int bits = 0; bits < 32; ++bits) {
+  for (int bits = 0; bits < 64; ++bits) {
     const Columns c{.compress = (bits & 1) != 0,
                     .net = (bits & 2) != 0,
                     .consensus = (bits & 4) != 0,
                     .worker_eval = (bits & 8) != 0,
-                    .mixture = (bits & 16) != 0};
+                    .mixture = (bits & 16) != 0,
+                    .noise = (bits & 32) != 0};
     SCOPED_TRACE(bits);
     ASSERT_EQ(columns_of_header(csv_header_of(c)), c);
     auto make = [&](int t) {
@@ -364,6 +365,10 @@ TEST(Recorder, EveryCombinationOfOptionalGroupsIsWrittenReadAndResumed) {
       r.has_mixture = c.mixture;
       r.effective_k = 3 + t;
       r.ari = 0.375;
+      r.has_noise = c.noise;
+      r.noise_scale = t == 7 ? std::nan("") : 100.5 + t;
+      r.grad_norm_sq = 0.25 * t;
+      r.grad_trace_cov = -1.5 + t;
       return r;
     };
     const std::string d = fresh_dir("groups-" + std::to_string(bits));
@@ -406,11 +411,18 @@ TEST(Recorder, EveryCombinationOfOptionalGroupsIsWrittenReadAndResumed) {
       EXPECT_DOUBLE_EQ(r.effective_k, 10);
       EXPECT_DOUBLE_EQ(r.ari, 0.375);
     }
+    if (c.noise) {
+      EXPECT_TRUE(std::isnan(r.noise_scale));  // written "nan", read back NaN
+      EXPECT_DOUBLE_EQ(r.grad_norm_sq, 1.75);
+      EXPECT_DOUBLE_EQ(r.grad_trace_cov, 5.5);
+      EXPECT_DOUBLE_EQ(rows[1].noise_scale, 101.5);
+    }
     std::ifstream jl(d + "/metrics.jsonl");
     std::string last, line;
     while (std::getline(jl, line)) last = line;
     EXPECT_EQ(last.find("worker_acc_mean") != std::string::npos, c.worker_eval);
     EXPECT_EQ(last.find("net_util") != std::string::npos, c.net);
+    EXPECT_EQ(last.find("\"noise_scale\":null") != std::string::npos, c.noise);
   }
 }
 

@@ -19,6 +19,7 @@
 
 #include "hsgd/checkpoint/checkpoint.h"
 #include "hsgd/core/error.h"
+#include "hsgd/metrics/recorder.h"
 #include "hsgd/mpi/fair.h"
 #include "hsgd/mpi/param_buffers.h"
 #include "hsgd/mpi/session.h"
@@ -26,6 +27,7 @@
 #include "hsgd/mpi/transport.h"
 #include "hsgd/runtime/sim_fabric.h"
 #include "hsgd/runtime/threads_runtime.h"
+#include "hsgd/server/noise.h"
 #include "linear_job.h"
 #include "mpi_gtest.h"
 
@@ -179,6 +181,30 @@ TEST(MpiRuntime, ShardedSyncWithOneWorkerIsSequentialSgdExactly) {
   const std::vector<float> w = f.sequential_sgd_epoch(0.1f, 16);
   ASSERT_EQ(r.params.size(), w.size());
   for (size_t i = 0; i < w.size(); ++i) ASSERT_FLOAT_EQ(r.params[i], w[i]) << i;
+}
+
+// train.noise_scale on sharded servers: each shard sums its slice's part
+// of the squared norms, rank 0 adds them, and the columns are those of the
+// whole gradients (the sequential pushes, paired by hand).
+TEST(MpiRuntime, ShardedNoiseScaleSumsAreThoseOfTheWholeGradients) {
+  Fixture f("noise",
+            {{"policy.name", "sync"}, {"train.epochs", "1"}, {"train.noise_scale", "true"}},
+            world_size() - 1);
+  RunResult r = f.run();
+  if (world_rank() != 0) return;
+  NoisePairs pairs;
+  f.sequential_sgd_epoch(0.1f, 16, [&](std::span<const float> g) { pairs.observe(g, 16); });
+  const NoiseSums want = pairs.take();
+  ASSERT_GT(want.pairs, 10);
+  const std::vector<MetricsRow> rows = read_metrics_csv(f.dir + "/metrics.csv");
+  ASSERT_EQ(rows.size(), 2u);  // the first row, and the last after every push
+  ASSERT_TRUE(rows[1].has_noise);
+  const MetricsRow& last = r.last;  // as computed (metrics.csv keeps 6 digits)
+  ASSERT_TRUE(last.has_noise);
+  EXPECT_NEAR(last.grad_norm_sq, want.mean_norm(), 1e-9 * std::abs(want.mean_norm()));
+  EXPECT_NEAR(last.grad_trace_cov, want.mean_trace(), 1e-9 * std::abs(want.mean_trace()));
+  EXPECT_NEAR(last.noise_scale, want.scale(), 1e-8 * std::abs(want.scale()));
+  EXPECT_NEAR(rows[1].noise_scale, want.scale(), 1e-5 * std::abs(want.scale()));
 }
 
 // Issue 25, defect 8 on mpi: a checkpoint cut is consistent. The run ends

@@ -66,6 +66,32 @@ TEST(Server, AsyncAppliesEveryPushAndNobodyWaits) {
   EXPECT_EQ(h[6], 0);
 }
 
+// train.noise_scale: the server pairs every finite push as pushed (a push
+// the staleness filter drops included, a non-finite one not), before the
+// mitigations; off, it pairs nothing.
+TEST(Server, PairsFinitePushesForTheNoiseScaleWhenOn) {
+  ServerOptions so;
+  so.noise_scale = true;
+  so.staleness.tau_max = 0;  // drops every stale push
+  so.staleness.scaled_lr = true;
+  Rig r(2, kind("async"), 0.1, 2, Aggregation::kMean, so);
+  r.push(0, {1.0f, 0.0f}, 0);
+  r.push(1, {0.0f, 1.0f}, 0);  // stale by 1: dropped, still paired
+  r.push(0, {std::nanf(""), 0.0f});
+  r.push(0, {1.0f, 1.0f});
+  r.push(1, {1.0f, 1.0f});
+  const NoiseSums s = r.server->take_noise();
+  ASSERT_EQ(s.pairs, 2);
+  // (1,0) with (0,1): |G|^2 = 2 x 0.5 - 1 = 0; the two (1,1): |G|^2 = 2.
+  EXPECT_DOUBLE_EQ(s.norm, 2.0);
+  EXPECT_DOUBLE_EQ(s.trace, 2.0 * 1 * (1.0 - 0.5));
+  EXPECT_EQ(r.server->take_stats().dropped, 1);
+  Rig off(2, kind("async"));
+  off.push(0, {1.0f, 0.0f});
+  off.push(1, {0.0f, 1.0f});
+  EXPECT_EQ(off.server->take_noise().pairs, 0);
+}
+
 // The server tells its policy its optimizer's step gain (issue 32): auto's
 // ninth rule keeps its spike guard wherever the steps are not plain sgd,
 // the tenth only where the gain is unknown (adam, adagrad), and counts its

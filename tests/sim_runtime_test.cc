@@ -492,6 +492,8 @@ TEST(SimRuntime, ResumeFromACheckpointIsByteExactForEveryPolicy) {
         {"optim.kind", "momentum"},
         {"optim.momentum", "0.9"},
         {"staleness.momentum_correction", "true"}}},
+      // The noise scale's sums and open pair are in the server's state.
+      {"noise_scale", {{"policy.name", "kasync:2"}, {"train.noise_scale", "true"}}},
       // Skewed shards, a global pool and importance sampling: the sampler's
       // scores and draw stream are in the checkpoint.
       {"skewed_importance",

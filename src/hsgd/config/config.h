@@ -65,6 +65,9 @@ struct TrainConfig {
   double epochs = 0;         // passes over the training set; 0 = no limit
   double eval_every = 5;     // seconds between evaluations
   int64_t eval_samples = 0;  // evaluate on at most this many test samples; 0 = all
+  // The server estimates the gradient noise scale of the pushes
+  // (server/noise.h) into three more metrics columns.
+  bool noise_scale = false;
   uint64_t seed = 1;
   std::string runtime = "threads";  // threads | sim | mpi
   std::string out = "runs/latest";

@@ -91,6 +91,16 @@ const std::vector<Group>& groups() {
          [](const R& r) { return num(r.effective_k); }, [](R& r, double v) { r.effective_k = v; }},
         {"ari", [](const R& r) { return fmt::format("{:.6f}", r.ari); },
          [](const R& r) { return num(r.ari); }, [](R& r, double v) { r.ari = v; }}}},
+      {&Columns::noise,
+       &R::has_noise,
+       {{"noise_scale", [](const R& r) { return fmt::format("{:.6g}", r.noise_scale); },
+         [](const R& r) { return num(r.noise_scale); }, [](R& r, double v) { r.noise_scale = v; }},
+        {"grad_norm_sq", [](const R& r) { return fmt::format("{:.6g}", r.grad_norm_sq); },
+         [](const R& r) { return num(r.grad_norm_sq); },
+         [](R& r, double v) { r.grad_norm_sq = v; }},
+        {"grad_trace_cov", [](const R& r) { return fmt::format("{:.6g}", r.grad_trace_cov); },
+         [](const R& r) { return num(r.grad_trace_cov); },
+         [](R& r, double v) { r.grad_trace_cov = v; }}}},
   };
   return g;
 }

@@ -64,19 +64,29 @@ struct MetricsRow {
   bool has_mixture = false;
   double effective_k = std::nan("");
   double ari = std::nan("");
+  // train.noise_scale: three more columns after all the others, the
+  // gradient noise scale B_simple = tr(S) / |G|^2 in samples and its two
+  // parts (server/noise.h), over the pushes since the previous row; NaN
+  // without a pair of pushes (B_simple also with a |G|^2 estimate <= 0).
+  bool has_noise = false;
+  double noise_scale = std::nan("");
+  double grad_norm_sq = std::nan("");
+  double grad_trace_cov = std::nan("");
 };
 
 // The optional column groups of metrics.csv. They follow the base columns
 // (csv_header()) in this order, each when on: compress (bytes_pushed,
 // bytes_pulled, compress_s), net (net_util), consensus (consensus,
 // consensus_rel), worker_eval (worker_acc_min, worker_acc_mean,
-// worker_acc_max), mixture (effective_k, ari).
+// worker_acc_max), mixture (effective_k, ari), noise (noise_scale,
+// grad_norm_sq, grad_trace_cov).
 struct Columns {
   bool compress = false;
   bool net = false;
   bool consensus = false;
   bool worker_eval = false;
   bool mixture = false;
+  bool noise = false;
   // The groups row `r` has (its has_* flags).
   static Columns of(const MetricsRow& r);
   bool operator==(const Columns&) const = default;

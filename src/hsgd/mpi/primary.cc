@@ -653,7 +653,7 @@ class Primary {
     const double idle = idle_fraction(idle_total - last_idle_, time_s - last_time_, l_.workers);
     last_time_ = time_s;
     last_idle_ = idle_total;
-    MetricsRow row = build_row(server(), st, e, time_s, idle, job_);
+    MetricsRow row = build_row(server(), st, gathered_noise_, e, time_s, idle, job_);
     if (c_.compress.on()) {
       tally_.fill(&row);
       row.compress_s += server_compress_s_;
@@ -677,6 +677,7 @@ class Primary {
       return std::string("on server shard 0 gathering the other shards' parameters for evaluation");
     });
     if (shard_.sparse()) shard_.sparse()->gather(eval_params_);  // and the rows it reads
+    gathered_noise_ = shard_.gather_noise();                     // in the order the shards send
     if (c_.compress.on()) server_compress_s_ = shard_.gather_compress_seconds();
     gathered_ = true;
   }
@@ -722,6 +723,7 @@ class Primary {
   Membership membership_{job_, l_.workers};
   CompressTally tally_;           // [compress]: the workers' reported bytes and seconds
   double server_compress_s_ = 0;  // [compress]: the server ranks' seconds, at the last evaluation
+  NoiseSums gathered_noise_;      // train.noise_scale: the last gather()'s, over every shard
 };
 
 }  // namespace

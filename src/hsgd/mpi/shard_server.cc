@@ -43,6 +43,7 @@ ShardServer::ShardServer(const Job& job, const Layout& l, int shard,
           fmt::format("server shard {}", shard), l.chunk),
       chunks_(chunks_of(range_.size, l.chunk)) {
   const Config& c = *job.config;
+  noise_ = c.train.noise_scale;
   make_server(job, l, range_, params_.live(), &server_);
   // The step overlaps the sends only where it writes the plain slice alone.
   server_->set_deferred_updates(!c.compress.on() && l.rows.rows == 0);
@@ -187,6 +188,15 @@ void ShardServer::send_gather() {
   flush();
   params_.send_gather();
   if (sparse_) sparse_->send_gather();
+  if (noise_) {  // train.noise_scale: this shard's part of the sums
+    const NoiseSums n = server_->take_noise();
+    const double v[3] = {n.trace, n.norm, static_cast<double>(n.pairs)};
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(MPI_Isend(v, 3, MPI_DOUBLE, 0, kTagNoise, l_.comm, &r), "MPI_Isend");
+    wait_one(&r, l_.timeout, [&] {
+      return fmt::format("sending server shard {}'s noise-scale sums to rank 0", shard_);
+    });
+  }
   if (z_) {  // [compress]: this shard's seconds, for the compress_s column
     const double s = z_->seconds();
     MPI_Request r = MPI_REQUEST_NULL;
@@ -195,6 +205,28 @@ void ShardServer::send_gather() {
       return fmt::format("sending server shard {}'s compression seconds to rank 0", shard_);
     });
   }
+}
+
+NoiseSums ShardServer::gather_noise() {
+  NoiseSums total = server_->take_noise();
+  if (!noise_) return total;
+  for (int s = 1; s < l_.servers; ++s) {
+    double v[3] = {0, 0, 0};
+    MPI_Request r = MPI_REQUEST_NULL;
+    check(MPI_Irecv(v, 3, MPI_DOUBLE, s, kTagNoise, l_.comm, &r), "MPI_Irecv");
+    wait_one(&r, l_.timeout, [&] {
+      return fmt::format("on server shard 0 waiting for shard {}'s noise-scale sums", s);
+    });
+    total.trace += v[0];
+    total.norm += v[1];
+    if (static_cast<int64_t>(v[2]) != total.pairs) {
+      throw MpiError(
+          fmt::format("server shard {} paired {} pushes since the last evaluation, "
+                      "shard 0 {}: the shards saw different pushes",
+                      s, static_cast<int64_t>(v[2]), total.pairs));
+    }
+  }
+  return total;
 }
 
 double ShardServer::gather_compress_seconds() {

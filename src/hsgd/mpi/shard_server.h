@@ -56,6 +56,10 @@ class ShardServer {
   // [compress]: rank 0, after send_gather's event: every shard's seconds
   // decoding pushes and encoding pulls, its own included (0 when off).
   double gather_compress_seconds();
+  // train.noise_scale: rank 0, after send_gather's event: the noise-scale
+  // sums since the last evaluation over every shard (each holds its slice's
+  // part; the pairs are the same on all), its own included (zero when off).
+  NoiseSums gather_noise();
 
   // This shard's server state (its parameters slice and all), for a
   // checkpoint; waits for the sends in flight first.
@@ -119,6 +123,7 @@ class ShardServer {
   std::vector<int> receives_due_;        // gradient receives to restart once the step is done
   std::unique_ptr<SparseShard> sparse_;  // model.sparse: attached to server_
   std::unique_ptr<ShardCompression> z_;  // [compress]; null when off
+  bool noise_ = false;                   // train.noise_scale
 };
 
 }  // namespace hsgd::mpi

@@ -53,6 +53,10 @@ enum Tag : int {
   // [compress]: server rank s -> rank 0 at each evaluation, the seconds its
   // shard has spent decoding pushes and encoding pulls (one double).
   kTagCompressTime = 18,
+  // train.noise_scale: server rank s -> rank 0 at each evaluation, its
+  // shard's noise-scale sums since the last one (three doubles: its part
+  // of the sums over the parameters; server/noise.h).
+  kTagNoise = 26,
   // Gossip (mpi/gossip.h), worker rank -> worker rank: round t's model (or
   // push-sum share) at gossip_tag(kTagGossipModel, t), sgp's share of the
   // weight (one double) at gossip_tag(kTagGossipWeight, t).

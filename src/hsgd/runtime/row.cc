@@ -5,8 +5,8 @@
 
 namespace hsgd {
 
-MetricsRow build_row(const Server& server, const ServerStats& st, const EvalResult& e,
-                     double time_s, double idle_frac, const Job& job) {
+MetricsRow build_row(const Server& server, const ServerStats& st, const NoiseSums& noise,
+                     const EvalResult& e, double time_s, double idle_frac, const Job& job) {
   MetricsRow r;
   r.time_s = time_s;
   r.updates = static_cast<int64_t>(server.version());
@@ -24,6 +24,12 @@ MetricsRow build_row(const Server& server, const ServerStats& st, const EvalResu
   r.live_workers = server.live_workers();
   r.policy = server.policy().name();
   r.seed = job.config->train.seed;
+  if (job.config->train.noise_scale) {
+    r.has_noise = true;
+    r.noise_scale = noise.scale();
+    r.grad_norm_sq = noise.mean_norm();
+    r.grad_trace_cov = noise.mean_trace();
+  }
   return r;
 }
 
@@ -77,6 +83,7 @@ ServerOptions server_options(const Job& job) {
   so.lr_schedule = c.lr_schedule;
   so.samples_per_epoch = job.train->size();
   so.clip_norm = c.optim.clip_norm;
+  so.noise_scale = c.train.noise_scale;
   if (c.policy.kind == "local") {
     so.lr = c.policy.local.outer_lr;
     so.lr_schedule = LrSchedule{};

@@ -8,9 +8,11 @@
 namespace hsgd {
 
 // A metrics row from the server's state and counters since the last row.
-// `idle_frac` is computed by the runtime, which knows its workers' waits.
-MetricsRow build_row(const Server& server, const ServerStats& stats, const EvalResult& eval,
-                     double time_s, double idle_frac, const Job& job);
+// `idle_frac` is computed by the runtime, which knows its workers' waits;
+// `noise` are the noise-scale sums since the last row (Server::take_noise,
+// summed over the shards), written with train.noise_scale on.
+MetricsRow build_row(const Server& server, const ServerStats& stats, const NoiseSums& noise,
+                     const EvalResult& eval, double time_s, double idle_frac, const Job& job);
 
 // An evaluation's figures into a row: test loss, accuracy, AUC, log loss
 // and, for a mixture model (a finite effective_k), effective_k and ari. One

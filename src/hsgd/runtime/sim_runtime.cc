@@ -250,7 +250,7 @@ class SimRun final : public PushKernel, public SimFabric::Host {
     }
     last_row_time_ = t;
     last_idle_ = idle_total;
-    MetricsRow r = build_row(server_, server_.take_stats(), e, t, idle, job_);
+    MetricsRow r = build_row(server_, server_.take_stats(), server_.take_noise(), e, t, idle, job_);
     if (fabric_ && fabric_->network().shared()) {
       r.has_net = true;
       r.net_util = net_util;

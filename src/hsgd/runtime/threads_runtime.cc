@@ -484,11 +484,13 @@ class Pauser {
   MetricsRow evaluate(Recorder* recorder, double time_s) {
     double idle_total = 0;
     ServerStats st;
+    NoiseSums noise;
     {
       std::lock_guard lk(s_.mu);
       std::span<const float> p = s_.all_params;
       std::copy(p.begin(), p.end(), params_.begin());
       st = s_.server->take_stats();
+      noise = s_.server->take_noise();
       idle_total = s_.idle.total(time_s);
     }
     const EvalResult e = model_->evaluate(test_);
@@ -499,7 +501,7 @@ class Pauser {
     MetricsRow r;
     {
       std::lock_guard lk(s_.mu);
-      r = build_row(*s_.server, st, e, time_s, idle, job_);
+      r = build_row(*s_.server, st, noise, e, time_s, idle, job_);
       if (s_.compress) {
         r.has_compress = true;
         r.bytes_pushed = s_.counters.bytes_pushed;

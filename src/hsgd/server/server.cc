@@ -257,6 +257,7 @@ Decision Server::push(int worker, uint64_t version, std::span<const float> grad,
     return d;
   }
   consecutive_nonfinite_ = 0;
+  if (opt_.noise_scale) noise_.observe(grad, batch_size);  // as pushed (after clipping)
   policy_->on_push_loss(loss);
   stats_.loss_sum += loss;
   stats_.loss_count += 1;
@@ -382,6 +383,7 @@ void Server::save(StateWriter& w) const {
     w.put<double>(tau_mean_.mean);
     w.put<int64_t>(tau_mean_.count);
   }
+  if (opt_.noise_scale) noise_.save(w);  // likewise
   w.put_vec(policy_->save_state());
   optimizer_->save(w);
   if (hook_) hook_->save(w);
@@ -444,6 +446,7 @@ void Server::load(StateReader& r) {
     tau_mean_.count = r.get<int64_t>();
     if (!(tau_mean_.mean >= 0) || tau_mean_.count < 0) r.fail("corrupt (staleness mean)");
   }
+  if (opt_.noise_scale) noise_.load(r, params_.size());
   const std::vector<double> ps = r.get_vec<double>();
   if (!policy_->reads_state(ps.size())) r.fail("policy state of another policy");
   policy_->restore_state(ps);

@@ -17,6 +17,7 @@
 #include "hsgd/optim/optimizer.h"
 #include "hsgd/policy/mitigation.h"
 #include "hsgd/policy/policy.h"
+#include "hsgd/server/noise.h"
 
 namespace hsgd {
 
@@ -33,6 +34,10 @@ struct ServerOptions {
   MitigationOptions staleness;
   // Clip each push to this L2 norm before the mitigations; 0 = off (>= 0).
   double clip_norm = 0;
+  // Estimate the gradient noise scale of the pushes (server/noise.h;
+  // train.noise_scale): two more passes over each finite push and one
+  // copy of every other one.
+  bool noise_scale = false;
 };
 
 // What the runtime must do after an event.
@@ -213,6 +218,9 @@ class Server {
   int threshold(double seconds) const;
   Progress progress(double seconds) const;
   ServerStats take_stats();
+  // The noise-scale sums since the last call (ServerOptions::noise_scale;
+  // all zero when off).
+  NoiseSums take_noise() { return noise_.take(); }
 
  private:
   struct Pending {
@@ -269,6 +277,7 @@ class Server {
   std::vector<float> before_;               // Gap-Aware: params before the update
   int64_t tracked_updates_ = 0;             // Gap-Aware: updates folded into step_ema_
   StalenessMean tau_mean_;                  // momentum_correction: running mean staleness
+  NoisePairs noise_;                        // noise_scale: the pairs of pushes
   int64_t consecutive_nonfinite_ = 0;
   std::vector<float> clipped_;  // the clipped push (clip_norm > 0)
   ServerHook* hook_ = nullptr;  // row-sparse table, if any
