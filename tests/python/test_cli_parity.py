@@ -23,18 +23,22 @@ def cli_args(s):
 def test_sim_run_is_byte_identical_to_the_cli(tmp_path, data, test_data):
     net = make_net()
     py_out = tmp_path / "py"
-    run = hsgd.train(net, data=data, test=test_data, out=py_out, set=SIM, progress=False,
-                     **SETTINGS)
+    # With the gradient noise scale on: its three columns are the CLI's too.
+    run = hsgd.train(net, data=data, test=test_data, out=py_out,
+                     set={**SIM, "train.noise_scale": True}, progress=False, **SETTINGS)
     # The CLI on the TorchScript file the module scripts to, and the arrays as .npy files.
     torch.jit.script(net).save(str(tmp_path / "Net.pt"))
     for name, a in [("X", data[0]), ("y", data[1]), ("Xt", test_data[0]), ("yt", test_data[1])]:
         np.save(tmp_path / f"{name}.npy", a)
     subprocess.run([cli(), "train", "--model", "torchscript:Net.pt", "--data", "npy:X.npy,y.npy",
-                    "--test-data", "npy:Xt.npy,yt.npy", "--out", "cli", "--quiet"] +
+                    "--test-data", "npy:Xt.npy,yt.npy", "--out", "cli", "--quiet",
+                    "--set", "train.noise_scale=true"] +
                    cli_args(SETTINGS), cwd=tmp_path, check=True)
     for f in ["metrics.csv", "model.bin"]:
         assert (py_out / f).read_bytes() == (tmp_path / "cli" / f).read_bytes(), f
     assert len(run.metrics["time_s"]) >= 3
+    assert list(run.metrics)[-3:] == ["noise_scale", "grad_norm_sq", "grad_trace_cov"]
+    assert np.isfinite(run.metrics["grad_trace_cov"][1:]).all()
     with open(py_out / "metrics.csv") as f:
         assert list(run.metrics) == f.readline().strip().split(",")
     assert run.summary == json.loads((py_out / "summary.json").read_text())
