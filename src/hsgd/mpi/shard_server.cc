@@ -221,7 +221,7 @@ NoiseSums ShardServer::gather_noise() {
     total.norm += v[1];
     if (static_cast<int64_t>(v[2]) != total.pairs) {
       throw MpiError(
-          fmt::format("server shard {} paired {} pushes since the last evaluation, "
+          fmt::format("server shard {} counted {} pairs of pushes since the last evaluation, "
                       "shard 0 {}: the shards saw different pushes",
                       s, static_cast<int64_t>(v[2]), total.pairs));
     }
