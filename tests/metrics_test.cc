@@ -369,6 +369,7 @@ TEST(Recorder, EveryCombinationOfOptionalGroupsIsWrittenReadAndResumed) {
       r.noise_scale = t == 7 ? std::nan("") : 100.5 + t;
       r.grad_norm_sq = 0.25 * t;
       r.grad_trace_cov = -1.5 + t;
+      r.noise_lag = 0.5 * t;
       return r;
     };
     const std::string d = fresh_dir("groups-" + std::to_string(bits));
@@ -415,6 +416,7 @@ TEST(Recorder, EveryCombinationOfOptionalGroupsIsWrittenReadAndResumed) {
       EXPECT_TRUE(std::isnan(r.noise_scale));  // written "nan", read back NaN
       EXPECT_DOUBLE_EQ(r.grad_norm_sq, 1.75);
       EXPECT_DOUBLE_EQ(r.grad_trace_cov, 5.5);
+      EXPECT_DOUBLE_EQ(r.noise_lag, 3.5);
       EXPECT_DOUBLE_EQ(rows[1].noise_scale, 101.5);
     }
     std::ifstream jl(d + "/metrics.jsonl");

@@ -193,7 +193,9 @@ TEST(MpiRuntime, ShardedNoiseScaleSumsAreThoseOfTheWholeGradients) {
   RunResult r = f.run();
   if (world_rank() != 0) return;
   NoisePairs pairs;
-  f.sequential_sgd_epoch(0.1f, 16, [&](std::span<const float> g) { pairs.observe(g, 16); });
+  uint64_t version = 0;  // sync with one worker: every push is an update
+  f.sequential_sgd_epoch(0.1f, 16,
+                         [&](std::span<const float> g) { pairs.observe(g, 16, version++); });
   const NoiseSums want = pairs.take();
   ASSERT_GT(want.pairs, 10);
   const std::vector<MetricsRow> rows = read_metrics_csv(f.dir + "/metrics.csv");
@@ -204,6 +206,8 @@ TEST(MpiRuntime, ShardedNoiseScaleSumsAreThoseOfTheWholeGradients) {
   EXPECT_NEAR(last.grad_norm_sq, want.mean_norm(), 1e-9 * std::abs(want.mean_norm()));
   EXPECT_NEAR(last.grad_trace_cov, want.mean_trace(), 1e-9 * std::abs(want.mean_trace()));
   EXPECT_NEAR(last.noise_scale, want.scale(), 1e-8 * std::abs(want.scale()));
+  EXPECT_DOUBLE_EQ(last.noise_lag, 1.0);  // consecutive updates
+  EXPECT_DOUBLE_EQ(last.noise_lag, want.mean_lag());
   EXPECT_NEAR(rows[1].noise_scale, want.scale(), 1e-5 * std::abs(want.scale()));
 }
 

@@ -28,7 +28,7 @@ TEST(NoiseScale, EstimatesTheKnownNormTraceAndScale) {
     SCOPED_TRACE(b);
     std::mt19937_64 rng(7);
     NoisePairs p;
-    for (int i = 0; i < 100000; ++i) p.observe(draw(rng, b), b);
+    for (int i = 0; i < 100000; ++i) p.observe(draw(rng, b), b, 0);
     const NoiseSums s = p.take();
     EXPECT_EQ(s.pairs, 50000);
     EXPECT_NEAR(s.mean_norm(), 1.0, 0.05 * std::max<double>(1.0, 100.0 / b / 4));
@@ -40,9 +40,9 @@ TEST(NoiseScale, EstimatesTheKnownNormTraceAndScale) {
 TEST(NoiseScale, PairsConsecutivePushesOfOneBatchSize) {
   NoisePairs p;
   const std::vector<float> a = {1, 0}, b = {0, 1};
-  p.observe(a, 2);
+  p.observe(a, 2, 5);
   EXPECT_EQ(p.take().pairs, 0);  // an open pair is not counted...
-  p.observe(b, 2);               // ...and survives take()
+  p.observe(b, 2, 8);            // ...and survives take()
   NoiseSums s = p.take();
   ASSERT_EQ(s.pairs, 1);
   // |g_b|^2 = 1, |g_2b|^2 = |(0.5, 0.5)|^2 = 0.5: |G|^2 = 2 x 0.5 - 1 = 0,
@@ -50,30 +50,36 @@ TEST(NoiseScale, PairsConsecutivePushesOfOneBatchSize) {
   EXPECT_DOUBLE_EQ(s.mean_norm(), 0.0);
   EXPECT_DOUBLE_EQ(s.mean_trace(), 2.0);
   EXPECT_TRUE(std::isnan(s.scale()));
+  EXPECT_DOUBLE_EQ(s.mean_lag(), 3.0);  // versions 5 and 8
   // A push of another batch size restarts the pair: (a, 2), (a, 3), (a, 3)
   // make one pair, of the two equal ones (identical: no noise, |G|^2 = 1).
-  p.observe(a, 2);
-  p.observe(a, 3);
-  p.observe(a, 3);
+  p.observe(a, 2, 9);
+  p.observe(a, 3, 9);
+  p.observe(a, 3, 9);
   s = p.take();
   ASSERT_EQ(s.pairs, 1);
   EXPECT_DOUBLE_EQ(s.mean_norm(), 1.0);
   EXPECT_DOUBLE_EQ(s.mean_trace(), 0.0);
   EXPECT_DOUBLE_EQ(s.scale(), 0.0);
+  EXPECT_DOUBLE_EQ(s.mean_lag(), 0.0);  // one version: the estimator's assumption
   // Sums of shards add up: two halves of a vector give the whole's sums.
   NoisePairs whole, left, right;
   const std::vector<float> x = {1, 2, 3, 4}, y = {4, 1, 0, 2};
+  uint64_t v = 3;
   for (const auto* g : {&x, &y}) {
-    whole.observe(*g, 8);
-    left.observe(std::span<const float>(*g).first(2), 8);
-    right.observe(std::span<const float>(*g).last(2), 8);
+    whole.observe(*g, 8, v);
+    left.observe(std::span<const float>(*g).first(2), 8, v);
+    right.observe(std::span<const float>(*g).last(2), 8, v);
+    v += 2;
   }
   NoiseSums halves = left.take();
-  halves.add(right.take());
+  halves.add_part(right.take());
   const NoiseSums w = whole.take();
   EXPECT_DOUBLE_EQ(halves.trace, w.trace);
   EXPECT_DOUBLE_EQ(halves.norm, w.norm);
-  EXPECT_EQ(halves.pairs, 2 * w.pairs);  // each shard counts the pair: the runtime keeps one
+  EXPECT_EQ(halves.pairs, w.pairs);  // the pairs and their lag are the same on every shard
+  EXPECT_DOUBLE_EQ(halves.lag, 2.0);
+  EXPECT_DOUBLE_EQ(w.lag, 2.0);
 }
 
 TEST(NoiseScale, ACheckpointKeepsTheSumsAndTheOpenPair) {
@@ -81,20 +87,22 @@ TEST(NoiseScale, ACheckpointKeepsTheSumsAndTheOpenPair) {
   std::vector<std::vector<float>> g;
   for (int i = 0; i < 7; ++i) g.push_back(draw(rng, 8));
   NoisePairs straight, first;
-  for (const auto& v : g) straight.observe(v, 8);
-  for (int i = 0; i < 5; ++i) first.observe(g[static_cast<size_t>(i)], 8);  // a pair open
+  for (size_t i = 0; i < g.size(); ++i) straight.observe(g[i], 8, 10 + i * i);
+  for (size_t i = 0; i < 5; ++i) first.observe(g[i], 8, 10 + i * i);  // a pair open
   StateWriter w;
   first.save(w);
   const std::string bytes = w.take();
   StateReader r(bytes, "noise");
   NoisePairs second;
   second.load(r, 100);
-  for (int i = 5; i < 7; ++i) second.observe(g[static_cast<size_t>(i)], 8);
+  for (size_t i = 5; i < 7; ++i) second.observe(g[i], 8, 10 + i * i);
   const NoiseSums a = straight.take(), b = second.take();
   EXPECT_EQ(b.pairs, 3);
   EXPECT_EQ(a.pairs, b.pairs);
   EXPECT_DOUBLE_EQ(a.trace, b.trace);
   EXPECT_DOUBLE_EQ(a.norm, b.norm);
+  EXPECT_DOUBLE_EQ(a.lag, b.lag);  // 1 + 5 + 9 (the open pair's first version kept)
+  EXPECT_DOUBLE_EQ(b.lag, 15.0);
   // A saved open pair of another parameter count is refused, naming the blob.
   StateReader again(bytes, "noise");
   NoisePairs other;

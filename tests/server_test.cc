@@ -85,6 +85,8 @@ TEST(Server, PairsFinitePushesForTheNoiseScaleWhenOn) {
   // (1,0) with (0,1): |G|^2 = 2 x 0.5 - 1 = 0; the two (1,1): |G|^2 = 2.
   EXPECT_DOUBLE_EQ(s.norm, 2.0);
   EXPECT_DOUBLE_EQ(s.trace, 2.0 * 1 * (1.0 - 0.5));
+  // The first pair from version 0 twice; the second from versions 1 and 2.
+  EXPECT_DOUBLE_EQ(s.lag, 1.0);
   EXPECT_EQ(r.server->take_stats().dropped, 1);
   Rig off(2, kind("async"));
   off.push(0, {1.0f, 0.0f});

@@ -23,7 +23,7 @@ def cli_args(s):
 def test_sim_run_is_byte_identical_to_the_cli(tmp_path, data, test_data):
     net = make_net()
     py_out = tmp_path / "py"
-    # With the gradient noise scale on: its three columns are the CLI's too.
+    # With the gradient noise scale on: its four columns are the CLI's too.
     run = hsgd.train(net, data=data, test=test_data, out=py_out,
                      set={**SIM, "train.noise_scale": True}, progress=False, **SETTINGS)
     # The CLI on the TorchScript file the module scripts to, and the arrays as .npy files.
@@ -37,7 +37,7 @@ def test_sim_run_is_byte_identical_to_the_cli(tmp_path, data, test_data):
     for f in ["metrics.csv", "model.bin"]:
         assert (py_out / f).read_bytes() == (tmp_path / "cli" / f).read_bytes(), f
     assert len(run.metrics["time_s"]) >= 3
-    assert list(run.metrics)[-3:] == ["noise_scale", "grad_norm_sq", "grad_trace_cov"]
+    assert list(run.metrics)[-4:] == ["noise_scale", "grad_norm_sq", "grad_trace_cov", "noise_lag"]
     assert np.isfinite(run.metrics["grad_trace_cov"][1:]).all()
     with open(py_out / "metrics.csv") as f:
         assert list(run.metrics) == f.readline().strip().split(",")

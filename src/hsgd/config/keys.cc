@@ -322,10 +322,10 @@ std::vector<Key> declare() {
   add(int_key("train", "eval_samples", HSGD_REF(train.eval_samples),
               "Evaluate on at most this many test samples; 0 = all.")
           .check(at_least(0), ">= 0"));
-  add(bool_key(
-          "train", "noise_scale", HSGD_REF(train.noise_scale),
-          "Estimate the gradient noise scale of the pushes (McCandlish et al. 2018) into "
-          "metrics.csv's noise_scale, grad_norm_sq and grad_trace_cov columns (output-files.md).")
+  add(bool_key("train", "noise_scale", HSGD_REF(train.noise_scale),
+               "Estimate the gradient noise scale of the pushes (McCandlish et al. 2018) into "
+               "metrics.csv's noise_scale, grad_norm_sq, grad_trace_cov and noise_lag columns "
+               "(output-files.md).")
           .moot(not_policies({"local", "hogwild", "dpsgd", "adpsgd", "sgp", "pdsgdm"}))
           .written_when([](const Config& c) { return c.train.noise_scale; }));
   add(int_key("train", "seed", HSGD_REF(train.seed),

@@ -100,7 +100,9 @@ const std::vector<Group>& groups() {
          [](R& r, double v) { r.grad_norm_sq = v; }},
         {"grad_trace_cov", [](const R& r) { return fmt::format("{:.6g}", r.grad_trace_cov); },
          [](const R& r) { return num(r.grad_trace_cov); },
-         [](R& r, double v) { r.grad_trace_cov = v; }}}},
+         [](R& r, double v) { r.grad_trace_cov = v; }},
+        {"noise_lag", [](const R& r) { return fmt::format("{:.4f}", r.noise_lag); },
+         [](const R& r) { return num(r.noise_lag); }, [](R& r, double v) { r.noise_lag = v; }}}},
   };
   return g;
 }

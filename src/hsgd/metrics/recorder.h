@@ -64,14 +64,16 @@ struct MetricsRow {
   bool has_mixture = false;
   double effective_k = std::nan("");
   double ari = std::nan("");
-  // train.noise_scale: three more columns after all the others, the
-  // gradient noise scale B_simple = tr(S) / |G|^2 in samples and its two
-  // parts (server/noise.h), over the pushes since the previous row; NaN
-  // without a pair of pushes (B_simple also with a |G|^2 estimate <= 0).
+  // train.noise_scale: four more columns after all the others, the
+  // gradient noise scale B_simple = tr(S) / |G|^2 in samples, its two
+  // parts and the mean lag of the pairs in versions (server/noise.h), over
+  // the pushes since the previous row; NaN without a pair of pushes
+  // (B_simple also with a |G|^2 estimate <= 0).
   bool has_noise = false;
   double noise_scale = std::nan("");
   double grad_norm_sq = std::nan("");
   double grad_trace_cov = std::nan("");
+  double noise_lag = std::nan("");
 };
 
 // The optional column groups of metrics.csv. They follow the base columns
@@ -79,7 +81,7 @@ struct MetricsRow {
 // bytes_pulled, compress_s), net (net_util), consensus (consensus,
 // consensus_rel), worker_eval (worker_acc_min, worker_acc_mean,
 // worker_acc_max), mixture (effective_k, ari), noise (noise_scale,
-// grad_norm_sq, grad_trace_cov).
+// grad_norm_sq, grad_trace_cov, noise_lag).
 struct Columns {
   bool compress = false;
   bool net = false;

@@ -217,8 +217,7 @@ NoiseSums ShardServer::gather_noise() {
     wait_one(&r, l_.timeout, [&] {
       return fmt::format("on server shard 0 waiting for shard {}'s noise-scale sums", s);
     });
-    total.trace += v[0];
-    total.norm += v[1];
+    total.add_part({.trace = v[0], .norm = v[1]});
     if (static_cast<int64_t>(v[2]) != total.pairs) {
       throw MpiError(
           fmt::format("server shard {} counted {} pairs of pushes since the last evaluation, "

@@ -29,6 +29,7 @@ MetricsRow build_row(const Server& server, const ServerStats& st, const NoiseSum
     r.noise_scale = noise.scale();
     r.grad_norm_sq = noise.mean_norm();
     r.grad_trace_cov = noise.mean_trace();
+    r.noise_lag = noise.mean_lag();
   }
   return r;
 }

@@ -2,13 +2,14 @@
 
 namespace hsgd {
 
-void NoisePairs::observe(std::span<const float> g, int64_t batch) {
+void NoisePairs::observe(std::span<const float> g, int64_t batch, uint64_t version) {
   double sq = 0;
   for (float v : g) sq += static_cast<double>(v) * v;
   if (first_.empty() || first_batch_ != batch || first_.size() != g.size()) {
     first_.assign(g.begin(), g.end());  // opens a pair (a batch of another size restarts it)
     first_batch_ = batch;
     first_sq_ = sq;
+    first_version_ = version;
     return;
   }
   double pair_sq = 0;  // |g_1 + g_2|^2
@@ -21,6 +22,8 @@ void NoisePairs::observe(std::span<const float> g, int64_t batch) {
   sums_.trace += 2.0 * static_cast<double>(batch) * (small - big);
   sums_.norm += 2.0 * big - small;
   sums_.pairs += 1;
+  sums_.lag += static_cast<double>(version > first_version_ ? version - first_version_
+                                                            : first_version_ - version);
   first_.clear();
 }
 
@@ -28,19 +31,23 @@ void NoisePairs::save(StateWriter& w) const {
   w.put<double>(sums_.trace);
   w.put<double>(sums_.norm);
   w.put<int64_t>(sums_.pairs);
+  w.put<double>(sums_.lag);
   w.put_vec(first_);
   w.put<int64_t>(first_batch_);
   w.put<double>(first_sq_);
+  w.put<uint64_t>(first_version_);
 }
 
 void NoisePairs::load(StateReader& r, size_t params) {
   sums_.trace = r.get<double>();
   sums_.norm = r.get<double>();
   sums_.pairs = r.get<int64_t>();
+  sums_.lag = r.get<double>();
   first_ = r.get_vec<float>();
   first_batch_ = r.get<int64_t>();
   first_sq_ = r.get<double>();
-  if (sums_.pairs < 0 || (!first_.empty() && first_.size() != params)) {
+  first_version_ = r.get<uint64_t>();
+  if (sums_.pairs < 0 || !(sums_.lag >= 0) || (!first_.empty() && first_.size() != params)) {
     r.fail("corrupt (noise-scale state)");
   }
 }

@@ -257,7 +257,7 @@ Decision Server::push(int worker, uint64_t version, std::span<const float> grad,
     return d;
   }
   consecutive_nonfinite_ = 0;
-  if (opt_.noise_scale) noise_.observe(grad, batch_size);  // as pushed (after clipping)
+  if (opt_.noise_scale) noise_.observe(grad, batch_size, version);  // as pushed (after clipping)
   policy_->on_push_loss(loss);
   stats_.loss_sum += loss;
   stats_.loss_count += 1;
