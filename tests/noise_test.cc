@@ -103,6 +103,21 @@ TEST(NoiseScale, ACheckpointKeepsTheSumsAndTheOpenPair) {
   EXPECT_DOUBLE_EQ(a.norm, b.norm);
   EXPECT_DOUBLE_EQ(a.lag, b.lag);  // 1 + 5 + 9 (the open pair's first version kept)
   EXPECT_DOUBLE_EQ(b.lag, 15.0);
+  // Non-finite sums (a corrupt checkpoint) are refused, not carried into the
+  // columns.
+  StateWriter bad;
+  bad.put<double>(std::nan(""));
+  bad.put<double>(1.0);
+  bad.put<int64_t>(1);
+  bad.put<double>(0.0);
+  bad.put_vec(std::vector<float>{});
+  bad.put<int64_t>(0);
+  bad.put<double>(0.0);
+  bad.put<uint64_t>(0);
+  const std::string bad_bytes = bad.take();
+  StateReader br(bad_bytes, "noise");
+  NoisePairs refused;
+  EXPECT_THROW(refused.load(br, 100), InputError);
   // A saved open pair of another parameter count is refused, naming the blob.
   StateReader again(bytes, "noise");
   NoisePairs other;

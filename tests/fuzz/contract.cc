@@ -206,11 +206,13 @@ std::string check_checkpoint_manifest(std::string_view bytes) {
   return "";
 }
 
-std::string check_server_state(std::string_view bytes) {
+// One server configuration: `noise` (train.noise_scale) adds its state.
+std::string check_server_state_with(std::string_view bytes, bool noise) {
   const size_t n = 210;
-  auto make = [n](std::vector<float>& params) {
+  auto make = [n, noise](std::vector<float>& params) {
     ServerOptions so;
     so.workers = 3;
+    so.noise_scale = noise;
     PolicyOptions po;
     po.kind = "sync";
     OptimizerOptions oo;
@@ -237,6 +239,14 @@ std::string check_server_state(std::string_view bytes) {
   StateWriter w2;
   b->save(w2);
   return w1.bytes() == w2.bytes() ? "" : "an accepted state does not round-trip";
+}
+
+std::string check_server_state(std::string_view bytes) {
+  for (const bool noise : {false, true}) {
+    std::string bad = check_server_state_with(bytes, noise);
+    if (!bad.empty()) return (noise ? "noise_scale on: " : "") + bad;
+  }
+  return "";
 }
 
 const std::vector<Target>& targets() {

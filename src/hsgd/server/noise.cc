@@ -47,7 +47,9 @@ void NoisePairs::load(StateReader& r, size_t params) {
   first_batch_ = r.get<int64_t>();
   first_sq_ = r.get<double>();
   first_version_ = r.get<uint64_t>();
-  if (sums_.pairs < 0 || !(sums_.lag >= 0) || (!first_.empty() && first_.size() != params)) {
+  if (sums_.pairs < 0 || !(sums_.lag >= 0) || !std::isfinite(sums_.trace) ||
+      !std::isfinite(sums_.norm) || !std::isfinite(first_sq_) ||
+      (!first_.empty() && first_.size() != params)) {
     r.fail("corrupt (noise-scale state)");
   }
 }
