@@ -3,18 +3,20 @@
 namespace hsgd {
 
 void NoisePairs::observe(std::span<const float> g, int64_t batch, uint64_t version) {
-  double sq = 0;
-  for (float v : g) sq += static_cast<double>(v) * v;
   if (first_.empty() || first_batch_ != batch || first_.size() != g.size()) {
-    first_.assign(g.begin(), g.end());  // opens a pair (a batch of another size restarts it)
+    // Opens a pair (a push of another batch size restarts it).
+    first_.assign(g.begin(), g.end());
     first_batch_ = batch;
-    first_sq_ = sq;
+    first_sq_ = 0;
+    for (float v : g) first_sq_ += static_cast<double>(v) * v;
     first_version_ = version;
     return;
   }
-  double pair_sq = 0;  // |g_1 + g_2|^2
+  double sq = 0, pair_sq = 0;  // |g_2|^2 and |g_1 + g_2|^2, in one pass
   for (size_t i = 0; i < g.size(); ++i) {
-    const double s = static_cast<double>(first_[i]) + g[i];
+    const double v = g[i];
+    const double s = static_cast<double>(first_[i]) + v;
+    sq += v * v;
     pair_sq += s * s;
   }
   const double small = 0.5 * (first_sq_ + sq);  // |g_b|^2

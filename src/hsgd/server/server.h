@@ -35,8 +35,8 @@ struct ServerOptions {
   // Clip each push to this L2 norm before the mitigations; 0 = off (>= 0).
   double clip_norm = 0;
   // Estimate the gradient noise scale of the pushes (server/noise.h;
-  // train.noise_scale): two more passes over each finite push and one
-  // copy of every other one.
+  // train.noise_scale): one more pass over each finite push, and a copy
+  // of every other one.
   bool noise_scale = false;
 };
 
