@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""A law for the best constant K (issue 32): is the K of the best `kasync:K`
+a function of the momentum-amplified rate times the worker count,
+q = lr / (1 - mu) x n (mu = 0 for plain SGD)?
+
+The law, chosen on the seen cells below and fixed before any new family ran:
+
+    K_law = min(n, 2 ^ round(log2(sqrt(6 q))))
+
+i.e. K^2 is about 6 q: (lr / (1 - mu) / K) x (n / K), the step each gradient
+gets times the updates it waits with n equally fast workers, about 1/6.
+Powers of two, as the committed sweeps measured; the boundaries fall at
+q = 1/3, 4/3, 16/3, 64/3.
+
+Modes:
+  --fit      the seen cells (every committed sweep docs/results/sweep/FAMILY
+             of a family examples/sweep/FAMILY.toml, FAMILY heldout-*,
+             sweep-*, design-*, with mean aggregation and at least async,
+             kasync:2 and sync): best K against q, and the law (and the
+             linear law of the staleness budget, K = 2 ^ round(log2(q /
+             budget))) scored in-sample; --scan also prints the constant
+             scan it was chosen from.
+  --predict  each cell of the named families: q and K_law (written into the
+             family files before they ran).
+  --test     the named families: kasync:K_law and the candidate rule
+             against the best fixed policy (interval mean, seeds of the
+             sweep), from docs/results/sweep/FAMILY/sweep.json.
+
+Usage: scripts/k-law.py --hsgd build/release/hsgd --fit [--scan]
+       scripts/k-law.py --hsgd build/release/hsgd --predict F1,F2
+       scripts/k-law.py --hsgd build/release/hsgd --test F1,F2 [--rule auto+policy.auto_rule=16]"""
+import argparse
+import glob
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tomllib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORRECTION = "async+staleness.momentum_correction=true"
+SIX = 6.0  # K^2 ~ SIX x q
+
+
+def k_law(q, n, six=SIX, power=0.5):
+    x = math.sqrt(six * q) if power == 0.5 else math.sqrt(six) * q ** power
+    return max(1, min(n, 2 ** round(math.log2(max(x, 1e-12)))))
+
+
+def flat(d, prefix=""):
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(flat(v, prefix + k + "."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def family_file(family):
+    path = os.path.join(ROOT, "examples", "sweep", family + ".toml")
+    return path if os.path.exists(path) else None
+
+
+def resolved(hsgd, family, at):
+    """The cell's resolved config (hsgd config), as a dict of sections."""
+    path = family_file(family)
+    with open(path, "rb") as f:
+        spec = tomllib.load(f)
+    base = os.path.normpath(os.path.join(os.path.dirname(path), spec["config"]))
+    sets = flat(spec.get("set", {}))
+    sets.update(at)
+    args = [hsgd, "config", "--config", base]
+    for k, v in sets.items():
+        v = str(v).lower() if isinstance(v, bool) else v
+        args += ["--set", f"{k}={v}"]
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(f"k-law: {family} {at}: {r.stderr.strip()}")
+    return tomllib.loads(r.stdout)
+
+
+def q_of(cfg):
+    n = cfg["train"]["workers"]
+    lr = cfg["optim"]["lr"]
+    if cfg["optim"].get("scale_lr", False):  # the linear scaling rule (config reference)
+        lr *= n * cfg["train"]["batch"] / cfg["optim"]["base_batch"]
+    mu = cfg["optim"]["momentum"] if cfg["optim"]["kind"] in ("momentum", "nesterov") else 0.0
+    return lr * n / (1 - mu), n, mu
+
+
+def k_of(policy, n):
+    if policy == "async":
+        return 1
+    if policy == "sync":
+        return n
+    m = re.fullmatch(r"kasync:(\d+)", policy)
+    return int(m.group(1)) if m else None
+
+
+def cells_of(hsgd, family):
+    path = os.path.join(ROOT, "docs", "results", "sweep", family, "sweep.json")
+    with open(path) as f:
+        sweep = json.load(f)
+    out = []
+    for cell in sweep["cells"]:
+        cfg = resolved(hsgd, family, cell["at"])
+        means = {p: v["interval_mean"]["mean"] for p, v in cell["policies"].items()}
+        seeds = {p: v["interval_mean"]["seeds"] for p, v in cell["policies"].items()}
+        fixed = {p: v for p, v in means.items() if not p.startswith("auto")}
+        if not fixed:
+            continue
+        q, n, mu = q_of(cfg)
+        ks = {k_of(p, n): v for p, v in fixed.items() if k_of(p, n)}
+        out.append(dict(family=family, at=cell["at"], cfg=cfg, q=q, n=n, mu=mu, fixed=fixed,
+                        ks=ks, means=means, seeds=seeds, best=max(fixed.values()),
+                        best_policy=max(fixed, key=fixed.get)))
+    return out
+
+
+def seen_cells(hsgd):
+    cells = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "docs", "results", "sweep", "*", "sweep.json"))):
+        family = os.path.basename(os.path.dirname(path))
+        if not re.match(r"^(heldout|sweep|design)-", family) or not family_file(family):
+            continue
+        for c in cells_of(hsgd, family):
+            if c["cfg"]["policy"]["aggregation"] != "mean":
+                continue
+            if not all(p in c["fixed"] for p in ("async", "kasync:2", "sync")):
+                continue
+            cells.append(c)
+    return cells
+
+
+def score(cells, choose):
+    """choose(cell) -> K; cells whose K was not measured are counted apart."""
+    gaps, missing = [], 0
+    for c in cells:
+        k = choose(c)
+        if k not in c["ks"]:
+            missing += 1
+            continue
+        gaps.append(((c["ks"][k] - c["best"]) * 100, c))
+    return gaps, missing
+
+
+def summary(gaps, missing):
+    g = [x for x, _ in gaps]
+    return (f"{len(g)} cells, within 1.5 pp {sum(x >= -1.5 for x in g)} "
+            f"({100 * sum(x >= -1.5 for x in g) / len(g):.0f} %), worst {min(g):+.2f}, "
+            f"mean {sum(g) / len(g):+.2f}; K not measured in {missing}")
+
+
+def label(c):
+    return c["family"] + " " + ",".join(f"{k.split('.')[-1]} {v}" for k, v in c["at"].items())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--hsgd", default=os.path.join(ROOT, "build", "release", "hsgd"))
+    ap.add_argument("--fit", action="store_true")
+    ap.add_argument("--scan", action="store_true")
+    ap.add_argument("--predict")
+    ap.add_argument("--test")
+    ap.add_argument("--rule", default="auto+policy.auto_rule=16")
+    a = ap.parse_args()
+    if a.fit:
+        cells = seen_cells(a.hsgd)
+        print(f"seen cells: {len(cells)} (mean aggregation, async, kasync:2 and sync measured)\n")
+        print("| q = lr/(1-mu) x n | cells | best K (count) | K_law |")
+        print("|---|---:|---|---:|")
+        bands = [(0, 1 / 3), (1 / 3, 4 / 3), (4 / 3, 16 / 3), (16 / 3, 64 / 3), (64 / 3, 1e9)]
+        for lo, hi in bands:
+            sub = [c for c in cells if lo <= c["q"] < hi]
+            counts = {}
+            for c in sub:
+                kb = max(c["ks"], key=c["ks"].get)
+                counts[kb] = counts.get(kb, 0) + 1
+            laws = sorted({k_law(c["q"], c["n"]) for c in sub})
+            print(f"| {lo:.2f} to {hi:.2f} | {len(sub)} | "
+                  + ", ".join(f"{k} ({v})" for k, v in sorted(counts.items()))
+                  + f" | {', '.join(map(str, laws))} |")
+        print()
+        gaps, missing = score(cells, lambda c: k_law(c["q"], c["n"]))
+        print("K_law = 2^round(log2 sqrt(6 q)):", summary(gaps, missing))
+        for x, c in sorted(gaps, key=lambda t: t[0]):
+            if x < -1.5:
+                print(f"  {x:+7.2f}  q {c['q']:.2f}  K_law {k_law(c['q'], c['n'])}  best "
+                      f"{c['best_policy']}  {label(c)}")
+        for budget in (0.25, 0.5, 1.0):
+            gaps, missing = score(
+                cells, lambda c: max(1, min(c["n"], 2 ** round(math.log2(c["q"] / budget)))))
+            print(f"linear, K = 2^round(log2(q / {budget})):", summary(gaps, missing))
+        if a.scan:
+            print("\nscan (power, six):")
+            for power in (0.4, 0.5, 0.6):
+                for six in (3, 4, 5, 6, 7, 8, 9, 12):
+                    gaps, missing = score(cells, lambda c: k_law(c["q"], c["n"], six, power))
+                    print(f"  power {power} six {six}: {summary(gaps, missing)}")
+    if a.predict:
+        for family in a.predict.split(","):
+            path = family_file(family)
+            with open(path, "rb") as f:
+                spec = tomllib.load(f)
+            axes = flat(spec.get("axes", {}))
+            (key, values), = axes.items()
+            for v in values:
+                cfg = resolved(a.hsgd, family, {key: v})
+                q, n, mu = q_of(cfg)
+                print(f"{family} {key}={v}: q {q:.3f}, K_law {k_law(q, n)}")
+    if a.test:
+        print("| family, cell | q | K_law | best fixed | best (%) | kasync:K_law − best | "
+              f"{a.rule} − best | async − best |")
+        print("|---|---:|---:|---|---:|---:|---:|---:|")
+        law, rule = [], []
+        for family in a.test.split(","):
+            for c in cells_of(a.hsgd, family):
+                k = k_law(c["q"], c["n"])
+                lg = (c["ks"][k] - c["best"]) * 100 if k in c["ks"] else float("nan")
+                rg = (c["means"][a.rule] - c["best"]) * 100 if a.rule in c["means"] else float("nan")
+                law.append(lg)
+                rule.append(rg)
+                print(f"| {label(c)} | {c['q']:.2f} | {k} | {c['best_policy']} | "
+                      f"{100 * c['best']:.2f} | {lg:+.2f} | {rg:+.2f} | "
+                      f"{(c['fixed']['async'] - c['best']) * 100:+.2f} |")
+        for name, g in (("kasync:K_law", law), (a.rule, rule)):
+            g = [x for x in g if not math.isnan(x)]
+            if g:
+                print(f"\n{name}: {len(g)} cells, within 1.5 pp {sum(x >= -1.5 for x in g)}, "
+                      f"worst {min(g):+.2f}, mean {sum(g) / len(g):+.2f}")
+
+
+if __name__ == "__main__":
+    main()
