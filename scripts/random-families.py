@@ -15,7 +15,9 @@ workers, which decides how much waiting pays):
   an MLP with two or three (widths from 32 to 256) 0.2, LeNet-5 0.25;
 - data: LeNet-5 on Fashion-MNIST; the others Fashion-MNIST 0.4 or a new
   synthetic draw 0.6 (10 to 60 features, 2 to 12 classes, noise 0.5 to 1.5,
-  a data seed of its own);
+  data seed 1000 + 10 x (seed mod 1000) + the family's index: draws of
+  neighbouring seeds can share a data seed, and with other features and
+  classes still draw another data set);
 - workers: log-uniform from 4 to 48 (LeNet-5 at most 16, for time);
   batch 8, 16, 32 or 64;
 - stragglers: a fraction of 0, 1/8, 1/4 or 1/2 of the workers; delay
