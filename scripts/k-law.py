@@ -23,6 +23,10 @@ Modes:
              scan it was chosen from.
   --predict  each cell of the named families: q and K_law (written into the
              family files before they ran).
+  --advice   the named families' momentum cells: the README's advice for
+             staleness.momentum_correction (on where q, async's
+             lr / (1 - mu) x n, is above 0.5) against async with and without
+             it (interval mean, pp).
   --test     the named families: kasync:K_law and the candidate rule
              against the best fixed policy (interval mean, seeds of the
              sweep), from docs/results/sweep/FAMILY/sweep.json.
@@ -172,6 +176,7 @@ def main():
     ap.add_argument("--scan", action="store_true")
     ap.add_argument("--predict")
     ap.add_argument("--test")
+    ap.add_argument("--advice")
     ap.add_argument("--rule", default="auto+policy.auto_rule=16")
     a = ap.parse_args()
     if a.fit:
@@ -219,6 +224,24 @@ def main():
                 cfg = resolved(a.hsgd, family, {key: v})
                 q, n, mu = q_of(cfg)
                 print(f"{family} {key}={v}: q {q:.3f}, K_law {k_law(q, n)}")
+    if a.advice:
+        print("| family, cell | q | correction − async (pp) | advice |")
+        print("|---|---:|---:|---|")
+        right = {True: [], False: []}
+        for family in a.advice.split(","):
+            for c in cells_of(a.hsgd, family):
+                if c["mu"] == 0 or CORRECTION not in c["fixed"]:
+                    continue
+                gain = (c["fixed"][CORRECTION] - c["fixed"]["async"]) * 100
+                above = c["q"] > 0.5
+                # a tie (within 0.1 pp) is neither right nor wrong
+                verdict = "tie" if abs(gain) < 0.1 else ("right" if (gain > 0) == above else "wrong")
+                if verdict != "tie":
+                    right[above].append(verdict == "right")
+                print(f"| {label(c)} | {c['q']:.2f} | {gain:+.2f} | {'on' if above else 'off'}: {verdict} |")
+        for above, v in right.items():
+            print(f"\n{'above' if above else 'at or below'} 0.5: the advice right in {sum(v)} of {len(v)} "
+                  "cells (ties left out)")
     if a.test:
         print("| family, cell | q | K_law | best fixed | best (%) | kasync:K_law − best | "
               f"{a.rule} − best | async − best |")
