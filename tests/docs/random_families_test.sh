@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The random held-out families of issue 32 (examples/sweep/random/) are what
+# scripts/random-families.py draws from their seeds: results-auto.md says
+# the command redraws the same files, and a family edited by hand after it
+# ran would no longer be the draw that was committed before it ran.
+set -euo pipefail
+src=$1
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+seeds=$(ls "$src/examples/sweep/random" | sed -n 's/^random-\([0-9]*\)-[0-9]*\.toml$/\1/p' | sort -u)
+[[ -n $seeds ]] || { echo "no random families in $src/examples/sweep/random"; exit 1; }
+for seed in $seeds; do
+  count=$(ls "$src/examples/sweep/random" | grep -c "^random-$seed-")
+  /usr/bin/python3 "$src/scripts/random-families.py" --seed "$seed" --count "$count" --out "$out" >/dev/null
+done
+diff -r "$out" "$src/examples/sweep/random"
+echo "the random families of seeds $(echo $seeds) are their draws"
