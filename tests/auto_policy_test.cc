@@ -475,7 +475,7 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
         2, [](double) { return 4.5; }, 0.01);
     EXPECT_EQ(c->k(), ablate.empty() ? 4 : 1);
   }
-  EXPECT_THROW(rule(18), InputError);
+  EXPECT_THROW(rule(19), InputError);
   EXPECT_THROW(rule(4), InputError);
 }
 
@@ -1067,6 +1067,47 @@ TEST(AutoPolicy, TheSeventeenthRuleCorrectsOnAWindowAboveTheLine) {
   EXPECT_EQ(fed(17, 3, 1)->save_state(), fed(16, 3, 1)->save_state());
   const auto hi16 = fed_controller(16, 0.004, 10), hi17 = fed_controller(17, 0.004, 10);
   EXPECT_EQ(hi17->save_state(), hi16->save_state());
+}
+
+// policy.auto_rule = 18 (tried): on plain sgd the guard is armed while the
+// arrival-time cap holds K below the budget's floor. 5 workers at 0.1 s
+// and 3 at 1 s, lr 0.5: the budget's floor is 8, the cap 5; below K = 8 an
+// update moves the loss up (too stale to be stable). The sixteenth stays at
+// the cap while the loss climbs; the eighteenth's guard fires and takes K
+// past the cap to every worker. Where the budget's K is in force (25 equal
+// workers, no cap below it) the two rules are the same.
+TEST(AutoPolicy, TheEighteenthRuleGuardsWhereTheCapHoldsKBelowTheBudget) {
+  const std::vector<double> periods = {0.1, 0.1, 0.1, 0.1, 0.1, 1, 1, 1};
+  auto run = [&](int rule) {
+    auto c = std::make_unique<AutoController>(8, auto_rule_parts(rule), 0.5);
+    Trainer tr(c.get(), periods, flat_floor);
+    tr.unstable_below = 8;
+    tr.run(60);
+    return std::make_pair(std::move(c), tr.loss);
+  };
+  const auto [sixteenth, loss16] = run(16);
+  const auto [eighteenth, loss18] = run(18);
+  EXPECT_EQ(sixteenth->cap(), 5);
+  EXPECT_EQ(sixteenth->k(), 5);
+  EXPECT_EQ(sixteenth->rises(), 0);
+  EXPECT_GT(loss16, 3.0);
+  EXPECT_EQ(eighteenth->cap(), 5);
+  EXPECT_EQ(eighteenth->k(), 8);
+  EXPECT_GE(eighteenth->rises(), 1);
+  EXPECT_LT(loss18, loss16);
+  PolicyOptions o;
+  o.kind = "auto";
+  o.auto_rule = 18;
+  EXPECT_EQ(spike_response(make_policy(o, 25, 0.1)), (std::pair<int, int>{5, 5}));
+  // The cap at or above the floor (every worker at 0.1 s): no guard, the
+  // sixteenth's run.
+  auto same = [](int rule) {
+    AutoController c(8, auto_rule_parts(rule), 0.5);
+    Trainer tr(&c, std::vector<double>(8, 0.1), flat_floor);
+    tr.run(20);
+    return c.save_state();
+  };
+  EXPECT_EQ(same(18), same(16));
 }
 
 TEST(AutoPolicy, ImplicitMomentumFollowsTheStaleness) {

@@ -12,10 +12,10 @@ namespace hsgd {
 AutoParts auto_rule_parts(int rule) {
   AutoParts p;
   if (rule == 5) return p;
-  if (rule < 6 || rule > 17) {
+  if (rule < 6 || rule > 18) {
     throw InputError("policy.auto_rule = " + std::to_string(rule) +
                      ": expected 16 (today's rule), 14 (the rule before it), 9 (the rule before "
-                     "the fourteenth), 10 to 13, 15 or 17 (tried), 8, 7, 6 or 5 (the rules "
+                     "the fourteenth), 10 to 13, 15, 17 or 18 (tried), 8, 7, 6 or 5 (the rules "
                      "before the ninth)");
   }
   // The sixth rule: on the design cells the probes and the window rises
@@ -62,6 +62,10 @@ AutoParts auto_rule_parts(int rule) {
   // The seventeenth (tried): the sixteenth whose guard, where mu is kept,
   // tests a window's mean (docs/results-auto.md, "The seventeenth rule").
   p.spike_window = rule == 17;
+  // The eighteenth (tried): the sixteenth whose guard is also armed on
+  // plain sgd while the cap holds K below the budget's floor
+  // (docs/results-auto.md, "A law for the best K").
+  p.spike_under_cap = rule == 18;
   return p;
 }
 

@@ -102,8 +102,19 @@ struct AutoParts {
   // (an oscillation that lifts whole windows); a stale gradient's bump is
   // a few pushes, which async rides out.
   bool spike_window = false;
+  // The eighteenth rule (tried): the sixteenth whose spike guard is also
+  // armed where the steps are plain sgd but the arrival-time cap holds K
+  // below the budget's floor. The ninth rule dropped the guard where the
+  // budget models the step; where the cap overrides the budget, its
+  // stability bound is not in force and nothing else guards it (an MLP on
+  // 4 workers, 2 straggling, at lr 0.69: K held at 2 under a floor of 4,
+  // 14 pp below sync: docs/results-auto.md, "A law for the best K").
+  bool spike_under_cap = false;
 };
 // The parts of rule `rule` (policy.auto_rule; docs/auto.md):
+//   18 (tried): the sixteenth whose guard is also armed on plain sgd while
+//     the arrival-time cap holds K below the budget's floor
+//     (`spike_under_cap`).
 //   17 (tried): the sixteenth whose guard, where mu is kept, tests a
 //     window's mean loss, not two pushes (`spike_window`).
 //   16 (today's): the fourteenth whose spike guard, where mu is kept, first
@@ -218,7 +229,8 @@ class AutoController final : public Policy {
   // where the budget is off or the steps are not plain sgd; the tenth: only
   // where the budget is off or the step gain unknown).
   bool spike_guard() const {
-    return parts_.spike && (parts_.spike_with_budget || !budget_on() || !step_modeled());
+    return parts_.spike && (parts_.spike_with_budget || !budget_on() || !step_modeled() ||
+                            (parts_.spike_under_cap && k_ < budget_floor()));
   }
   // The rate the budget counts: lr, or lr x the step gain where it is known
   // and the rule counts it (counts_gain).
