@@ -27,10 +27,12 @@ workers, which decides how much waiting pays):
 - learning rates: q log-uniform in [0.1, 0.6] and in [0.6, 12].
 Policies: sync, async, kasync:2, 4, 8 (and 16 with 20 or more workers),
 hybrid, ssp:3, with server momentum also async with the momentum
-correction, and the candidate auto+policy.auto_rule=16. 3 seeds, 100
+correction, and the auto rules --rules names (the first the sweep's
+candidate; default the sixteenth). 3 seeds, 100
 virtual s.
 
-Usage: scripts/random-families.py --seed 2026 --count 12 --out examples/sweep/random"""
+Usage: scripts/random-families.py --seed 2026 --count 12 --out examples/sweep/random
+       [--rules 16,18]"""
 import argparse
 import math
 import os
@@ -60,7 +62,7 @@ def sig(x, digits=2):
     return f"{float(f'{x:.{digits}g}'):g}"
 
 
-def family(rng, index, seed):
+def family(rng, index, seed, rules=(16,)):
     model = pick(rng, [("softmax", 0.25), ("mlp1", 0.3), ("mlp2", 0.2), ("lenet5", 0.25)])
     s = {"sim.threads": 1}
     desc = []
@@ -139,11 +141,11 @@ def family(rng, index, seed):
     if mu:
         policies.append("async+staleness.momentum_correction=true")
     policies += [f"kasync:{k}" for k in (2, 4, 8, 16) if k < n and (k < 16 or n >= 20)]
-    policies += ["hybrid", "ssp:3", "auto+policy.auto_rule=16"]
+    policies += ["hybrid", "ssp:3"] + [f"auto+policy.auto_rule={r}" for r in rules]
     name = f"random-{seed}-{index:02d}"
     text = "\n".join([
         f'# Random held-out family {name} for auto (issue 32), drawn by',
-        f'# scripts/random-families.py --seed {seed} and committed before any',
+        f'# scripts/random-families.py --seed {seed}{rules_flag(rules)} and committed before any',
         '# policy ran on it; no rule or constant is chosen from its results.',
         *wrap(" ".join(desc[:2]) + ", " + "; ".join(desc[2:]) + "."),
         "# q = lr / (1 - mu) x n: " + ", ".join(f"{lr / (1 - mu) * n:.3g}" for lr in lrs) + ".",
@@ -152,7 +154,7 @@ def family(rng, index, seed):
         "seeds = [1, 2, 3]",
         *textwrap.wrap("policies = [" + ", ".join(f'"{p}"' for p in policies) + "]", 96,
                        subsequent_indent="            ", break_long_words=False, break_on_hyphens=False),
-        'candidate = "auto+policy.auto_rule=16"',
+        f'candidate = "auto+policy.auto_rule={rules[0]}"',
         "",
         "[set]",
         *(f"{k} = {v}" for k, v in s.items()),
@@ -164,16 +166,24 @@ def family(rng, index, seed):
     return name, text
 
 
+def rules_flag(rules):
+    """The --rules flag as the header names it ("" for the default, 16)."""
+    return "" if tuple(rules) == (16,) else " --rules " + ",".join(map(str, rules))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--count", type=int, required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--rules", default="16",
+                    help="the auto rules each family runs, comma-separated (the first is the "
+                         "sweep's candidate); default 16")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     os.makedirs(a.out, exist_ok=True)
     for i in range(1, a.count + 1):
-        name, text = family(rng, i, a.seed)
+        name, text = family(rng, i, a.seed, tuple(int(r) for r in a.rules.split(",")))
         with open(os.path.join(a.out, name + ".toml"), "w") as f:
             f.write(text)
         print(name)

@@ -11,7 +11,11 @@ seeds=$(ls "$src/examples/sweep/random" | sed -n 's/^random-\([0-9]*\)-[0-9]*\.t
 [[ -n $seeds ]] || { echo "no random families in $src/examples/sweep/random"; exit 1; }
 for seed in $seeds; do
   count=$(ls "$src/examples/sweep/random" | grep -c "^random-$seed-")
-  /usr/bin/python3 "$src/scripts/random-families.py" --seed "$seed" --count "$count" --out "$out" >/dev/null
+  # the draw's other flags (--rules), as its first file's header names them
+  flags=$(sed -n "s/^# scripts\/random-families.py --seed $seed\(.*\) and committed.*/\1/p" \
+    "$src/examples/sweep/random/random-$seed-01.toml")
+  # shellcheck disable=SC2086
+  /usr/bin/python3 "$src/scripts/random-families.py" --seed "$seed" --count "$count" --out "$out" $flags >/dev/null
 done
 diff -r "$out" "$src/examples/sweep/random"
 echo "the random families of seeds $(echo $seeds) are their draws"
