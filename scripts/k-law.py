@@ -33,7 +33,7 @@ Modes:
 
 Usage: scripts/k-law.py --hsgd build/release/hsgd --fit [--scan]
        scripts/k-law.py --hsgd build/release/hsgd --predict F1,F2
-       scripts/k-law.py --hsgd build/release/hsgd --test F1,F2 [--rule auto+policy.auto_rule=16]"""
+       scripts/k-law.py --hsgd build/release/hsgd --test F1,F2 [--rule R1,R2] [--merge eighteenth-]"""
 import argparse
 import glob
 import json
@@ -177,7 +177,10 @@ def main():
     ap.add_argument("--predict")
     ap.add_argument("--test")
     ap.add_argument("--advice")
-    ap.add_argument("--rule", default="auto+policy.auto_rule=16")
+    ap.add_argument("--rule", default="auto+policy.auto_rule=16",
+                    help="the rules --test scores, comma-separated")
+    ap.add_argument("--merge", help="--test: also read docs/results/sweep/PREFIX-FAMILY "
+                                    "(comma-separated prefixes, e.g. eighteenth-)")
     a = ap.parse_args()
     if a.fit:
         cells = seen_cells(a.hsgd)
@@ -243,31 +246,56 @@ def main():
             print(f"\n{'above' if above else 'at or below'} 0.5: the advice right in {sum(v)} of {len(v)} "
                   "cells (ties left out)")
     if a.test:
+        rules = a.rule.split(",")
         print("| family, cell | q | K_law | best fixed | best (%) | kasync:K_law − best | "
-              f"{a.rule} − best | async − best |")
-        print("|---|---:|---:|---|---:|---:|---:|---:|")
-        law, rule, ahead = [], [], []
+              + " | ".join(f"{r} − best" for r in rules) + " | async − best |")
+        print("|---|---:|---:|---|---:|---:|" + "---:|" * len(rules) + "---:|")
+        law = []
+        gaps = {r: [] for r in rules}
+        ahead = {r: [] for r in rules}
         for family in a.test.split(","):
+            merged = merged_means(family, a.merge)
             for c in cells_of(a.hsgd, family):
+                c["means"].update(merged.get(json.dumps(c["at"], sort_keys=True), {}))
                 k = k_law(c["q"], c["n"])
                 lg = (c["ks"][k] - c["best"]) * 100 if k in c["ks"] else float("nan")
-                rg = (c["means"][a.rule] - c["best"]) * 100 if a.rule in c["means"] else float("nan")
                 law.append(lg)
-                rule.append(rg)
-                a_gap = (c["fixed"]["async"] - c["best"]) * 100
-                if a_gap <= -2 and a.rule in c["means"]:  # a fixed policy is ahead of async by 2 pp
-                    ahead.append((c["means"][a.rule] - c["fixed"]["async"]) * 100 >= 2)
+                row = []
+                for r in rules:
+                    rg = (c["means"][r] - c["best"]) * 100 if r in c["means"] else float("nan")
+                    gaps[r].append(rg)
+                    row.append(f"{rg:+.2f}")
+                    # a fixed policy ahead of async by 2 pp: is the rule?
+                    if (c["fixed"]["async"] - c["best"]) * 100 <= -2 and r in c["means"]:
+                        ahead[r].append((c["means"][r] - c["fixed"]["async"]) * 100 >= 2)
                 print(f"| {label(c)} | {c['q']:.2f} | {k} | {c['best_policy']} | "
-                      f"{100 * c['best']:.2f} | {lg:+.2f} | {rg:+.2f} | "
+                      f"{100 * c['best']:.2f} | {lg:+.2f} | " + " | ".join(row) + " | "
                       f"{(c['fixed']['async'] - c['best']) * 100:+.2f} |")
-        for name, g in (("kasync:K_law", law), (a.rule, rule)):
+        for name, g in [("kasync:K_law", law)] + list(gaps.items()):
             g = [x for x in g if not math.isnan(x)]
             if g:
                 print(f"\n{name}: {len(g)} cells, within 1.5 pp {sum(x >= -1.5 for x in g)}, "
                       f"worst {min(g):+.2f}, mean {sum(g) / len(g):+.2f}")
-        print(f"\n{a.rule} ahead of async by 2 pp or more in {sum(ahead)} of the {len(ahead)} cells "
-              "where a fixed policy is")
+        for r in rules:
+            print(f"\n{r} ahead of async by 2 pp or more in {sum(ahead[r])} of the "
+                  f"{len(ahead[r])} cells where a fixed policy is")
 
+
+def merged_means(family, prefixes):
+    """Policies run apart on a family's cells (docs/results/sweep/PREFIX-FAMILY,
+    a rule alone), by cell: {json of the cell's axes: {policy: mean}}."""
+    out = {}
+    for prefix in filter(None, (prefixes or "").split(",")):
+        path = os.path.join(ROOT, "docs", "results", "sweep", prefix + family, "sweep.json")
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            sweep = json.load(f)
+        for cell in sweep["cells"]:
+            means = out.setdefault(json.dumps(cell["at"], sort_keys=True), {})
+            for p, v in cell["policies"].items():
+                means[p] = v["interval_mean"]["mean"]
+    return out
 
 if __name__ == "__main__":
     main()
