@@ -959,16 +959,18 @@ TEST(AutoPolicy, TheFifteenthRuleArmsTheSpikeGuardAfterTheFirstBlock) {
   EXPECT_DOUBLE_EQ(a->rate(), b->rate());
 }
 
-// The sixteenth rule (today's): where the fourteenth keeps mu, the spike
+// The sixteenth rule (the rule before the eighteenth, which is the same
+// wherever the steps are not plain sgd): where the fourteenth keeps mu, the spike
 // guard's first firing turns the momentum correction on and leaves K; the
 // next firing raises K as the fourteenth's first did. The correction stays
 // on, and is in the saved state.
 TEST(AutoPolicy, TheSixteenthRulesFirstSpikeCorrectsTheMomentum) {
   PolicyOptions o;
   o.kind = "auto";
-  EXPECT_EQ(o.auto_rule, 16);  // today's
+  EXPECT_EQ(o.auto_rule, 18);  // today's: the sixteenth with momentum
+  o.auto_rule = 16;
   {
-    // The default through make_policy: a spike within the budget corrects.
+    // Through make_policy: a spike within the budget corrects.
     std::unique_ptr<Policy> p = make_policy(o, 25, 0.001);
     auto* c = dynamic_cast<AutoController*>(p.get());
     ASSERT_TRUE(c != nullptr);

@@ -329,14 +329,14 @@ TEST(Config, ConsensusLrIsWrittenOnlyWhenSet) {
 // policy.auto_rule is part of an auto run's identity, except 5: runs made
 // before the key existed ran the fifth rule, and with auto_rule = 5 their
 // config.toml and hash are what they were (so they resume); a run of the
-// sixth to sixteenth rule (the sixteenth is the default) is another run,
-// and says so: a run made when the ninth or the fourteenth was the default
-// reads back as that rule.
+// sixth to eighteenth rule (the eighteenth is the default) is another run,
+// and says so: a run made when the ninth, the fourteenth or the sixteenth
+// was the default reads back as that rule.
 TEST(Config, AutoRuleIsWrittenForAutoExceptTheFifth) {
   const std::string ex = std::string(HSGD_SOURCE_DIR) + "/examples/paper/synthetic.toml";
   const Config today = load_config(ex, {{"policy.name", "auto"}});
-  EXPECT_EQ(today.policy.auto_rule, 16);
-  EXPECT_NE(to_toml(today).find("auto_rule = 16"), std::string::npos) << to_toml(today);
+  EXPECT_EQ(today.policy.auto_rule, 18);
+  EXPECT_NE(to_toml(today).find("auto_rule = 18"), std::string::npos) << to_toml(today);
   const Config fourteenth = load_config(ex, {{"policy.name", "auto"}, {"policy.auto_rule", "14"}});
   EXPECT_NE(config_hash(today), config_hash(fourteenth));
   EXPECT_EQ(load_config(write_file("auto14.toml", to_toml(fourteenth)), {}).policy.auto_rule, 14);
@@ -357,7 +357,7 @@ TEST(Config, AutoRuleIsWrittenForAutoExceptTheFifth) {
   EXPECT_NE(config_hash(fifth), config_hash(sixth));
   // The fifth rule's config.toml reads back as... today's rule unless the
   // key is given: a resume of such a run must say auto_rule = 5.
-  EXPECT_EQ(load_config(write_file("auto5.toml", fifth_text), {}).policy.auto_rule, 16);
+  EXPECT_EQ(load_config(write_file("auto5.toml", fifth_text), {}).policy.auto_rule, 18);
   // Another policy: not written, whatever the value.
   const Config sync = load_config(ex, {{"policy.name", "sync"}, {"policy.auto_rule", "6"}});
   EXPECT_EQ(to_toml(sync).find("auto_rule"), std::string::npos);

@@ -421,13 +421,15 @@ std::vector<Key> declare() {
           .moot(policies({"auto"}))
           .written_when([](const Config& c) { return !c.policy.auto_constants.empty(); }));
   add(int_key("policy", "auto_rule", HSGD_REF(policy.auto_rule),
-              "auto: which rule: 16, today's (the staleness budget at the concurrency n / K and "
+              "auto: which rule: 18, today's (the staleness budget at the concurrency n / K and "
               "the arrival-time cap; server momentum lowered by staleness's implicit momentum "
               "where lr / (1 - mu) x n / K is above the budget, and after the spike guard's first "
               "firing where it is not; a first K above the cap brought down to it once every "
               "arrival is known; the spike guard only where the budget does not model the step: "
-              "an optimizer other than sgd, or sum aggregation; docs/auto.md); 14, the rule before "
-              "it (the spike guard raises K also where mu is kept); 9, the rule before the "
+              "an optimizer other than sgd, sum aggregation, or the arrival-time cap holding K "
+              "below the budget's floor; docs/auto.md); 16, the rule before it (no guard on plain "
+              "sgd where the cap holds K); 14, the rule before the sixteenth (the spike guard "
+              "raises K also where mu is kept); 9, the rule before the "
               "fourteenth (the momentum correction at every rate, no early cap); 10, the ninth "
               "with the budget counting lr x the step gain (1 / (1 - mu) with server momentum) "
               "and the guard only where that gain is unknown (tried); 11, the tenth without the "
@@ -437,11 +439,10 @@ std::vector<Key> declare() {
               "needs K <= 2 (lr / (1 - mu) x n <= 2 x the budget), with the early cap (tried); 15, "
               "the fourteenth with the spike guard armed only after the first block (tried); 17, "
               "the sixteenth whose guard, where mu is kept, asks for a window's mean loss above "
-              "its line, not two pushes (tried); 18, the sixteenth whose guard is also armed on "
-              "plain sgd while the arrival-time cap holds K below the budget's floor (tried); 8, "
+              "its line, not two pushes (tried); 8, "
               "the seventh with a spike's K retried after a hold (tried, not adopted); 7, the "
               "rule before the ninth (the spike guard everywhere); 6 (the budget at the measured "
-              "staleness); or 5 (also the probes and the rises). 14 to 5 reproduce results made "
+              "staleness); or 5 (also the probes and the rises). 16 to 5 reproduce results made "
               "with them. 5 is not written to config.toml: runs made before this key ran rule 5 "
               "and keep their identity.")
           .check([](int v) { return v >= 5 && v <= 18; }, "5 to 18")

@@ -14,9 +14,9 @@ AutoParts auto_rule_parts(int rule) {
   if (rule == 5) return p;
   if (rule < 6 || rule > 18) {
     throw InputError("policy.auto_rule = " + std::to_string(rule) +
-                     ": expected 16 (today's rule), 14 (the rule before it), 9 (the rule before "
-                     "the fourteenth), 10 to 13, 15, 17 or 18 (tried), 8, 7, 6 or 5 (the rules "
-                     "before the ninth)");
+                     ": expected 18 (today's rule), 16 (the rule before it), 14 (the rule before "
+                     "the sixteenth), 9 (the rule before the fourteenth), 10 to 13, 15 or 17 "
+                     "(tried), 8, 7, 6 or 5 (the rules before the ninth)");
   }
   // The sixth rule: on the design cells the probes and the window rises
   // added nothing on the MLP and cost on LeNet-5 (docs/results-auto.md,
@@ -55,16 +55,16 @@ AutoParts auto_rule_parts(int rule) {
   // the first block (docs/results-auto.md, "The fourteenth rule adopted,
   // the fifteenth tried").
   p.spike_late = rule == 15;
-  // The sixteenth (today's): the fourteenth whose spike guard, where mu is
+  // The sixteenth (the rule before the eighteenth): the fourteenth whose spike guard, where mu is
   // kept, first turns the momentum correction on (docs/results-auto.md,
   // "The sixteenth rule adopted").
   p.spike_corrects = rule >= 16;
   // The seventeenth (tried): the sixteenth whose guard, where mu is kept,
   // tests a window's mean (docs/results-auto.md, "The seventeenth rule").
   p.spike_window = rule == 17;
-  // The eighteenth (tried): the sixteenth whose guard is also armed on
+  // The eighteenth (today's): the sixteenth whose guard is also armed on
   // plain sgd while the cap holds K below the budget's floor
-  // (docs/results-auto.md, "A law for the best K").
+  // (docs/results-auto.md, "The eighteenth rule adopted").
   p.spike_under_cap = rule == 18;
   return p;
 }

@@ -102,7 +102,7 @@ struct AutoParts {
   // (an oscillation that lifts whole windows); a stale gradient's bump is
   // a few pushes, which async rides out.
   bool spike_window = false;
-  // The eighteenth rule (tried): the sixteenth whose spike guard is also
+  // The eighteenth rule (today's): the sixteenth whose spike guard is also
   // armed where the steps are plain sgd but the arrival-time cap holds K
   // below the budget's floor. The ninth rule dropped the guard where the
   // budget models the step; where the cap overrides the budget, its
@@ -112,12 +112,12 @@ struct AutoParts {
   bool spike_under_cap = false;
 };
 // The parts of rule `rule` (policy.auto_rule; docs/auto.md):
-//   18 (tried): the sixteenth whose guard is also armed on plain sgd while
+//   18 (today's): the sixteenth whose guard is also armed on plain sgd while
 //     the arrival-time cap holds K below the budget's floor
 //     (`spike_under_cap`).
 //   17 (tried): the sixteenth whose guard, where mu is kept, tests a
 //     window's mean loss, not two pushes (`spike_window`).
-//   16 (today's): the fourteenth whose spike guard, where mu is kept, first
+//   16 (the rule before the eighteenth): the fourteenth whose spike guard, where mu is kept, first
 //     turns the momentum correction on (`spike_corrects`).
 //   15 (tried): the fourteenth with the spike guard armed only after the
 //     first block (`spike_late`).

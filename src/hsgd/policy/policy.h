@@ -53,10 +53,11 @@ struct PolicyOptions {
   // the rule's own.
   std::string auto_constants;
   // auto: which rule (policy.auto_rule; policy/auto_policy.h,
-  // auto_rule_parts): 16, today's; 14, the rule before it; 9, the rule
-  // before the fourteenth; 10 to 13 and 15, tried and not adopted; 8 to 5,
-  // the rules before the ninth. All kept for comparison.
-  int auto_rule = 16;
+  // auto_rule_parts): 18, today's; 16, the rule before it; 14, the rule
+  // before the sixteenth; 9, the rule before the fourteenth; 10 to 13, 15
+  // and 17, tried and not adopted; 8 to 5, the rules before the ninth. All
+  // kept for comparison.
+  int auto_rule = 18;
 };
 
 // What the server tells a policy after each finite, unfiltered push
