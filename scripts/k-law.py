@@ -44,6 +44,8 @@ import subprocess
 import sys
 import tomllib
 
+from sweepfiles import flat
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORRECTION = "async+staleness.momentum_correction=true"
 SIX = 6.0  # K^2 ~ SIX x q
@@ -52,16 +54,6 @@ SIX = 6.0  # K^2 ~ SIX x q
 def k_law(q, n, six=SIX, power=0.5):
     x = math.sqrt(six * q) if power == 0.5 else math.sqrt(six) * q ** power
     return max(1, min(n, 2 ** round(math.log2(max(x, 1e-12)))))
-
-
-def flat(d, prefix=""):
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(flat(v, prefix + k + "."))
-        else:
-            out[prefix + k] = v
-    return out
 
 
 def family_file(family):

@@ -26,6 +26,8 @@ import subprocess
 import sys
 import tomllib
 
+from sweepfiles import flat
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # auto's clean held-out families of the fourteenth and sixteenth rules.
 FAMILIES = ["heldout-momentum-synthetic-20", "heldout-nesterov-40", "heldout-momentum-fmnist-softmax",
@@ -36,16 +38,6 @@ FAMILIES = ["heldout-momentum-synthetic-20", "heldout-nesterov-40", "heldout-mom
             "heldout-momentum-fmnist-mlp-32", "heldout-momentum-synthetic-6"]
 POLICIES = ["sync+train.noise_scale=true", "async+train.noise_scale=true"]
 WAITING = re.compile(r"^(sync|kasync|hybrid|kbatch)")
-
-
-def flat(d, prefix=""):
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(flat(v, prefix + k + "."))
-        else:
-            out[prefix + k] = v
-    return out
 
 
 def grid_of(family, out):
