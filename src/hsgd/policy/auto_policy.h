@@ -108,7 +108,7 @@ struct AutoParts {
   // budget models the step; where the cap overrides the budget, its
   // stability bound is not in force and nothing else guards it (an MLP on
   // 4 workers, 2 straggling, at lr 0.69: K held at 2 under a floor of 4,
-  // 14 pp below sync: docs/results-auto.md, "A law for the best K").
+  // 14 pp below sync: docs/results-auto.md, "The eighteenth rule adopted").
   bool spike_under_cap = false;
 };
 // The parts of rule `rule` (policy.auto_rule; docs/auto.md):
