@@ -109,14 +109,13 @@ def cells_of(hsgd, family):
     for cell in sweep["cells"]:
         cfg = resolved(hsgd, family, cell["at"])
         means = {p: v["interval_mean"]["mean"] for p, v in cell["policies"].items()}
-        seeds = {p: v["interval_mean"]["seeds"] for p, v in cell["policies"].items()}
         fixed = {p: v for p, v in means.items() if not p.startswith("auto")}
         if not fixed:
             continue
         q, n, mu = q_of(cfg)
         ks = {k_of(p, n): v for p, v in fixed.items() if k_of(p, n)}
         out.append(dict(family=family, at=cell["at"], cfg=cfg, q=q, n=n, mu=mu, fixed=fixed,
-                        ks=ks, means=means, seeds=seeds, best=max(fixed.values()),
+                        ks=ks, means=means, best=max(fixed.values()),
                         best_policy=max(fixed, key=fixed.get)))
     return out
 
