@@ -13,9 +13,12 @@ baseline is from the committed one (docs/results/sweep/FAMILY/sweep.json).
 Usage:
   scripts/auto-sensitivity.py --hsgd build/release/hsgd --out runs/sensitivity \
       [--families heldout-data,heldout-issue] [--constants budget,rise_sigmas] \
-      [--rule 16] [--jobs 2] [--report]
---rule names the auto rule measured (policy.auto_rule; default 16, today's):
+      [--rule 18] [--jobs 2] [--report]
+--rule names the auto rule measured (policy.auto_rule; default 18, today's):
 its runs name it, and its column in the family's sweep is the baseline.
+A family is a sweep file's path under examples/sweep/ without ".toml"
+(random/random-2028-01 for a random draw); its committed sweep is
+docs/results/sweep/NAME/, NAME the file's name.
 --report only reads what --out already holds and prints the tables.
 Reads the family sweep files from examples/sweep/FAMILY.toml."""
 import argparse
@@ -24,6 +27,9 @@ import os
 import subprocess
 import sys
 import tomllib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sweepfiles import one_policy_sweep  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # AutoConstants, in its order, with the rule's values; integers halve to
@@ -37,6 +43,7 @@ CONSTANTS = [
     ("retry_blocks", 16, True), ("switch_k", 2, True),
 ]
 FACTORS = [0.5, 2.0]
+DEFAULT_RULE = 18  # policy.auto_rule's default (config/keys.cc)
 
 
 def value(default, integer, factor):
@@ -49,46 +56,15 @@ def fmt_value(v):
     return ("%g" % v)
 
 
-def toml_value(v):
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    return repr(v)
-
-
 def write_sweep(family, constants, path, rule):
     """The family's sweep with auto alone under rule `rule` and `constants`
     ("" = the rule's)."""
-    src = os.path.join(ROOT, "examples", "sweep", family + ".toml")
-    with open(src, "rb") as f:
-        s = tomllib.load(f)
-    config = os.path.normpath(os.path.join(os.path.dirname(src), s["config"]))
-    lines = [f"config = {json.dumps(config)}",
-             f"seeds = {toml_value(s['seeds'])}",
-             'policies = ["auto"]', "", "[set]"]
-    for k, v in s.get("set", {}).items():
-        if isinstance(v, dict):  # a nested table: section.key
-            for k2, v2 in v.items():
-                if f"{k}.{k2}" == "policy.auto_rule":
-                    continue  # a family that names another rule's auto: `rule` here
-                lines.append(f"{k}.{k2} = {toml_value(v2)}")
-        else:
-            lines.append(f"{k} = {toml_value(v)}")
-    lines.append(f"policy.auto_rule = {rule}")
+    extra = {"policy.auto_rule": rule}
     if constants:
-        lines.append(f"policy.auto_constants = {json.dumps(constants)}")
-    lines += ["", "[axes]"]
-    for k, v in s["axes"].items():
-        if isinstance(v, dict):
-            for k2, v2 in v.items():
-                lines.append(f"{k}.{k2} = {toml_value(v2)}")
-        else:
-            lines.append(f"{k} = {toml_value(v)}")
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+        extra["policy.auto_constants"] = constants
+    # A family that names another rule's auto runs `rule` here.
+    one_policy_sweep(os.path.join(ROOT, "examples", "sweep", family + ".toml"), "auto", path,
+                     extra, drop=("policy.auto_rule",))
 
 
 def cell_key(c):
@@ -120,7 +96,7 @@ def baseline(path, candidate="auto"):
 def todays_auto(family, rule):
     """The policy of a family's sweep that is auto under rule `rule`: the one
     naming it, or "auto" where the family's [set] names that rule or (for
-    the sixteenth, today's default) names none."""
+    DEFAULT_RULE, today's default) names none."""
     with open(os.path.join(ROOT, "examples", "sweep", family + ".toml"), "rb") as f:
         s = tomllib.load(f)
     named = f"auto+policy.auto_rule={rule}"
@@ -128,7 +104,7 @@ def todays_auto(family, rule):
         return named
     if "auto" in s["policies"]:
         given = s.get("set", {}).get("policy", {}).get("auto_rule")
-        if given == rule or (given is None and rule == 16):
+        if given == rule or (given is None and rule == DEFAULT_RULE):
             return "auto"
     sys.exit(f"auto-sensitivity.py: {family}: no policy in its sweep is auto with rule {rule}")
 
@@ -160,7 +136,7 @@ def main():
     ap.add_argument("--families", default="heldout-data,heldout-issue")
     ap.add_argument("--constants", default=",".join(c[0] for c in CONSTANTS))
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--rule", type=int, default=16)
+    ap.add_argument("--rule", type=int, default=DEFAULT_RULE)
     ap.add_argument("--report", action="store_true")
     a = ap.parse_args()
     families = a.families.split(",")
@@ -177,7 +153,8 @@ def main():
         if not os.path.exists(p):
             sys.exit(f"{f}: no baseline in {p}; run without --report first")
         base[f] = baseline(p, todays_auto(f, a.rule))
-        committed = os.path.join(ROOT, "docs", "results", "sweep", f, "sweep.json")
+        committed = os.path.join(ROOT, "docs", "results", "sweep", os.path.basename(f),
+                                 "sweep.json")
         if not os.path.exists(committed):
             continue
         ref = baseline(committed, todays_auto(f, a.rule))

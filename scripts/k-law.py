@@ -33,7 +33,8 @@ Modes:
 
 Usage: scripts/k-law.py --hsgd build/release/hsgd --fit [--scan]
        scripts/k-law.py --hsgd build/release/hsgd --predict F1,F2
-       scripts/k-law.py --hsgd build/release/hsgd --test F1,F2 [--rule R1,R2] [--merge eighteenth-]"""
+       scripts/k-law.py --hsgd build/release/hsgd --test F1,F2 [--rule R1,R2] [--merge eighteenth-]
+           [--async-like POLICY]"""
 import argparse
 import glob
 import json
@@ -170,6 +171,8 @@ def main():
     ap.add_argument("--advice")
     ap.add_argument("--rule", default="auto+policy.auto_rule=16",
                     help="the rules --test scores, comma-separated")
+    ap.add_argument("--async-like", help="--test: also score the rules on the cells where this "
+                                         "policy's mean equals async's (e.g. where auto is async)")
     ap.add_argument("--merge", help="--test: also read docs/results/sweep/PREFIX-FAMILY "
                                     "(comma-separated prefixes, e.g. eighteenth-)")
     a = ap.parse_args()
@@ -243,6 +246,7 @@ def main():
         print("|---|---:|---:|---|---:|---:|" + "---:|" * len(rules) + "---:|")
         law = []
         gaps = {r: [] for r in rules}
+        like = {r: [] for r in rules + ["async"]}
         ahead = {r: [] for r in rules}
         for family in a.test.split(","):
             merged = merged_means(family, a.merge)
@@ -259,6 +263,12 @@ def main():
                     # a fixed policy ahead of async by 2 pp: is the rule?
                     if (c["fixed"]["async"] - c["best"]) * 100 <= -2 and r in c["means"]:
                         ahead[r].append((c["means"][r] - c["fixed"]["async"]) * 100 >= 2)
+                ref = c["means"].get(a.async_like)
+                if ref is not None and abs(ref - c["fixed"]["async"]) < 1e-9:
+                    for r in rules:
+                        if r in c["means"]:
+                            like[r].append((c["means"][r] - c["best"]) * 100)
+                    like["async"].append((c["fixed"]["async"] - c["best"]) * 100)
                 print(f"| {label(c)} | {c['q']:.2f} | {k} | {c['best_policy']} | "
                       f"{100 * c['best']:.2f} | {lg:+.2f} | " + " | ".join(row) + " | "
                       f"{(c['fixed']['async'] - c['best']) * 100:+.2f} |")
@@ -267,6 +277,12 @@ def main():
             if g:
                 print(f"\n{name}: {len(g)} cells, within 1.5 pp {sum(x >= -1.5 for x in g)}, "
                       f"worst {min(g):+.2f}, mean {sum(g) / len(g):+.2f}")
+        if a.async_like:
+            print(f"\nthe {len(like['async'])} cells where {a.async_like} is async:")
+            for name, g in like.items():
+                if g:
+                    print(f"  {name}: within 1.5 pp {sum(x >= -1.5 for x in g)}, "
+                          f"worst {min(g):+.2f}, mean {sum(g) / len(g):+.2f}")
         for r in rules:
             print(f"\n{r} ahead of async by 2 pp or more in {sum(ahead[r])} of the "
                   f"{len(ahead[r])} cells where a fixed policy is")

@@ -10,3 +10,39 @@ def flat(d, prefix=""):
         else:
             out[prefix + k] = v
     return out
+
+
+def toml_value(v):
+    """A Python value as TOML (the types sweep files use)."""
+    import json
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    return repr(v)
+
+
+def one_policy_sweep(src, policy, path, extra=None, drop=()):
+    """Writes to `path` the sweep file `src` with `policy` as its only policy
+    (no candidate), its config path made absolute, the [set] keys in `drop`
+    left out and those of `extra` ({"section.key": value}) added."""
+    import json
+    import os
+    import tomllib
+    with open(src, "rb") as f:
+        s = tomllib.load(f)
+    config = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(src)), s["config"]))
+    lines = [f"config = {json.dumps(config)}", f"seeds = {toml_value(s['seeds'])}",
+             f"policies = [{json.dumps(policy)}]", "", "[set]"]
+    for k, v in flat(s.get("set", {})).items():
+        if k not in drop:
+            lines.append(f"{k} = {toml_value(v)}")
+    for k, v in (extra or {}).items():
+        lines.append(f"{k} = {toml_value(v)}")
+    lines += ["", "[axes]"]
+    for k, v in flat(s["axes"]).items():
+        lines.append(f"{k} = {toml_value(v)}")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
