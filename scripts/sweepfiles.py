@@ -24,16 +24,19 @@ def toml_value(v):
     return repr(v)
 
 
-def one_policy_sweep(src, policy, path, extra=None, drop=()):
+def one_policy_sweep(src, policy, path, extra=None, drop=(), relative=False):
     """Writes to `path` the sweep file `src` with `policy` as its only policy
-    (no candidate), its config path made absolute, the [set] keys in `drop`
-    left out and those of `extra` ({"section.key": value}) added."""
+    (no candidate), its config path made absolute (relative to `path`'s
+    folder with `relative`), the [set] keys in `drop` left out and those of
+    `extra` ({"section.key": value}) added."""
     import json
     import os
     import tomllib
     with open(src, "rb") as f:
         s = tomllib.load(f)
     config = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(src)), s["config"]))
+    if relative:
+        config = os.path.relpath(config, os.path.dirname(os.path.abspath(path)))
     lines = [f"config = {json.dumps(config)}", f"seeds = {toml_value(s['seeds'])}",
              f"policies = [{json.dumps(policy)}]", "", "[set]"]
     for k, v in flat(s.get("set", {})).items():
