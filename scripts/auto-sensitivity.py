@@ -13,7 +13,7 @@ baseline is from the committed one (docs/results/sweep/FAMILY/sweep.json).
 Usage:
   scripts/auto-sensitivity.py --hsgd build/release/hsgd --out runs/sensitivity \
       [--families heldout-data,heldout-issue] [--constants budget,rise_sigmas] \
-      [--rule 18] [--jobs 2] [--report]
+      [--rule 18] [--jobs 2] [--report] [--cells]
 --rule names the auto rule measured (policy.auto_rule; default 18, today's):
 its runs name it, and its column in the family's sweep is the baseline.
 A family is a sweep file's path under examples/sweep/ without ".toml"
@@ -138,6 +138,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--rule", type=int, default=DEFAULT_RULE)
     ap.add_argument("--report", action="store_true")
+    ap.add_argument("--cells", action="store_true",
+                    help="also a table of the cells some value moves (auto - best fixed, pp)")
     a = ap.parse_args()
     families = a.families.split(",")
     wanted = a.constants.split(",")
@@ -167,14 +169,16 @@ def main():
     print("| constant | rule | value | cells within 1.5 pp of best fixed | worst vs best (pp) "
           "| mean vs today's auto (pp) | worst vs today's auto (pp) |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    rows = [("(the rule)", "", "", "")]
+    per_cell = {}  # (family, cell): {constants: auto - best (pp)}
+    variants = []
     for name, default, integer in CONSTANTS:
         if name not in wanted:
             continue
         for factor in FACTORS:
             v = value(default, integer, factor)
             constants = f"{name}={fmt_value(v)}"
-            diffs_best, diffs_auto, n = [], [], 0
+            variants.append(constants)
+            diffs_best, diffs_auto = [], []
             for f in families:
                 d = os.path.join(a.out, f, constants.replace("=", "-"), "sweep.json")
                 if not a.report:
@@ -186,6 +190,7 @@ def main():
                     m = got[k]["mean"]
                     diffs_best.append(100 * (m - ref["best_mean"]))
                     diffs_auto.append(100 * (m - ref["auto"]["mean"]))
+                    per_cell.setdefault((f, k), {})[constants] = 100 * (m - ref["best_mean"])
             if not diffs_best:
                 print(f"| {name} | {fmt_value(default)} | {fmt_value(v)} | not run | | | |")
                 continue
@@ -199,6 +204,22 @@ def main():
     if db:
         print(f"\nToday's rule on these {len(db)} cells: {sum(x >= -1.5 for x in db)} within "
               f"1.5 pp of the best fixed policy, worst {min(db):+.2f} pp.")
+    if a.cells and per_cell:
+        print("\n| family, cell | best fixed | best (%) | today | "
+              + " | ".join(v.replace("=", " ") for v in variants) + " |")
+        print("|---|---|---:|---:|" + "---:|" * len(variants))
+        still = 0
+        for (f, k), got in per_cell.items():
+            ref = base[f][k]
+            today = 100 * (ref["auto"]["mean"] - ref["best_mean"])
+            if all(abs(got.get(v, today) - today) < 0.005 for v in variants):
+                still += 1
+                continue
+            cell = ", ".join(f"{key} {val}" for key, val in k)
+            print(f"| {os.path.basename(f)} {cell} | {ref['best']} | {100 * ref['best_mean']:.2f} "
+                  f"| {today:+.2f} | "
+                  + " | ".join(f"{got[v]:+.2f}" if v in got else "" for v in variants) + " |")
+        print(f"\n{still} of the {len(per_cell)} cells: every value gives today's result.")
 
 
 if __name__ == "__main__":

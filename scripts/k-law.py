@@ -34,7 +34,7 @@ Modes:
 Usage: scripts/k-law.py --hsgd build/release/hsgd --fit [--scan]
        scripts/k-law.py --hsgd build/release/hsgd --predict F1,F2
        scripts/k-law.py --hsgd build/release/hsgd --test F1,F2 [--rule R1,R2] [--merge eighteenth-]
-           [--async-like POLICY]"""
+           [--async-like POLICY] [--exclude POLICY]"""
 import argparse
 import glob
 import json
@@ -171,6 +171,7 @@ def main():
     ap.add_argument("--advice")
     ap.add_argument("--rule", default="auto+policy.auto_rule=16",
                     help="the rules --test scores, comma-separated")
+    ap.add_argument("--exclude", help="--test: the best fixed policy is chosen without this one")
     ap.add_argument("--async-like", help="--test: also score the rules on the cells where this "
                                          "policy's mean equals async's (e.g. where auto is async)")
     ap.add_argument("--merge", help="--test: also read docs/results/sweep/PREFIX-FAMILY "
@@ -252,6 +253,10 @@ def main():
             merged = merged_means(family, a.merge)
             for c in cells_of(a.hsgd, family):
                 c["means"].update(merged.get(json.dumps(c["at"], sort_keys=True), {}))
+                if a.exclude:
+                    rest = {p: v for p, v in c["fixed"].items() if p != a.exclude}
+                    c["best_policy"] = max(rest, key=rest.get)
+                    c["best"] = rest[c["best_policy"]]
                 k = k_law(c["q"], c["n"])
                 lg = (c["ks"][k] - c["best"]) * 100 if k in c["ks"] else float("nan")
                 law.append(lg)
