@@ -1,4 +1,8 @@
-"""Helpers the study scripts share for reading sweep files (examples/sweep/*.toml)."""
+"""Helpers the study scripts share for reading and writing sweep files
+(examples/sweep/*.toml)."""
+import json
+import os
+import tomllib
 
 
 def flat(d, prefix=""):
@@ -14,7 +18,6 @@ def flat(d, prefix=""):
 
 def toml_value(v):
     """A Python value as TOML (the types sweep files use)."""
-    import json
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, str):
@@ -29,9 +32,6 @@ def one_policy_sweep(src, policy, path, extra=None, drop=(), relative=False):
     (no candidate), its config path made absolute (relative to `path`'s
     folder with `relative`), the [set] keys in `drop` left out and those of
     `extra` ({"section.key": value}) added."""
-    import json
-    import os
-    import tomllib
     with open(src, "rb") as f:
         s = tomllib.load(f)
     config = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(src)), s["config"]))
