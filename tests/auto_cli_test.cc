@@ -49,6 +49,26 @@ TEST(AutoCli, SimIsDeterministicAndResumesExactly) {
   EXPECT_EQ(slurp(part + "/model.bin"), slurp(a + "/model.bin"));
 }
 
+// The nineteenth rule reads the workers' batch on every runtime with a
+// server (runtime/row.h, server_policy): 4 workers at lr 0.1 are within the
+// budget at batch 32 (0.4: K = 1) and need K = 2 at batch 8 (0.4 x 2).
+TEST(AutoCli, TheNineteenthRuleReadsTheBatchOnEveryRuntime) {
+  for (const std::string runtime : {"sim", "threads"}) {
+    for (const auto& [batch, k] : {std::pair{8, 2}, std::pair{32, 1}}) {
+      const std::string out = tmp("r19_" + runtime + std::to_string(batch));
+      const Outcome o =
+          run("train --quiet --data synthetic --model linear-test --workers 4 --lr 0.1 "
+              "--policy auto --set policy.auto_rule=19 --eval-every 0.25 "
+              "--set data.synthetic_samples=3000 --budget 0.5 --runtime " +
+              runtime + " --batch " + std::to_string(batch) + " --out " + out);
+      ASSERT_EQ(o.code, 0) << o.err;
+      const std::vector<MetricsRow> rows = read_metrics_csv(out + "/metrics.csv");
+      ASSERT_FALSE(rows.empty());
+      EXPECT_EQ(rows.front().k, k) << runtime << " batch " << batch;
+    }
+  }
+}
+
 TEST(AutoCli, AnUnknownAblationPartIsOneLineExit2) {
   const std::string out = tmp("bad");
   const Outcome o = run(job(out, kSim + "--budget 1 --set policy.auto_ablate=colour"));

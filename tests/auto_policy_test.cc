@@ -475,7 +475,7 @@ TEST(AutoPolicy, TheSixthRuleHasNoProbesOrRisesAndKeepsTheSpikeGuard) {
         2, [](double) { return 4.5; }, 0.01);
     EXPECT_EQ(c->k(), ablate.empty() ? 4 : 1);
   }
-  EXPECT_THROW(rule(19), InputError);
+  EXPECT_THROW(rule(20), InputError);
   EXPECT_THROW(rule(4), InputError);
 }
 
@@ -1112,6 +1112,46 @@ TEST(AutoPolicy, TheEighteenthRuleGuardsWhereTheCapHoldsKBelowTheBudget) {
   EXPECT_EQ(same(18), same(16));
 }
 
+TEST(AutoPolicy, TheNineteenthRuleBudgetsTheStepsGradientNoise) {
+  PolicyOptions o;
+  o.kind = "auto";
+  o.auto_rule = 19;
+  auto first_k = [&](int workers, double lr, int batch) {
+    return make_policy(o, workers, lr, batch)->threshold(kP, workers);
+  };
+  // LeNet-5 on 5 workers with batch 8 at lr 0.082 (lr x n = 0.41, within
+  // the budget: the eighteenth is async): the rate counts sqrt(32 / 8) = 2,
+  // 0.82 / 0.5 -> K = 2.
+  EXPECT_EQ(first_k(5, 0.082, 8), 2);
+  EXPECT_EQ(first_k(25, 0.1, 32), 5);    // batch 32: the eighteenth's K
+  EXPECT_EQ(first_k(25, 0.1, 128), 3);   // 2.5 x 0.5 / 0.5 = 2.5
+  EXPECT_EQ(first_k(25, 0.3, 8), 25);    // 7.5 x 2 / 0.5 = 30, at most n
+  EXPECT_EQ(first_k(25, 0.1, 0), 5);     // the batch not given: the eighteenth's
+  EXPECT_EQ(first_k(25, 0.01, 8), 1);    // 0.25 x 2 = 0.5: within the budget
+  // Every other rule ignores the batch.
+  o.auto_rule = 18;
+  EXPECT_EQ(first_k(5, 0.082, 8), 1);
+  EXPECT_EQ(first_k(25, 0.1, 128), 5);
+  // batch_ref is the batch at which the rule is the eighteenth.
+  o.auto_rule = 19;
+  o.auto_constants = "batch_ref=8";
+  EXPECT_EQ(first_k(5, 0.082, 8), 1);
+  EXPECT_EQ(first_k(25, 0.1, 32), 3);  // 2.5 x 0.5 / 0.5
+  // With server momentum the correction's gate counts the batch too: lr 0.01,
+  // mu 0.9 (a step gain of 10), 4 workers, K = 1: lr / (1 - mu) x n = 0.4
+  // at batch 32 (within the budget: mu kept), 0.8 at batch 8 (corrected).
+  o.auto_constants = "";
+  for (const auto& [batch, corrected] : {std::pair{32, false}, std::pair{8, true}}) {
+    AutoController c(4, auto_rule_parts(19), 0.01);
+    c.set_batch(batch);
+    c.on_step_gain(10);
+    Feed f(&c, std::vector<double>(4, 0.1));
+    f.run(
+        200, [](double t) { return 2.0 * std::exp(-t); }, 0.001, 3);
+    EXPECT_EQ(c.implicit_momentum() > 0, corrected) << "batch " << batch;
+  }
+}
+
 TEST(AutoPolicy, ImplicitMomentumFollowsTheStaleness) {
   AutoController c(25, {});
   Feed f(&c, std::vector<double>(25, 0.1));
@@ -1358,9 +1398,9 @@ std::string fmt(double v) {
 TEST(AutoPolicy, ConstantsAreParsedCheckedAndNamed) {
   const AutoConstants d = parse_auto_constants("");
   const auto defaults = auto_constant_values(d);
-  ASSERT_EQ(defaults.size(), 17u);
+  ASSERT_EQ(defaults.size(), 18u);
   EXPECT_EQ(defaults.front(), (std::pair<std::string, double>("min_window", 8)));
-  EXPECT_EQ(defaults.back(), (std::pair<std::string, double>("switch_k", 2)));
+  EXPECT_EQ(defaults.back(), (std::pair<std::string, double>("batch_ref", 32)));
   const AutoConstants c = parse_auto_constants("rise_sigmas=1.25,spike_factor=8,budget=0.25");
   EXPECT_EQ(c.rise_sigmas, 1.25);
   EXPECT_EQ(c.spike_factor, 8);

@@ -367,7 +367,7 @@ TEST(Config, AutoRuleIsWrittenForAutoExceptTheFifth) {
     ADD_FAILURE() << "auto_rule 4 accepted";
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("policy.auto_rule"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("5 to 18"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("5 to 19"), std::string::npos) << e.what();
   }
   EXPECT_EQ(load_config(ex, {{"policy.name", "auto"}, {"policy.auto_rule", "10"}}).policy.auto_rule,
             10);
@@ -379,7 +379,9 @@ TEST(Config, AutoRuleIsWrittenForAutoExceptTheFifth) {
             17);
   EXPECT_EQ(load_config(ex, {{"policy.name", "auto"}, {"policy.auto_rule", "18"}}).policy.auto_rule,
             18);
-  EXPECT_THROW(load_config(ex, {{"policy.name", "auto"}, {"policy.auto_rule", "19"}}), InputError);
+  EXPECT_EQ(load_config(ex, {{"policy.name", "auto"}, {"policy.auto_rule", "19"}}).policy.auto_rule,
+            19);
+  EXPECT_THROW(load_config(ex, {{"policy.name", "auto"}, {"policy.auto_rule", "20"}}), InputError);
 }
 
 TEST(Config, CompressKeys) {

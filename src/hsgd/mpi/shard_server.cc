@@ -17,7 +17,7 @@ std::vector<int> worker_ranks(const Layout& l) {
 void make_server(const Job& job, const Layout& l, Shard range, std::span<float> params,
                  std::optional<Server>* server) {
   const Config& c = *job.config;
-  server->emplace(params, server_options(job), make_policy(c.policy, l.workers, c.optim.lr),
+  server->emplace(params, server_options(job), server_policy(c, l.workers),
                   make_optimizer(server_optimizer(c), range.size));
 }
 

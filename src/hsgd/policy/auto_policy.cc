@@ -12,11 +12,11 @@ namespace hsgd {
 AutoParts auto_rule_parts(int rule) {
   AutoParts p;
   if (rule == 5) return p;
-  if (rule < 6 || rule > 18) {
+  if (rule < 6 || rule > 19) {
     throw InputError("policy.auto_rule = " + std::to_string(rule) +
-                     ": expected 18 (today's rule), 16 (the rule before it), 14 (the rule before "
-                     "the sixteenth), 9 (the rule before the fourteenth), 10 to 13, 15 or 17 "
-                     "(tried), 8, 7, 6 or 5 (the rules before the ninth)");
+                     ": expected 18 (today's rule), 19 (on trial), 16 (the rule before it), 14 "
+                     "(the rule before the sixteenth), 9 (the rule before the fourteenth), 10 to "
+                     "13, 15 or 17 (tried), 8, 7, 6 or 5 (the rules before the ninth)");
   }
   // The sixth rule: on the design cells the probes and the window rises
   // added nothing on the MLP and cost on LeNet-5 (docs/results-auto.md,
@@ -65,7 +65,12 @@ AutoParts auto_rule_parts(int rule) {
   // The eighteenth (today's): the sixteenth whose guard is also armed on
   // plain sgd while the cap holds K below the budget's floor
   // (docs/results-auto.md, "The eighteenth rule adopted").
-  p.spike_under_cap = rule == 18;
+  p.spike_under_cap = rule >= 18;
+  // The nineteenth (on trial): the eighteenth whose budget counts the
+  // step's gradient noise, lr x sqrt(batch_ref / batch) (the square-root
+  // scaling of the rate with the batch; docs/auto.md, "The nineteenth
+  // rule").
+  p.batch_budget = rule == 19;
   return p;
 }
 
@@ -132,6 +137,7 @@ constexpr ConstantField kConstantFields[] = {
     {"budget", nullptr, &AutoConstants::budget},
     {"retry_blocks", &AutoConstants::retry_blocks, nullptr},
     {"switch_k", &AutoConstants::switch_k, nullptr},
+    {"batch_ref", nullptr, &AutoConstants::batch_ref},
 };
 
 }  // namespace
@@ -237,6 +243,13 @@ void AutoController::on_step_gain(double gain) {
   set_spike_gate();
 }
 
+void AutoController::set_batch(int batch) {
+  batch_scale_ = parts_.batch_budget && batch > 0 ? std::sqrt(cst_.batch_ref / batch) : 1.0;
+  // Before the first push K is still the budget's prior.
+  if (tau_.count == 0) first_k();
+  set_spike_gate();
+}
+
 void AutoController::on_lr(double lr) {
   if (!rate_on_ || lr == lr_) return;
   lr_ = std::max(0.0, lr);
@@ -294,7 +307,7 @@ int AutoController::budget_floor() const {
 // gradients in flight per update, so staleness + 1 = n / K and the budget
 // asks for K >= lr x n / cst_.budget.
 int AutoController::concurrency_floor(int n) const {
-  const double need = rate() * static_cast<double>(n) / cst_.budget;
+  const double need = rate() * batch_scale_ * static_cast<double>(n) / cst_.budget;
   return std::clamp(static_cast<int>(std::ceil(need - 1e-9)), 1, std::max(1, n));
 }
 
@@ -374,7 +387,8 @@ void AutoController::set_spike_line() {
 }
 
 double AutoController::amplified_step(int k) const {
-  return lr_ * gain_ * static_cast<double>(live_) / static_cast<double>(std::max(1, k));
+  return lr_ * gain_ * batch_scale_ * static_cast<double>(live_) /
+         static_cast<double>(std::max(1, k));
 }
 
 bool AutoController::raises_k() const {

@@ -110,8 +110,18 @@ struct AutoParts {
   // 4 workers, 2 straggling, at lr 0.69: K held at 2 under a floor of 4,
   // 14 pp below sync: docs/results-auto.md, "The eighteenth rule adopted").
   bool spike_under_cap = false;
+  // The nineteenth rule (on trial): the eighteenth whose staleness budget
+  // measures the step by its gradient noise: lr x sqrt(batch_ref / batch),
+  // the rate at which a worker's batch gives the step the noise a batch of
+  // batch_ref gives at lr (the square-root scaling rule). Batch 8 doubles
+  // the budget's rate, batch 128 halves it (LeNet-5 on 5 workers with
+  // batch 8 at lr x n = 0.41, inside the budget, async collapsed in 2 of 3
+  // seeds: docs/results-auto.md, "The nineteenth rule").
+  bool batch_budget = false;
 };
 // The parts of rule `rule` (policy.auto_rule; docs/auto.md):
+//   19 (on trial): the eighteenth whose budget counts lr x sqrt(batch_ref /
+//     batch) (`batch_budget`).
 //   18 (today's): the sixteenth whose guard is also armed on plain sgd while
 //     the arrival-time cap holds K below the budget's floor
 //     (`spike_under_cap`).
@@ -177,6 +187,7 @@ struct AutoConstants {
   int retry_blocks = 16;      // the eighth rule: a spike's K held this many blocks (doubling)
   int switch_k = 2;  // the thirteenth rule: momentum whose step the budget meets at K <= this
                      // raises K (mu stays); above it mu is lowered instead
+  double batch_ref = 32;  // the nineteenth rule: the batch the budget was measured at
 };
 // "" -> the defaults. Throws InputError naming policy.auto_constants for an
 // unknown name, a value that is not a number, or one out of its range.
@@ -210,6 +221,11 @@ class AutoController final : public Policy {
   void on_lr(double lr) override;
   // Not saved either: the server gives it at every construction.
   void on_step_gain(double gain) override;
+  // The workers' batch (train.batch; make_policy gives it at every
+  // construction, so it is not saved). The nineteenth rule's budget counts
+  // lr x sqrt(batch_ref / batch); the other rules ignore it, as does every
+  // rule when it is not given (0).
+  void set_batch(int batch);
   std::vector<double> save_state() const override;
   // This rule's state (573 numbers), the fifteenth's and earlier (572:
   // without the sixteenth's flag, read as off) and the third rule's (571:
@@ -293,6 +309,8 @@ class AutoController final : public Policy {
   double lr_ = 0;
   bool rate_on_ = false;  // the budget may run (lr > 0 at construction)
   double gain_ = 1;       // the server's step gain (on_step_gain; 1: plain sgd)
+  // The nineteenth rule: sqrt(batch_ref / batch) (set_batch); 1 otherwise.
+  double batch_scale_ = 1;
   int live_ = 0;
   int k_ = 1;
   // The current window of pushed losses (and the sum of their times).

@@ -151,7 +151,7 @@ Aggregation parse_aggregation(const std::string& s) {
 
 const char* to_string(Aggregation a) { return a == Aggregation::kMean ? "mean" : "sum"; }
 
-std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double lr) {
+std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double lr, int batch) {
   if (workers < 1)
     throw InputError("train.workers = " + std::to_string(workers) + ": expected >= 1");
   const double b = o.schedule.loss_smoothing;
@@ -167,10 +167,13 @@ std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double 
     return std::make_unique<SspPolicy>(o.s);
   }
   if (o.kind == "async") return std::make_unique<AsyncPolicy>();
-  if (o.kind == "auto")
-    return std::make_unique<AutoController>(
+  if (o.kind == "auto") {
+    auto a = std::make_unique<AutoController>(
         workers, parse_auto_ablate(o.auto_ablate, auto_rule_parts(o.auto_rule)),
         o.aggregation == Aggregation::kMean ? lr : 0.0, parse_auto_constants(o.auto_constants));
+    a->set_batch(batch);
+    return a;
+  }
   if (o.kind == "hogwild") return std::make_unique<AsyncPolicy>("hogwild");
   // The serverless gossip policies (policy/gossip.h) have no server either:
   // their runtime never calls the policy; its name is what rows carry.

@@ -128,8 +128,10 @@ class Policy {
 // Builds a policy for `workers` workers. Throws InputError for an unknown
 // kind or K outside [1, workers] (naming the key policy.k), for local H < 1
 // (naming policy.name), for bad [local] values (naming local.*), for ssp
-// s < 0 (policy.s) and policy.loss_smoothing outside (0, 1).
-std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double lr);
+// s < 0 (policy.s) and policy.loss_smoothing outside (0, 1). `batch` is the
+// workers' batch (train.batch; 0: not known), which only auto's nineteenth
+// rule reads.
+std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double lr, int batch = 0);
 
 // The policy names policy.name takes, in the order the docs list them (a
 // ":K" form where the name takes a number).

@@ -102,4 +102,8 @@ OptimizerOptions server_optimizer(const Config& c) {
   return o;
 }
 
+std::unique_ptr<Policy> server_policy(const Config& c, int workers) {
+  return make_policy(c.policy, workers, c.optim.lr, c.train.batch);
+}
+
 }  // namespace hsgd

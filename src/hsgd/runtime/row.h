@@ -1,7 +1,10 @@
 // Pieces every runtime shares when it turns server state into metrics rows.
 #pragma once
+#include <memory>
+
 #include "hsgd/metrics/recorder.h"
 #include "hsgd/model/model.h"
+#include "hsgd/policy/policy.h"
 #include "hsgd/runtime/runtime.h"
 #include "hsgd/server/server.h"
 
@@ -36,5 +39,10 @@ ServerOptions server_options(const Job& job);
 // local.outer_momentum, no weight decay (default: SGD with lr 1, i.e. plain
 // model averaging; DiLoCo: nesterov, e.g. lr 0.7, momentum 0.9).
 OptimizerOptions server_optimizer(const Config& c);
+
+// The server's policy for `workers` workers: policy.* with optim.lr and the
+// workers' batch (train.batch, which auto's nineteenth rule reads). One
+// place for the threads, sim and mpi servers.
+std::unique_ptr<Policy> server_policy(const Config& c, int workers);
 
 }  // namespace hsgd

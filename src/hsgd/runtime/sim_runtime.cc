@@ -83,7 +83,7 @@ class SimRun final : public PushKernel, public SimFabric::Host {
         params_(job.initial_params),
         layout_(sparse_layout(job)),
         server_(server_span(layout_, params_), server_options(job),
-                make_policy(c_.policy, n_, c_.optim.lr),
+                server_policy(c_, n_),
                 make_optimizer(server_optimizer(c_), server_span(layout_, params_).size())),
         rows_(attach_rows(job, layout_, params_, server_)),
         delays_(c_.stragglers, n_, c_.train.seed),

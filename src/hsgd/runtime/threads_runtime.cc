@@ -678,7 +678,7 @@ RunResult ThreadsRuntime::run(const Job& job, Recorder* recorder, Observer* obse
   std::vector<float> params = job.initial_params;
   const RowLayout layout = sparse_layout(job);  // rows = 0 unless model.sparse
   const std::span<float> server_params = server_span(layout, params);
-  Server server(server_params, server_options(job), make_policy(c.policy, n, c.optim.lr),
+  Server server(server_params, server_options(job), server_policy(c, n),
                 make_optimizer(server_optimizer(c), server_params.size()));
   const std::unique_ptr<RowTable> rows = attach_rows(job, layout, params, server);
 
