@@ -40,7 +40,7 @@ CONSTANTS = [
     ("gap_max", 16, True), ("cap_factor", 1.5, False), ("spike", 0.5, False),
     ("spike_sds", 4.0, False), ("spike_pushes", 2, True), ("spike_factor", 4, True),
     ("accel_sigmas", 1.0, False), ("fall_sigmas", 2.0, False), ("budget", 0.5, False),
-    ("retry_blocks", 16, True), ("switch_k", 2, True),
+    ("retry_blocks", 16, True), ("switch_k", 2, True), ("batch_ref", 32, False),
 ]
 FACTORS = [0.5, 2.0]
 DEFAULT_RULE = 18  # policy.auto_rule's default (config/keys.cc)

@@ -27,11 +27,20 @@ Modes:
              staleness.momentum_correction (on where q, async's
              lr / (1 - mu) x n, is above 0.5) against async with and without
              it (interval mean, pp).
+  --batch-screen
+             the screen the nineteenth auto rule was chosen on (before it
+             ran): on every plain-SGD cell of the committed families
+             (mean aggregation; async, kasync:2 and sync measured) but the
+             seed-2030 draw, which was drawn with the rule, the budget's K
+             with the rate scaled by (32 / batch)^alpha, rounded to a power
+             of two (the nearest measured K where it was not measured),
+             scored against the best fixed policy, for alpha 0, 1/2, 1.
   --test     the named families: kasync:K_law and the candidate rule
              against the best fixed policy (interval mean, seeds of the
              sweep), from docs/results/sweep/FAMILY/sweep.json.
 
 Usage: scripts/k-law.py --hsgd build/release/hsgd --fit [--scan]
+       scripts/k-law.py --hsgd build/release/hsgd --batch-screen
        scripts/k-law.py --hsgd build/release/hsgd --predict F1,F2
        scripts/k-law.py --hsgd build/release/hsgd --test F1,F2 [--rule R1,R2] [--merge eighteenth-]
            [--async-like POLICY] [--exclude POLICY]"""
@@ -166,6 +175,7 @@ def main():
     ap.add_argument("--hsgd", default=os.path.join(ROOT, "build", "release", "hsgd"))
     ap.add_argument("--fit", action="store_true")
     ap.add_argument("--scan", action="store_true")
+    ap.add_argument("--batch-screen", action="store_true")
     ap.add_argument("--predict")
     ap.add_argument("--test")
     ap.add_argument("--advice")
@@ -211,6 +221,8 @@ def main():
                 for six in (3, 4, 5, 6, 7, 8, 9, 12):
                     gaps, missing = score(cells, lambda c: k_law(c["q"], c["n"], six, power))
                     print(f"  power {power} six {six}: {summary(gaps, missing)}")
+    if a.batch_screen:
+        batch_screen(a.hsgd)
     if a.predict:
         for family in a.predict.split(","):
             path = family_file(family)
@@ -291,6 +303,28 @@ def main():
         for r in rules:
             print(f"\n{r} ahead of async by 2 pp or more in {sum(ahead[r])} of the "
                   f"{len(ahead[r])} cells where a fixed policy is")
+
+
+def batch_screen(hsgd):
+    cells = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "docs", "results", "sweep", "*", "sweep.json"))):
+        family = os.path.basename(os.path.dirname(path))
+        if not family_file(family) or family.startswith("random-2030-"):
+            continue
+        cells += [c for c in cells_of(hsgd, family)
+                  if c["mu"] == 0 and c["cfg"]["policy"]["aggregation"] == "mean"
+                  and all(p in c["fixed"] for p in ("async", "kasync:2", "sync"))]
+    for name, sub in (("all", cells), ("random", [c for c in cells
+                                                   if c["family"].startswith("random-")])):
+        for alpha in (0, 0.5, 1):
+            gaps = []
+            for c in sub:
+                x = c["q"] * (32 / c["cfg"]["train"]["batch"]) ** alpha / 0.5
+                k = max(1, min(c["n"], 2 ** round(math.log2(max(x, 1e-12)))))
+                if k not in c["ks"]:
+                    k = min(c["ks"], key=lambda m: abs(math.log2(m) - math.log2(k)))
+                gaps.append(((c["ks"][k] - c["best"]) * 100, c))
+            print(f"{name} plain-SGD cells, alpha {alpha}: {summary(gaps, 0)}")
 
 
 def merged_means(family, prefixes):

@@ -1123,11 +1123,11 @@ TEST(AutoPolicy, TheNineteenthRuleBudgetsTheStepsGradientNoise) {
   // the budget: the eighteenth is async): the rate counts sqrt(32 / 8) = 2,
   // 0.82 / 0.5 -> K = 2.
   EXPECT_EQ(first_k(5, 0.082, 8), 2);
-  EXPECT_EQ(first_k(25, 0.1, 32), 5);    // batch 32: the eighteenth's K
-  EXPECT_EQ(first_k(25, 0.1, 128), 3);   // 2.5 x 0.5 / 0.5 = 2.5
-  EXPECT_EQ(first_k(25, 0.3, 8), 25);    // 7.5 x 2 / 0.5 = 30, at most n
-  EXPECT_EQ(first_k(25, 0.1, 0), 5);     // the batch not given: the eighteenth's
-  EXPECT_EQ(first_k(25, 0.01, 8), 1);    // 0.25 x 2 = 0.5: within the budget
+  EXPECT_EQ(first_k(25, 0.1, 32), 5);   // batch 32: the eighteenth's K
+  EXPECT_EQ(first_k(25, 0.1, 128), 3);  // 2.5 x 0.5 / 0.5 = 2.5
+  EXPECT_EQ(first_k(25, 0.3, 8), 25);   // 7.5 x 2 / 0.5 = 30, at most n
+  EXPECT_EQ(first_k(25, 0.1, 0), 5);    // the batch not given: the eighteenth's
+  EXPECT_EQ(first_k(25, 0.01, 8), 1);   // 0.25 x 2 = 0.5: within the budget
   // Every other rule ignores the batch.
   o.auto_rule = 18;
   EXPECT_EQ(first_k(5, 0.082, 8), 1);

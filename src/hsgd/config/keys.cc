@@ -427,9 +427,9 @@ std::vector<Key> declare() {
               "firing where it is not; a first K above the cap brought down to it once every "
               "arrival is known; the spike guard only where the budget does not model the step: "
               "an optimizer other than sgd, sum aggregation, or the arrival-time cap holding K "
-              "below the budget's floor; docs/auto.md); 19, on trial: the eighteenth whose budget "
-              "counts lr x sqrt(32 / train.batch), the rate at which the workers' batch gives the "
-              "step a batch of 32's gradient noise; 16, the rule before it (no guard on plain "
+              "below the budget's floor; docs/auto.md); 19, the eighteenth whose budget counts "
+              "lr x sqrt(32 / train.batch), the rate at which the workers' batch gives the step "
+              "a batch of 32's gradient noise (tried); 16, the rule before it (no guard on plain "
               "sgd where the cap holds K); 14, the rule before the sixteenth (the spike guard "
               "raises K also where mu is kept); 9, the rule before the "
               "fourteenth (the momentum correction at every rate, no early cap); 10, the ninth "
@@ -444,7 +444,7 @@ std::vector<Key> declare() {
               "its line, not two pushes (tried); 8, "
               "the seventh with a spike's K retried after a hold (tried, not adopted); 7, the "
               "rule before the ninth (the spike guard everywhere); 6 (the budget at the measured "
-              "staleness); or 5 (also the probes and the rises). 16 to 5 reproduce results made "
+              "staleness); or 5 (also the probes and the rises). 19 to 5 reproduce results made "
               "with them. 5 is not written to config.toml: runs made before this key ran rule 5 "
               "and keep their identity.")
           .check([](int v) { return v >= 5 && v <= 19; }, "5 to 19")

@@ -14,9 +14,9 @@ AutoParts auto_rule_parts(int rule) {
   if (rule == 5) return p;
   if (rule < 6 || rule > 19) {
     throw InputError("policy.auto_rule = " + std::to_string(rule) +
-                     ": expected 18 (today's rule), 19 (on trial), 16 (the rule before it), 14 "
-                     "(the rule before the sixteenth), 9 (the rule before the fourteenth), 10 to "
-                     "13, 15 or 17 (tried), 8, 7, 6 or 5 (the rules before the ninth)");
+                     ": expected 18 (today's rule), 16 (the rule before it), 14 (the rule before "
+                     "the sixteenth), 9 (the rule before the fourteenth), 10 to 13, 15, 17 or 19 "
+                     "(tried), 8, 7, 6 or 5 (the rules before the ninth)");
   }
   // The sixth rule: on the design cells the probes and the window rises
   // added nothing on the MLP and cost on LeNet-5 (docs/results-auto.md,
@@ -66,10 +66,10 @@ AutoParts auto_rule_parts(int rule) {
   // plain sgd while the cap holds K below the budget's floor
   // (docs/results-auto.md, "The eighteenth rule adopted").
   p.spike_under_cap = rule >= 18;
-  // The nineteenth (on trial): the eighteenth whose budget counts the
-  // step's gradient noise, lr x sqrt(batch_ref / batch) (the square-root
-  // scaling of the rate with the batch; docs/auto.md, "The nineteenth
-  // rule").
+  // The nineteenth (tried): the eighteenth whose budget counts the step's
+  // gradient noise, lr x sqrt(batch_ref / batch) (the square-root scaling
+  // of the rate with the batch; docs/results-auto.md, "The nineteenth rule
+  // tried").
   p.batch_budget = rule == 19;
   return p;
 }

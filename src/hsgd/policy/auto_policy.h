@@ -110,17 +110,18 @@ struct AutoParts {
   // 4 workers, 2 straggling, at lr 0.69: K held at 2 under a floor of 4,
   // 14 pp below sync: docs/results-auto.md, "The eighteenth rule adopted").
   bool spike_under_cap = false;
-  // The nineteenth rule (on trial): the eighteenth whose staleness budget
+  // The nineteenth rule (tried, not adopted): the eighteenth whose staleness budget
   // measures the step by its gradient noise: lr x sqrt(batch_ref / batch),
   // the rate at which a worker's batch gives the step the noise a batch of
   // batch_ref gives at lr (the square-root scaling rule). Batch 8 doubles
   // the budget's rate, batch 128 halves it (LeNet-5 on 5 workers with
   // batch 8 at lr x n = 0.41, inside the budget, async collapsed in 2 of 3
-  // seeds: docs/results-auto.md, "The nineteenth rule").
+  // seeds; it then trained, but the MLP grid lost up to 2.21 pp against
+  // the eighteenth: docs/results-auto.md, "The nineteenth rule tried").
   bool batch_budget = false;
 };
 // The parts of rule `rule` (policy.auto_rule; docs/auto.md):
-//   19 (on trial): the eighteenth whose budget counts lr x sqrt(batch_ref /
+//   19 (tried): the eighteenth whose budget counts lr x sqrt(batch_ref /
 //     batch) (`batch_budget`).
 //   18 (today's): the sixteenth whose guard is also armed on plain sgd while
 //     the arrival-time cap holds K below the budget's floor
@@ -185,8 +186,8 @@ struct AutoConstants {
   double fall_sigmas = 2.0;   // ... that is a descent: its last fall beyond this many s.e.
   double budget = 0.5;        // the staleness budget: lr x (staleness + 1) <= this
   int retry_blocks = 16;      // the eighth rule: a spike's K held this many blocks (doubling)
-  int switch_k = 2;  // the thirteenth rule: momentum whose step the budget meets at K <= this
-                     // raises K (mu stays); above it mu is lowered instead
+  int switch_k = 2;       // the thirteenth rule: momentum whose step the budget meets at K <= this
+                          // raises K (mu stays); above it mu is lowered instead
   double batch_ref = 32;  // the nineteenth rule: the batch the budget was measured at
 };
 // "" -> the defaults. Throws InputError naming policy.auto_constants for an

@@ -54,9 +54,9 @@ struct PolicyOptions {
   std::string auto_constants;
   // auto: which rule (policy.auto_rule; policy/auto_policy.h,
   // auto_rule_parts): 18, today's; 16, the rule before it; 14, the rule
-  // before the sixteenth; 9, the rule before the fourteenth; 10 to 13, 15
-  // and 17, tried and not adopted; 8 to 5, the rules before the ninth. All
-  // kept for comparison.
+  // before the sixteenth; 9, the rule before the fourteenth; 10 to 13, 15,
+  // 17 and 19, tried and not adopted; 8 to 5, the rules before the ninth.
+  // All kept for comparison.
   int auto_rule = 18;
 };
 
