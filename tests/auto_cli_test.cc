@@ -49,10 +49,11 @@ TEST(AutoCli, SimIsDeterministicAndResumesExactly) {
   EXPECT_EQ(slurp(part + "/model.bin"), slurp(a + "/model.bin"));
 }
 
-// The nineteenth rule reads the workers' batch on every runtime with a
-// server (runtime/row.h, server_policy): 4 workers at lr 0.1 are within the
-// budget at batch 32 (0.4: K = 1) and need K = 2 at batch 8 (0.4 x 2).
-TEST(AutoCli, TheNineteenthRuleReadsTheBatchOnEveryRuntime) {
+// The nineteenth rule reads the workers' batch on the runtimes' servers
+// (runtime/row.h, server_policy, which mpi's shard servers call too): 4
+// workers at lr 0.1 are within the budget at batch 32 (0.4: K = 1) and need
+// K = 2 at batch 8 (0.4 x 2).
+TEST(AutoCli, TheNineteenthRuleReadsTheBatchOnSimAndThreads) {
   for (const std::string runtime : {"sim", "threads"}) {
     for (const auto& [batch, k] : {std::pair{8, 2}, std::pair{32, 1}}) {
       const std::string out = tmp("r19_" + runtime + std::to_string(batch));
