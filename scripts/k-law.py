@@ -61,9 +61,13 @@ CORRECTION = "async+staleness.momentum_correction=true"
 SIX = 6.0  # K^2 ~ SIX x q
 
 
-def k_law(q, n, six=SIX, power=0.5):
-    x = math.sqrt(six * q) if power == 0.5 else math.sqrt(six) * q ** power
+def pow2_k(x, n):
+    """x rounded to a power of two (in log2), within [1, n]."""
     return max(1, min(n, 2 ** round(math.log2(max(x, 1e-12)))))
+
+
+def k_law(q, n, six=SIX, power=0.5):
+    return pow2_k(math.sqrt(six * q) if power == 0.5 else math.sqrt(six) * q ** power, n)
 
 
 def family_file(family):
@@ -213,7 +217,7 @@ def main():
                       f"{c['best_policy']}  {label(c)}")
         for budget in (0.25, 0.5, 1.0):
             gaps, missing = score(
-                cells, lambda c: max(1, min(c["n"], 2 ** round(math.log2(c["q"] / budget)))))
+                cells, lambda c: pow2_k(c["q"] / budget, c["n"]))
             print(f"linear, K = 2^round(log2(q / {budget})):", summary(gaps, missing))
         if a.scan:
             print("\nscan (power, six):")
@@ -319,8 +323,7 @@ def batch_screen(hsgd):
         for alpha in (0, 0.5, 1):
             gaps = []
             for c in sub:
-                x = c["q"] * (32 / c["cfg"]["train"]["batch"]) ** alpha / 0.5
-                k = max(1, min(c["n"], 2 ** round(math.log2(max(x, 1e-12)))))
+                k = pow2_k(c["q"] * (32 / c["cfg"]["train"]["batch"]) ** alpha / 0.5, c["n"])
                 if k not in c["ks"]:
                     k = min(c["ks"], key=lambda m: abs(math.log2(m) - math.log2(k)))
                 gaps.append(((c["ks"][k] - c["best"]) * 100, c))
