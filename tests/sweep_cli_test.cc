@@ -241,5 +241,41 @@ TEST(ConfigCli, ReferenceIsTheCommittedPageAndMootSettingsAreSaid) {
   EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
 }
 
+// config --check FILE...: configs and grids in one process, one stdout line
+// per good file, one error line per bad one naming it, exit 2 if any is bad.
+TEST(ConfigCli, CheckValidatesEveryFileAndNamesTheBadOnes) {
+  const std::string good = write("check-good.toml", "[train]\nbudget = 1\n");
+  const std::string moot =
+      write("check-moot.toml", "[train]\nbudget = 1\n[stragglers]\nsigma = 0.25\n");
+  const std::string grid_file = write("check-grid.toml", grid());
+  const std::string bad_key = write("check-bad-key.toml", "[train]\nbudget = 1\nbatch = 0\n");
+  std::string twice = grid();
+  twice.replace(twice.find("seeds = [1]"), 11, "seeds = [1, 1]");
+  const std::string bad_grid = write("check-bad-grid.toml", twice);
+  Outcome o = run("config --check " + good + " " + moot + " " + grid_file);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.out, good + ": valid config\n" + moot + ": valid config\n" + grid_file +
+                       ": 4 cells x 2 policies x 1 seeds = 8 runs, every config valid\n");
+  EXPECT_EQ(o.err, "hsgd: warning: " + moot +
+                       ": stragglers.sigma = 0.25 has no effect: stragglers.fraction = 0\n");
+
+  o = run("config --check " + good + " " + bad_key + " " + grid_file + " " + bad_grid + " " +
+          tmp("check-missing.toml"));
+  EXPECT_EQ(o.code, 2);
+  EXPECT_EQ(o.out, good + ": valid config\n" + grid_file +
+                       ": 4 cells x 2 policies x 1 seeds = 8 runs, every config valid\n");
+  EXPECT_NE(o.err.find("hsgd: error: " + bad_key + ": train.batch = 0: expected >= 1\n"),
+            std::string::npos)
+      << o.err;
+  EXPECT_NE(o.err.find("hsgd: error: " + bad_grid + ": seeds"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("check-missing.toml: cannot open"), std::string::npos) << o.err;
+  EXPECT_NE(o.err.find("hsgd: 3 of 5 files are bad\n"), std::string::npos) << o.err;
+  EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 4) << o.err;
+
+  o = run("config --check " + good + " --set train.budget=2");
+  EXPECT_EQ(o.code, 2);
+  EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+}
+
 }  // namespace
 }  // namespace hsgd

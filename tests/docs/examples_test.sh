@@ -1,23 +1,19 @@
 #!/usr/bin/env bash
-# Every example config under examples/ loads and validates: a config with
-# `hsgd config --config FILE`, a sweep grid (a file with [axes]) with
-# `hsgd sweep FILE --check` (the grid and every run's config, nothing run).
+# Every example config under examples/ loads and validates, in one process:
+# `hsgd config --check FILE...` checks a config as `hsgd config --config` does
+# and a sweep grid (a file with [axes]) as `hsgd sweep FILE --check` does (the
+# grid and every run's config, nothing run), one stdout line per good file.
+# (One process per file took 6.5 min under ASan: hsgd's start-up loads
+# libtorch.)
 set -euo pipefail
 hsgd=$1 src=$2
-n=0 failed=0
-while IFS= read -r f; do
-  if grep -q '^\[axes\]' "$f"; then
-    cmd=("$hsgd" sweep "$f" --check --out "$(mktemp -d)/sweep")
-  else
-    cmd=("$hsgd" config --config "$f")
-  fi
-  if "${cmd[@]}" >/dev/null 2>"${TMPDIR:-/tmp}/examples_test.err"; then
-    echo "ok    ${f#$src/}"
-  else
-    echo "FAIL  ${f#$src/}: $(cat "${TMPDIR:-/tmp}/examples_test.err")"
-    failed=$((failed + 1))
-  fi
-  n=$((n + 1))
-done < <(find "$src/examples" -name '*.toml' | sort)
-echo "$n example configs, $failed failed"
-[[ $n -gt 0 && $failed -eq 0 ]]
+mapfile -t files < <(find "$src/examples" -name '*.toml' | sort)
+out=$(mktemp) err=$(mktemp)
+trap 'rm -f "$out" "$err"' EXIT
+rc=0
+"$hsgd" config --check "${files[@]}" >"$out" 2>"$err" || rc=$?
+sed "s|$src/||" "$out"
+grep -v '^hsgd: warning:' "$err" | sed "s|$src/||" || true
+good=$(wc -l <"$out")
+echo "${#files[@]} example configs, $good valid, exit $rc"
+[[ ${#files[@]} -gt 0 && $rc -eq 0 && $good -eq ${#files[@]} ]]

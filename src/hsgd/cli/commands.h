@@ -126,15 +126,21 @@ struct SweepArgs {
   bool check = false;  // --check: validate the grid and every run's config, run nothing
 };
 int sweep(const SweepArgs& a);
+// Whether `path` reads as a sweep grid: TOML with a top-level [axes] table or
+// a `policies` list (a config has neither). False if it does not parse.
+bool is_sweep_grid(const std::string& path);
 
 // hsgd config: with `reference`, prints the config reference (markdown, every
 // key from its declaration; docs/config-reference.md is this output);
+// with `check`, validates each file (a config, or a sweep grid as `hsgd sweep
+// --check` does) and prints one line per file, exit 2 if any is bad;
 // otherwise loads --config and --set like train, prints the moot-setting
 // warnings on stderr and the resolved config.toml on stdout.
 struct ConfigArgs {
   std::string config_path;
   std::vector<Override> overrides;
   bool reference = false;
+  std::vector<std::string> check;  // --check FILE...
 };
 int config(const ConfigArgs& a);
 

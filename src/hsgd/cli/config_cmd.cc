@@ -3,6 +3,8 @@
 // warnings; nothing is trained or written.
 #include <cstdio>
 #include <map>
+#include <string>
+#include <vector>
 #include <utility>
 
 #include "hsgd/cli/commands.h"
@@ -34,7 +36,50 @@ void warn_moot_in_every(const std::vector<Config>& configs) {
   }
 }
 
+namespace {
+
+// --check FILE...: one line per file on stdout ("FILE: valid config", or the
+// grid's run count), one error line per bad file on stderr, naming the file.
+int check_files(const std::vector<std::string>& files) {
+  int bad = 0;
+  for (const std::string& f : files) {
+    try {
+      if (is_sweep_grid(f)) {
+        SweepArgs sa;
+        sa.grid_path = f;
+        sa.check = true;
+        sweep(sa);
+      } else {
+        for (const std::string& line : moot_settings(load_config(f, {}))) {
+          std::fprintf(stderr, "hsgd: warning: %s: %s\n", f.c_str(), line.c_str());
+        }
+        std::printf("%s: valid config\n", f.c_str());
+      }
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      const std::string named = what.rfind(f, 0) == 0 ? what : f + ": " + what;
+      std::fprintf(stderr, "hsgd: error: %s\n", named.c_str());
+      ++bad;
+    }
+    std::fflush(stdout);
+  }
+  if (bad > 0) {
+    std::fprintf(stderr, "hsgd: %d of %zu files are bad\n", bad, files.size());
+    return 2;
+  }
+  return 0;
+}
+
+}  // namespace
+
 int config(const ConfigArgs& a) {
+  if (!a.check.empty()) {
+    if (a.reference || !a.config_path.empty() || !a.overrides.empty()) {
+      throw InputError(
+          "--check: validates each file as it is; expected no --config, --set or --reference");
+    }
+    return check_files(a.check);
+  }
   if (a.reference) {
     if (!a.config_path.empty() || !a.overrides.empty()) {
       throw InputError(

@@ -331,6 +331,21 @@ void refuse_idle_axes(const Grid& g, const std::vector<std::vector<size_t>>& cel
 
 }  // namespace
 
+bool is_sweep_grid(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return false;
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  std::stringstream ss;
+  ss << f.rdbuf();
+  try {
+    const toml::table t = toml::parse(ss.str(), path);
+    return t.contains("axes") || t.contains("policies");
+  } catch (const toml::parse_error&) {
+    return false;
+  }
+}
+
 int sweep(const SweepArgs& a) {
   // 1. The grid and every run's config, validated before anything runs.
   if (a.jobs < 0 || a.jobs > 64)
