@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <map>
 #include <string>
-#include <vector>
 #include <utility>
+#include <vector>
 
 #include "hsgd/cli/commands.h"
 #include "hsgd/config/effective.h"

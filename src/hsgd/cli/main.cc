@@ -129,9 +129,10 @@ int main(int argc, char** argv) {
                      "override any config key: section.key=value (repeatable)");
   config->add_flag("--reference", cfa.reference,
                    "print the reference of every config key (markdown; docs/config-reference.md)");
-  config->add_option("--check", cfa.check,
-                     "validate each FILE (a config, or a sweep grid: a file with [axes] or "
-                     "policies) and print one line per file; exit 2 if any is bad")
+  config
+      ->add_option("--check", cfa.check,
+                   "validate each FILE (a config, or a sweep grid: a file with [axes] or "
+                   "policies) and print one line per file; exit 2 if any is bad")
       ->expected(1, -1);
 
   // ---- fidelity
