@@ -32,7 +32,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from sweepfiles import one_policy_sweep  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# AutoConstants, in its order, with the rule's values; integers halve to
+# AutoConstants, in its order, with the rule's values (a test,
+# AutoPolicy.TheSensitivityScriptListsTheRulesConstantsAndDefault, holds it
+# to the C++ list and DEFAULT_RULE to the default); integers halve to
 # their floor (at least 1) and double exactly.
 CONSTANTS = [
     ("min_window", 8, True), ("rise_sigmas", 2.5, False), ("rise_windows", 2, True),

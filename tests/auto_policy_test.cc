@@ -7,10 +7,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <numeric>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -1393,6 +1396,43 @@ std::string fmt(double v) {
   std::ostringstream o;
   o << v;
   return o.str();
+}
+
+// scripts/auto-sensitivity.py keeps its own list of the constants (name,
+// the rule's value, whether it is a count) and of today's rule: it halves
+// and doubles each, so a list that drifts from AutoConstants would study
+// values the rule does not use.
+TEST(AutoPolicy, TheSensitivityScriptListsTheRulesConstantsAndDefault) {
+  std::ifstream f(std::string(HSGD_SOURCE_DIR) + "/scripts/auto-sensitivity.py");
+  ASSERT_TRUE(f) << "scripts/auto-sensitivity.py";
+  const std::string text((std::istreambuf_iterator<char>(f)), {});
+  const size_t begin = text.find("\nCONSTANTS = [");
+  ASSERT_NE(begin, std::string::npos);
+  const size_t end = text.find("\n]", begin);
+  const std::string list = text.substr(begin, end - begin);
+  const std::regex entry(R"re(\("(\w+)", ([0-9.]+), (True|False)\))re");
+  std::vector<std::pair<std::string, double>> script;
+  std::vector<bool> counts;
+  for (auto it = std::sregex_iterator(list.begin(), list.end(), entry);
+       it != std::sregex_iterator(); ++it) {
+    script.emplace_back((*it)[1].str(), std::stod((*it)[2].str()));
+    counts.push_back((*it)[3].str() == "True");
+  }
+  const auto defaults = auto_constant_values(parse_auto_constants(""));
+  EXPECT_EQ(script, defaults) << "update CONSTANTS in scripts/auto-sensitivity.py";
+  for (size_t i = 0; i < script.size() && i < defaults.size(); ++i) {
+    // A count refuses a fraction ("expects a whole number"), a real takes one.
+    bool takes_half = true;
+    try {
+      parse_auto_constants(defaults[i].first + "=1.5");
+    } catch (const InputError&) {
+      takes_half = false;
+    }
+    EXPECT_EQ(counts[i], !takes_half) << defaults[i].first;
+  }
+  std::smatch rule;
+  ASSERT_TRUE(std::regex_search(text, rule, std::regex(R"(\nDEFAULT_RULE = (\d+))")));
+  EXPECT_EQ(std::stoi(rule[1].str()), PolicyOptions{}.auto_rule);
 }
 
 TEST(AutoPolicy, ConstantsAreParsedCheckedAndNamed) {
