@@ -37,7 +37,13 @@ Modes:
              scored against the best fixed policy, for alpha 0, 1/2, 1.
   --test     the named families: kasync:K_law and the candidate rule
              against the best fixed policy (interval mean, seeds of the
-             sweep), from docs/results/sweep/FAMILY/sweep.json.
+             sweep), from docs/results/sweep/FAMILY/sweep.json; then what a
+             controller of K could reach: the best constant K measured in
+             each cell with hindsight, the same chosen on one seed and
+             scored on the other two (each seed in turn; the rules on the
+             same folds), the cells within the staleness budget (q <= 0.5)
+             with K 2 where a rule was async, and how many of a rule's
+             misses some constant K would have avoided.
 
 Usage: scripts/k-law.py --hsgd build/release/hsgd --fit [--scan]
        scripts/k-law.py --hsgd build/release/hsgd --batch-screen
