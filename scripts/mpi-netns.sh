@@ -119,10 +119,18 @@ done
   echo 'esac'
 } >"$tmp/agent"
 chmod +x "$tmp/agent"
+# mpirun in the background, so that SIGTERM, SIGINT or SIGHUP to this script
+# (hsgd fidelity sends SIGTERM when it dies) reaches it at once: it passes
+# the signal to its ranks and ends, then the EXIT trap clears the hosts.
+# (In the foreground bash would wait for mpirun to finish the job first.)
 rc=0
 nsenter -t "${pids[0]}" -n -u -- mpirun --allow-run-as-root --host "$hostlist" \
   --mca plm_rsh_agent "$tmp/agent" --mca btl tcp,self \
-  --mca oob_tcp_if_include 10.77.0.0/24 --mca btl_tcp_if_include 10.77.0.0/24 "$@" || rc=$?
+  --mca oob_tcp_if_include 10.77.0.0/24 --mca btl_tcp_if_include 10.77.0.0/24 "$@" &
+mpi=$!
+trap 'kill -TERM "$mpi" 2>/dev/null || true' TERM INT HUP
+wait "$mpi" || rc=$?
+while kill -0 "$mpi" 2>/dev/null; do wait "$mpi" || rc=$?; done
 if [[ -n "$stats" ]]; then
   # The switch's end of host h's veth: its tx is the host's rx and back.
   # (/proc/net/dev: this namespace's counters; /sys is the parent's mount.)

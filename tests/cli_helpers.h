@@ -2,17 +2,24 @@
 // fixture files in a directory of the test process's own. Shared by the
 // end-to-end test files.
 #pragma once
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "hsgd/data/dataset.h"
@@ -71,6 +78,77 @@ inline Outcome run(const std::string& prefix, const std::string& args) {
   std::ifstream e(err_file);
   o.err.assign(std::istreambuf_iterator<char>(e), {});
   return o;
+}
+
+// The processes below `root` (children, their children, ...; from
+// /proc/PID/stat), and whether a pid is still running (a zombie waiting for
+// its new parent to reap it is not).
+inline std::vector<pid_t> descendants_of(pid_t root) {
+  std::vector<std::pair<pid_t, pid_t>> all;  // (pid, ppid)
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream f(e.path() / "stat");
+    const std::string stat((std::istreambuf_iterator<char>(f)), {});
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos || close + 2 >= stat.size()) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    if (rest >> state >> ppid) all.emplace_back(std::stoi(name), ppid);
+  }
+  std::vector<pid_t> out;
+  std::vector<pid_t> frontier = {root};
+  while (!frontier.empty()) {
+    const pid_t parent = frontier.back();
+    frontier.pop_back();
+    for (const auto& [pid, ppid] : all) {
+      if (ppid == parent) {
+        out.push_back(pid);
+        frontier.push_back(pid);
+      }
+    }
+  }
+  return out;
+}
+
+inline bool running(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  const std::string stat((std::istreambuf_iterator<char>(f)), {});
+  const size_t close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+}
+
+// Starts `hsgd ARGS...` (no shell), its stdout and stderr into `log`.
+inline pid_t start_hsgd(const std::vector<std::string>& args, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> argv = {const_cast<char*>(kHsgd.c_str())};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(kHsgd.c_str(), argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Kills `pid` with SIGKILL (no handler runs) and waits up to 20 s for
+// every process that was below it then to end; returns those still running
+// (and kills them, so that a failing test leaves nothing behind).
+inline std::vector<pid_t> kill_and_orphans(pid_t pid) {
+  std::vector<pid_t> alive = descendants_of(pid);
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!alive.empty() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::erase_if(alive, [](pid_t p) { return !running(p); });
+  }
+  for (pid_t p : alive) kill(p, SIGKILL);
+  return alive;
 }
 
 inline std::string write(const std::string& name, const std::string& text) {

@@ -6,9 +6,12 @@
 #include <thread>
 
 #include "cli_helpers.h"
+#include "test_helpers.h"
 
 namespace hsgd {
 namespace {
+
+using testing_helpers::slurp;
 
 std::string job_config() {
   const std::string path = tmp("job.toml");
@@ -109,6 +112,45 @@ TEST(FidelityCli, MpiOverFourRateLimitedHosts) {
   const nlohmann::json& gutil = j["runs"][1]["figures"][6];
   EXPECT_TRUE(gutil["real_mean"].is_number()) << gutil;
   EXPECT_TRUE(gutil["sim_mean"].is_number()) << gutil;
+}
+
+// A fidelity run killed with SIGKILL during its mpi run takes the whole
+// launch with it: the netns script (SIGTERM from the kernel), mpirun (from
+// the script) and the ranks (from mpirun), within 20 s.
+TEST(FidelityCli, AKilledFidelityRunLeavesNoMpiLaunchBehind) {
+  if (getuid() != 0) GTEST_SKIP() << "mpi-netns.sh needs root";
+  const std::string out = tmp("fid-kill");
+  const std::string log = tmp("fid-kill.log");
+  const pid_t fid = start_hsgd(
+      {"fidelity", "--config", job_config(), "--real", "mpi", "--hosts", "3", "--rounds", "1",
+       "--policies", "async", "--set", "train.budget=600", "--set", "mpi.timeout=60",
+       "--netns-script", HSGD_SOURCE_DIR "/scripts/mpi-netns.sh", "--out", out},
+      log);
+  ASSERT_GT(fid, 0);
+  // Wait for the ranks: three `hsgd train` processes below the fidelity run.
+  auto ranks = [&] {
+    int n = 0;
+    for (pid_t p : descendants_of(fid)) {
+      std::ifstream f("/proc/" + std::to_string(p) + "/cmdline");
+      const std::string cmd((std::istreambuf_iterator<char>(f)), {});
+      n += cmd.find("--runtime") != std::string::npos && cmd.rfind(kHsgd, 0) == 0;
+    }
+    return n;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  while (ranks() < 3 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    int status = 0;
+    if (waitpid(fid, &status, WNOHANG) == fid) {  // ended before its ranks started
+      const std::string text = slurp(log);
+      if (text.find("exit 77") != std::string::npos)
+        GTEST_SKIP() << "no network namespaces here: " << text;
+      FAIL() << text;
+    }
+  }
+  ASSERT_EQ(ranks(), 3) << slurp(log);
+  const std::vector<pid_t> alive = kill_and_orphans(fid);
+  EXPECT_TRUE(alive.empty()) << alive.size() << " processes outlived the fidelity run";
 }
 
 }  // namespace

@@ -2,9 +2,6 @@
 // the simulator (fixed costs): the table, resumption, determinism, a changed
 // setting rerunning, calibrated costs kept or measured again, and bad grid
 // files (one line, exit 2). Also hsgd config: the reference and the warnings.
-#include <fcntl.h>
-#include <signal.h>
-
 #include <chrono>
 #include <map>
 #include <sstream>
@@ -215,65 +212,21 @@ TEST(SweepCli, SettingsMootInEveryRunAreSaidOnce) {
 
 // docs/config-reference.md is the command's output; moot settings are one
 // warning line each.
-// The pids whose parent is `parent` (from /proc/PID/stat), and whether a pid
-// is still running (a zombie waiting for its new parent to reap it is not).
-std::vector<pid_t> children_of(pid_t parent) {
-  std::vector<pid_t> out;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream f(e.path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(f)), {});
-    const size_t close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(stat.substr(close + 2));
-    char state = 0;
-    pid_t ppid = 0;
-    if (rest >> state >> ppid && ppid == parent) out.push_back(std::stoi(name));
-  }
-  return out;
-}
-
-bool running(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(f)), {});
-  const size_t close = stat.rfind(')');
-  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
-}
-
 // A sweep killed with SIGKILL (no handler can run) takes its runs with it:
 // they get SIGTERM from the kernel when their parent dies, and stop.
 TEST(SweepCli, AKilledSweepLeavesNoRunBehind) {
   const std::string g = write("grid-kill.toml", grid("", "100000"));
   const std::string out = tmp("sweep-kill");
-  const pid_t sweep = fork();
-  if (sweep == 0) {
-    const std::string log = tmp("sweep-kill.log");
-    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execl(kHsgd.c_str(), kHsgd.c_str(), "sweep", g.c_str(), "--out", out.c_str(), "--jobs", "2",
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  const pid_t sweep = start_hsgd({"sweep", g, "--out", out, "--jobs", "2"}, tmp("sweep-kill.log"));
   ASSERT_GT(sweep, 0);
-  std::vector<pid_t> runs;
   const auto t0 = std::chrono::steady_clock::now();
-  while (runs.size() < 2 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
+  while (descendants_of(sweep).size() < 2 &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    runs = children_of(sweep);
   }
-  ASSERT_EQ(runs.size(), 2u) << slurp(tmp("sweep-kill.log"));
-  kill(sweep, SIGKILL);
-  waitpid(sweep, nullptr, 0);
-  std::vector<pid_t> alive = runs;
-  const auto t1 = std::chrono::steady_clock::now();
-  while (!alive.empty() && std::chrono::steady_clock::now() - t1 < std::chrono::seconds(20)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    std::erase_if(alive, [](pid_t p) { return !running(p); });
-  }
+  ASSERT_EQ(descendants_of(sweep).size(), 2u) << slurp(tmp("sweep-kill.log"));
+  const std::vector<pid_t> alive = kill_and_orphans(sweep);
   EXPECT_TRUE(alive.empty()) << alive.size() << " runs outlived their sweep";
-  for (pid_t p : alive) kill(p, SIGKILL);
   // A rerun finds no run done and starts them again.
   EXPECT_FALSE(fs::exists(out + "/sweep.md"));
 }
