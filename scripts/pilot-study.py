@@ -5,22 +5,32 @@ The best constant K of a cell, chosen on one seed's whole run, is within
 1.5 pp of the best fixed policy on the other seeds in 91 % of the random
 cells (scripts/k-law.py --test). A pilot is the cheap version: every K
 policy the cell measured runs for the first fraction f of the budget, and
-the K with the best interval-mean test accuracy over [0, f x budget] is
-kept. This reads the runs of committed sweeps (their metrics.csv; the
-prefix of a run is the pilot, since the random families' rates are
-constant), chooses on one seed, and scores the choice's whole-run interval
-mean on the other two seeds against their best fixed policy (as in
-sweep.json), each seed in turn.
+the K whose forecast is best is kept:
+  mean    the interval-mean test accuracy over [0, f x budget];
+  last    the test accuracy at f x budget (the last row up to it);
+  logfit  the interval mean over the whole budget, the part after
+          f x budget forecast by a least-squares fit acc = a + b ln t to
+          the rows in (0, f x budget] (at least 3), clamped to [0, 1].
+This reads the runs of sweeps (their metrics.csv; the prefix of a run is
+the pilot, since the random families' rates are constant), chooses on one
+seed, and scores the choice's whole-run interval mean on the other two
+seeds against their best fixed policy (from the sweep's sweep.json, or
+with --committed from docs/results/sweep/FAMILY/sweep.json, where every
+fixed policy ran: then the run directories need only the K policies),
+each seed in turn.
 
-Usage: scripts/pilot-study.py RUNS/random-2030-01 RUNS/random-2030-02 ...
-  (each an `hsgd sweep examples/sweep/random/FAMILY.toml --out RUNS/FAMILY`
-  output directory, with its cells/ and sweep.json)"""
+Usage: scripts/pilot-study.py [--forecast mean|last|logfit] [--committed] RUNS/FAMILY ...
+  (each an `hsgd sweep ... --out RUNS/FAMILY` output directory, with its
+  cells/ and sweep.json)"""
+import argparse
 import csv
 import json
+import math
 import os
 import re
 import sys
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FRACTIONS = [0.05, 0.1, 0.25, 0.5, 1.0]
 
 
@@ -28,12 +38,14 @@ def is_k(policy):
     return policy in ("async", "sync") or re.fullmatch(r"kasync:\d+", policy) is not None
 
 
-def prefix_mean(path, frac):
-    """Interval mean (trapezoid over the rows, as hsgd's) of test_acc over
-    the rows up to frac of the run's last row time."""
+def read_rows(path):
     with open(path) as f:
-        rows = [(float(r["time_s"]), float(r["test_acc"])) for r in csv.DictReader(f)]
-    end = rows[-1][0] * frac
+        return [(float(r["time_s"]), float(r["test_acc"])) for r in csv.DictReader(f)]
+
+
+def prefix_mean(rows, end):
+    """Interval mean (trapezoid over the rows, as hsgd's) of test_acc over
+    [0, end] and its area."""
     area, span = 0.0, 0.0
     for (t0, a0), (t1, a1) in zip(rows, rows[1:]):
         if t0 >= end - 1e-9:
@@ -43,7 +55,33 @@ def prefix_mean(path, frac):
             t1 = end
         area += 0.5 * (a0 + a1) * (t1 - t0)
         span += t1 - t0
-    return area / span if span > 0 else float("nan")
+    return (area / span if span > 0 else float("nan")), area
+
+
+def forecast(rows, frac, how):
+    total = rows[-1][0]
+    end = total * frac
+    mean, area = prefix_mean(rows, end)
+    if how == "mean":
+        return mean
+    seen = [(t, a) for t, a in rows if 0 < t <= end + 1e-9]
+    if how == "last":
+        return seen[-1][1] if seen else rows[0][1]
+    if frac >= 1 or len(seen) < 3:
+        return mean
+    xs = [math.log(t) for t, _ in seen]
+    ys = [a for _, a in seen]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx > 0 else 0.0
+    a = my - b * mx
+    # integral of a + b ln t from end to total, the fit clamped to [0, 1]
+    # (numerically: 200 steps)
+    n, rest = 200, 0.0
+    for i in range(n):
+        t = end + (total - end) * (i + 0.5) / n
+        rest += min(1.0, max(0.0, a + b * math.log(t))) * (total - end) / n
+    return (area + rest) / total
 
 
 def sanitize(policy):
@@ -51,46 +89,59 @@ def sanitize(policy):
 
 
 def main():
-    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
-        print(__doc__)
-        sys.exit(0 if len(sys.argv) >= 2 else 2)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+")
+    ap.add_argument("--forecast", choices=["mean", "last", "logfit"], default="mean")
+    ap.add_argument("--committed", action="store_true",
+                    help="score against docs/results/sweep/FAMILY/sweep.json")
+    a = ap.parse_args()
     folds = {f: [] for f in FRACTIONS}
     auto_folds = {}
     runs_per_pilot = []
     cells = 0
-    for out in sys.argv[1:]:
+    for out in a.runs:
         with open(os.path.join(out, "sweep.json")) as f:
             sweep = json.load(f)
-        axes = [a["key"] for a in sweep["axes"]]
+        scored = sweep
+        if a.committed:
+            family = os.path.basename(os.path.normpath(out))
+            with open(os.path.join(ROOT, "docs", "results", "sweep", family, "sweep.json")) as f:
+                scored = json.load(f)
+        by_at = {json.dumps(c["at"], sort_keys=True): c for c in scored["cells"]}
+        axes = [ax["key"] for ax in sweep["axes"]]
         for cell in sweep["cells"]:
             name = "_".join(f"{k}-{cell['at'][k]}" for k in axes) or "all"
             cdir = os.path.join(out, "cells", sanitize(name))
             if not os.path.isdir(cdir):
                 sys.exit(f"{cdir}: not found (is {out} the sweep's output directory?)")
-            seeds = {p: v["interval_mean"]["seeds"] for p, v in cell["policies"].items()
+            ref = by_at[json.dumps(cell["at"], sort_keys=True)]
+            seeds = {p: v["interval_mean"]["seeds"] for p, v in ref["policies"].items()
                      if not p.startswith("auto")}
-            autos = {p: v["interval_mean"]["seeds"] for p, v in cell["policies"].items()
+            autos = {p: v["interval_mean"]["seeds"] for p, v in ref["policies"].items()
                      if p.startswith("auto")}
-            ks = [p for p in seeds if is_k(p)]
+            ks = [p for p in cell["policies"] if is_k(p)]
             seed_ids = sweep["seeds"]
             cells += 1
             runs_per_pilot.append(len(ks))
+            curves = {(p, sid): read_rows(os.path.join(cdir, sanitize(p), f"seed-{sid}",
+                                                       "metrics.csv"))
+                      for p in ks for sid in seed_ids}
             for held, sid in enumerate(seed_ids):
-                rest = lambda p: (sum(x for i, x in enumerate(seeds[p]) if i != held)
-                                   / (len(seed_ids) - 1))
+                def rest(p):
+                    return (sum(x for i, x in enumerate(seeds[p]) if i != held)
+                            / (len(seed_ids) - 1))
                 best_rest = max(rest(p) for p in seeds)
                 for p, v in autos.items():  # the auto rules the sweep ran, on the same folds
                     auto_folds.setdefault(p, []).append(
                         (sum(x for i, x in enumerate(v) if i != held) / (len(seed_ids) - 1)
                          - best_rest) * 100)
                 for frac in FRACTIONS:
-                    score = {p: prefix_mean(os.path.join(cdir, sanitize(p), f"seed-{sid}",
-                                                         "metrics.csv"), frac) for p in ks}
+                    score = {p: forecast(curves[(p, sid)], frac, a.forecast) for p in ks}
                     pick = max(ks, key=lambda p: score[p])
                     folds[frac].append((rest(pick) - best_rest) * 100)
     print(f"{cells} cells, {len(folds[1.0])} folds (the K chosen on one seed, scored on the "
           f"other two against their best fixed policy); {min(runs_per_pilot)} to "
-          f"{max(runs_per_pilot)} K policies per cell\n")
+          f"{max(runs_per_pilot)} K policies per cell; forecast: {a.forecast}\n")
     print("| pilot (fraction of the budget) | pilot cost (runs) | within 1.5 pp | worst | mean |")
     print("|---:|---:|---:|---:|---:|")
     mean_k = sum(runs_per_pilot) / len(runs_per_pilot)
