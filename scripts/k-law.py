@@ -170,11 +170,16 @@ def score(cells, choose):
     return gaps, missing
 
 
+def within(g, percent=False):
+    """'within 1.5 pp N[ (P %)], worst W, mean M' of gaps g (pp)."""
+    n = sum(x >= -1.5 for x in g)
+    share = f" ({100 * n / len(g):.0f} %)" if percent else ""
+    return f"within 1.5 pp {n}{share}, worst {min(g):+.2f}, mean {sum(g) / len(g):+.2f}"
+
+
 def summary(gaps, missing):
     g = [x for x, _ in gaps]
-    return (f"{len(g)} cells, within 1.5 pp {sum(x >= -1.5 for x in g)} "
-            f"({100 * sum(x >= -1.5 for x in g) / len(g):.0f} %), worst {min(g):+.2f}, "
-            f"mean {sum(g) / len(g):+.2f}; K not measured in {missing}")
+    return f"{len(g)} cells, {within(g, True)}; K not measured in {missing}"
 
 
 def label(c):
@@ -349,25 +354,17 @@ def main():
         for name, g in [("kasync:K_law", law)] + list(gaps.items()):
             g = [x for x in g if not math.isnan(x)]
             if g:
-                print(f"\n{name}: {len(g)} cells, within 1.5 pp {sum(x >= -1.5 for x in g)}, "
-                      f"worst {min(g):+.2f}, mean {sum(g) / len(g):+.2f}")
-        g = oracle_cv
+                print(f"\n{name}: {len(g)} cells, {within(g)}")
         print(f"\nbest constant K chosen on one seed, scored on the other two (each seed in "
-              f"turn): {len(g)} cell-folds, within 1.5 pp {sum(x >= -1.5 for x in g)} "
-              f"({100 * sum(x >= -1.5 for x in g) / len(g):.0f} %), worst {min(g):+.2f}, "
-              f"mean {sum(g) / len(g):+.2f}")
+              f"turn): {len(oracle_cv)} cell-folds, {within(oracle_cv, True)}")
         for r, g in rules_cv.items():
-            print(f"  {r} on the same folds: {len(g)} cell-folds, within 1.5 pp "
-                  f"{sum(x >= -1.5 for x in g)} ({100 * sum(x >= -1.5 for x in g) / len(g):.0f} %), "
-                  f"worst {min(g):+.2f}, mean {sum(g) / len(g):+.2f}")
+            print(f"  {r} on the same folds: {len(g)} cell-folds, {within(g, True)}")
         for name, g in oracle.items():
-            print(f"\n{name} (chosen per cell with hindsight): {len(g)} cells, within 1.5 pp "
-                  f"{sum(x >= -1.5 for x in g)}, worst {min(g):+.2f}, mean {sum(g) / len(g):+.2f}")
+            print(f"\n{name} (chosen per cell with hindsight): {len(g)} cells, {within(g)}")
         print(f"\nat q <= 0.5 (within the staleness budget; cells with kasync:2):")
         for name, g in small.items():
             if g:
-                print(f"  {name}: {len(g)} cells, within 1.5 pp {sum(x >= -1.5 for x in g)}, "
-                      f"worst {min(g):+.2f}, mean {sum(g) / len(g):+.2f}")
+                print(f"  {name}: {len(g)} cells, {within(g)}")
         for r in rules:
             print(f"\n{r}: of its {sum(choosable[r])} misses, {choosable[r][0]} are cells where the "
                   f"best constant K is within 1.5 pp, {choosable[r][1]} cells where no K is; in "
@@ -378,8 +375,7 @@ def main():
             print(f"\nthe {len(like['async'])} cells where {a.async_like} is async:")
             for name, g in like.items():
                 if g:
-                    print(f"  {name}: within 1.5 pp {sum(x >= -1.5 for x in g)}, "
-                          f"worst {min(g):+.2f}, mean {sum(g) / len(g):+.2f}")
+                    print(f"  {name}: {within(g)}")
         for r in rules:
             print(f"\n{r} ahead of async by 2 pp or more in {sum(ahead[r])} of the "
                   f"{len(ahead[r])} cells where a fixed policy is")
