@@ -177,6 +177,14 @@ def within(g, percent=False):
     return f"within 1.5 pp {n}{share}, worst {min(g):+.2f}, mean {sum(g) / len(g):+.2f}"
 
 
+def print_groups(title, groups, counts=True):
+    """A title line, then one line per non-empty group of gaps."""
+    print(f"\n{title}:")
+    for name, g in groups.items():
+        if g:
+            print(f"  {name}: " + (f"{len(g)} cells, " if counts else "") + within(g))
+
+
 def summary(gaps, missing):
     g = [x for x, _ in gaps]
     return f"{len(g)} cells, {within(g, True)}; K not measured in {missing}"
@@ -361,10 +369,7 @@ def main():
             print(f"  {r} on the same folds: {len(g)} cell-folds, {within(g, True)}")
         for name, g in oracle.items():
             print(f"\n{name} (chosen per cell with hindsight): {len(g)} cells, {within(g)}")
-        print(f"\nat q <= 0.5 (within the staleness budget; cells with kasync:2):")
-        for name, g in small.items():
-            if g:
-                print(f"  {name}: {len(g)} cells, {within(g)}")
+        print_groups("at q <= 0.5 (within the staleness budget; cells with kasync:2)", small)
         for r in rules:
             print(f"\n{r}: of its {sum(choosable[r])} misses, {choosable[r][0]} are cells where the "
                   f"best constant K is within 1.5 pp, {choosable[r][1]} cells where no K is; in "
@@ -372,10 +377,8 @@ def main():
                   f"best in {nearest[r][0]}, of the best in {nearest[r][1]}, of a larger in "
                   f"{nearest[r][2]}")
         if a.async_like:
-            print(f"\nthe {len(like['async'])} cells where {a.async_like} is async:")
-            for name, g in like.items():
-                if g:
-                    print(f"  {name}: {within(g)}")
+            print_groups(f"the {len(like['async'])} cells where {a.async_like} is async", like,
+                         counts=False)
         for r in rules:
             print(f"\n{r} ahead of async by 2 pp or more in {sum(ahead[r])} of the "
                   f"{len(ahead[r])} cells where a fixed policy is")
