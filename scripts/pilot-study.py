@@ -84,8 +84,10 @@ def forecast(rows, frac, how):
     return (area + rest) / total
 
 
-def sanitize(policy):
-    return re.sub(r"[^A-Za-z0-9._+-]", "-", policy)
+def sanitize(name):
+    """A cell's or policy's directory name, as hsgd sweep makes it (sanitize()
+    in src/hsgd/cli/sweep.cc: these characters become '-')."""
+    return re.sub(r"[:=/ \"',]", "-", name)
 
 
 def main():

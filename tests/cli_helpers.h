@@ -80,22 +80,26 @@ inline Outcome run(const std::string& prefix, const std::string& args) {
   return o;
 }
 
-// The processes below `root` (children, their children, ...; from
-// /proc/PID/stat), and whether a pid is still running (a zombie waiting for
-// its new parent to reap it is not).
+// A process's state letter and parent pid (/proc/PID/stat), false if it is
+// gone.
+inline bool proc_stat(pid_t pid, char* state, pid_t* ppid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  const std::string stat((std::istreambuf_iterator<char>(f)), {});
+  const size_t close = stat.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos || close + 2 >= stat.size()) return false;
+  std::istringstream rest(stat.substr(close + 2));
+  return static_cast<bool>(rest >> *state >> *ppid);
+}
+
+// The processes below `root` (children, their children, ...).
 inline std::vector<pid_t> descendants_of(pid_t root) {
   std::vector<std::pair<pid_t, pid_t>> all;  // (pid, ppid)
   for (const auto& e : fs::directory_iterator("/proc")) {
     const std::string name = e.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream f(e.path() / "stat");
-    const std::string stat((std::istreambuf_iterator<char>(f)), {});
-    const size_t close = stat.rfind(')');
-    if (close == std::string::npos || close + 2 >= stat.size()) continue;
-    std::istringstream rest(stat.substr(close + 2));
     char state = 0;
     pid_t ppid = 0;
-    if (rest >> state >> ppid) all.emplace_back(std::stoi(name), ppid);
+    if (proc_stat(std::stoi(name), &state, &ppid)) all.emplace_back(std::stoi(name), ppid);
   }
   std::vector<pid_t> out;
   std::vector<pid_t> frontier = {root};
@@ -112,11 +116,12 @@ inline std::vector<pid_t> descendants_of(pid_t root) {
   return out;
 }
 
+// Whether `pid` still runs (a zombie waiting for its new parent to reap it
+// does not).
 inline bool running(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  const std::string stat((std::istreambuf_iterator<char>(f)), {});
-  const size_t close = stat.rfind(')');
-  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+  char state = 0;
+  pid_t ppid = 0;
+  return proc_stat(pid, &state, &ppid) && state != 'Z';
 }
 
 // Starts `hsgd ARGS...` (no shell), its stdout and stderr into `log`.
