@@ -1,5 +1,7 @@
 // The auto policy (#17) through the hsgd binary: on the threads runtime, and
-// deterministic and exactly resumable on the simulator.
+// deterministic and exactly resumable on the simulator; auto with a pilot
+// (issue 32, runtime/pilot.h) on sim and threads (mpi: mpi_cli_test.cc).
+#include <cmath>
 #include <sstream>
 
 #include "cli_helpers.h"
@@ -76,6 +78,146 @@ TEST(AutoCli, AnUnknownAblationPartIsOneLineExit2) {
   EXPECT_EQ(o.code, 2);
   EXPECT_NE(o.err.find("policy.auto_ablate"), std::string::npos) << o.err;
   EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+}
+
+// ---- auto with a pilot (policy.auto_pilot)
+
+// Every column but the policy's name (and the wall clock's, if any).
+std::string rows_but_policy(const std::string& dir) {
+  std::ostringstream o;
+  for (const MetricsRow& r : read_metrics_csv(dir + "/metrics.csv")) {
+    o << r.time_s << ' ' << r.updates << ' ' << r.samples << ' ' << r.k << ' ' << r.train_loss
+      << ' ' << r.test_loss << ' ' << r.test_acc << ' ' << r.staleness_mean << '\n';
+  }
+  return o.str();
+}
+
+// The K a policy's rows carry on `workers` workers.
+int k_of(const std::string& policy, int workers) {
+  if (policy == "sync") return workers;
+  if (policy == "async") return 1;
+  return std::stoi(policy.substr(policy.find(':') + 1));
+}
+
+const std::string kPilotSim =
+    "--runtime sim --set sim.compute_time=0.002 --set sim.server_ns_per_param=50 "
+    "--set stragglers.fraction=0.5 --set stragglers.sigma=0.004 --set optim.kind=momentum "
+    "--set policy.auto_pilot=0.25 ";
+
+// On the simulator, a candidate's pilot is its own run cut at the pilot's
+// share: each figure the pilot reports is the interval mean of that
+// candidate run separately for that long; the choice is the best of them;
+// and the piloted run is the chosen policy's run push for push, which its
+// config.toml reproduces without a pilot.
+TEST(AutoCli, APilotOnSimChoosesTheBestCandidateAndIsThatCandidatesRun) {
+  const std::string out = tmp("pilot_sim");
+  const Outcome o = run(job(out, kPilotSim + "--budget 2 --set train.workers=9"));
+  ASSERT_EQ(o.code, 0) << o.err;
+  const auto s = summary(out);
+  ASSERT_TRUE(s.contains("auto_pilot")) << s.dump();
+  const auto& p = s["auto_pilot"];
+  EXPECT_DOUBLE_EQ(p["budget"].get<double>(), 0.5);
+  std::vector<std::string> names;
+  std::string best;
+  double best_mean = -1;
+  for (const auto& c : p["candidates"]) {
+    const std::string name = c["policy"];
+    names.push_back(name);
+    // The candidate alone, for the pilot's share.
+    const std::string alone = tmp("pilot_alone_" + std::to_string(names.size()));
+    ASSERT_EQ(run(job(alone, kPilotSim +
+                                 "--budget 0.5 --set train.workers=9 --set policy.auto_pilot=0 "
+                                 "--set policy.name=" +
+                                 name))
+                  .code,
+              0);
+    const std::vector<MetricsRow> rows = read_metrics_csv(alone + "/metrics.csv");
+    double area = 0;
+    for (size_t i = 1; i < rows.size(); ++i) {
+      area +=
+          0.5 * (rows[i].test_acc + rows[i - 1].test_acc) * (rows[i].time_s - rows[i - 1].time_s);
+    }
+    const double mean = area / (rows.back().time_s - rows.front().time_s);
+    EXPECT_NEAR(c["interval_mean"].get<double>(), mean, 1e-6) << name;  // (the CSV's 6 digits)
+    if (mean > best_mean) best_mean = mean, best = name;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"sync", "async", "kasync:2", "kasync:4", "kasync:8"}));
+  EXPECT_EQ(p["chosen"], best);
+  // The run is the chosen policy's, under the name auto.
+  const std::string plain = tmp("pilot_plain");
+  ASSERT_EQ(run(job(plain, kPilotSim +
+                               "--budget 2 --set train.workers=9 --set policy.auto_pilot=0 "
+                               "--set policy.name=" +
+                               best))
+                .code,
+            0);
+  EXPECT_EQ(rows_but_policy(out), rows_but_policy(plain));
+  for (const MetricsRow& r : read_metrics_csv(out + "/metrics.csv")) {
+    EXPECT_EQ(r.policy, "auto");
+    EXPECT_EQ(r.k, k_of(best, 9));
+  }
+  // config.toml holds the choice: rerunning it runs no pilot, the same run.
+  const std::string config = slurp(out + "/config.toml");
+  EXPECT_NE(config.find("auto_choice = '" + best + "'"), std::string::npos) << config;
+  const std::string again = tmp("pilot_again");
+  const Outcome r = run("train --config " + out + "/config.toml --out " + again);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.find("auto pilot"), std::string::npos) << r.err;
+  EXPECT_FALSE(summary(again).contains("auto_pilot"));
+  EXPECT_EQ(slurp(again + "/metrics.csv"), slurp(out + "/metrics.csv"));
+}
+
+// A checkpointed piloted run resumes with its choice, without a second
+// pilot (a longer budget would make a longer pilot), and ends as a run of
+// that choice made in one go.
+TEST(AutoCli, APilotedRunResumesWithItsChoice) {
+  const std::string whole = tmp("pilot_whole"), part = tmp("pilot_part");
+  ASSERT_EQ(run(job(part, kPilotSim + "--budget 1 --checkpoint-every 0.5")).code, 0);
+  const std::string chosen = summary(part)["auto_pilot"]["chosen"];
+  const Outcome o = run("train --resume " + part + " --budget 2");
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.err.find("auto pilot"), std::string::npos) << o.err;
+  ASSERT_EQ(run(job(whole, kPilotSim + "--budget 2 --set policy.auto_choice=" + chosen)).code, 0);
+  EXPECT_EQ(slurp(part + "/metrics.csv"), slurp(whole + "/metrics.csv"));
+}
+
+// On threads the simulator stands in for the machine: its compute time is
+// measured here (the config's sim.compute_time is not this run's), and the
+// run trains with the choice.
+TEST(AutoCli, APilotOnThreadsCalibratesTheSimulatorAndTrainsWithTheChoice) {
+  const std::string out = tmp("pilot_threads");
+  const Outcome o = run(job(out,
+                            "--runtime threads --budget 1 --set policy.auto_pilot=0.2 "
+                            "--set sim.compute_time=0.5"));
+  ASSERT_EQ(o.code, 0) << o.err;
+  const auto s = summary(out);
+  ASSERT_TRUE(s.contains("auto_pilot")) << s.dump();
+  const auto& p = s["auto_pilot"];
+  EXPECT_EQ(p["candidates"].size(), 3u);  // sync, async, kasync:2 on 4 workers
+  EXPECT_LT(p["sim_compute_time"].get<double>(), 0.05);
+  EXPECT_GT(p["sim_compute_time"].get<double>(), 0);
+  const std::string chosen = p["chosen"];
+  EXPECT_NE(slurp(out + "/config.toml").find("auto_choice = '" + chosen + "'"), std::string::npos);
+  for (const MetricsRow& r : read_metrics_csv(out + "/metrics.csv")) {
+    EXPECT_EQ(r.policy, "auto");
+    if (r.live_workers == 4) {
+      EXPECT_EQ(r.k, k_of(chosen, 4)) << chosen;
+    }
+  }
+}
+
+TEST(AutoCli, APilotsBadSettingsAreOneLineExit2) {
+  for (const auto& [set, key] : std::vector<std::pair<std::string, std::string>>{
+           {"--set policy.auto_pilot=1.5", "policy.auto_pilot"},
+           {"--set policy.auto_choice=async", "policy.auto_choice"},
+           {"--set policy.auto_pilot=0.1 --set policy.auto_choice=kasync:9", "policy.auto_choice"},
+           {"--set policy.auto_pilot=0.1 --set policy.auto_choice=hybrid", "policy.auto_choice"}}) {
+    const std::string out = tmp("pilot_bad");
+    const Outcome o = run(job(out, kSim + "--budget 1 " + set));
+    EXPECT_EQ(o.code, 2) << set;
+    EXPECT_NE(o.err.find(key), std::string::npos) << o.err;
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+  }
 }
 
 }  // namespace

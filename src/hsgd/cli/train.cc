@@ -17,12 +17,14 @@
 #include "hsgd/cli/sparse_summary.h"
 #include "hsgd/config/effective.h"
 #include "hsgd/core/error.h"
+#include "hsgd/core/stop.h"
 #include "hsgd/data/project.h"
 #include "hsgd/data/spec.h"
 #include "hsgd/metrics/plot.h"
 #include "hsgd/mpi/mpi_runtime.h"
 #include "hsgd/mpi/session.h"
 #include "hsgd/policy/gossip.h"
+#include "hsgd/runtime/pilot.h"
 #include "hsgd/runtime/runtime.h"
 
 namespace hsgd::cli {
@@ -98,6 +100,7 @@ struct Prepared {
   Dataset train_set, test_set;
   ModelSpec spec;
   Job job;
+  std::optional<PilotResult> pilot;  // auto's pilot, when this run ran one
 };
 
 // The config of `a`, with the front end's stop request.
@@ -386,6 +389,24 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
                                          {"max", last.worker_acc_max}};
     }
   }
+  if (p.pilot) {  // auto's pilot (issue 32): every candidate's figures and the choice
+    const auto finite = [](double v) {
+      return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json();
+    };
+    nlohmann::json cands = nlohmann::json::array();
+    for (const PilotCandidate& k : p.pilot->candidates) {
+      cands.push_back(
+          {{"policy", k.policy},
+           {"interval_mean", finite(k.interval_mean)},
+           {"final_test_acc", finite(k.final_acc)},
+           {"stopped", k.stopped.empty() ? nlohmann::json() : nlohmann::json(k.stopped)}});
+    }
+    summary["auto_pilot"] = {
+        {"fraction", p.pilot->fraction}, {"budget", p.pilot->budget},
+        {"epochs", p.pilot->epochs},     {"sim_compute_time", p.pilot->compute_time},
+        {"wall_s", p.pilot->wall_s},     {"candidates", cands},
+        {"chosen", p.pilot->chosen}};
+  }
   write_file_atomic(out + "/summary.json", summary.dump(2) + "\n");
   recorder.finish();
   std::string plot_note;
@@ -452,6 +473,47 @@ TrainOutcome outcome_of(const Prepared& p, const RunResult& r) {
   return o;
 }
 
+// auto's pilot (runtime/pilot.h), with a line per candidate unless quiet.
+PilotResult pilot_with_lines(const Prepared& p, bool quiet) {
+  const Config& c = p.c;
+  if (!quiet) {
+    const std::vector<std::string> cands = pilot_candidates(c.train.workers);
+    std::fprintf(stderr,
+                 "hsgd: auto pilot: %zu candidates on the simulator, each for %g of the budget "
+                 "(%s)\n",
+                 cands.size(), c.policy.auto_pilot,
+                 c.train.budget > 0
+                     ? fmt::format("{:g} s", c.train.budget * c.policy.auto_pilot).c_str()
+                     : fmt::format("{:g} epochs", c.train.epochs * c.policy.auto_pilot).c_str());
+  }
+  PilotResult r = run_pilot(p.job, [&](const PilotCandidate& cand) {
+    if (quiet) return;
+    if (cand.stopped.empty()) {
+      std::fprintf(stderr, "hsgd: auto pilot: %-10s interval-mean test_acc %.2f%%, final %.2f%%\n",
+                   cand.policy.c_str(), 100 * cand.interval_mean, 100 * cand.final_acc);
+    } else {
+      std::fprintf(stderr, "hsgd: auto pilot: %-10s stopped: %s\n", cand.policy.c_str(),
+                   cand.stopped.c_str());
+    }
+  });
+  if (!quiet && r.stopped.empty()) {
+    std::fprintf(stderr, "hsgd: auto pilot: chose %s (%.1f s); policy.auto_choice = \"%s\"\n",
+                 r.chosen.c_str(), r.wall_s, r.chosen.c_str());
+  }
+  return r;
+}
+
+// A stop request that ended the pilot: nothing was trained or written.
+TrainOutcome stopped_in_pilot(const Prepared& p, const std::string& why, bool print) {
+  if (print) std::fprintf(stderr, "hsgd: stopped: %s (during auto's pilot; no run)\n", why.c_str());
+  TrainOutcome o;
+  o.code = 3;
+  o.out = p.c.train.out;
+  o.stopped = why;
+  o.stop_kind = "requested";
+  return o;
+}
+
 TrainOutcome run_in_process(const TrainArgs& args, Prepared& p, const TrainHooks& hooks) {
   TrainArgs a = args;
   std::unique_ptr<Runtime> runtime = make_runtime(p.c);
@@ -459,6 +521,14 @@ TrainOutcome run_in_process(const TrainArgs& args, Prepared& p, const TrainHooks
   const std::vector<Override> resolved = runtime->resolve(p.job);
   if (!resolved.empty()) {
     a.overrides.insert(a.overrides.end(), resolved.begin(), resolved.end());
+    p.c = load_train_config(a, a.overrides, hooks);
+  }
+  // auto's pilot, after the calibrations it shares (a resume's config.toml
+  // holds its choice: no pilot then).
+  if (wants_pilot(p.c)) {
+    p.pilot = pilot_with_lines(p, a.quiet);
+    if (!p.pilot->stopped.empty()) return stopped_in_pilot(p, p.pilot->stopped, true);
+    a.overrides.push_back({"policy.auto_choice", toml_string(p.pilot->chosen)});
     p.c = load_train_config(a, a.overrides, hooks);
   }
   const bool resume = !a.resume_dir.empty();
@@ -576,6 +646,41 @@ TrainOutcome run_under_mpirun(const TrainArgs& args, const TrainInputs& in,
     return refused;
   }
   if (p->c.train.runtime != "mpi") return run_in_process(a, *p, hooks);  // mpirun -np 1
+  // auto's pilot: rank 0 runs it while the others wait; every rank trains
+  // with its choice.
+  if (wants_pilot(p->c)) {
+    std::string failed, chosen;
+    if (session.rank() == 0) {
+      try {
+        p->pilot = pilot_with_lines(*p, a.quiet);
+        chosen = p->pilot->stopped.empty() ? p->pilot->chosen : "";
+      } catch (const std::exception& e) {
+        failed = e.what();
+        if (failed.empty()) failed = "auto's pilot failed";
+      }
+    }
+    if (!session.agree(failed)) {
+      refused.error = failed;
+      return refused;
+    }
+    chosen = session.broadcast(chosen);
+    if (chosen.empty()) {  // a stop request ended rank 0's pilot
+      TrainOutcome o = stopped_in_pilot(
+          *p,
+          session.rank() == 0 ? p->pilot->stopped : StopRequest::kPrefix + std::string("rank 0"),
+          session.rank() == 0);
+      o.primary = session.rank() == 0;
+      o.rank = session.rank();
+      return o;
+    }
+    try {
+      a.overrides.push_back({"policy.auto_choice", toml_string(chosen)});
+      p->c = load_train_config(a, a.overrides, hooks);
+      p->job.identity = CheckpointIdentity{config_hash(p->c), p->spec.name, job_params(p->job)};
+    } catch (const std::exception& e) {
+      session.abort(e.what(), 2);
+    }
+  }
   const auto role = [&](TrainOutcome o) {
     o.rank = session.rank();
     const int servers = is_gossip_policy(p->c.policy.kind) ? 0 : p->c.train.servers;

@@ -57,6 +57,18 @@ Moot runtime(const char* r) {
             return c.train.runtime == r ? "" : "train.runtime = " + quoted(c.train.runtime);
           }};
 }
+// The simulator's network keys: read by the sim runtime, and on mpi by
+// auto's pilot, which simulates the cluster (runtime/pilot.h).
+Moot sim_network() {
+  return {"train.runtime is not sim (nor mpi with policy.auto_pilot)",
+          [](const Config& c) -> std::string {
+            if (c.train.runtime == "sim") return "";
+            if (c.train.runtime == "mpi" && c.policy.kind == "auto" && c.policy.auto_pilot > 0) {
+              return "";
+            }
+            return "train.runtime = " + quoted(c.train.runtime);
+          }};
+}
 Moot no_stragglers() {
   return {"no worker is a straggler (stragglers.fraction x train.workers rounds to 0)",
           [](const Config& c) -> std::string {
@@ -451,6 +463,28 @@ std::vector<Key> declare() {
           .moot(policies({"auto"}))
           .written_when(
               [](const Config& c) { return c.policy.kind == "auto" && c.policy.auto_rule != 5; }));
+  add(num_key("policy", "auto_pilot", HSGD_REF(policy.auto_pilot),
+              "auto: a pilot before training (issue 32, docs/auto.md#auto-with-a-pilot): every K "
+              "candidate (sync, async, and kasync:K for K = 2, 4, 8 below train.workers and 16 "
+              "from 20 workers up) runs on the simulator for this share of train.budget (and of "
+              "train.epochs) with the run's own config and seed, and the run trains with the "
+              "candidate whose interval-mean test accuracy was best (policy.auto_choice). Costs "
+              "about this share times the candidates' count of a run more. 0 = no pilot: the "
+              "rule (policy.auto_rule) steers K.")
+          .check([](double v) { return v >= 0 && v <= 1; }, "in [0, 1]")
+          .moot(policies({"auto"}))
+          .written_when([](const Config& c) { return c.policy.auto_pilot != 0; }));
+  add(str_key("policy", "auto_choice", HSGD_REF(policy.auto_choice),
+              "auto with a pilot: the candidate it chose (sync, async or kasync:K), written to "
+              "config.toml by the run so that rerunning that file (or resuming) trains with it "
+              "and runs no pilot; empty = choose by the pilot. With a choice, auto runs that "
+              "fixed policy, push for push, and its rows carry the name auto.")
+          .check_if(
+              [](const Config& c) { return c.policy.kind == "auto" && c.policy.auto_pilot == 0; },
+              [](const std::string& s) { return s.empty(); }, "empty when policy.auto_pilot = 0",
+              "set by a pilot only: expected empty when policy.auto_pilot = 0")
+          .moot(policies({"auto"}))
+          .written_when([](const Config& c) { return !c.policy.auto_choice.empty(); }));
   add(num_key("policy", "loss_smoothing", HSGD_REF(policy.schedule.loss_smoothing),
               "The adaptive schedule: the per-push factor of the training-loss average.")
           .check([](double v) { return v > 0 && v < 1; }, "in (0, 1)")
@@ -799,17 +833,17 @@ std::vector<Key> declare() {
   add(num_key("sim", "latency", HSGD_REF(sim.latency),
               "One-way network latency per message, seconds.")
           .check(at_least(0), "seconds >= 0")
-          .moot(runtime("sim")));
+          .moot(sim_network()));
   add(num_key("sim", "bandwidth", HSGD_REF(sim.bandwidth),
               "Bytes per second of each node's link, each direction (10 Gbit/s = 1.25e9).")
           .check(above(0), "bytes per second > 0")
-          .moot(runtime("sim")));
+          .moot(sim_network()));
   add(str_key("sim", "network", HSGD_REF(sim.network),
               "shared: each node's link is shared by the messages it sends and receives at once "
               "(max-min fair; a server's link saturates as workers grow); independent: every "
               "message priced alone, latency + bytes / bandwidth (the model before issue 27).")
           .one_of({"shared", "independent"})
-          .moot(runtime("sim"))
+          .moot(sim_network())
           // Written for every sim run (a resume reads it back from config.toml);
           // configs from before the key ran "independent": they keep their hash.
           .written_when([](const Config& c) { return c.train.runtime == "sim"; })
@@ -817,7 +851,7 @@ std::vector<Key> declare() {
   add(num_key("sim", "server_bandwidth", HSGD_REF(sim.server_bandwidth),
               "Bytes per second of each server shard's link; 0 = sim.bandwidth.")
           .check(at_least(0), "bytes per second >= 0 (0 = sim.bandwidth)")
-          .moot(runtime("sim"))
+          .moot(sim_network())
           .written(Written::kNotDefault));
   add(int_key("sim", "cores", HSGD_REF(sim.cores),
               "Cores the simulated workers' compute and the server's updates share (the gossip "

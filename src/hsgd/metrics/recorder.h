@@ -123,6 +123,11 @@ class Recorder {
   // has fewer rows or cannot be read. Reads only: the files are rewritten
   // (as .partial) by open(), so a resume refused later touches nothing.
   Recorder(const std::string& dir, int64_t keep_rows, bool compress = false);
+  // A recorder that keeps its rows in memory only (rows()) and writes no
+  // file: for runs whose rows are read, not kept (auto's pilot,
+  // runtime/pilot.h).
+  struct InMemory {};
+  explicit Recorder(InMemory);
   ~Recorder();
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
@@ -140,6 +145,7 @@ class Recorder {
   std::FILE* csv_ = nullptr;
   std::FILE* jsonl_ = nullptr;
   std::vector<MetricsRow> rows_;
+  bool memory_ = false;   // Recorder(InMemory): rows only, no file
   bool pending_ = false;  // not yet open(): a resume's kept text below, or a fresh run
   bool header_ = false;   // the header line is written (or kept)
   Columns cols_;          // compress from the constructor, the rest from the first row

@@ -2,9 +2,11 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 
 namespace hsgd::mpi {
@@ -50,6 +52,32 @@ bool Session::agree(const std::string& error) const {
     std::fprintf(stderr, "hsgd: error: %s\n", msg.c_str());
   }
   return false;
+}
+
+namespace {
+
+void wait_sleeping(MPI_Request* r) {
+  int done = 0;
+  MPI_Test(r, &done, MPI_STATUS_IGNORE);
+  while (!done) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    MPI_Test(r, &done, MPI_STATUS_IGNORE);
+  }
+}
+
+}  // namespace
+
+std::string Session::broadcast(const std::string& text) const {
+  long long n = rank_ == 0 ? static_cast<long long>(text.size()) : 0;
+  MPI_Request r;
+  MPI_Ibcast(&n, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD, &r);
+  wait_sleeping(&r);
+  std::string out = rank_ == 0 ? text : std::string(static_cast<size_t>(n), '\0');
+  if (n > 0) {
+    MPI_Ibcast(out.data(), static_cast<int>(n), MPI_CHAR, 0, MPI_COMM_WORLD, &r);
+    wait_sleeping(&r);
+  }
+  return out;
 }
 
 void Session::abort(const std::string& message, int code) const {

@@ -28,6 +28,11 @@ class Session {
   // with "rank R: " when R is not 0) and every rank gets false.
   bool agree(const std::string& error) const;
 
+  // Collective. Returns rank 0's `text` on every rank. The other ranks wait
+  // for it sleeping (1 ms between polls), not spinning, so that rank 0 has
+  // the cores for whatever it computes first (auto's pilot).
+  std::string broadcast(const std::string& text) const;
+
   // Prints "hsgd: error: rank R: message" and ends every rank with `code`
   // (MPI_Abort). For errors after training started, when the other ranks may
   // be blocked waiting for this one.

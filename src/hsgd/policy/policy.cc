@@ -141,6 +141,48 @@ void validate_local(const LocalOptions& l) {
     throw InputError("local.outer_momentum = " + num(l.outer_momentum) + ": expected in [0, 1)");
 }
 
+// auto with its pilot's choice (policy.auto_choice; runtime/pilot.h): the
+// chosen fixed policy, push for push, under the name auto, so the rows say
+// which policy the user asked for and the k column which K ran.
+class PilotedPolicy final : public Policy {
+ public:
+  explicit PilotedPolicy(std::unique_ptr<Policy> chosen) : p_(std::move(chosen)) {}
+  std::string name() const override { return "auto"; }
+  int threshold(const Progress& p, int live) const override { return p_->threshold(p, live); }
+  bool pusher_waits() const override { return p_->pusher_waits(); }
+  int local_steps() const override { return p_->local_steps(); }
+  int staleness_bound() const override { return p_->staleness_bound(); }
+  void on_push_loss(double loss) override { p_->on_push_loss(loss); }
+  void observe_push(const PushSignal& s) override { p_->observe_push(s); }
+  double implicit_momentum() const override { return p_->implicit_momentum(); }
+  void on_lr(double lr) override { p_->on_lr(lr); }
+  void on_step_gain(double gain) override { p_->on_step_gain(gain); }
+  std::vector<double> save_state() const override { return p_->save_state(); }
+  bool reads_state(size_t size) const override { return p_->reads_state(size); }
+  void restore_state(std::span<const double> s) override { p_->restore_state(s); }
+
+ private:
+  std::unique_ptr<Policy> p_;
+};
+
+std::unique_ptr<Policy> piloted_policy(const PolicyOptions& o, int workers) {
+  const std::string& n = o.auto_choice;
+  if (n == "sync") return std::make_unique<PilotedPolicy>(std::make_unique<SyncPolicy>());
+  if (n == "async") return std::make_unique<PilotedPolicy>(std::make_unique<AsyncPolicy>());
+  if (n.rfind("kasync:", 0) == 0) {
+    const std::string k = n.substr(7);
+    const bool digits = !k.empty() && k.size() < 9 && std::all_of(k.begin(), k.end(), [](char ch) {
+      return ch >= '0' && ch <= '9';
+    });
+    const int v = digits ? std::stoi(k) : 0;
+    if (v >= 1 && v <= workers) {
+      return std::make_unique<PilotedPolicy>(std::make_unique<FixedKPolicy>(v, true));
+    }
+  }
+  throw InputError("policy.auto_choice = '" + n + "': expected sync, async or kasync:K with K in " +
+                   "[1, workers = " + std::to_string(workers) + "] (the K its pilot chose)");
+}
+
 }  // namespace
 
 Aggregation parse_aggregation(const std::string& s) {
@@ -167,6 +209,7 @@ std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double 
     return std::make_unique<SspPolicy>(o.s);
   }
   if (o.kind == "async") return std::make_unique<AsyncPolicy>();
+  if (o.kind == "auto" && !o.auto_choice.empty()) return piloted_policy(o, workers);
   if (o.kind == "auto") {
     auto a = std::make_unique<AutoController>(
         workers, parse_auto_ablate(o.auto_ablate, auto_rule_parts(o.auto_rule)),

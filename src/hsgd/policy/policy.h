@@ -58,6 +58,13 @@ struct PolicyOptions {
   // 17 and 19, tried and not adopted; 8 to 5, the rules before the ninth.
   // All kept for comparison.
   int auto_rule = 18;
+  // auto with a pilot (issue 32; runtime/pilot.h): the share of the budget
+  // each K candidate runs on the simulator before training (policy.auto_pilot;
+  // 0 = no pilot, the rule above), and the candidate the pilot chose
+  // (policy.auto_choice: sync, async or kasync:K; "" = not chosen yet). With
+  // a choice, auto is that fixed policy, push for push, under the name auto.
+  double auto_pilot = 0;
+  std::string auto_choice;
 };
 
 // What the server tells a policy after each finite, unfiltered push

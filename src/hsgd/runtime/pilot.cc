@@ -1,0 +1,132 @@
+#include "hsgd/runtime/pilot.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <thread>
+
+#include "hsgd/core/error.h"
+#include "hsgd/core/stop.h"
+#include "hsgd/metrics/fidelity.h"
+#include "hsgd/runtime/clock.h"
+#include "hsgd/runtime/sim_runtime.h"
+
+namespace hsgd {
+
+std::vector<std::string> pilot_candidates(int workers) {
+  std::vector<std::string> out = {"sync", "async"};
+  for (int k : {2, 4, 8, 16}) {
+    if (k < workers && (k < 16 || workers >= 20)) out.push_back("kasync:" + std::to_string(k));
+  }
+  return out;
+}
+
+bool wants_pilot(const Config& c) {
+  return c.policy.kind == "auto" && c.policy.auto_pilot > 0 && c.policy.auto_choice.empty();
+}
+
+namespace {
+
+// What the pilot charges for a threads run's message: a copy of the
+// parameters (bytes per second; a memcpy on these machines runs at 5 to 10
+// GB/s).
+constexpr double kMemoryBytesPerS = 5e9;
+
+// The config of one candidate's pilot: the run's, on the simulator, for the
+// pilot's share of the budget, with the candidate's policy and nothing
+// written (no checkpoints).
+Config candidate_config(const Config& run, const std::string& policy) {
+  Config c = run;
+  c.policy_name = policy;
+  const size_t colon = policy.find(':');
+  c.policy.kind = policy.substr(0, colon);
+  c.policy.k = colon == std::string::npos ? 0 : std::stoi(policy.substr(colon + 1));
+  c.policy.auto_pilot = 0;
+  c.policy.auto_choice.clear();
+  c.train.budget = run.train.budget * run.policy.auto_pilot;
+  c.train.epochs = run.train.epochs * run.policy.auto_pilot;
+  c.train.checkpoint_every = 0;
+  if (run.train.runtime != "sim") {
+    // The simulator stands in for the cluster: costs measured on this
+    // machine (the sim.* costs are not the run's off sim).
+    c.train.runtime = "sim";
+    c.sim.compute_time = 0;
+    c.sim.server_ns_per_param = -1;
+    c.compress.sim_ns_per_param = -1;
+    if (run.train.runtime == "threads") {
+      // Threads share memory and the machine's cores: a message is a copy at
+      // memory speed, and the workers' compute shares the cores.
+      c.sim.network = "independent";
+      c.sim.latency = 0;
+      c.sim.bandwidth = kMemoryBytesPerS;
+      c.sim.server_bandwidth = 0;
+      // The simulator's core model holds a core through a straggler's
+      // injected delay, which a thread spends asleep: with stragglers the
+      // cores are left unlimited rather than charged for sleeping.
+      const bool stragglers = std::lround(run.stragglers.fraction * run.train.workers) > 0;
+      const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+      c.sim.cores = stragglers ? 0 : std::min(cores, run.train.workers);
+    }
+  }
+  validate(c);
+  return c;
+}
+
+}  // namespace
+
+PilotResult run_pilot(const Job& job,
+                      const std::function<void(const PilotCandidate&)>& on_candidate) {
+  const Config& run = *job.config;
+  HSGD_ASSERT(wants_pilot(run), "run_pilot: the config asks for no pilot");
+  const auto t0 = SteadyClock::now();
+  PilotResult out;
+  out.fraction = run.policy.auto_pilot;
+  const std::vector<std::string> names = pilot_candidates(run.train.workers);
+  std::vector<Config> configs;
+  for (const std::string& n : names) configs.push_back(candidate_config(run, n));
+  out.budget = configs.front().train.budget;
+  out.epochs = configs.front().train.epochs;
+  // Costs left to calibration are measured once, for every candidate alike.
+  Job first = job;
+  first.config = &configs.front();
+  first.checkpoints = nullptr;
+  first.resume = nullptr;
+  first.open_outputs = nullptr;
+  SimRuntime sim;
+  const std::vector<std::pair<std::string, std::string>> costs = sim.resolve(first);
+  double best = -INFINITY;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (run.stop && run.stop->requested()) {
+      out.stopped = run.stop->reason();
+      break;
+    }
+    std::optional<Config> with_costs;
+    Job j = first;
+    j.config = &configs[i];
+    j = with_resolved_costs(j, costs, &with_costs);
+    out.compute_time = j.config->sim.compute_time;
+    Recorder rows{Recorder::InMemory{}};
+    const RunResult r = sim.run(j, &rows, nullptr);
+    if (StopRequest::is_request(r.stopped)) {
+      out.stopped = r.stopped;
+      break;
+    }
+    PilotCandidate cand;
+    cand.policy = names[i];
+    cand.stopped = r.stopped;
+    cand.final_acc = r.last.test_acc;
+    cand.interval_mean = r.stopped.empty() ? interval_mean_test_acc(rows.rows()) : std::nan("");
+    if (std::isfinite(cand.interval_mean) && cand.interval_mean > best) {
+      best = cand.interval_mean;
+      out.chosen = cand.policy;
+    }
+    out.candidates.push_back(cand);
+    if (on_candidate) on_candidate(cand);
+  }
+  // No candidate ran its share to a finite figure: the safest, sync.
+  if (out.stopped.empty() && out.chosen.empty()) out.chosen = "sync";
+  out.wall_s = since(t0);
+  return out;
+}
+
+}  // namespace hsgd

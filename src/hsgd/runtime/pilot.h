@@ -1,0 +1,59 @@
+// auto with a pilot (issue 32; policy.auto_pilot, docs/auto.md#auto-with-a-pilot).
+//
+// Before training, every K candidate runs on the simulator for a share f of
+// the budget with the run's own config and seed; the run then trains, on its
+// own runtime, with the candidate whose interval-mean test accuracy over
+// the pilot was best (ties: the earlier candidate). The choice is written to
+// the config (policy.auto_choice), so config.toml reproduces the run, and a
+// resume, without a pilot.
+//
+// On the sim runtime a candidate's pilot is the first f of the budget of
+// that candidate's own run (the same events, the rows up to f x budget), so
+// choosing among the pilots is choosing among the runs' beginnings. On
+// threads and mpi the simulator stands in for the cluster: its compute time
+// is calibrated on this machine once for every candidate, and on threads
+// its workers share the machine's cores (sim.cores) as the threads do.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "hsgd/config/config.h"
+#include "hsgd/runtime/runtime.h"
+
+namespace hsgd {
+
+// sync, async, then kasync:K for K = 2, 4, 8 below `workers` and K = 16
+// from 20 workers up: the candidate set of the random families the pilot
+// was tested on (scripts/random-families.py), at most 6 runs.
+std::vector<std::string> pilot_candidates(int workers);
+
+// Whether a run of `c` runs a pilot first: policy auto, policy.auto_pilot > 0
+// and no policy.auto_choice yet.
+bool wants_pilot(const Config& c);
+
+struct PilotCandidate {
+  std::string policy;
+  double interval_mean = 0;  // test accuracy over the pilot; NaN when it stopped
+  double final_acc = 0;      // at its end
+  std::string stopped;       // why it ended early ("" = ran its share)
+};
+
+struct PilotResult {
+  double fraction = 0;
+  double budget = 0, epochs = 0;  // each candidate's (train.budget, train.epochs)
+  double compute_time = 0;        // the simulator's sim.compute_time
+  std::vector<PilotCandidate> candidates;
+  std::string chosen;  // "" when a stop request ended the pilot
+  // A stop request (Config::stop) made during the pilot: its line. No
+  // candidate after it ran, and nothing is chosen.
+  std::string stopped;
+  double wall_s = 0;
+};
+
+// Runs the pilot of `job` (wants_pilot(*job.config) must hold) on the
+// simulator, candidate after candidate. `on_candidate` (may be empty) is
+// called after each. Throws InputError for a config the simulator refuses.
+PilotResult run_pilot(const Job& job,
+                      const std::function<void(const PilotCandidate&)>& on_candidate = {});
+
+}  // namespace hsgd
