@@ -102,6 +102,39 @@ TEST(MpiCli, AutoRunsOnShardedServers) {
   }
 }
 
+// auto with a pilot (issue 32, runtime/pilot.h): rank 0 simulates the
+// candidates while the other ranks wait, every rank trains with its choice
+// (the shard servers' K is the chosen one), and config.toml records it.
+TEST(MpiCli, AutoWithAPilotTrainsEveryRankWithRankZerosChoice) {
+  const std::string out = tmp("auto_pilot");
+  Outcome o = run(kMpirun + "-np 5 ",
+                  "train --data synthetic --model linear-test --budget 2 --eval-every 0.5 "
+                  "--runtime mpi --servers 2 --policy auto --batch 8 --lr 0.1 "
+                  "--set policy.auto_pilot=0.25 --set stragglers.fraction=0.5 "
+                  "--set stragglers.sigma=0.02 --out " +
+                      out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  // One pilot: rank 0's lines only.
+  size_t lines = 0;
+  for (size_t at = o.err.find("auto pilot: chose"); at != std::string::npos;
+       at = o.err.find("auto pilot: chose", at + 1)) {
+    ++lines;
+  }
+  EXPECT_EQ(lines, 1u) << o.err;
+  const auto s = summary(out);
+  ASSERT_TRUE(s.contains("auto_pilot")) << s.dump();
+  const std::string chosen = s["auto_pilot"]["chosen"];
+  EXPECT_EQ(s["auto_pilot"]["candidates"].size(), 3u);  // 3 worker ranks: sync, async, kasync:2
+  EXPECT_NE(slurp(out + "/config.toml").find("auto_choice = '" + chosen + "'"), std::string::npos);
+  const int k = chosen == "sync" ? 3 : chosen == "async" ? 1 : 2;
+  const std::vector<MetricsRow> rows = read_metrics_csv(out + "/metrics.csv");
+  ASSERT_FALSE(rows.empty());
+  for (const MetricsRow& r : rows) {
+    EXPECT_EQ(r.policy, "auto");
+    EXPECT_EQ(r.k, k) << chosen;
+  }
+}
+
 TEST(MpiCli, TooFewRanksIsOneErrorFromRankZero) {
   const std::string out = tmp("few");
   Outcome o = run(kMpirun + "-np 2 ", kTiny + "--runtime mpi --servers 2 --out " + out);

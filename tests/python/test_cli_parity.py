@@ -97,3 +97,29 @@ def test_a_module_that_does_not_script_is_traced_with_one_warning(tmp_path, data
     assert "freezes" in str(mine[0].message)
     assert run.summary["model"] == "torchscript:Unscriptable.pt"
     assert run.metrics["test_acc"][-1] > 0.5
+
+
+def test_auto_with_a_pilot_is_the_clis(tmp_path, data, test_data):
+    """auto's pilot (policy.auto_pilot, docs/auto.md) from Python, on in-memory
+    arrays and a TorchScript module: the same candidates' figures, the same
+    choice and the same run as the CLI's on the files."""
+    net = make_net()
+    s = dict(SETTINGS, policy="auto")
+    pilot = {**SIM, "policy.auto_pilot": 0.25}
+    run = hsgd.train(net, data=data, test=test_data, out=tmp_path / "py", set=pilot,
+                     progress=False, **s)
+    torch.jit.script(net).save(str(tmp_path / "Net.pt"))
+    for name, a in [("X", data[0]), ("y", data[1]), ("Xt", test_data[0]), ("yt", test_data[1])]:
+        np.save(tmp_path / f"{name}.npy", a)
+    subprocess.run([cli(), "train", "--model", "torchscript:Net.pt", "--data", "npy:X.npy,y.npy",
+                    "--test-data", "npy:Xt.npy,yt.npy", "--out", "cli", "--quiet",
+                    "--set", "policy.auto_pilot=0.25"] + cli_args(s), cwd=tmp_path, check=True)
+    cli_summary = json.loads((tmp_path / "cli" / "summary.json").read_text())
+    py_pilot, cli_pilot = run.summary["auto_pilot"], cli_summary["auto_pilot"]
+    assert py_pilot["candidates"] == cli_pilot["candidates"]
+    assert [c["policy"] for c in py_pilot["candidates"]] == ["sync", "async", "kasync:2"]
+    best = max(py_pilot["candidates"], key=lambda c: c["interval_mean"])
+    assert py_pilot["chosen"] == best["policy"]
+    assert (tmp_path / "py" / "metrics.csv").read_bytes() == \
+        (tmp_path / "cli" / "metrics.csv").read_bytes()
+    assert f"auto_choice = '{best['policy']}'" in (tmp_path / "py" / "config.toml").read_text()
