@@ -19,7 +19,16 @@ with --committed from docs/results/sweep/FAMILY/sweep.json, where every
 fixed policy ran: then the run directories need only the K policies),
 each seed in turn.
 
-Usage: scripts/pilot-study.py [--forecast mean|last|logfit] [--committed] RUNS/FAMILY ...
+--same-seed scores as `auto` with `policy.auto_pilot` runs (issue 32's own
+scoring, examples/sweep/auto-pilot/README.md): each seed's pilot chooses that
+seed's run; per cell, the mean over the seeds of the chosen runs' interval
+means against the best fixed policy's mean. With --product DIR (the output
+directories of the same families' `auto+policy.auto_pilot=F` sweeps, one
+per family under DIR), the product's per-seed figures are compared with the
+prediction at F and its cells scored alike.
+
+Usage: scripts/pilot-study.py [--forecast mean|last|logfit] [--committed]
+                              [--same-seed [--product DIR]] RUNS/FAMILY ...
   (each an `hsgd sweep ... --out RUNS/FAMILY` output directory, with its
   cells/ and sweep.json)"""
 import argparse
@@ -96,7 +105,13 @@ def main():
     ap.add_argument("--forecast", choices=["mean", "last", "logfit"], default="mean")
     ap.add_argument("--committed", action="store_true",
                     help="score against docs/results/sweep/FAMILY/sweep.json")
+    ap.add_argument("--same-seed", action="store_true",
+                    help="each seed's pilot chooses that seed's run (auto's policy.auto_pilot)")
+    ap.add_argument("--product", help="with --same-seed: DIR/FAMILY/sweep.json of the "
+                    "auto+policy.auto_pilot=F sweeps")
     a = ap.parse_args()
+    if a.same_seed:
+        return same_seed(a)
     folds = {f: [] for f in FRACTIONS}
     auto_folds = {}
     runs_per_pilot = []
@@ -155,6 +170,88 @@ def main():
         print(f"| {p} (no pilot) | 0 | {sum(x >= -1.5 for x in g)} of {len(g)} "
               f"({100 * sum(x >= -1.5 for x in g) / len(g):.0f} %) | {min(g):+.2f} | "
               f"{sum(g) / len(g):+.2f} |")
+
+
+def cells_of(out, committed):
+    """(family, cell, its directory, the scored cell) of a sweep's output."""
+    with open(os.path.join(out, "sweep.json")) as f:
+        sweep = json.load(f)
+    scored = sweep
+    family = os.path.basename(os.path.normpath(out))
+    if committed:
+        with open(os.path.join(ROOT, "docs", "results", "sweep", family, "sweep.json")) as f:
+            scored = json.load(f)
+    by_at = {json.dumps(c["at"], sort_keys=True): c for c in scored["cells"]}
+    axes = [ax["key"] for ax in sweep["axes"]]
+    for cell in sweep["cells"]:
+        name = "_".join(f"{k}-{cell['at'][k]}" for k in axes) or "all"
+        cdir = os.path.join(out, "cells", sanitize(name))
+        if not os.path.isdir(cdir):
+            sys.exit(f"{cdir}: not found (is {out} the sweep's output directory?)")
+        yield family, sweep, cell, cdir, by_at[json.dumps(cell["at"], sort_keys=True)]
+
+
+def score_line(name, cost, g):
+    return (f"| {name} | {cost} | {sum(x >= -1.5 for x in g)} of {len(g)} "
+            f"({100 * sum(x >= -1.5 for x in g) / len(g):.0f} %) | "
+            f"{sum(x >= -3 for x in g)} | {min(g):+.2f} | {sum(g) / len(g):+.2f} |")
+
+
+def same_seed(a):
+    cells = {f: [] for f in FRACTIONS}
+    autos, product, agree, product_frac, mean_k = {}, [], [0, 0], None, []
+    for out in a.runs:
+        for family, sweep, cell, cdir, ref in cells_of(out, a.committed):
+            fixed = {p: v["interval_mean"]["seeds"] for p, v in ref["policies"].items()
+                     if not p.startswith("auto")}
+            best = max(sum(v) / len(v) for v in fixed.values())
+            ks = [p for p in cell["policies"] if is_k(p)]
+            mean_k.append(len(ks))
+            seed_ids = sweep["seeds"]
+            for p, v in ref["policies"].items():
+                if p.startswith("auto"):
+                    v = v["interval_mean"]["seeds"]
+                    autos.setdefault(p, []).append((sum(v) / len(v) - best) * 100)
+            curves = {(p, sid): read_rows(os.path.join(cdir, sanitize(p), f"seed-{sid}",
+                                                       "metrics.csv"))
+                      for p in ks for sid in seed_ids}
+            picks = {}
+            for frac in FRACTIONS:
+                got = []
+                for i, sid in enumerate(seed_ids):
+                    score = {p: forecast(curves[(p, sid)], frac, a.forecast) for p in ks}
+                    pick = max(ks, key=lambda p: score[p])
+                    picks[(frac, i)] = pick
+                    got.append(fixed[pick][i])
+                cells[frac].append((sum(got) / len(got) - best) * 100)
+            if a.product:
+                with open(os.path.join(a.product, family, "sweep.json")) as f:
+                    prod = json.load(f)
+                pc = next(c for c in prod["cells"] if c["at"] == cell["at"])
+                (pname, pv), = pc["policies"].items()
+                product_frac = float(pname.split("auto_pilot=")[1])
+                vals = pv["interval_mean"]["seeds"]
+                product.append((sum(vals) / len(vals) - best) * 100)
+                for i in range(len(seed_ids)):
+                    predicted = fixed[picks[(product_frac, i)]][i]
+                    agree[0] += abs(predicted - vals[i]) < 1e-9
+                    agree[1] += 1
+    n = len(cells[1.0])
+    k = sum(mean_k) / len(mean_k)
+    print(f"{n} cells, each seed's pilot choosing that seed's run, scored per cell (the mean "
+          f"over the seeds) against the best fixed policy; forecast: {a.forecast}\n")
+    print("| pilot (fraction of the budget) | pilot cost (runs) | within 1.5 pp | within 3 pp "
+          "| worst | mean |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for frac, g in cells.items():
+        print(score_line(f"{frac:g}", f"{frac * k:.2f}", g))
+    if product:
+        print(score_line(f"auto, policy.auto_pilot = {product_frac:g} (the runs)",
+                         f"{product_frac * k:.2f}", product))
+    for p, g in sorted(autos.items()):
+        print(score_line(f"{p} (no pilot)", "0", g))
+    if product:
+        print(f"\nThe product's runs are the predicted ones in {agree[0]} of {agree[1]} seeds.")
 
 
 if __name__ == "__main__":

@@ -274,6 +274,26 @@ TEST(GossipSim, CoresSerialiseTheWorkersCompute) {
   }
 }
 
+// A straggler's slow-down is spent asleep after its gradient (as on threads
+// and mpi): only the gradient holds a core. adpsgd on 2 workers, one core,
+// 10 ms a gradient, worker 0 slowed down 11 times (100 ms asleep after each
+// gradient): worker 1 computes while it sleeps, 89 steps in 1 s, worker 0's
+// 7 of them (worker 1 waits a little for its passive peer's replies).
+// Holding the core through the sleep, the two would alternate: about 17.
+TEST(GossipSim, AStragglersDelayHoldsNoCore) {
+  const std::vector<Override> o = {
+      {"policy.name", "adpsgd"},     {"train.workers", "2"},       {"train.budget", "1.005"},
+      {"train.eval_every", "0.5"},   {"sim.compute_time", "0.01"}, {"sim.latency", "0"},
+      {"sim.bandwidth", "1e30"},     {"sim.cores", "1"},           {"stragglers.fraction", "0.5"},
+      {"stragglers.slowdown", "11"}, {"stragglers.sigma", "1e-9"}};
+  const RunResult r = Gossip(o).run("cores_straggler", nullptr);
+  EXPECT_TRUE(r.stopped.empty()) << r.stopped;
+  EXPECT_GE(r.gradients, 80);
+  ASSERT_EQ(r.worker_pushes.size(), 2u);
+  EXPECT_GE(r.worker_pushes[0], 6);
+  EXPECT_LE(r.worker_pushes[0], 9);
+}
+
 // On fewer cores than workers the run is still deterministic, and resumes
 // exactly with computes waiting in line or holding a core at the cut, with
 // stragglers, a slow network and workers leaving (a leaver's core goes to

@@ -654,6 +654,32 @@ TEST(SimNetwork, CoresSerialiseTheWorkersCompute) {
   EXPECT_NEAR(static_cast<double>(two.gradients), 200, 4);
 }
 
+// A straggler's slow-down and delay are spent asleep after its gradient, as
+// on threads and mpi (DelayModel::extra_seconds): only the gradient holds
+// a core. One core, 10 ms a gradient; worker 0 straggles with a slow-down
+// of 11 (100 ms asleep after each of its gradients) and no delay to speak
+// of. Worker 1 computes while worker 0 sleeps, so the core is never idle:
+// about 100 gradients in 1 s, worker 0's 9 of them. (Holding the core
+// through the sleep, the two would alternate: 2 gradients per 120 ms.)
+TEST(SimNetwork, AStragglersDelayHoldsNoCore) {
+  const std::vector<Override> o = {{"policy.name", "async"},
+                                   {"train.workers", "2"},
+                                   {"train.budget", "1"},
+                                   {"sim.compute_time", "0.01"},
+                                   {"sim.server_ns_per_param", "0"},
+                                   {"sim.latency", "0"},
+                                   {"sim.bandwidth", "1e30"},
+                                   {"sim.cores", "1"},
+                                   {"stragglers.fraction", "0.5"},
+                                   {"stragglers.slowdown", "11"},
+                                   {"stragglers.sigma", "1e-9"}};
+  const RunResult r = Sim(o).run("cores_straggler");
+  EXPECT_NEAR(static_cast<double>(r.gradients), 100, 2);
+  ASSERT_EQ(r.worker_pushes.size(), 2u);
+  EXPECT_NEAR(static_cast<double>(r.worker_pushes[0]), 9, 1);
+  ExpectExactResume(o, "cores_straggler_resume");
+}
+
 // Determinism and exact resume with the whole cluster on: a congested
 // network (every message shares links), two shards and fewer cores than
 // workers, for every policy.

@@ -63,7 +63,10 @@ enum CoreUse : uint8_t {
   kOnCore = 2,    // its compute holds a core (kComputeDone due)
 };
 
-constexpr uint32_t kCoresTag = 0x47534331;  // "GSC1"
+// "GSC2": with each worker's delay after its core part (rest_s); "GSC1"
+// (before it, a straggler's delay held a core) is refused.
+constexpr uint32_t kCoresTag = 0x47534332;
+constexpr uint32_t kCoresTagBefore = 0x47534331;
 constexpr const char* kCoresBlob = "gossip_cores";
 
 struct Message {
@@ -87,7 +90,8 @@ struct GWorker {
   double loss = 0;
   int64_t batch = 0;
   uint8_t finite = 1;
-  double compute_s = 0;     // the seconds of its compute in progress
+  double compute_s = 0;     // the seconds of its compute in progress (on a core, when limited)
+  double rest_s = 0;        // limited cores: the delay after it, off the core
   uint8_t core = kNoCore;   // CoreUse
   double wait_since = -1;   // when it began waiting, or -1
   double idle = 0;          // seconds spent waiting
@@ -248,9 +252,18 @@ class GossipRun {
 
   void handle(const sim::Event& ev) {
     switch (ev.type) {
-      case EventType::kComputeDone:
+      case EventType::kComputeDone: {
+        GWorker& g = worker(ev.worker);
+        if (g.core == kOnCore && g.rest_s > 0) {
+          // The gradient is done: the core is free for the straggler's delay.
+          free_core(ev.worker, ev.time);
+          events_.push(ev.time + g.rest_s, EventType::kComputeDone, ev.worker);
+          g.rest_s = 0;
+          break;
+        }
         compute_done(ev.worker, ev.time);
         break;
+      }
       case EventType::kNetwork: {
         if (ev.time != net_due_) break;  // superseded by an earlier wake-up
         net_due_ = kInf;
@@ -300,17 +313,29 @@ class GossipRun {
     g.grad.assign(work_grads_.begin(), work_grads_.end());
     if (cta_ && gossip_step(g.step)) send_model(w, t, g.round);
     double compute = c_.sim.compute_time * delays_.slowdown(w) + delays_.draw(w);
+    // On a core (sim.cores): the gradient; a straggler's slow-down and delay
+    // are spent asleep, as on threads and mpi.
+    double core = c_.sim.compute_time;
     // CHOCO: encoding its round and decoding its in-peers' (compress.sim_ns_per_param).
-    if (choco_ && gossip_step(g.step)) compute += compress_cost_;
-    start_compute(w, t, compute);
+    if (choco_ && gossip_step(g.step)) {
+      compute += compress_cost_;
+      core += compress_cost_;
+    }
+    start_compute(w, t, compute, core);
   }
 
   // Worker w's compute of `seconds`, ready at t, runs on one of sim.cores
   // cores, first come first served (runtime/sim_cores.h: the parameter
   // server simulator's rule): now, or when a core is free.
-  void start_compute(int w, double t, double seconds) {
+  // Of the `seconds`, only `core_s` hold the core; the rest follows off it.
+  void start_compute(int w, double t, double seconds, double core_s) {
     GWorker& g = worker(w);
     g.compute_s = seconds;
+    g.rest_s = 0;
+    if (cores_.limited() && core_s < seconds) {
+      g.compute_s = core_s;
+      g.rest_s = seconds - core_s;
+    }
     if (!cores_.acquire(w)) {
       g.core = kCoreWait;
       return;
@@ -631,6 +656,7 @@ class GossipRun {
     g.stage = kComputing;
     g.peer = -1;
     g.reduce_in = 0;
+    g.rest_s = 0;
     events_.drop_worker(w);
     free_core(w, t);
     std::vector<char> live = graph_.live_mask();
@@ -867,6 +893,7 @@ class GossipRun {
       for (const GWorker& g : workers_) {
         kw.put(g.core);
         kw.put(g.compute_s);
+        kw.put(g.rest_s);
       }
       cut.blobs[kCoresBlob] = kw.take();
     }
@@ -1009,12 +1036,21 @@ class GossipRun {
                         ck.path, kCoresBlob, c_.sim.cores));
       }
       ck.read(kCoresBlob, [&](StateReader& kr) {
-        kr.expect_tag(kCoresTag, "gossip cores");
+        const uint32_t tag = kr.get<uint32_t>();
+        if (tag == kCoresTagBefore) {
+          kr.fail(
+              "written before a straggler's delay stopped holding a core (sim.cores > 0); "
+              "rerun it from the start");
+        }
+        if (tag != kCoresTag) kr.fail("corrupt (gossip cores section missing)");
         cores_.load(kr);
         for (GWorker& g : workers_) {
           g.core = kr.get<uint8_t>();
           g.compute_s = kr.get<double>();
-          if (g.core > kOnCore || !(g.compute_s >= 0)) kr.fail("corrupt (a worker's core)");
+          g.rest_s = kr.get<double>();
+          if (g.core > kOnCore || !(g.compute_s >= 0) || !(g.rest_s >= 0)) {
+            kr.fail("corrupt (a worker's core)");
+          }
         }
       });
     }

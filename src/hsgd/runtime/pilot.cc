@@ -60,12 +60,8 @@ Config candidate_config(const Config& run, const std::string& policy) {
       c.sim.latency = 0;
       c.sim.bandwidth = kMemoryBytesPerS;
       c.sim.server_bandwidth = 0;
-      // The simulator's core model holds a core through a straggler's
-      // injected delay, which a thread spends asleep: with stragglers the
-      // cores are left unlimited rather than charged for sleeping.
-      const bool stragglers = std::lround(run.stragglers.fraction * run.train.workers) > 0;
       const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-      c.sim.cores = stragglers ? 0 : std::min(cores, run.train.workers);
+      c.sim.cores = std::min(cores, run.train.workers);
     }
   }
   validate(c);

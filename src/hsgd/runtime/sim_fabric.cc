@@ -24,6 +24,7 @@ SimFabric::SimFabric(Options o, Host* host)
       shards_(o_.shards),
       net_(links(o_), o_.latency, o_.shared),
       steps_(static_cast<size_t>(o_.workers)),
+      core_s_(static_cast<size_t>(o_.workers), 0.0),
       push_bytes_(static_cast<size_t>(o_.workers)),
       slice_in_(static_cast<size_t>(o_.workers), std::vector<uint8_t>(o_.shards.size(), 0)),
       shard_(o_.shards.size()),
@@ -54,13 +55,14 @@ int64_t SimFabric::tag(int w, int s, int kind) const {
 }
 
 void SimFabric::pull_served(double t, int w, std::vector<int64_t> bytes, double compute_s,
-                            std::vector<int64_t> push_bytes) {
+                            double core_s, std::vector<int64_t> push_bytes) {
   Step& st = steps_[static_cast<size_t>(w)];
   HSGD_ASSERT(st.stage == kIdle, "a pull served to a worker in the middle of a step");
   st.stage = kPulling;
   st.taken = 0;
   st.pending = servers();
   st.compute_s = compute_s;
+  core_s_[static_cast<size_t>(w)] = std::min(core_s, compute_s);
   push_bytes_[static_cast<size_t>(w)] = std::move(push_bytes);
   for (int s = 0; s < servers(); ++s) {
     net_.send(t, node_of_shard(s), w, static_cast<double>(bytes[static_cast<size_t>(s)]),
@@ -88,8 +90,20 @@ void SimFabric::on_event(double t, FabricEvent e, int id) {
     }
     case FabricEvent::kComputeDone: {
       Step& st = steps_[static_cast<size_t>(id)];
-      if (st.stage != kComputing || st.done_at != t) break;  // the worker left meanwhile
-      if (cores_.limited()) release(t);
+      if ((st.stage != kComputing && st.stage != kDelaying) || st.done_at != t) {
+        break;  // the worker left meanwhile
+      }
+      if (st.stage == kComputing && cores_.limited()) {
+        release(t);
+        // The delay after the gradient holds no core.
+        const double rest = st.compute_s - core_s_[static_cast<size_t>(id)];
+        if (rest > 0) {
+          st.stage = kDelaying;
+          st.done_at = t + rest;
+          host_->schedule(st.done_at, FabricEvent::kComputeDone, id);
+          break;
+        }
+      }
       st.stage = kPushing;
       st.pending = servers();
       for (int s = 0; s < servers(); ++s) {
@@ -134,7 +148,7 @@ void SimFabric::compute(double t, int w) {
   st.stage = kCoreWait;
   if (!cores_.acquire(w)) return;  // release() starts it
   st.stage = kComputing;
-  st.done_at = t + st.compute_s;
+  st.done_at = t + (cores_.limited() ? core_s_[static_cast<size_t>(w)] : st.compute_s);
   host_->schedule(st.done_at, FabricEvent::kComputeDone, w);
 }
 
@@ -143,7 +157,7 @@ void SimFabric::release(double t) {
     if (who >= 0) {
       Step& st = steps_[static_cast<size_t>(who)];
       st.stage = kComputing;
-      st.done_at = t + st.compute_s;
+      st.done_at = t + core_s_[static_cast<size_t>(who)];  // (limited cores only)
       host_->schedule(st.done_at, FabricEvent::kComputeDone, static_cast<int>(who));
     } else {
       serve(t, static_cast<int>(-who - 1));
@@ -275,6 +289,10 @@ std::vector<T> to_vec(const std::deque<T>& d) {
 }
 }  // namespace
 
+namespace {
+constexpr uint32_t kCoreParts = 0x46414232;  // "FAB2"
+}  // namespace
+
 void SimFabric::save(StateWriter& w) const {
   w.tag(0x46414231);  // "FAB1"
   net_.save(w);
@@ -292,6 +310,12 @@ void SimFabric::save(StateWriter& w) const {
   w.put_vec(to_vec(order_));
   w.put(order_base_);
   cores_.save(w);
+  // Limited cores: each step's part on a core ("FAB2"; checkpoints from
+  // before it, which held a core through a straggler's delay, are refused).
+  if (cores_.limited()) {
+    w.tag(kCoreParts);
+    w.put_vec(core_s_);
+  }
 }
 
 void SimFabric::load(StateReader& r) {
@@ -320,6 +344,15 @@ void SimFabric::load(StateReader& r) {
   order_.assign(o.begin(), o.end());
   order_base_ = r.get<uint64_t>();
   cores_.load(r);
+  if (cores_.limited()) {
+    if (r.get<uint32_t>() != kCoreParts) {
+      r.fail(
+          "written before a straggler's delay stopped holding a core (sim.cores > 0); "
+          "rerun it from the start");
+    }
+    core_s_ = r.get_vec<double>();
+    if (core_s_.size() != static_cast<size_t>(o_.workers)) r.fail("corrupt (core parts)");
+  }
   for (const Ordered& e : order_) {
     if (e.worker < 0 || e.worker >= o_.workers) r.fail("corrupt (the shards' order)");
   }

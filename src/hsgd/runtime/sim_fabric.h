@@ -72,8 +72,10 @@ class SimFabric {
 
   // Worker w's pull was served at t: the shards send their slices
   // (`bytes[s]`); then it computes for `compute_s` seconds and pushes
-  // `push_bytes[s]` to each shard.
-  void pull_served(double t, int w, std::vector<int64_t> bytes, double compute_s,
+  // `push_bytes[s]` to each shard. Of those seconds only the first `core_s`
+  // hold a core (sim.cores): the rest is a straggler's injected delay and
+  // slow-down, which the real runtimes spend asleep after the gradient.
+  void pull_served(double t, int w, std::vector<int64_t> bytes, double compute_s, double core_s,
                    std::vector<int64_t> push_bytes);
   // Shard 0's service of w's next push costs `seconds` instead of its
   // slice's (model.sparse: the dense part and the push's rows; one shard).
@@ -104,7 +106,9 @@ class SimFabric {
   void load(StateReader& r);
 
  private:
-  enum Stage : int32_t { kIdle, kPulling, kCoreWait, kComputing, kPushing, kQueued };
+  // kDelaying (limited cores only): its gradient is done and its core
+  // freed; the rest of compute_s (a straggler's delay) runs, then it pushes.
+  enum Stage : int32_t { kIdle, kPulling, kCoreWait, kComputing, kPushing, kQueued, kDelaying };
   struct Step {
     int32_t stage = kIdle;
     int32_t pending = 0;  // messages of the stage not yet delivered
@@ -145,6 +149,9 @@ class SimFabric {
   Network net_;
   double net_wake_ = -1;  // the time of the kNetwork event scheduled last
   std::vector<Step> steps_;
+  // Per worker: the seconds of its compute in progress that hold a core
+  // (the rest of compute_s holds none). Limited cores only; saved only then.
+  std::vector<double> core_s_;
   std::vector<std::vector<int64_t>> push_bytes_;  // per worker, per shard
   std::vector<std::vector<uint8_t>> slice_in_;    // per worker: slice s arrived
   std::vector<Shard> shard_;

@@ -393,6 +393,9 @@ class SimRun final : public PushKernel, public SimFabric::Host {
         // local:H: H x the compute time, one delay draw.
         const double compute =
             std::max(1, local_h_) * c_.sim.compute_time * delays_.slowdown(w) + delays_.draw(w);
+        // The part on a core (sim.cores): the gradient; a straggler's
+        // slow-down and delay are spent asleep, as on threads and mpi.
+        const double core = std::max(1, local_h_) * c_.sim.compute_time;
         if (sparse_) {
           // (computed above, with the rows)
         } else if (compress_ && compress_->push_on()) {
@@ -417,7 +420,7 @@ class SimRun final : public PushKernel, public SimFabric::Host {
         }
         if (fabric_) {
           fabric_->pull_served(ev.time, w, fabric_->split_bytes(pull_bytes, SimFabric::kReplyBytes),
-                               compute + z_cost,
+                               compute + z_cost, core + z_cost,
                                fabric_->split_bytes(push_bytes, SimFabric::kRequestBytes));
           if (sparse_) fabric_->set_push_cost(w, sparse_cost(sw));
         } else {
