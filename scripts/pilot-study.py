@@ -117,21 +117,7 @@ def main():
     runs_per_pilot = []
     cells = 0
     for out in a.runs:
-        with open(os.path.join(out, "sweep.json")) as f:
-            sweep = json.load(f)
-        scored = sweep
-        if a.committed:
-            family = os.path.basename(os.path.normpath(out))
-            with open(os.path.join(ROOT, "docs", "results", "sweep", family, "sweep.json")) as f:
-                scored = json.load(f)
-        by_at = {json.dumps(c["at"], sort_keys=True): c for c in scored["cells"]}
-        axes = [ax["key"] for ax in sweep["axes"]]
-        for cell in sweep["cells"]:
-            name = "_".join(f"{k}-{cell['at'][k]}" for k in axes) or "all"
-            cdir = os.path.join(out, "cells", sanitize(name))
-            if not os.path.isdir(cdir):
-                sys.exit(f"{cdir}: not found (is {out} the sweep's output directory?)")
-            ref = by_at[json.dumps(cell["at"], sort_keys=True)]
+        for _, sweep, cell, cdir, ref in cells_of(out, a.committed):
             seeds = {p: v["interval_mean"]["seeds"] for p, v in ref["policies"].items()
                      if not p.startswith("auto")}
             autos = {p: v["interval_mean"]["seeds"] for p, v in ref["policies"].items()
