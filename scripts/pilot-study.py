@@ -40,7 +40,7 @@ import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FRACTIONS = [0.05, 0.1, 0.25, 0.5, 1.0]
+FRACTIONS = [0.05, 0.1, 0.2, 0.25, 0.5, 1.0]
 
 
 def is_k(policy):
