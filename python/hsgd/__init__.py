@@ -176,6 +176,13 @@ def train(model=None, data=None, test=None, policy=None, runtime=None, workers=N
         if made_out is not None:
             shutil.rmtree(made_out, ignore_errors=True)
         raise
+    except KeyboardInterrupt:
+        # Stopped before anything was written (during auto's pilot): no
+        # empty run directory left behind. A run stopped later keeps its
+        # outputs.
+        if made_out is not None and not os.listdir(made_out):
+            os.rmdir(made_out)
+        raise
     finally:
         if bar is not None:
             bar.close()

@@ -101,3 +101,41 @@ def test_sigint_stops_a_long_run_within_a_second(tmp_path):
     assert os.path.exists(os.path.join(out, "metrics.csv"))
     assert "stopped by request: KeyboardInterrupt" in open(os.path.join(out, "summary.json")).read()
     assert os.listdir(os.path.join(out, "checkpoints"))
+
+
+PILOT_CHILD = r"""
+import sys, tempfile
+sys.path.insert(0, {here!r})
+tempfile.tempdir = {tmp!r}
+import hsgd
+from conftest import blobs, SIM
+data, test = blobs(1200, seed=1), blobs(300, seed=2)
+print("training", flush=True)
+try:
+    hsgd.train("softmax", data=data, test=test, runtime="sim", workers=4, batch=32, lr=0.05,
+               policy="auto", budget=1e6, progress=False,
+               set=dict(SIM, **{{"policy.auto_pilot": 0.5}}))
+    print("finished", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def test_sigint_during_autos_pilot_stops_with_nothing_written(tmp_path):
+    """Ctrl-C while auto's pilot runs (policy.auto_pilot, docs/auto.md): a
+    KeyboardInterrupt, and no run directory left, not even the empty
+    temporary one hsgd.train made for out=None."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    child = subprocess.Popen([sys.executable, "-c", PILOT_CHILD.format(here=HERE, tmp=str(tmp))],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "training"
+        time.sleep(2.0)  # inside the pilot: its first candidate alone runs 5e5 virtual s
+        child.send_signal(signal.SIGINT)
+        line = child.stdout.readline().strip()
+        child.wait(timeout=30)
+    finally:
+        child.kill()
+    assert line == "interrupted", line
+    assert os.listdir(tmp) == []
