@@ -71,19 +71,9 @@ void set_key(Config& c, const std::string& origin, const std::string& dotted,
 // "kasync:4" -> kind kasync, k 4.
 void resolve_policy_name(Config& c) {
   const std::string& n = c.policy_name;
-  const size_t colon = n.find(':');
-  c.policy.kind = n.substr(0, colon);
-  if (colon != std::string::npos) {
-    const std::string k = n.substr(colon + 1);
-    try {
-      size_t used = 0;
-      const long v = std::stol(k, &used);
-      if (used != k.size()) throw std::invalid_argument(k);
-      (c.policy.kind == "ssp" ? c.policy.s : c.policy.k) = static_cast<int>(v);
-    } catch (const std::exception&) {
-      throw InputError("policy.name = '" + n + "': expected an integer K after ':'");
-    }
-  }
+  const PolicyName p = parse_policy_name(n, "policy.name");
+  c.policy.kind = p.kind;
+  if (p.number) (c.policy.kind == "ssp" ? c.policy.s : c.policy.k) = *p.number;
   if ((c.policy.kind == "kasync" || c.policy.kind == "kbatch") && c.policy.k == 0) {
     throw InputError("policy.name = '" + n + "': " + c.policy.kind + " needs K, as " +
                      c.policy.kind + ":K or policy.k");

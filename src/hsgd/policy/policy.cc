@@ -166,21 +166,18 @@ class PilotedPolicy final : public Policy {
 };
 
 std::unique_ptr<Policy> piloted_policy(const PolicyOptions& o, int workers) {
-  const std::string& n = o.auto_choice;
-  if (n == "sync") return std::make_unique<PilotedPolicy>(std::make_unique<SyncPolicy>());
-  if (n == "async") return std::make_unique<PilotedPolicy>(std::make_unique<AsyncPolicy>());
-  if (n.rfind("kasync:", 0) == 0) {
-    const std::string k = n.substr(7);
-    const bool digits = !k.empty() && k.size() < 9 && std::all_of(k.begin(), k.end(), [](char ch) {
-      return ch >= '0' && ch <= '9';
-    });
-    const int v = digits ? std::stoi(k) : 0;
-    if (v >= 1 && v <= workers) {
-      return std::make_unique<PilotedPolicy>(std::make_unique<FixedKPolicy>(v, true));
-    }
+  const PolicyName n = parse_policy_name(o.auto_choice, "policy.auto_choice");
+  const bool fixed = (n.kind == "sync" || n.kind == "async") && !n.number;
+  const bool k_ok = n.kind == "kasync" && n.number && *n.number >= 1 && *n.number <= workers;
+  if (!fixed && !k_ok) {
+    throw InputError("policy.auto_choice = '" + o.auto_choice +
+                     "': expected sync, async or kasync:K with K in [1, workers = " +
+                     std::to_string(workers) + "] (the K its pilot chose)");
   }
-  throw InputError("policy.auto_choice = '" + n + "': expected sync, async or kasync:K with K in " +
-                   "[1, workers = " + std::to_string(workers) + "] (the K its pilot chose)");
+  PolicyOptions chosen;
+  chosen.kind = n.kind;
+  chosen.k = n.number.value_or(0);
+  return std::make_unique<PilotedPolicy>(make_policy(chosen, workers, 0.0));
 }
 
 }  // namespace
@@ -266,6 +263,22 @@ std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double 
     names += (names.empty() ? "" : n == policy_names().back() ? " or " : ", ") + n;
   }
   throw InputError("policy.name = '" + o.kind + "': expected " + names);
+}
+
+PolicyName parse_policy_name(const std::string& name, const std::string& key) {
+  const size_t colon = name.find(':');
+  PolicyName p{name.substr(0, colon), std::nullopt};
+  if (colon == std::string::npos) return p;
+  const std::string k = name.substr(colon + 1);
+  try {
+    size_t used = 0;
+    const long v = std::stol(k, &used);
+    if (used != k.size()) throw std::invalid_argument(k);
+    p.number = static_cast<int>(v);
+  } catch (const std::exception&) {
+    throw InputError(key + " = '" + name + "': expected an integer K after ':'");
+  }
+  return p;
 }
 
 const std::vector<std::string>& policy_names() {

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -139,6 +140,15 @@ class Policy {
 // workers' batch (train.batch; 0: not known), which only auto's nineteenth
 // rule reads.
 std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double lr, int batch = 0);
+
+// A policy's name split at its ':': "kasync:4" -> kind "kasync", number 4;
+// "sync" -> kind "sync", no number. Throws InputError "<key> = '<name>':
+// expected an integer K after ':'" when what follows ':' is not one.
+struct PolicyName {
+  std::string kind;
+  std::optional<int> number;
+};
+PolicyName parse_policy_name(const std::string& name, const std::string& key);
 
 // The policy names policy.name takes, in the order the docs list them (a
 // ":K" form where the name takes a number).

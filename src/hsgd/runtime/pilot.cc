@@ -38,9 +38,9 @@ constexpr double kMemoryBytesPerS = 5e9;
 Config candidate_config(const Config& run, const std::string& policy) {
   Config c = run;
   c.policy_name = policy;
-  const size_t colon = policy.find(':');
-  c.policy.kind = policy.substr(0, colon);
-  c.policy.k = colon == std::string::npos ? 0 : std::stoi(policy.substr(colon + 1));
+  const PolicyName p = parse_policy_name(policy, "policy.name");
+  c.policy.kind = p.kind;
+  c.policy.k = p.number.value_or(0);
   c.policy.auto_pilot = 0;
   c.policy.auto_choice.clear();
   c.train.budget = run.train.budget * run.policy.auto_pilot;
