@@ -92,11 +92,21 @@ std::string rows_but_policy(const std::string& dir) {
   return o.str();
 }
 
-// The K a policy's rows carry on `workers` workers.
+// The K a constant-K policy's rows carry on `workers` workers (0: K varies,
+// hybrid's).
 int k_of(const std::string& policy, int workers) {
   if (policy == "sync") return workers;
-  if (policy == "async") return 1;
+  if (policy == "async" || policy.starts_with("async+")) return 1;
+  if (policy == "hybrid") return 0;
   return std::stoi(policy.substr(policy.find(':') + 1));
+}
+
+// The settings that run a pilot's candidate as a plain policy.
+std::string as_plain(const std::string& candidate) {
+  if (candidate == "async+staleness.momentum_correction=true") {
+    return "--set policy.name=async --set staleness.momentum_correction=true";
+  }
+  return "--set policy.name=" + candidate;
 }
 
 const std::string kPilotSim =
@@ -125,12 +135,11 @@ TEST(AutoCli, APilotOnSimChoosesTheBestCandidateAndIsThatCandidatesRun) {
     names.push_back(name);
     // The candidate alone, for the pilot's share.
     const std::string alone = tmp("pilot_alone_" + std::to_string(names.size()));
-    ASSERT_EQ(run(job(alone, kPilotSim +
-                                 "--budget 0.5 --set train.workers=9 --set policy.auto_pilot=0 "
-                                 "--set policy.name=" +
-                                 name))
-                  .code,
-              0);
+    ASSERT_EQ(
+        run(job(alone, kPilotSim + "--budget 0.5 --set train.workers=9 --set policy.auto_pilot=0 " +
+                           as_plain(name)))
+            .code,
+        0);
     const std::vector<MetricsRow> rows = read_metrics_csv(alone + "/metrics.csv");
     double area = 0;
     for (size_t i = 1; i < rows.size(); ++i) {
@@ -141,20 +150,21 @@ TEST(AutoCli, APilotOnSimChoosesTheBestCandidateAndIsThatCandidatesRun) {
     EXPECT_NEAR(c["interval_mean"].get<double>(), mean, 1e-6) << name;  // (the CSV's 6 digits)
     if (mean > best_mean) best_mean = mean, best = name;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"sync", "async", "kasync:2", "kasync:4", "kasync:8"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"sync", "async", "kasync:2", "kasync:4", "kasync:8", "hybrid",
+                                      "async+staleness.momentum_correction=true"}));
   EXPECT_EQ(p["chosen"], best);
   // The run is the chosen policy's, under the name auto.
   const std::string plain = tmp("pilot_plain");
-  ASSERT_EQ(run(job(plain, kPilotSim +
-                               "--budget 2 --set train.workers=9 --set policy.auto_pilot=0 "
-                               "--set policy.name=" +
-                               best))
-                .code,
-            0);
+  ASSERT_EQ(
+      run(job(plain, kPilotSim + "--budget 2 --set train.workers=9 --set policy.auto_pilot=0 " +
+                         as_plain(best)))
+          .code,
+      0);
   EXPECT_EQ(rows_but_policy(out), rows_but_policy(plain));
   for (const MetricsRow& r : read_metrics_csv(out + "/metrics.csv")) {
     EXPECT_EQ(r.policy, "auto");
-    EXPECT_EQ(r.k, k_of(best, 9));
+    if (k_of(best, 9) > 0) EXPECT_EQ(r.k, k_of(best, 9));
   }
   // config.toml holds the choice: rerunning it runs no pilot, the same run.
   const std::string config = slurp(out + "/config.toml");
@@ -165,6 +175,39 @@ TEST(AutoCli, APilotOnSimChoosesTheBestCandidateAndIsThatCandidatesRun) {
   EXPECT_EQ(r.err.find("auto pilot"), std::string::npos) << r.err;
   EXPECT_FALSE(summary(again).contains("auto_pilot"));
   EXPECT_EQ(slurp(again + "/metrics.csv"), slurp(out + "/metrics.csv"));
+}
+
+// Whatever the pilot chooses, auto then runs that candidate push for push:
+// each choice the pilot can make (policy.auto_choice, as config.toml holds
+// it) against the candidate run as a plain policy. policy.auto_candidates =
+// "k" leaves hybrid and the corrected async out; without server momentum the
+// corrected async is not a candidate.
+TEST(AutoCli, EveryChoiceOfThePilotRunsThatCandidate) {
+  for (const std::string c : {"hybrid", "async+staleness.momentum_correction=true", "kasync:2"}) {
+    const std::string chose = tmp("choice"), plain = tmp("choice_plain");
+    ASSERT_EQ(run(job(chose, kPilotSim + "--budget 1 --set policy.auto_choice=" + c)).code, 0);
+    ASSERT_EQ(
+        run(job(plain, kPilotSim + "--budget 1 --set policy.auto_pilot=0 " + as_plain(c))).code, 0);
+    EXPECT_EQ(rows_but_policy(chose), rows_but_policy(plain)) << c;
+  }
+  // The correction is what makes the corrected choice differ from async.
+  const std::string corrected = tmp("choice_corrected"), async = tmp("choice_async");
+  ASSERT_EQ(run(job(corrected, kPilotSim + "--budget 1 --set "
+                                           "policy.auto_choice=async+staleness.momentum_"
+                                           "correction=true"))
+                .code,
+            0);
+  ASSERT_EQ(run(job(async, kPilotSim + "--budget 1 --set policy.auto_choice=async")).code, 0);
+  EXPECT_NE(rows_but_policy(corrected), rows_but_policy(async));
+  const std::string k = tmp("choice_k"), sgd = tmp("choice_sgd");
+  ASSERT_EQ(run(job(k, kPilotSim + "--budget 1 --set policy.auto_candidates=k")).code, 0);
+  EXPECT_EQ(summary(k)["auto_pilot"]["candidates"].size(), 3u);  // sync, async, kasync:2
+  EXPECT_NE(slurp(k + "/config.toml").find("auto_candidates = 'k'"), std::string::npos);
+  ASSERT_EQ(run(job(sgd, kPilotSim + "--budget 1 --set optim.kind=sgd")).code, 0);
+  std::vector<std::string> names;
+  const auto sgd_summary = summary(sgd);
+  for (const auto& c : sgd_summary["auto_pilot"]["candidates"]) names.push_back(c["policy"]);
+  EXPECT_EQ(names, (std::vector<std::string>{"sync", "async", "kasync:2", "hybrid"}));
 }
 
 // A checkpointed piloted run resumes with its choice, without a second
@@ -193,14 +236,14 @@ TEST(AutoCli, APilotOnThreadsCalibratesTheSimulatorAndTrainsWithTheChoice) {
   const auto s = summary(out);
   ASSERT_TRUE(s.contains("auto_pilot")) << s.dump();
   const auto& p = s["auto_pilot"];
-  EXPECT_EQ(p["candidates"].size(), 3u);  // sync, async, kasync:2 on 4 workers
+  EXPECT_EQ(p["candidates"].size(), 4u);  // sync, async, kasync:2, hybrid on 4 workers, sgd
   EXPECT_LT(p["sim_compute_time"].get<double>(), 0.05);
   EXPECT_GT(p["sim_compute_time"].get<double>(), 0);
   const std::string chosen = p["chosen"];
   EXPECT_NE(slurp(out + "/config.toml").find("auto_choice = '" + chosen + "'"), std::string::npos);
   for (const MetricsRow& r : read_metrics_csv(out + "/metrics.csv")) {
     EXPECT_EQ(r.policy, "auto");
-    if (r.live_workers == 4) {
+    if (r.live_workers == 4 && k_of(chosen, 4) > 0) {
       EXPECT_EQ(r.k, k_of(chosen, 4)) << chosen;
     }
   }
@@ -211,7 +254,11 @@ TEST(AutoCli, APilotsBadSettingsAreOneLineExit2) {
            {"--set policy.auto_pilot=1.5", "policy.auto_pilot"},
            {"--set policy.auto_choice=async", "policy.auto_choice"},
            {"--set policy.auto_pilot=0.1 --set policy.auto_choice=kasync:9", "policy.auto_choice"},
-           {"--set policy.auto_pilot=0.1 --set policy.auto_choice=hybrid", "policy.auto_choice"}}) {
+           {"--set policy.auto_pilot=0.1 --set policy.auto_choice=ssp:3", "policy.auto_choice"},
+           {"--set policy.auto_pilot=0.1 --set policy.auto_candidates=all",
+            "policy.auto_candidates"},
+           {"--set policy.auto_pilot=0.1 --set policy.auto_choice=async+staleness.gap_aware=true",
+            "policy.auto_choice"}}) {
     const std::string out = tmp("pilot_bad");
     const Outcome o = run(job(out, kSim + "--budget 1 " + set));
     EXPECT_EQ(o.code, 2) << set;

@@ -477,7 +477,7 @@ TrainOutcome outcome_of(const Prepared& p, const RunResult& r) {
 PilotResult pilot_with_lines(const Prepared& p, bool quiet) {
   const Config& c = p.c;
   if (!quiet) {
-    const std::vector<std::string> cands = pilot_candidates(c.train.workers);
+    const std::vector<std::string> cands = pilot_candidates(c);
     std::fprintf(stderr,
                  "hsgd: auto pilot: %zu candidates on the simulator, each for %g of the budget "
                  "(%s)\n",

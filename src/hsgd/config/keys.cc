@@ -464,18 +464,30 @@ std::vector<Key> declare() {
           .written_when(
               [](const Config& c) { return c.policy.kind == "auto" && c.policy.auto_rule != 5; }));
   add(num_key("policy", "auto_pilot", HSGD_REF(policy.auto_pilot),
-              "auto: a pilot before training (issue 32, docs/auto.md#auto-with-a-pilot): every K "
-              "candidate (sync, async, and kasync:K for K = 2, 4, 8 below train.workers and 16 "
-              "from 20 workers up) runs on the simulator for this share of train.budget (and of "
-              "train.epochs) with the run's own config and seed, and the run trains with the "
-              "candidate whose interval-mean test accuracy was best (policy.auto_choice). Costs "
-              "about this share times the candidates' count of a run more. 0 = no pilot: the "
-              "rule (policy.auto_rule) steers K.")
+              "auto: a pilot before training (issue 32, docs/auto.md#auto-with-a-pilot): every "
+              "candidate (policy.auto_candidates) runs on the simulator for this share of "
+              "train.budget (and of train.epochs) with the run's own config and seed, and the run "
+              "trains with the candidate whose interval-mean test accuracy was best "
+              "(policy.auto_choice). Costs about this share times the candidates' count of a run "
+              "more. 0 = no pilot: the rule (policy.auto_rule) steers K.")
           .check([](double v) { return v >= 0 && v <= 1; }, "in [0, 1]")
           .moot(policies({"auto"}))
           .written_when([](const Config& c) { return c.policy.auto_pilot != 0; }));
+  add(str_key("policy", "auto_candidates", HSGD_REF(policy.auto_candidates),
+              "auto with a pilot: its candidates. k: sync, async, and kasync:K for K = 2, 4, 8 "
+              "below train.workers and 16 from 20 workers up. k+hybrid: those, hybrid (its "
+              "default schedule) and, with optim.kind momentum or nesterov, async with the "
+              "momentum correction (async+staleness.momentum_correction=true).")
+          .one_of({"k", "k+hybrid"})
+          .moot(policies({"auto"}))
+          .moot({"policy.auto_pilot = 0",
+                 [](const Config& c) {
+                   return c.policy.auto_pilot == 0 ? "policy.auto_pilot = 0" : "";
+                 }})
+          .written(Written::kNotDefault));
   add(str_key("policy", "auto_choice", HSGD_REF(policy.auto_choice),
-              "auto with a pilot: the candidate it chose (sync, async or kasync:K), written to "
+              "auto with a pilot: the candidate it chose (sync, async, kasync:K, hybrid or "
+              "async+staleness.momentum_correction=true), written to "
               "config.toml by the run so that rerunning that file (or resuming) trains with it "
               "and runs no pilot; empty = choose by the pilot. With a choice, auto runs that "
               "fixed policy, push for push, and its rows carry the name auto.")

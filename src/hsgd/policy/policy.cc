@@ -165,19 +165,24 @@ class PilotedPolicy final : public Policy {
   std::unique_ptr<Policy> p_;
 };
 
-std::unique_ptr<Policy> piloted_policy(const PolicyOptions& o, int workers) {
-  const PolicyName n = parse_policy_name(o.auto_choice, "policy.auto_choice");
-  const bool fixed = (n.kind == "sync" || n.kind == "async") && !n.number;
-  const bool k_ok = n.kind == "kasync" && n.number && *n.number >= 1 && *n.number <= workers;
-  if (!fixed && !k_ok) {
-    throw InputError("policy.auto_choice = '" + o.auto_choice +
-                     "': expected sync, async or kasync:K with K in [1, workers = " +
-                     std::to_string(workers) + "] (the K its pilot chose)");
-  }
+std::unique_ptr<Policy> piloted_policy(const PolicyOptions& o, int workers, double lr) {
   PolicyOptions chosen;
-  chosen.kind = n.kind;
-  chosen.k = n.number.value_or(0);
-  return std::make_unique<PilotedPolicy>(make_policy(chosen, workers, 0.0));
+  if (o.auto_choice == kAsyncCorrected) {
+    chosen.kind = "async";  // the server's correction: the run layer's (piloted_with_correction)
+  } else {
+    const PolicyName n = parse_policy_name(o.auto_choice, "policy.auto_choice");
+    const bool fixed = (n.kind == "sync" || n.kind == "async" || n.kind == "hybrid") && !n.number;
+    const bool k_ok = n.kind == "kasync" && n.number && *n.number >= 1 && *n.number <= workers;
+    if (!fixed && !k_ok) {
+      throw InputError(
+          "policy.auto_choice = '" + o.auto_choice +
+          "': expected sync, async, kasync:K with K in [1, workers = " + std::to_string(workers) +
+          "], hybrid or " + kAsyncCorrected + " (the candidate its pilot chose)");
+    }
+    chosen.kind = n.kind;
+    chosen.k = n.number.value_or(0);  // hybrid: the default schedule, as the pilot ran it
+  }
+  return std::make_unique<PilotedPolicy>(make_policy(chosen, workers, lr));
 }
 
 }  // namespace
@@ -206,7 +211,7 @@ std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double 
     return std::make_unique<SspPolicy>(o.s);
   }
   if (o.kind == "async") return std::make_unique<AsyncPolicy>();
-  if (o.kind == "auto" && !o.auto_choice.empty()) return piloted_policy(o, workers);
+  if (o.kind == "auto" && !o.auto_choice.empty()) return piloted_policy(o, workers, lr);
   if (o.kind == "auto") {
     auto a = std::make_unique<AutoController>(
         workers, parse_auto_ablate(o.auto_ablate, auto_rule_parts(o.auto_rule)),
@@ -263,6 +268,10 @@ std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double 
     names += (names.empty() ? "" : n == policy_names().back() ? " or " : ", ") + n;
   }
   throw InputError("policy.name = '" + o.kind + "': expected " + names);
+}
+
+bool piloted_with_correction(const PolicyOptions& o) {
+  return o.kind == "auto" && o.auto_choice == kAsyncCorrected;
 }
 
 PolicyName parse_policy_name(const std::string& name, const std::string& key) {

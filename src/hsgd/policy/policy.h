@@ -60,13 +60,25 @@ struct PolicyOptions {
   // All kept for comparison.
   int auto_rule = 18;
   // auto with a pilot (issue 32; runtime/pilot.h): the share of the budget
-  // each K candidate runs on the simulator before training (policy.auto_pilot;
-  // 0 = no pilot, the rule above), and the candidate the pilot chose
-  // (policy.auto_choice: sync, async or kasync:K; "" = not chosen yet). With
-  // a choice, auto is that fixed policy, push for push, under the name auto.
+  // each candidate runs on the simulator before training (policy.auto_pilot;
+  // 0 = no pilot, the rule above), the candidate set (policy.auto_candidates:
+  // "k", the K policies; "k+hybrid", those, hybrid and, with server
+  // momentum, async with the momentum correction), and the candidate the
+  // pilot chose (policy.auto_choice; "" = not chosen yet). With a choice,
+  // auto is that fixed policy, push for push, under the name auto.
   double auto_pilot = 0;
+  std::string auto_candidates = "k+hybrid";
   std::string auto_choice;
 };
+
+// The pilot's name for async with the momentum correction
+// (staleness.momentum_correction = true), as sweeps name that policy. A
+// piloted auto that chose it runs async, and the run layer turns the
+// server's correction on (runtime/row.cc, server_options).
+inline constexpr const char* kAsyncCorrected = "async+staleness.momentum_correction=true";
+
+// Whether `o` is auto whose pilot chose async with the momentum correction.
+bool piloted_with_correction(const PolicyOptions& o);
 
 // What the server tells a policy after each finite, unfiltered push
 // (Policy::observe_push): everything in it is the same on every replica of a

@@ -13,10 +13,18 @@
 
 namespace hsgd {
 
-std::vector<std::string> pilot_candidates(int workers) {
+std::vector<std::string> pilot_candidates(const Config& run) {
+  const int workers = run.train.workers;
   std::vector<std::string> out = {"sync", "async"};
   for (int k : {2, 4, 8, 16}) {
     if (k < workers && (k < 16 || workers >= 20)) out.push_back("kasync:" + std::to_string(k));
+  }
+  if (run.policy.auto_candidates == "k+hybrid") {
+    out.push_back("hybrid");
+    // The correction lowers the server's momentum: only with one, and not
+    // on row-sparse models (server/sparse.cc refuses it there).
+    const bool momentum = run.optim.kind == "momentum" || run.optim.kind == "nesterov";
+    if (momentum && !run.model.sparse) out.push_back(kAsyncCorrected);
   }
   return out;
 }
@@ -38,9 +46,12 @@ constexpr double kMemoryBytesPerS = 5e9;
 Config candidate_config(const Config& run, const std::string& policy) {
   Config c = run;
   c.policy_name = policy;
-  const PolicyName p = parse_policy_name(policy, "policy.name");
+  const bool corrected = policy == kAsyncCorrected;
+  const PolicyName p = parse_policy_name(corrected ? "async" : policy, "policy.name");
   c.policy.kind = p.kind;
   c.policy.k = p.number.value_or(0);
+  c.policy.schedule = ScheduleOptions{};  // hybrid: the default schedule (policy.auto_choice's)
+  if (corrected) c.staleness.momentum_correction = true;
   c.policy.auto_pilot = 0;
   c.policy.auto_choice.clear();
   c.train.budget = run.train.budget * run.policy.auto_pilot;
@@ -77,7 +88,7 @@ PilotResult run_pilot(const Job& job,
   const auto t0 = SteadyClock::now();
   PilotResult out;
   out.fraction = run.policy.auto_pilot;
-  const std::vector<std::string> names = pilot_candidates(run.train.workers);
+  const std::vector<std::string> names = pilot_candidates(run);
   std::vector<Config> configs;
   for (const std::string& n : names) configs.push_back(candidate_config(run, n));
   out.budget = configs.front().train.budget;

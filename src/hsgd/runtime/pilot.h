@@ -22,10 +22,14 @@
 
 namespace hsgd {
 
-// sync, async, then kasync:K for K = 2, 4, 8 below `workers` and K = 16
-// from 20 workers up: the candidate set of the random families the pilot
-// was tested on (scripts/random-families.py), at most 6 runs.
-std::vector<std::string> pilot_candidates(int workers);
+// The pilot's candidates for `run` (policy.auto_candidates). "k": sync,
+// async, then kasync:K for K = 2, 4, 8 below train.workers and K = 16 from 20
+// workers up, the K policies of the random families (scripts/
+// random-families.py). "k+hybrid": those, then hybrid (its default schedule)
+// and, with server momentum (optim.kind momentum or nesterov, not
+// row-sparse), async with the momentum correction (kAsyncCorrected): every
+// fixed policy of the random families but ssp:3. At most 8 runs.
+std::vector<std::string> pilot_candidates(const Config& run);
 
 // Whether a run of `c` runs a pilot first: policy auto, policy.auto_pilot > 0
 // and no policy.auto_choice yet.
