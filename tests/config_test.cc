@@ -255,6 +255,20 @@ TEST(Config, BadInputNamesTheKeyAndWhatWasExpected) {
   expect_error({{"policy.name", "local:2"}, {"local.outer_momentum", "-1"}},
                "local.outer_momentum = -1: expected in [0, 1)");
   expect_error({{"local.async", "maybe"}}, "local.async = 'maybe': expected true or false");
+  // auto's pilot: a choice whose momentum correction a row-sparse model
+  // cannot run, and a candidate set it does not know.
+  expect_error({{"policy.name", "auto"},
+                {"policy.auto_pilot", "0.1"},
+                {"policy.auto_choice", "async+staleness.momentum_correction=true"},
+                {"optim.kind", "momentum"},
+                {"model.name", "dlrm"},
+                {"data.spec", "synthetic-ctr"},
+                {"model.sparse", "true"}},
+               "policy.auto_choice = 'async+staleness.momentum_correction=true': the momentum "
+               "correction is not supported with row-sparse");
+  expect_error(
+      {{"policy.name", "auto"}, {"policy.auto_pilot", "0.1"}, {"policy.auto_candidates", "all"}},
+      "policy.auto_candidates = 'all': expected");
   EXPECT_NE(error_of(write_file("bad.toml", "[train]\nworkers = \n"), {}).find("bad.toml:2"),
             std::string::npos);
   EXPECT_NE(error_of(write_file("unk.toml", "[train]\nbudget = 1\nspeed = 3\n"), {})

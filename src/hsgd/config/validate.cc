@@ -7,6 +7,7 @@
 #include "hsgd/config/config.h"
 #include "hsgd/config/keys.h"
 #include "hsgd/core/error.h"
+#include "hsgd/policy/policy.h"
 #include "hsgd/server/sparse.h"
 
 namespace hsgd {
@@ -146,6 +147,12 @@ std::vector<Refusal> table() {
       {"model.sparse with DC-ASGD or Gap-Aware (dense only; server/sparse.h)",
        [](const Config& c) -> std::string {
          if (!c.model.sparse) return "";
+         if (server_mitigations(c.policy, c.staleness).momentum_correction &&
+             !c.staleness.momentum_correction) {
+           return "policy.auto_choice = '" + c.policy.auto_choice +
+                  "': the momentum correction is not supported with row-sparse push/pull "
+                  "(model.sparse = true)";
+         }
          return thrown_by([&] { check_sparse_supported(c.optim, c.staleness); });
        }},
       {"train.min_workers above train.workers; faults naming a worker >= train.workers",

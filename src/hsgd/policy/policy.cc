@@ -168,7 +168,7 @@ class PilotedPolicy final : public Policy {
 std::unique_ptr<Policy> piloted_policy(const PolicyOptions& o, int workers, double lr) {
   PolicyOptions chosen;
   if (o.auto_choice == kAsyncCorrected) {
-    chosen.kind = "async";  // the server's correction: the run layer's (piloted_with_correction)
+    chosen.kind = "async";  // the server's correction: server_mitigations
   } else {
     const PolicyName n = parse_policy_name(o.auto_choice, "policy.auto_choice");
     const bool fixed = (n.kind == "sync" || n.kind == "async" || n.kind == "hybrid") && !n.number;
@@ -270,8 +270,9 @@ std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double 
   throw InputError("policy.name = '" + o.kind + "': expected " + names);
 }
 
-bool piloted_with_correction(const PolicyOptions& o) {
-  return o.kind == "auto" && o.auto_choice == kAsyncCorrected;
+MitigationOptions server_mitigations(const PolicyOptions& o, MitigationOptions m) {
+  if (o.kind == "auto" && o.auto_choice == kAsyncCorrected) m.momentum_correction = true;
+  return m;
 }
 
 PolicyName parse_policy_name(const std::string& name, const std::string& key) {

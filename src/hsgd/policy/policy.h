@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "hsgd/policy/mitigation.h"
 #include "hsgd/policy/schedule.h"
 
 namespace hsgd {
@@ -77,8 +78,12 @@ struct PolicyOptions {
 // server's correction on (runtime/row.cc, server_options).
 inline constexpr const char* kAsyncCorrected = "async+staleness.momentum_correction=true";
 
-// Whether `o` is auto whose pilot chose async with the momentum correction.
-bool piloted_with_correction(const PolicyOptions& o);
+// The staleness mitigations the server runs: the configured `m`, with the
+// momentum correction on where `o` is auto whose pilot chose
+// kAsyncCorrected. The one place that choice reaches the server
+// (runtime/row.cc, server_options) and the config's checks
+// (config/validate.cc).
+MitigationOptions server_mitigations(const PolicyOptions& o, MitigationOptions m);
 
 // What the server tells a policy after each finite, unfiltered push
 // (Policy::observe_push): everything in it is the same on every replica of a

@@ -78,9 +78,7 @@ ServerOptions server_options(const Job& job) {
   so.workers = c.train.workers;
   so.aggregation = c.policy.aggregation;
   so.lr = scaled_lr(c.optim, c.train.workers, c.train.batch);
-  so.staleness = c.staleness;
-  // auto whose pilot chose async with the momentum correction (policy/policy.h).
-  if (piloted_with_correction(c.policy)) so.staleness.momentum_correction = true;
+  so.staleness = server_mitigations(c.policy, c.staleness);
   // staleness.rebase = "auto": on for the model whose pushes are SVI steps.
   if (so.staleness.rebase < 0) so.staleness.rebase = c.model.name == "dpgmm" ? 1 : 0;
   so.lr_schedule = c.lr_schedule;
