@@ -112,7 +112,7 @@ std::string as_plain(const std::string& candidate) {
 const std::string kPilotSim =
     "--runtime sim --set sim.compute_time=0.002 --set sim.server_ns_per_param=50 "
     "--set stragglers.fraction=0.5 --set stragglers.sigma=0.004 --set optim.kind=momentum "
-    "--set policy.auto_pilot=0.25 ";
+    "--set policy.auto_pilot=0.25 --set policy.step=40 ";  // hybrid's step: the run's
 
 // On the simulator, a candidate's pilot is its own run cut at the pilot's
 // share: each figure the pilot reports is the interval mean of that

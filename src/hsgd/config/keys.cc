@@ -44,10 +44,22 @@ Moot not_policies(const Names& kinds) {
   return {"policy.name is " + listed(kinds),
           [kinds](const Config& c) { return among(c.policy.kind, kinds) ? policy_is(c) : ""; }};
 }
+// Whether the hybrid schedule's keys are read: by the hybrid policy, and by
+// auto whose pilot may run hybrid or chose it (runtime/pilot.h: the
+// candidate is hybrid with the run's schedule).
+bool reads_schedule(const Config& c) {
+  if (c.policy.kind == "hybrid") return true;
+  return c.policy.kind == "auto" && c.policy.auto_pilot > 0 &&
+         (c.policy.auto_candidates == "k+hybrid" || c.policy.auto_choice == "hybrid");
+}
+Moot schedule_read() {
+  return {"policy.name is not hybrid, nor auto with hybrid among its pilot's candidates",
+          [](const Config& c) { return reads_schedule(c) ? "" : policy_is(c); }};
+}
 // Read by the hybrid policy under these threshold schedules only.
 Moot schedules(const Names& kinds) {
   return {"policy.schedule is not " + listed(kinds), [kinds](const Config& c) {
-            return c.policy.kind != "hybrid" || among(c.policy.schedule.kind, kinds)
+            return !reads_schedule(c) || among(c.policy.schedule.kind, kinds)
                        ? ""
                        : "policy.schedule = " + quoted(c.policy.schedule.kind);
           }};
@@ -128,7 +140,6 @@ Moot models_without(const std::string& what, const Names& names) {
 std::vector<Key> declare() {
   std::vector<Key> v;
   auto add = [&v](auto&& decl) { v.push_back(decl.done()); };
-  const auto hybrid = [](const Config& c) { return c.policy.kind == "hybrid"; };
   const auto local = [](const Config& c) { return c.policy.kind == "local"; };
   // The outer optimizer: local:H's (DiLoCo), or SlowMo's on a gossip
   // policy's global average (runtime/gossip_outer.h).
@@ -475,9 +486,9 @@ std::vector<Key> declare() {
           .written_when([](const Config& c) { return c.policy.auto_pilot != 0; }));
   add(str_key("policy", "auto_candidates", HSGD_REF(policy.auto_candidates),
               "auto with a pilot: its candidates. k: sync, async, and kasync:K for K = 2, 4, 8 "
-              "below train.workers and 16 from 20 workers up. k+hybrid: those, hybrid (its "
-              "default schedule) and, with optim.kind momentum or nesterov, async with the "
-              "momentum correction (async+staleness.momentum_correction=true).")
+              "below train.workers and 16 from 20 workers up. k+hybrid: those, hybrid (with the "
+              "run's policy.schedule keys) and, with optim.kind momentum or nesterov, async with "
+              "the momentum correction (async+staleness.momentum_correction=true).")
           .one_of({"k", "k+hybrid"})
           .moot(policies({"auto"}))
           .moot({"policy.auto_pilot = 0",
@@ -500,31 +511,31 @@ std::vector<Key> declare() {
   add(num_key("policy", "loss_smoothing", HSGD_REF(policy.schedule.loss_smoothing),
               "The adaptive schedule: the per-push factor of the training-loss average.")
           .check([](double v) { return v > 0 && v < 1; }, "in (0, 1)")
-          .moot(policies({"hybrid"}))
+          .moot(schedule_read())
           .moot(schedules({"adaptive"})));
   add(str_key("policy", "schedule", HSGD_REF(policy.schedule.kind),
               "hybrid: the threshold schedule K(t): step (the paper), linear, exponential, cosine "
               "or adaptive.")
           .check_if(
-              hybrid,
+              reads_schedule,
               [](const std::string& s) {
                 return among(s, {"step", "linear", "exponential", "cosine", "adaptive"});
               },
               "step, linear, exponential, cosine or adaptive")
-          .moot(policies({"hybrid"})));
+          .moot(schedule_read()));
   add(num_key("policy", "k0", HSGD_REF(policy.schedule.k0), "hybrid: K at t = 0.")
           .note("in [1, train.workers]")
-          .moot(policies({"hybrid"})));
+          .moot(schedule_read()));
   add(num_key("policy", "step", HSGD_REF(policy.schedule.step),
               "hybrid step: K grows by one every `step` units of t; 0 = 3 / optim.lr (in updates). "
               "linear, exponential, cosine with ramp = 0: the ramp is (workers - k0) * step.")
           .check_if(
-              hybrid, [](double v) { return v >= 0; }, "> 0 (or 0 for the default 3/lr)")
-          .moot(policies({"hybrid"}))
+              reads_schedule, [](double v) { return v >= 0; }, "> 0 (or 0 for the default 3/lr)")
+          .moot(schedule_read())
           .moot(schedules({"step", "linear", "exponential", "cosine"}))
           .moot({"policy.ramp is given (linear, exponential, cosine)", [](const Config& c) {
                    const ScheduleOptions& s = c.policy.schedule;
-                   return c.policy.kind == "hybrid" && s.kind != "step" && s.ramp != 0
+                   return reads_schedule(c) && s.kind != "step" && s.ramp != 0
                               ? "policy.ramp = " + num(s.ramp)
                               : "";
                  }}));
@@ -532,8 +543,8 @@ std::vector<Key> declare() {
               "hybrid linear, exponential, cosine: t at which K reaches the worker count; 0 = "
               "(workers - k0) * step.")
           .check_if(
-              hybrid, [](double v) { return v >= 0; }, "> 0 (or 0 for the default)")
-          .moot(policies({"hybrid"}))
+              reads_schedule, [](double v) { return v >= 0; }, "> 0 (or 0 for the default)")
+          .moot(schedule_read())
           .moot(schedules({"linear", "exponential", "cosine"})));
   add(other_key("policy", "clock", HSGD_REF(policy.schedule.clock), "string",
                 "hybrid: what t counts: updates (applied updates), seconds (wall or virtual) or "
@@ -546,7 +557,7 @@ std::vector<Key> declare() {
                 t.insert_or_assign("clock", to_string(c.policy.schedule.clock));
               })
           .note("updates, seconds or epochs")
-          .moot(policies({"hybrid"}))
+          .moot(schedule_read())
           .moot(schedules({"step", "linear", "exponential", "cosine"})));
   add(other_key("policy", "aggregation", HSGD_REF(policy.aggregation), "string",
                 "How the pushes of one update are combined: mean (an update moves as far as one "

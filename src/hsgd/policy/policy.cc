@@ -180,7 +180,8 @@ std::unique_ptr<Policy> piloted_policy(const PolicyOptions& o, int workers, doub
           "], hybrid or " + kAsyncCorrected + " (the candidate its pilot chose)");
     }
     chosen.kind = n.kind;
-    chosen.k = n.number.value_or(0);  // hybrid: the default schedule, as the pilot ran it
+    chosen.k = n.number.value_or(0);
+    chosen.schedule = o.schedule;  // hybrid: the run's schedule, as its pilot ran it
   }
   return std::make_unique<PilotedPolicy>(make_policy(chosen, workers, lr));
 }

@@ -50,7 +50,6 @@ Config candidate_config(const Config& run, const std::string& policy) {
   const PolicyName p = parse_policy_name(corrected ? "async" : policy, "policy.name");
   c.policy.kind = p.kind;
   c.policy.k = p.number.value_or(0);
-  c.policy.schedule = ScheduleOptions{};  // hybrid: the default schedule (policy.auto_choice's)
   if (corrected) c.staleness.momentum_correction = true;
   c.policy.auto_pilot = 0;
   c.policy.auto_choice.clear();

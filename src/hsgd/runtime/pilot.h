@@ -25,10 +25,11 @@ namespace hsgd {
 // The pilot's candidates for `run` (policy.auto_candidates). "k": sync,
 // async, then kasync:K for K = 2, 4, 8 below train.workers and K = 16 from 20
 // workers up, the K policies of the random families (scripts/
-// random-families.py). "k+hybrid": those, then hybrid (its default schedule)
-// and, with server momentum (optim.kind momentum or nesterov, not
-// row-sparse), async with the momentum correction (kAsyncCorrected): every
-// fixed policy of the random families but ssp:3. At most 8 runs.
+// random-families.py). "k+hybrid": those, then hybrid (with the run's own
+// schedule keys: policy.schedule, k0, step, ramp, clock) and, with server
+// momentum (optim.kind momentum or nesterov, not row-sparse), async with the
+// momentum correction (kAsyncCorrected): every fixed policy of the random
+// families but ssp:3. At most 8 runs.
 std::vector<std::string> pilot_candidates(const Config& run);
 
 // Whether a run of `c` runs a pilot first: policy auto, policy.auto_pilot > 0
