@@ -28,10 +28,12 @@ per family under DIR), the product's per-seed figures are compared with the
 prediction at F and its cells scored alike.
 
 --candidates k+hybrid adds hybrid and async with the momentum correction to
-the K policies, as policy.auto_candidates = "k+hybrid" does.
+the K policies, as policy.auto_candidates = "k+hybrid" does; --window W
+ranks by the interval mean over the last share W of the pilot, as
+policy.auto_pilot_window = W does.
 
 Usage: scripts/pilot-study.py [--forecast mean|last|logfit] [--committed]
-                              [--candidates k|k+hybrid]
+                              [--candidates k|k+hybrid] [--window W]
                               [--same-seed [--product DIR]] RUNS/FAMILY ...
   (each an `hsgd sweep ... --out RUNS/FAMILY` output directory, with its
   cells/ and sweep.json)"""
@@ -86,12 +88,16 @@ def prefix_mean(rows, end):
     return (area / span if span > 0 else float("nan")), area
 
 
-def forecast(rows, frac, how):
+def forecast(rows, frac, how, window=1.0):
     total = rows[-1][0]
     end = total * frac
     mean, area = prefix_mean(rows, end)
     if how == "mean":
-        return mean
+        if window >= 1:
+            return mean
+        # the last `window` of the pilot, as policy.auto_pilot_window ranks
+        start = end * (1 - window)
+        return (area - prefix_mean(rows, start)[1]) / (end - start)
     seen = [(t, a) for t, a in rows if 0 < t <= end + 1e-9]
     if how == "last":
         return seen[-1][1] if seen else rows[0][1]
@@ -122,6 +128,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+")
     ap.add_argument("--forecast", choices=["mean", "last", "logfit"], default="mean")
+    ap.add_argument("--window", type=float, default=1.0,
+                    help="with --forecast mean: rank by the last share of the pilot "
+                    "(policy.auto_pilot_window)")
     ap.add_argument("--candidates", choices=["k", "k+hybrid"], default="k",
                     help="the pilot's candidate set (policy.auto_candidates)")
     ap.add_argument("--committed", action="store_true",
@@ -160,7 +169,7 @@ def main():
                         (sum(x for i, x in enumerate(v) if i != held) / (len(seed_ids) - 1)
                          - best_rest) * 100)
                 for frac in FRACTIONS:
-                    score = {p: forecast(curves[(p, sid)], frac, a.forecast) for p in ks}
+                    score = {p: forecast(curves[(p, sid)], frac, a.forecast, a.window) for p in ks}
                     pick = max(ks, key=lambda p: score[p])
                     folds[frac].append((rest(pick) - best_rest) * 100)
     print(f"{cells} cells, {len(folds[1.0])} folds (the K chosen on one seed, scored on the "
@@ -218,6 +227,7 @@ def same_seed(a):
     where = []  # the cells where a fixed policy leads async by 2 pp or more
     autos, product, agree, product_frac, mean_k = {}, [], [0, 0], None, []
     autos_over, product_over = {}, []
+    autos_mean, picked_mean = {}, {f: [] for f in FRACTIONS}  # per cell, for "behind auto"
     for out in a.runs:
         for family, sweep, cell, cdir, ref in cells_of(out, a.committed):
             fixed = {p: v["interval_mean"]["seeds"] for p, v in ref["policies"].items()
@@ -233,6 +243,7 @@ def same_seed(a):
                     v = v["interval_mean"]["seeds"]
                     autos.setdefault(p, []).append((sum(v) / len(v) - best) * 100)
                     autos_over.setdefault(p, []).append((sum(v) / len(v) - asy) * 100)
+                    autos_mean.setdefault(p, []).append(sum(v) / len(v))
             curves = {(p, sid): read_rows(os.path.join(cdir, sanitize(p), f"seed-{sid}",
                                                        "metrics.csv"))
                       for p in ks for sid in seed_ids}
@@ -240,12 +251,13 @@ def same_seed(a):
             for frac in FRACTIONS:
                 got = []
                 for i, sid in enumerate(seed_ids):
-                    score = {p: forecast(curves[(p, sid)], frac, a.forecast) for p in ks}
+                    score = {p: forecast(curves[(p, sid)], frac, a.forecast, a.window) for p in ks}
                     pick = max(ks, key=lambda p: score[p])
                     picks[(frac, i)] = pick
                     got.append(fixed[pick][i])
                 cells[frac].append((sum(got) / len(got) - best) * 100)
                 over[frac].append((sum(got) / len(got) - asy) * 100)
+                picked_mean[frac].append(sum(got) / len(got))
             if a.product:
                 with open(os.path.join(a.product, family, "sweep.json")) as f:
                     prod = json.load(f)
@@ -263,7 +275,7 @@ def same_seed(a):
     k = sum(mean_k) / len(mean_k)
     print(f"{n} cells, each seed's pilot choosing that seed's run, scored per cell (the mean "
           f"over the seeds) against the best fixed policy; forecast: {a.forecast}\n")
-    print(f"candidates: {a.candidates}\n")
+    print(f"candidates: {a.candidates}; ranked over the pilot's last {a.window:g}\n")
     print("| pilot (fraction of the budget) | pilot cost (runs) | within 1.5 pp | within 3 pp "
           "| worst | mean | ahead of async by 2 pp where a fixed policy is |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
@@ -274,6 +286,10 @@ def same_seed(a):
                          f"{product_frac * k:.2f}", product, product_over, where))
     for p, g in sorted(autos.items()):
         print(score_line(f"{p} (no pilot)", "0", g, autos_over[p], where))
+    for p, means in sorted(autos_mean.items()):  # the committed MLP grid's target
+        gaps = [(x - m) * 100 for x, m in zip(picked_mean[0.1], means)]
+        print(f"\nAt 0.1: {sum(g < -0.5 for g in gaps)} of {len(gaps)} cells more than 0.5 pp "
+              f"behind {p} (worst {min(gaps):+.2f}, mean {sum(gaps) / len(gaps):+.2f}).")
     if product:
         print(f"\nThe product's runs are the predicted ones in {agree[0]} of {agree[1]} seeds.")
 

@@ -42,6 +42,18 @@ TEST(Fidelity, IntervalMeansWeightByTime) {
   EXPECT_TRUE(std::isnan(interval_mean_idle({row(3, 0.5), row(3, 0.6)})));
 }
 
+// auto's pilot ranks by the mean over the last share of a curve: the
+// window [last - share x span, last], the curve cut linearly where it starts.
+TEST(Fidelity, LateMeanIsTheIntervalMeanOverTheCurvesLastShare) {
+  const std::vector<MetricsRow> rows = {row(0, 0.0), row(10, 1.0), row(40, 0.4)};
+  EXPECT_DOUBLE_EQ(late_mean_test_acc(rows, 1), interval_mean_test_acc(rows));
+  // Last half, [20, 40]: from 0.8 at t = 20 (cut) to 0.4 at 40.
+  EXPECT_NEAR(late_mean_test_acc(rows, 0.5), 0.6, 1e-12);
+  // Last 0.8, [8, 40]: 2 s from 0.8 to 1, then the 30 s from 1 to 0.4.
+  EXPECT_NEAR(late_mean_test_acc(rows, 0.8), (2 * 0.9 + 30 * 0.7) / 32, 1e-12);
+  EXPECT_TRUE(std::isnan(late_mean_test_acc({row(0, 0.5)}, 0.5)));
+}
+
 TEST(Fidelity, RunFiguresReadTheSummaryAndTheRows) {
   const nlohmann::json summary = {{"samples_per_s", 1200.0}, {"updates", 640}};
   const RunFigures f = run_figures({row(0, 0.1), row(10, 0.9)}, summary, 0.5);

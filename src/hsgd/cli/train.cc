@@ -398,14 +398,18 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
       cands.push_back(
           {{"policy", k.policy},
            {"interval_mean", finite(k.interval_mean)},
+           {"ranked", finite(k.ranked)},
            {"final_test_acc", finite(k.final_acc)},
            {"stopped", k.stopped.empty() ? nlohmann::json() : nlohmann::json(k.stopped)}});
     }
-    summary["auto_pilot"] = {
-        {"fraction", p.pilot->fraction}, {"budget", p.pilot->budget},
-        {"epochs", p.pilot->epochs},     {"sim_compute_time", p.pilot->compute_time},
-        {"wall_s", p.pilot->wall_s},     {"candidates", cands},
-        {"chosen", p.pilot->chosen}};
+    summary["auto_pilot"] = {{"fraction", p.pilot->fraction},
+                             {"window", p.pilot->window},
+                             {"budget", p.pilot->budget},
+                             {"epochs", p.pilot->epochs},
+                             {"sim_compute_time", p.pilot->compute_time},
+                             {"wall_s", p.pilot->wall_s},
+                             {"candidates", cands},
+                             {"chosen", p.pilot->chosen}};
   }
   write_file_atomic(out + "/summary.json", summary.dump(2) + "\n");
   recorder.finish();
@@ -489,8 +493,14 @@ PilotResult pilot_with_lines(const Prepared& p, bool quiet) {
   PilotResult r = run_pilot(p.job, [&](const PilotCandidate& cand) {
     if (quiet) return;
     if (cand.stopped.empty()) {
-      std::fprintf(stderr, "hsgd: auto pilot: %-10s interval-mean test_acc %.2f%%, final %.2f%%\n",
-                   cand.policy.c_str(), 100 * cand.interval_mean, 100 * cand.final_acc);
+      std::fprintf(
+          stderr, "hsgd: auto pilot: %-10s interval-mean test_acc %.2f%%%s, final %.2f%%\n",
+          cand.policy.c_str(), 100 * cand.interval_mean,
+          c.policy.auto_pilot_window < 1
+              ? fmt::format(" (last {:g}: {:.2f}%)", c.policy.auto_pilot_window, 100 * cand.ranked)
+                    .c_str()
+              : "",
+          100 * cand.final_acc);
     } else {
       std::fprintf(stderr, "hsgd: auto pilot: %-10s stopped: %s\n", cand.policy.c_str(),
                    cand.stopped.c_str());

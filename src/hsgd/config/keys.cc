@@ -484,6 +484,18 @@ std::vector<Key> declare() {
           .check([](double v) { return v >= 0 && v <= 1; }, "in [0, 1]")
           .moot(policies({"auto"}))
           .written_when([](const Config& c) { return c.policy.auto_pilot != 0; }));
+  add(num_key("policy", "auto_pilot_window", HSGD_REF(policy.auto_pilot_window),
+              "auto with a pilot: the share of each candidate's pilot, at its end, whose "
+              "interval-mean test accuracy ranks the candidates (0.5: the mean over the last half "
+              "of the pilot; 1: over the whole pilot). A run's interval mean is mostly its later "
+              "level, and a larger K can overtake a smaller one late.")
+          .check([](double v) { return v > 0 && v <= 1; }, "in (0, 1]")
+          .moot(policies({"auto"}))
+          .moot({"policy.auto_pilot = 0",
+                 [](const Config& c) {
+                   return c.policy.auto_pilot == 0 ? "policy.auto_pilot = 0" : "";
+                 }})
+          .written(Written::kNotDefault));
   add(str_key("policy", "auto_candidates", HSGD_REF(policy.auto_candidates),
               "auto with a pilot: its candidates. k: sync, async, and kasync:K for K = 2, 4, 8 "
               "below train.workers and 16 from 20 workers up. k+hybrid: those, hybrid (with the "

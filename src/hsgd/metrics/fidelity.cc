@@ -33,6 +33,26 @@ double interval_mean_test_acc(const std::vector<MetricsRow>& rows) {
   return area / span;
 }
 
+double late_mean_test_acc(const std::vector<MetricsRow>& rows, double share) {
+  if (share >= 1) return interval_mean_test_acc(rows);
+  if (rows.size() < 2 || !(share > 0)) return std::nan("");
+  const double end = rows.back().time_s;
+  const double from = end - share * (end - rows.front().time_s);
+  if (!(end > from)) return std::nan("");
+  double area = 0;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    double t0 = rows[i - 1].time_s, a0 = rows[i - 1].test_acc;
+    const double t1 = rows[i].time_s, a1 = rows[i].test_acc;
+    if (t1 <= from) continue;
+    if (t0 < from) {  // the row pair the window starts in, cut there
+      a0 += (a1 - a0) * (from - t0) / (t1 - t0);
+      t0 = from;
+    }
+    area += 0.5 * (a0 + a1) * (t1 - t0);
+  }
+  return area / (end - from);
+}
+
 double interval_mean_idle(const std::vector<MetricsRow>& rows) {
   if (rows.size() < 2) return std::nan("");
   const double span = rows.back().time_s - rows.front().time_s;

@@ -42,6 +42,12 @@ double time_to_accuracy(const std::vector<MetricsRow>& rows, double target);
 double interval_mean_test_acc(const std::vector<MetricsRow>& rows);
 double interval_mean_idle(const std::vector<MetricsRow>& rows);
 
+// test_acc's interval mean over the last `share` (in (0, 1]) of the rows'
+// span, [last - share x span, last row], the curve cut linearly where the
+// window starts; share 1 is interval_mean_test_acc. auto's pilot ranks its
+// candidates by it (policy.auto_pilot_window, runtime/pilot.h).
+double late_mean_test_acc(const std::vector<MetricsRow>& rows, double share);
+
 // The figures of a run from its rows and summary.json; link_util is left NaN
 // (the caller knows the link).
 RunFigures run_figures(const std::vector<MetricsRow>& rows, const nlohmann::json& summary,

@@ -68,6 +68,9 @@ struct PolicyOptions {
   // pilot chose (policy.auto_choice; "" = not chosen yet). With a choice,
   // auto is that fixed policy, push for push, under the name auto.
   double auto_pilot = 0;
+  // The share of each candidate's pilot, at its end, whose interval-mean
+  // test accuracy ranks it (policy.auto_pilot_window; 1 = the whole pilot).
+  double auto_pilot_window = 1;
   std::string auto_candidates = "k+hybrid";
   std::string auto_choice;
 };

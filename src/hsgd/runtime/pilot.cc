@@ -29,6 +29,18 @@ std::vector<std::string> pilot_candidates(const Config& run) {
   return out;
 }
 
+std::string pilot_choice(const std::vector<PilotCandidate>& candidates) {
+  std::string chosen = "sync";  // no finite figure: the safest
+  double best = -INFINITY;
+  for (const PilotCandidate& c : candidates) {
+    if (std::isfinite(c.ranked) && c.ranked > best) {
+      best = c.ranked;
+      chosen = c.policy;
+    }
+  }
+  return chosen;
+}
+
 bool wants_pilot(const Config& c) {
   return c.policy.kind == "auto" && c.policy.auto_pilot > 0 && c.policy.auto_choice.empty();
 }
@@ -87,6 +99,7 @@ PilotResult run_pilot(const Job& job,
   const auto t0 = SteadyClock::now();
   PilotResult out;
   out.fraction = run.policy.auto_pilot;
+  out.window = run.policy.auto_pilot_window;
   const std::vector<std::string> names = pilot_candidates(run);
   std::vector<Config> configs;
   for (const std::string& n : names) configs.push_back(candidate_config(run, n));
@@ -100,7 +113,6 @@ PilotResult run_pilot(const Job& job,
   first.open_outputs = nullptr;
   SimRuntime sim;
   const std::vector<std::pair<std::string, std::string>> costs = sim.resolve(first);
-  double best = -INFINITY;
   for (size_t i = 0; i < names.size(); ++i) {
     if (run.stop && run.stop->requested()) {
       out.stopped = run.stop->reason();
@@ -122,15 +134,12 @@ PilotResult run_pilot(const Job& job,
     cand.stopped = r.stopped;
     cand.final_acc = r.last.test_acc;
     cand.interval_mean = r.stopped.empty() ? interval_mean_test_acc(rows.rows()) : std::nan("");
-    if (std::isfinite(cand.interval_mean) && cand.interval_mean > best) {
-      best = cand.interval_mean;
-      out.chosen = cand.policy;
-    }
+    cand.ranked = r.stopped.empty() ? late_mean_test_acc(rows.rows(), run.policy.auto_pilot_window)
+                                    : std::nan("");
     out.candidates.push_back(cand);
     if (on_candidate) on_candidate(cand);
   }
-  // No candidate ran its share to a finite figure: the safest, sync.
-  if (out.stopped.empty() && out.chosen.empty()) out.chosen = "sync";
+  if (out.stopped.empty()) out.chosen = pilot_choice(out.candidates);
   out.wall_s = since(t0);
   return out;
 }

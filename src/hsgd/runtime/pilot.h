@@ -5,7 +5,8 @@
 // own runtime, with the candidate whose interval-mean test accuracy over
 // the pilot was best (ties: the earlier candidate). The choice is written to
 // the config (policy.auto_choice), so config.toml reproduces the run, and a
-// resume, without a pilot.
+// resume, without a pilot. With policy.auto_pilot_window < 1 the candidates
+// are ranked by their interval mean over the last share of their pilot.
 //
 // On the sim runtime a candidate's pilot is the first f of the budget of
 // that candidate's own run (the same events, the rows up to f x budget), so
@@ -39,12 +40,16 @@ bool wants_pilot(const Config& c);
 struct PilotCandidate {
   std::string policy;
   double interval_mean = 0;  // test accuracy over the pilot; NaN when it stopped
-  double final_acc = 0;      // at its end
-  std::string stopped;       // why it ended early ("" = ran its share)
+  // What ranks it: the interval mean over the last policy.auto_pilot_window
+  // of its pilot (interval_mean at 1); NaN when it stopped.
+  double ranked = 0;
+  double final_acc = 0;  // at its end
+  std::string stopped;   // why it ended early ("" = ran its share)
 };
 
 struct PilotResult {
   double fraction = 0;
+  double window = 1;              // policy.auto_pilot_window
   double budget = 0, epochs = 0;  // each candidate's (train.budget, train.epochs)
   double compute_time = 0;        // the simulator's sim.compute_time
   std::vector<PilotCandidate> candidates;
@@ -54,6 +59,10 @@ struct PilotResult {
   std::string stopped;
   double wall_s = 0;
 };
+
+// The candidate a pilot chooses: the best `ranked` figure (ties: the
+// earlier candidate); sync when none is finite (every candidate stopped).
+std::string pilot_choice(const std::vector<PilotCandidate>& candidates);
 
 // Runs the pilot of `job` (wants_pilot(*job.config) must hold) on the
 // simulator, candidate after candidate. `on_candidate` (may be empty) is

@@ -1,0 +1,59 @@
+// auto's pilot (runtime/pilot.h): its candidate sets and how it chooses.
+// The pilot run end to end is tested from the CLI (auto_cli_test.cc).
+#include "hsgd/runtime/pilot.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "hsgd/config/config.h"
+
+namespace hsgd {
+namespace {
+
+PilotCandidate cand(const std::string& policy, double whole, double ranked) {
+  PilotCandidate c;
+  c.policy = policy;
+  c.interval_mean = whole;
+  c.ranked = ranked;
+  return c;
+}
+
+// The choice follows what ranks (the pilot's last share), not the whole
+// pilot's mean, where the two disagree; ties go to the earlier candidate; a
+// stopped candidate (NaN) is never chosen; none finite: sync.
+TEST(Pilot, ChoosesTheBestRankedFigure) {
+  EXPECT_EQ(pilot_choice({cand("async", 0.70, 0.74), cand("kasync:4", 0.66, 0.77)}), "kasync:4");
+  EXPECT_EQ(pilot_choice({cand("kasync:2", 0.7, 0.75), cand("kasync:4", 0.7, 0.75)}), "kasync:2");
+  EXPECT_EQ(pilot_choice({cand("async", NAN, NAN), cand("sync", 0.2, 0.3)}), "sync");
+  EXPECT_EQ(pilot_choice({cand("async", NAN, NAN), cand("kasync:2", NAN, NAN)}), "sync");
+  EXPECT_EQ(pilot_choice({}), "sync");
+}
+
+std::vector<std::string> candidates(int workers, const std::string& set, const std::string& optim,
+                                    bool sparse = false) {
+  Config c;
+  c.train.workers = workers;
+  c.policy.auto_candidates = set;
+  c.optim.kind = optim;
+  c.model.sparse = sparse;
+  return pilot_candidates(c);
+}
+
+TEST(Pilot, CandidateSets) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(candidates(4, "k", "sgd"), (V{"sync", "async", "kasync:2"}));
+  EXPECT_EQ(candidates(9, "k", "momentum"),
+            (V{"sync", "async", "kasync:2", "kasync:4", "kasync:8"}));
+  EXPECT_EQ(candidates(19, "k", "sgd").size(), 5u);  // 16 only from 20 workers
+  EXPECT_EQ(candidates(20, "k", "sgd").back(), "kasync:16");
+  EXPECT_EQ(candidates(4, "k+hybrid", "sgd"), (V{"sync", "async", "kasync:2", "hybrid"}));
+  EXPECT_EQ(candidates(4, "k+hybrid", "nesterov"),
+            (V{"sync", "async", "kasync:2", "hybrid", "async+staleness.momentum_correction=true"}));
+  // Row-sparse models cannot run the correction (server/sparse.cc).
+  EXPECT_EQ(candidates(4, "k+hybrid", "momentum", true),
+            (V{"sync", "async", "kasync:2", "hybrid"}));
+}
+
+}  // namespace
+}  // namespace hsgd
