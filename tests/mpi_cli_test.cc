@@ -110,7 +110,8 @@ TEST(MpiCli, AutoWithAPilotTrainsEveryRankWithRankZerosChoice) {
   Outcome o = run(kMpirun + "-np 5 ",
                   "train --data synthetic --model linear-test --budget 2 --eval-every 0.5 "
                   "--runtime mpi --servers 2 --policy auto --batch 8 --lr 0.1 "
-                  "--set policy.auto_pilot=0.25 --set stragglers.fraction=0.5 "
+                  "--set policy.auto_pilot=0.25 --set policy.auto_candidates=k+hybrid "
+                  "--set stragglers.fraction=0.5 "
                   "--set stragglers.sigma=0.02 --out " +
                       out);
   ASSERT_EQ(o.code, 0) << o.err;
@@ -124,7 +125,7 @@ TEST(MpiCli, AutoWithAPilotTrainsEveryRankWithRankZerosChoice) {
   const auto s = summary(out);
   ASSERT_TRUE(s.contains("auto_pilot")) << s.dump();
   const std::string chosen = s["auto_pilot"]["chosen"];
-  // 3 worker ranks, sgd: sync, async, kasync:2, hybrid
+  // 3 worker ranks, sgd, --set policy.auto_candidates=k+hybrid: sync, async, kasync:2, hybrid
   EXPECT_EQ(s["auto_pilot"]["candidates"].size(), 4u);
   EXPECT_NE(slurp(out + "/config.toml").find("auto_choice = '" + chosen + "'"), std::string::npos);
   const int k = chosen == "sync" ? 3 : chosen == "async" ? 1 : chosen == "kasync:2" ? 2 : 0;

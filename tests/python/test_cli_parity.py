@@ -117,7 +117,7 @@ def test_auto_with_a_pilot_is_the_clis(tmp_path, data, test_data):
     cli_summary = json.loads((tmp_path / "cli" / "summary.json").read_text())
     py_pilot, cli_pilot = run.summary["auto_pilot"], cli_summary["auto_pilot"]
     assert py_pilot["candidates"] == cli_pilot["candidates"]
-    assert [c["policy"] for c in py_pilot["candidates"]] == ["sync", "async", "kasync:2", "hybrid"]
+    assert [c["policy"] for c in py_pilot["candidates"]] == ["sync", "async", "kasync:2"]
     best = max(py_pilot["candidates"], key=lambda c: c["interval_mean"])
     assert py_pilot["chosen"] == best["policy"]
     assert (tmp_path / "py" / "metrics.csv").read_bytes() == \

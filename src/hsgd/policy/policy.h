@@ -70,8 +70,8 @@ struct PolicyOptions {
   double auto_pilot = 0;
   // The share of each candidate's pilot, at its end, whose interval-mean
   // test accuracy ranks it (policy.auto_pilot_window; 1 = the whole pilot).
-  double auto_pilot_window = 1;
-  std::string auto_candidates = "k+hybrid";
+  double auto_pilot_window = 0.5;
+  std::string auto_candidates = "k";
   std::string auto_choice;
 };
 
