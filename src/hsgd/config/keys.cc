@@ -484,6 +484,10 @@ std::vector<Key> declare() {
           .check([](double v) { return v >= 0 && v <= 1; }, "in [0, 1]")
           .moot(policies({"auto"}))
           .written_when([](const Config& c) { return c.policy.auto_pilot != 0; }));
+  // auto's pilot's settings: read only when it runs one.
+  const Moot no_pilot{"policy.auto_pilot = 0", [](const Config& c) {
+                        return c.policy.auto_pilot == 0 ? "policy.auto_pilot = 0" : "";
+                      }};
   add(num_key("policy", "auto_pilot_window", HSGD_REF(policy.auto_pilot_window),
               "auto with a pilot: the share of each candidate's pilot, at its end, whose "
               "interval-mean test accuracy ranks the candidates (0.5: the mean over the last half "
@@ -491,10 +495,7 @@ std::vector<Key> declare() {
               "level, and a larger K can overtake a smaller one late.")
           .check([](double v) { return v > 0 && v <= 1; }, "in (0, 1]")
           .moot(policies({"auto"}))
-          .moot({"policy.auto_pilot = 0",
-                 [](const Config& c) {
-                   return c.policy.auto_pilot == 0 ? "policy.auto_pilot = 0" : "";
-                 }})
+          .moot(no_pilot)
           .written(Written::kNotDefault));
   add(str_key("policy", "auto_candidates", HSGD_REF(policy.auto_candidates),
               "auto with a pilot: its candidates. k: sync, async, and kasync:K for K = 2, 4, 8 "
@@ -503,10 +504,7 @@ std::vector<Key> declare() {
               "the momentum correction (async+staleness.momentum_correction=true).")
           .one_of({"k", "k+hybrid"})
           .moot(policies({"auto"}))
-          .moot({"policy.auto_pilot = 0",
-                 [](const Config& c) {
-                   return c.policy.auto_pilot == 0 ? "policy.auto_pilot = 0" : "";
-                 }})
+          .moot(no_pilot)
           .written(Written::kNotDefault));
   add(str_key("policy", "auto_choice", HSGD_REF(policy.auto_choice),
               "auto with a pilot: the candidate it chose (sync, async, kasync:K, hybrid or "
