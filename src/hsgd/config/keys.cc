@@ -478,8 +478,9 @@ std::vector<Key> declare() {
               "auto: a pilot before training (issue 32, docs/auto.md#auto-with-a-pilot): every "
               "candidate (policy.auto_candidates) runs on the simulator for this share of "
               "train.budget (and of train.epochs) with the run's own config and seed, and the run "
-              "trains with the candidate whose interval-mean test accuracy was best "
-              "(policy.auto_choice). Costs about this share times the candidates' count of a run "
+              "trains with the candidate whose interval-mean test accuracy was best over the last "
+              "policy.auto_pilot_window of its pilot (policy.auto_choice). Costs about this share "
+              "times the candidates' count of a run "
               "more. 0 = no pilot: the rule (policy.auto_rule) steers K.")
           .check([](double v) { return v >= 0 && v <= 1; }, "in [0, 1]")
           .moot(policies({"auto"}))
