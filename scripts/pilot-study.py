@@ -58,13 +58,15 @@ def is_k(policy):
 # and async with the momentum correction (the random families run it only
 # with server momentum, as the pilot does).
 def candidate_of(which):
-    extra = ("hybrid", "async+staleness.momentum_correction=true") if which == "k+hybrid" else ()
+    extra = {"k": (), "k+hybrid": ("hybrid", "async+staleness.momentum_correction=true"),
+             "k+rule": ("auto+policy.auto_rule=18",)}[which]
     return lambda p: is_k(p) or p in extra
 
 
 def pilot_order(policies):
     """The candidates in the pilot's order (its ties go to the earlier)."""
-    rank = {"sync": 0, "async": 1, "hybrid": 100, "async+staleness.momentum_correction=true": 101}
+    rank = {"sync": 0, "async": 1, "hybrid": 100, "async+staleness.momentum_correction=true": 101,
+            "auto+policy.auto_rule=18": 102}
     return sorted(policies, key=lambda p: rank.get(p, int(p.split(":")[-1]) if ":" in p else 50))
 
 
@@ -131,7 +133,7 @@ def main():
     ap.add_argument("--window", type=float, default=1.0,
                     help="with --forecast mean: rank by the last share of the pilot "
                     "(policy.auto_pilot_window)")
-    ap.add_argument("--candidates", choices=["k", "k+hybrid"], default="k",
+    ap.add_argument("--candidates", choices=["k", "k+hybrid", "k+rule"], default="k",
                     help="the pilot's candidate set (policy.auto_candidates)")
     ap.add_argument("--committed", action="store_true",
                     help="score against docs/results/sweep/FAMILY/sweep.json")
@@ -230,8 +232,8 @@ def same_seed(a):
     autos_mean, picked_mean = {}, {f: [] for f in FRACTIONS}  # per cell, for "behind auto"
     for out in a.runs:
         for family, sweep, cell, cdir, ref in cells_of(out, a.committed):
-            fixed = {p: v["interval_mean"]["seeds"] for p, v in ref["policies"].items()
-                     if not p.startswith("auto")}
+            every = {p: v["interval_mean"]["seeds"] for p, v in ref["policies"].items()}
+            fixed = {p: v for p, v in every.items() if not p.startswith("auto")}
             best = max(sum(v) / len(v) for v in fixed.values())
             asy = sum(fixed["async"]) / len(fixed["async"])
             where.append((best - asy) * 100 >= 2)
@@ -254,7 +256,7 @@ def same_seed(a):
                     score = {p: forecast(curves[(p, sid)], frac, a.forecast, a.window) for p in ks}
                     pick = max(ks, key=lambda p: score[p])
                     picks[(frac, i)] = pick
-                    got.append(fixed[pick][i])
+                    got.append(every[pick][i])
                 cells[frac].append((sum(got) / len(got) - best) * 100)
                 over[frac].append((sum(got) / len(got) - asy) * 100)
                 picked_mean[frac].append(sum(got) / len(got))
@@ -268,7 +270,7 @@ def same_seed(a):
                 product.append((sum(vals) / len(vals) - best) * 100)
                 product_over.append((sum(vals) / len(vals) - asy) * 100)
                 for i in range(len(seed_ids)):
-                    predicted = fixed[picks[(product_frac, i)]][i]
+                    predicted = every[picks[(product_frac, i)]][i]
                     agree[0] += abs(predicted - vals[i]) < 1e-9
                     agree[1] += 1
     n = len(cells[1.0])
