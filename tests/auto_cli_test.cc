@@ -107,6 +107,7 @@ std::string as_plain(const std::string& candidate) {
   if (candidate == "async+staleness.momentum_correction=true") {
     return "--set policy.name=async --set staleness.momentum_correction=true";
   }
+  if (candidate == "rule") return "--set policy.name=auto";  // auto's rule, no pilot
   return "--set policy.name=" + candidate;
 }
 
@@ -191,9 +192,10 @@ TEST(AutoCli, APilotOnSimChoosesTheBestCandidateAndIsThatCandidatesRun) {
 // each choice the pilot can make (policy.auto_choice, as config.toml holds
 // it) against the candidate run as a plain policy. policy.auto_candidates =
 // "k" leaves hybrid and the corrected async out; without server momentum the
-// corrected async is not a candidate.
+// corrected async is not a candidate; "k+rule" adds auto's own rule.
 TEST(AutoCli, EveryChoiceOfThePilotRunsThatCandidate) {
-  for (const std::string c : {"hybrid", "async+staleness.momentum_correction=true", "kasync:2"}) {
+  for (const std::string c :
+       {"hybrid", "async+staleness.momentum_correction=true", "kasync:2", "rule"}) {
     const std::string chose = tmp("choice"), plain = tmp("choice_plain");
     ASSERT_EQ(run(job(chose, kPilotSim + "--budget 1 --set policy.auto_choice=" + c)).code, 0);
     ASSERT_EQ(
@@ -220,6 +222,29 @@ TEST(AutoCli, EveryChoiceOfThePilotRunsThatCandidate) {
   const auto sgd_summary = summary(sgd);
   for (const auto& c : sgd_summary["auto_pilot"]["candidates"]) names.push_back(c["policy"]);
   EXPECT_EQ(names, (std::vector<std::string>{"sync", "async", "kasync:2", "hybrid"}));
+  // "rule" is auto's rule, not the fixed policy whose K it holds here (K = 1:
+  // the rule lowers the server's momentum by staleness's, async does not).
+  const std::string rule = tmp("choice_rule");
+  ASSERT_EQ(run(job(rule, kPilotSim + "--budget 1 --set policy.auto_choice=rule")).code, 0);
+  for (const MetricsRow& r : read_metrics_csv(rule + "/metrics.csv")) EXPECT_EQ(r.k, 1);
+  EXPECT_NE(rows_but_policy(rule), rows_but_policy(async));
+}
+
+// With the rule among the candidates (policy.auto_candidates = "k+rule"),
+// its pilot is auto's own run without a pilot, cut at the pilot's share.
+TEST(AutoCli, TheRulesPilotIsAutosRunWithoutAPilot) {
+  const std::string out = tmp("pilot_rule"), alone = tmp("pilot_rule_alone");
+  const std::string sim = kPilotSim + "--set policy.auto_candidates=k+rule ";
+  ASSERT_EQ(run(job(out, sim + "--budget 2")).code, 0);
+  const auto s = summary(out);
+  const auto& p = s["auto_pilot"];
+  ASSERT_EQ(p["candidates"].size(), 4u);  // sync, async, kasync:2, rule
+  const auto& rule = p["candidates"][3];
+  EXPECT_EQ(rule["policy"], "rule");
+  ASSERT_EQ(run(job(alone, sim + "--budget 0.5 --set policy.auto_pilot=0")).code, 0);
+  const std::vector<MetricsRow> rows = read_metrics_csv(alone + "/metrics.csv");
+  EXPECT_NEAR(rule["ranked"].get<double>(), late_mean_test_acc(rows, 0.5), 1e-6);
+  EXPECT_NE(slurp(out + "/config.toml").find("auto_candidates = 'k+rule'"), std::string::npos);
 }
 
 // A checkpointed piloted run resumes with its choice, without a second

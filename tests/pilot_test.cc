@@ -53,6 +53,9 @@ TEST(Pilot, CandidateSets) {
   // Row-sparse models cannot run the correction (server/sparse.cc).
   EXPECT_EQ(candidates(4, "k+hybrid", "momentum", true),
             (V{"sync", "async", "kasync:2", "hybrid"}));
+  // auto's own rule last, with or without momentum.
+  EXPECT_EQ(candidates(4, "k+rule", "momentum"), (V{"sync", "async", "kasync:2", "rule"}));
+  EXPECT_EQ(candidates(9, "k+rule", "sgd").back(), "rule");
 }
 
 }  // namespace

@@ -50,7 +50,7 @@ Moot not_policies(const Names& kinds) {
 bool reads_schedule(const Config& c) {
   if (c.policy.kind == "hybrid") return true;
   return c.policy.kind == "auto" && c.policy.auto_pilot > 0 &&
-         (c.policy.auto_candidates == "k+hybrid" || c.policy.auto_choice == "hybrid");
+         (pilot_runs_hybrid(c.policy) || c.policy.auto_choice == "hybrid");
 }
 Moot schedule_read() {
   return {"policy.name is not hybrid, nor auto with hybrid among its pilot's candidates",
@@ -502,17 +502,20 @@ std::vector<Key> declare() {
               "auto with a pilot: its candidates. k: sync, async, and kasync:K for K = 2, 4, 8 "
               "below train.workers and 16 from 20 workers up. k+hybrid: those, hybrid (with the "
               "run's policy.schedule keys) and, with optim.kind momentum or nesterov, async with "
-              "the momentum correction (async+staleness.momentum_correction=true).")
-          .one_of({"k", "k+hybrid"})
+              "the momentum correction (async+staleness.momentum_correction=true). k+rule: the K "
+              "policies and rule, auto's own rule (policy.auto_rule), as it runs without a "
+              "pilot.")
+          .one_of({"k", "k+hybrid", "k+rule"})
           .moot(policies({"auto"}))
           .moot(no_pilot)
           .written(Written::kNotDefault));
   add(str_key("policy", "auto_choice", HSGD_REF(policy.auto_choice),
-              "auto with a pilot: the candidate it chose (sync, async, kasync:K, hybrid or "
-              "async+staleness.momentum_correction=true), written to "
+              "auto with a pilot: the candidate it chose (sync, async, kasync:K, hybrid, "
+              "async+staleness.momentum_correction=true or rule), written to "
               "config.toml by the run so that rerunning that file (or resuming) trains with it "
               "and runs no pilot; empty = choose by the pilot. With a choice, auto runs that "
-              "fixed policy, push for push, and its rows carry the name auto.")
+              "fixed policy, push for push, and its rows carry the name auto; with rule, it runs "
+              "its rule (policy.auto_rule), as without a pilot.")
           .check_if(
               [](const Config& c) { return c.policy.kind == "auto" && c.policy.auto_pilot == 0; },
               [](const std::string& s) { return s.empty(); }, "empty when policy.auto_pilot = 0",

@@ -174,10 +174,10 @@ std::unique_ptr<Policy> piloted_policy(const PolicyOptions& o, int workers, doub
     const bool fixed = (n.kind == "sync" || n.kind == "async" || n.kind == "hybrid") && !n.number;
     const bool k_ok = n.kind == "kasync" && n.number && *n.number >= 1 && *n.number <= workers;
     if (!fixed && !k_ok) {
-      throw InputError(
-          "policy.auto_choice = '" + o.auto_choice +
-          "': expected sync, async, kasync:K with K in [1, workers = " + std::to_string(workers) +
-          "], hybrid or " + kAsyncCorrected + " (the candidate its pilot chose)");
+      throw InputError("policy.auto_choice = '" + o.auto_choice +
+                       "': expected sync, async, kasync:K with K in [1, workers = " +
+                       std::to_string(workers) + "], hybrid, " + kAsyncCorrected + " or " +
+                       kAutoRule + " (the candidate its pilot chose)");
     }
     chosen.kind = n.kind;
     chosen.k = n.number.value_or(0);
@@ -212,7 +212,9 @@ std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double 
     return std::make_unique<SspPolicy>(o.s);
   }
   if (o.kind == "async") return std::make_unique<AsyncPolicy>();
-  if (o.kind == "auto" && !o.auto_choice.empty()) return piloted_policy(o, workers, lr);
+  if (o.kind == "auto" && !o.auto_choice.empty() && o.auto_choice != kAutoRule) {
+    return piloted_policy(o, workers, lr);
+  }
   if (o.kind == "auto") {
     auto a = std::make_unique<AutoController>(
         workers, parse_auto_ablate(o.auto_ablate, auto_rule_parts(o.auto_rule)),
@@ -270,6 +272,9 @@ std::unique_ptr<Policy> make_policy(const PolicyOptions& o, int workers, double 
   }
   throw InputError("policy.name = '" + o.kind + "': expected " + names);
 }
+
+bool pilot_runs_hybrid(const PolicyOptions& o) { return o.auto_candidates == "k+hybrid"; }
+bool pilot_runs_rule(const PolicyOptions& o) { return o.auto_candidates == "k+rule"; }
 
 MitigationOptions server_mitigations(const PolicyOptions& o, MitigationOptions m) {
   if (o.kind == "auto" && o.auto_choice == kAsyncCorrected) m.momentum_correction = true;

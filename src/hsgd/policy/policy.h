@@ -64,9 +64,11 @@ struct PolicyOptions {
   // each candidate runs on the simulator before training (policy.auto_pilot;
   // 0 = no pilot, the rule above), the candidate set (policy.auto_candidates:
   // "k", the K policies; "k+hybrid", those, hybrid and, with server
-  // momentum, async with the momentum correction), and the candidate the
-  // pilot chose (policy.auto_choice; "" = not chosen yet). With a choice,
-  // auto is that fixed policy, push for push, under the name auto.
+  // momentum, async with the momentum correction; "k+rule", the K policies
+  // and the rule above), and the candidate the pilot chose
+  // (policy.auto_choice; "" = not chosen yet). With a choice, auto is that
+  // fixed policy, push for push, under the name auto; with the choice
+  // kAutoRule, it is the rule, as without a pilot.
   double auto_pilot = 0;
   // The share of each candidate's pilot, at its end, whose interval-mean
   // test accuracy ranks it (policy.auto_pilot_window; 1 = the whole pilot).
@@ -80,6 +82,18 @@ struct PolicyOptions {
 // piloted auto that chose it runs async, and the run layer turns the
 // server's correction on (runtime/row.cc, server_options).
 inline constexpr const char* kAsyncCorrected = "async+staleness.momentum_correction=true";
+
+// The pilot's name for auto's own rule (policy.auto_rule) as a candidate
+// (policy.auto_candidates = "k+rule"). A piloted auto that chose it runs the
+// rule, as auto without a pilot does.
+inline constexpr const char* kAutoRule = "rule";
+
+// Whether auto's pilot runs these candidates (policy.auto_candidates):
+// hybrid and the corrected async ("k+hybrid"); the rule ("k+rule"). The one
+// place each set is named (runtime/pilot.cc builds it; config/keys.cc reads
+// the schedule keys for it).
+bool pilot_runs_hybrid(const PolicyOptions& o);
+bool pilot_runs_rule(const PolicyOptions& o);
 
 // The staleness mitigations the server runs: the configured `m`, with the
 // momentum correction on where `o` is auto whose pilot chose

@@ -19,13 +19,14 @@ std::vector<std::string> pilot_candidates(const Config& run) {
   for (int k : {2, 4, 8, 16}) {
     if (k < workers && (k < 16 || workers >= 20)) out.push_back("kasync:" + std::to_string(k));
   }
-  if (run.policy.auto_candidates == "k+hybrid") {
+  if (pilot_runs_hybrid(run.policy)) {
     out.push_back("hybrid");
     // The correction lowers the server's momentum: only with one, and not
     // on row-sparse models (server/sparse.cc refuses it there).
     const bool momentum = run.optim.kind == "momentum" || run.optim.kind == "nesterov";
     if (momentum && !run.model.sparse) out.push_back(kAsyncCorrected);
   }
+  if (pilot_runs_rule(run.policy)) out.push_back(kAutoRule);
   return out;
 }
 
@@ -57,12 +58,16 @@ constexpr double kMemoryBytesPerS = 5e9;
 // written (no checkpoints).
 Config candidate_config(const Config& run, const std::string& policy) {
   Config c = run;
-  c.policy_name = policy;
-  const bool corrected = policy == kAsyncCorrected;
-  const PolicyName p = parse_policy_name(corrected ? "async" : policy, "policy.name");
-  c.policy.kind = p.kind;
-  c.policy.k = p.number.value_or(0);
-  if (corrected) c.staleness.momentum_correction = true;
+  if (policy == kAutoRule) {  // auto's rule, as without a pilot
+    c.policy_name = "auto";
+  } else {
+    c.policy_name = policy;
+    const bool corrected = policy == kAsyncCorrected;
+    const PolicyName p = parse_policy_name(corrected ? "async" : policy, "policy.name");
+    c.policy.kind = p.kind;
+    c.policy.k = p.number.value_or(0);
+    if (corrected) c.staleness.momentum_correction = true;
+  }
   c.policy.auto_pilot = 0;
   c.policy.auto_choice.clear();
   c.train.budget = run.train.budget * run.policy.auto_pilot;

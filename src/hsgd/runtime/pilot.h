@@ -30,7 +30,9 @@ namespace hsgd {
 // schedule keys: policy.schedule, k0, step, ramp, clock) and, with server
 // momentum (optim.kind momentum or nesterov, not row-sparse), async with the
 // momentum correction (kAsyncCorrected): every fixed policy of the random
-// families but ssp:3. At most 8 runs.
+// families but ssp:3. "k+rule": the K policies, then auto's own rule
+// (kAutoRule: policy.auto_rule, as auto runs without a pilot). At most 8
+// runs.
 std::vector<std::string> pilot_candidates(const Config& run);
 
 // Whether a run of `c` runs a pilot first: policy auto, policy.auto_pilot > 0
