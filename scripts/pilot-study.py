@@ -28,12 +28,15 @@ per family under DIR), the product's per-seed figures are compared with the
 prediction at F and its cells scored alike.
 
 --candidates k+hybrid adds hybrid and async with the momentum correction to
-the K policies, as policy.auto_candidates = "k+hybrid" does; --window W
+the K policies, as policy.auto_candidates = "k+hybrid" does; k+rule adds
+auto's rule (the sweep's auto+policy.auto_rule=18 runs: a pilot of the rule
+is the beginning of its run, and a choice of it is that run), as "k+rule"
+does; --window W
 ranks by the interval mean over the last share W of the pilot, as
 policy.auto_pilot_window = W does.
 
 Usage: scripts/pilot-study.py [--forecast mean|last|logfit] [--committed]
-                              [--candidates k|k+hybrid] [--window W]
+                              [--candidates k|k+hybrid|k+rule] [--window W]
                               [--same-seed [--product DIR]] RUNS/FAMILY ...
   (each an `hsgd sweep ... --out RUNS/FAMILY` output directory, with its
   cells/ and sweep.json)"""
@@ -56,7 +59,8 @@ def is_k(policy):
 # auto's candidate sets (policy.auto_candidates; pilot_candidates in
 # src/hsgd/runtime/pilot.cc): "k", the K policies; "k+hybrid", those, hybrid
 # and async with the momentum correction (the random families run it only
-# with server momentum, as the pilot does).
+# with server momentum, as the pilot does); "k+rule", the K policies and
+# auto's rule (the families' auto+policy.auto_rule=18).
 def candidate_of(which):
     extra = {"k": (), "k+hybrid": ("hybrid", "async+staleness.momentum_correction=true"),
              "k+rule": ("auto+policy.auto_rule=18",)}[which]
