@@ -74,6 +74,28 @@ def pilot_order(policies):
     return sorted(policies, key=lambda p: rank.get(p, int(p.split(":")[-1]) if ":" in p else 50))
 
 
+def constant_k(p):
+    """The constant K a candidate runs (constant_k in src/hsgd/runtime/pilot.cc;
+    sync's, the workers, is above every kasync:K candidate's)."""
+    if p == "sync":
+        return math.inf
+    if p == "async":
+        return 1
+    return int(p.split(":")[1]) if p.startswith("kasync:") else None
+
+
+def choose(ks, score, margin):
+    """pilot_choice (src/hsgd/runtime/pilot.cc): the best figure (ties: the
+    earlier candidate); with a margin and a constant-K candidate best among
+    those with one, the largest K within the margin of it."""
+    top = max(ks, key=lambda p: score[p])
+    with_k = [p for p in ks if constant_k(p) is not None]
+    if margin <= 0 or not with_k or top != max(with_k, key=lambda p: score[p]):
+        return top
+    near = [p for p in with_k if score[p] >= score[top] - margin]
+    return max(near, key=lambda p: constant_k(p))
+
+
 def read_rows(path):
     with open(path) as f:
         return [(float(r["time_s"]), float(r["test_acc"])) for r in csv.DictReader(f)]
@@ -137,6 +159,9 @@ def main():
     ap.add_argument("--window", type=float, default=1.0,
                     help="with --forecast mean: rank by the last share of the pilot "
                     "(policy.auto_pilot_window)")
+    ap.add_argument("--margin", type=float, default=0.0,
+                    help="policy.auto_pilot_margin: among the constant-K candidates within "
+                    "this (test accuracy) of the best K's figure, the largest K")
     ap.add_argument("--candidates", choices=["k", "k+hybrid", "k+rule"], default="k",
                     help="the pilot's candidate set (policy.auto_candidates)")
     ap.add_argument("--committed", action="store_true",
@@ -176,7 +201,7 @@ def main():
                          - best_rest) * 100)
                 for frac in FRACTIONS:
                     score = {p: forecast(curves[(p, sid)], frac, a.forecast, a.window) for p in ks}
-                    pick = max(ks, key=lambda p: score[p])
+                    pick = choose(ks, score, a.margin)
                     folds[frac].append((rest(pick) - best_rest) * 100)
     print(f"{cells} cells, {len(folds[1.0])} folds (the K chosen on one seed, scored on the "
           f"other two against their best fixed policy); {min(runs_per_pilot)} to "
@@ -258,7 +283,7 @@ def same_seed(a):
                 got = []
                 for i, sid in enumerate(seed_ids):
                     score = {p: forecast(curves[(p, sid)], frac, a.forecast, a.window) for p in ks}
-                    pick = max(ks, key=lambda p: score[p])
+                    pick = choose(ks, score, a.margin)
                     picks[(frac, i)] = pick
                     got.append(every[pick][i])
                 cells[frac].append((sum(got) / len(got) - best) * 100)
@@ -281,7 +306,8 @@ def same_seed(a):
     k = sum(mean_k) / len(mean_k)
     print(f"{n} cells, each seed's pilot choosing that seed's run, scored per cell (the mean "
           f"over the seeds) against the best fixed policy; forecast: {a.forecast}\n")
-    print(f"candidates: {a.candidates}; ranked over the pilot's last {a.window:g}\n")
+    print(f"candidates: {a.candidates}; ranked over the pilot's last {a.window:g}; "
+          f"margin {a.margin:g}\n")
     print("| pilot (fraction of the budget) | pilot cost (runs) | within 1.5 pp | within 3 pp "
           "| worst | mean | ahead of async by 2 pp where a fixed policy is |")
     print("|---:|---:|---:|---:|---:|---:|---:|")

@@ -230,6 +230,21 @@ TEST(AutoCli, EveryChoiceOfThePilotRunsThatCandidate) {
   EXPECT_NE(rows_but_policy(rule), rows_but_policy(async));
 }
 
+// policy.auto_pilot_margin reaches the choice: with every K within it, the
+// pilot keeps the largest, sync; without it, the best figure, which here is
+// not sync's.
+TEST(AutoCli, APilotsMarginKeepsTheLargestK) {
+  const std::string wide = tmp("pilot_margin"), none = tmp("pilot_no_margin");
+  const std::string sim = kPilotSim + "--budget 1 --set policy.auto_candidates=k ";
+  ASSERT_EQ(run(job(wide, sim + "--set policy.auto_pilot_margin=0.75")).code, 0);
+  ASSERT_EQ(run(job(none, sim)).code, 0);
+  const auto s = summary(wide);
+  EXPECT_EQ(s["auto_pilot"]["chosen"], "sync");
+  EXPECT_DOUBLE_EQ(s["auto_pilot"]["margin"].get<double>(), 0.75);
+  EXPECT_NE(summary(none)["auto_pilot"]["chosen"], "sync");
+  EXPECT_NE(slurp(wide + "/config.toml").find("auto_pilot_margin = 0.75"), std::string::npos);
+}
+
 // With the rule among the candidates (policy.auto_candidates = "k+rule"),
 // its pilot is auto's own run without a pilot, cut at the pilot's share.
 TEST(AutoCli, TheRulesPilotIsAutosRunWithoutAPilot) {
@@ -294,6 +309,8 @@ TEST(AutoCli, APilotsBadSettingsAreOneLineExit2) {
            {"--set policy.auto_pilot=0.1 --set policy.auto_choice=ssp:3", "policy.auto_choice"},
            {"--set policy.auto_pilot=0.1 --set policy.auto_candidates=all",
             "policy.auto_candidates"},
+           {"--set policy.auto_pilot=0.1 --set policy.auto_pilot_margin=-0.01",
+            "policy.auto_pilot_margin"},
            {"--set policy.auto_pilot=0.1 --set policy.auto_choice=async+staleness.gap_aware=true",
             "policy.auto_choice"}}) {
     const std::string out = tmp("pilot_bad");

@@ -30,6 +30,29 @@ TEST(Pilot, ChoosesTheBestRankedFigure) {
   EXPECT_EQ(pilot_choice({}), "sync");
 }
 
+// With a margin, constant-K figures within it of the best K are not told
+// apart and the largest K among them is kept (sync: the workers); one just
+// outside it, or a margin of 0, leaves the best figure; a candidate without
+// a constant K is kept when it ranks best.
+TEST(Pilot, AMarginKeepsTheLargestKWithinIt) {
+  const std::vector<PilotCandidate> cs = {cand("sync", 0, 0.700), cand("async", 0, 0.760),
+                                          cand("kasync:2", 0, 0.758), cand("kasync:4", 0, 0.756),
+                                          cand("kasync:8", 0, 0.754)};
+  EXPECT_EQ(pilot_choice(cs, 0, 9), "async");
+  EXPECT_EQ(pilot_choice(cs, 0.005, 9), "kasync:4");
+  EXPECT_EQ(pilot_choice(cs, 0.006, 9), "kasync:8");
+  EXPECT_EQ(pilot_choice(cs, 0.07, 9), "sync");  // sync is K = 9 here
+  EXPECT_EQ(pilot_choice(cs, 0.001, 9), "async");
+  std::vector<PilotCandidate> rule = cs;
+  rule.push_back(cand("rule", 0, 0.761));
+  EXPECT_EQ(pilot_choice(rule, 0.005, 9), "rule");
+  rule.back().ranked = 0.759;  // the rule below the best K: the margin among the K
+  EXPECT_EQ(pilot_choice(rule, 0.005, 9), "kasync:4");
+  EXPECT_EQ(pilot_choice({cand("async", NAN, NAN), cand("kasync:2", NAN, NAN)}, 0.005, 9), "sync");
+  EXPECT_EQ(constant_k("kasync:16", 20), 16);
+  EXPECT_EQ(constant_k("hybrid", 20), std::nullopt);
+}
+
 std::vector<std::string> candidates(int workers, const std::string& set, const std::string& optim,
                                     bool sparse = false) {
   Config c;

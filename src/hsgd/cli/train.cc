@@ -402,14 +402,12 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
            {"final_test_acc", finite(k.final_acc)},
            {"stopped", k.stopped.empty() ? nlohmann::json() : nlohmann::json(k.stopped)}});
     }
-    summary["auto_pilot"] = {{"fraction", p.pilot->fraction},
-                             {"window", p.pilot->window},
-                             {"budget", p.pilot->budget},
-                             {"epochs", p.pilot->epochs},
-                             {"sim_compute_time", p.pilot->compute_time},
-                             {"wall_s", p.pilot->wall_s},
-                             {"candidates", cands},
-                             {"chosen", p.pilot->chosen}};
+    summary["auto_pilot"] = {
+        {"fraction", p.pilot->fraction}, {"window", p.pilot->window},
+        {"margin", p.pilot->margin},     {"budget", p.pilot->budget},
+        {"epochs", p.pilot->epochs},     {"sim_compute_time", p.pilot->compute_time},
+        {"wall_s", p.pilot->wall_s},     {"candidates", cands},
+        {"chosen", p.pilot->chosen}};
   }
   write_file_atomic(out + "/summary.json", summary.dump(2) + "\n");
   recorder.finish();

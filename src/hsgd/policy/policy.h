@@ -73,6 +73,10 @@ struct PolicyOptions {
   // The share of each candidate's pilot, at its end, whose interval-mean
   // test accuracy ranks it (policy.auto_pilot_window; 1 = the whole pilot).
   double auto_pilot_window = 0.5;
+  // The margin within which the pilot does not tell the K candidates' ranked
+  // figures apart and keeps the largest K (policy.auto_pilot_margin, test
+  // accuracy; 0 = the best figure).
+  double auto_pilot_margin = 0;
   std::string auto_candidates = "k";
   std::string auto_choice;
 };

@@ -30,16 +30,34 @@ std::vector<std::string> pilot_candidates(const Config& run) {
   return out;
 }
 
-std::string pilot_choice(const std::vector<PilotCandidate>& candidates) {
-  std::string chosen = "sync";  // no finite figure: the safest
-  double best = -INFINITY;
+std::optional<int> constant_k(const std::string& candidate, int workers) {
+  if (candidate == "sync") return workers;
+  if (candidate == "async") return 1;
+  if (candidate.starts_with("kasync:")) return std::stoi(candidate.substr(7));
+  return std::nullopt;
+}
+
+std::string pilot_choice(const std::vector<PilotCandidate>& candidates, double margin,
+                         int workers) {
+  const PilotCandidate* top = nullptr;    // the best figure (ties: the earlier)
+  const PilotCandidate* top_k = nullptr;  // the best among the constant-K candidates
   for (const PilotCandidate& c : candidates) {
-    if (std::isfinite(c.ranked) && c.ranked > best) {
-      best = c.ranked;
-      chosen = c.policy;
+    if (!std::isfinite(c.ranked)) continue;
+    if (!top || c.ranked > top->ranked) top = &c;
+    if (constant_k(c.policy, workers) && (!top_k || c.ranked > top_k->ranked)) top_k = &c;
+  }
+  if (!top) return "sync";  // no finite figure: the safest
+  if (margin <= 0 || top != top_k) return top->policy;
+  // Figures within the margin are not told apart: the largest K among them.
+  const PilotCandidate* chosen = top;
+  for (const PilotCandidate& c : candidates) {
+    const std::optional<int> k = constant_k(c.policy, workers);
+    if (k && std::isfinite(c.ranked) && c.ranked >= top->ranked - margin &&
+        *k > *constant_k(chosen->policy, workers)) {
+      chosen = &c;
     }
   }
-  return chosen;
+  return chosen->policy;
 }
 
 bool wants_pilot(const Config& c) {
@@ -105,6 +123,7 @@ PilotResult run_pilot(const Job& job,
   PilotResult out;
   out.fraction = run.policy.auto_pilot;
   out.window = run.policy.auto_pilot_window;
+  out.margin = run.policy.auto_pilot_margin;
   const std::vector<std::string> names = pilot_candidates(run);
   std::vector<Config> configs;
   for (const std::string& n : names) configs.push_back(candidate_config(run, n));
@@ -144,7 +163,9 @@ PilotResult run_pilot(const Job& job,
     out.candidates.push_back(cand);
     if (on_candidate) on_candidate(cand);
   }
-  if (out.stopped.empty()) out.chosen = pilot_choice(out.candidates);
+  if (out.stopped.empty()) {
+    out.chosen = pilot_choice(out.candidates, out.margin, run.train.workers);
+  }
   out.wall_s = since(t0);
   return out;
 }

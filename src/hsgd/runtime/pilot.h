@@ -15,6 +15,7 @@
 // is calibrated on this machine once for every candidate, and on threads
 // its workers share the machine's cores (sim.cores) as the threads do.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,7 @@ struct PilotCandidate {
 struct PilotResult {
   double fraction = 0;
   double window = 1;              // policy.auto_pilot_window
+  double margin = 0;              // policy.auto_pilot_margin
   double budget = 0, epochs = 0;  // each candidate's (train.budget, train.epochs)
   double compute_time = 0;        // the simulator's sim.compute_time
   std::vector<PilotCandidate> candidates;
@@ -62,9 +64,19 @@ struct PilotResult {
   double wall_s = 0;
 };
 
+// The constant K a candidate runs on `workers` workers: sync, the workers;
+// async, 1; kasync:K, K; none for the others (hybrid, the corrected async,
+// the rule).
+std::optional<int> constant_k(const std::string& candidate, int workers);
+
 // The candidate a pilot chooses: the best `ranked` figure (ties: the
 // earlier candidate); sync when none is finite (every candidate stopped).
-std::string pilot_choice(const std::vector<PilotCandidate>& candidates);
+// With a margin (policy.auto_pilot_margin) > 0 and a constant-K candidate
+// ranking best among those with a constant K, the largest K among the
+// constant-K candidates within the margin of that best K's figure; a
+// candidate without a constant K is kept when it ranks best.
+std::string pilot_choice(const std::vector<PilotCandidate>& candidates, double margin = 0,
+                         int workers = 1);
 
 // Runs the pilot of `job` (wants_pilot(*job.config) must hold) on the
 // simulator, candidate after candidate. `on_candidate` (may be empty) is
