@@ -47,6 +47,7 @@ import math
 import os
 import re
 import sys
+import tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FRACTIONS = [0.05, 0.1, 0.2, 0.25, 0.5, 1.0]
@@ -88,12 +89,27 @@ def choose(ks, score, margin):
     """pilot_choice (src/hsgd/runtime/pilot.cc): the best figure (ties: the
     earlier candidate); with a margin and a constant-K candidate best among
     those with one, the largest K within the margin of it."""
+    ks = [p for p in ks if math.isfinite(score[p])]
+    if not ks:
+        return "sync"  # every candidate stopped within its pilot
     top = max(ks, key=lambda p: score[p])
     with_k = [p for p in ks if constant_k(p) is not None]
     if margin <= 0 or not with_k or top != max(with_k, key=lambda p: score[p]):
         return top
     near = [p for p in with_k if score[p] >= score[top] - margin]
     return max(near, key=lambda p: constant_k(p))
+
+
+def budget(cdir, policies, sid):
+    """A seed's budget in seconds: train.budget of its runs' config.toml, or
+    (an epoch budget) the end of its longest run. A run that diverged ends
+    before it, and its pilot is its beginning up to the budget's share."""
+    with open(os.path.join(cdir, sanitize(policies[0]), f"seed-{sid}", "config.toml"), "rb") as f:
+        b = tomllib.load(f).get("train", {}).get("budget", 0)
+    if b > 0:
+        return float(b)
+    return max(read_rows(os.path.join(cdir, sanitize(p), f"seed-{sid}", "metrics.csv"))[-1][0]
+               for p in policies)
 
 
 def read_rows(path):
@@ -116,9 +132,15 @@ def prefix_mean(rows, end):
     return (area / span if span > 0 else float("nan")), area
 
 
-def forecast(rows, frac, how, window=1.0):
-    total = rows[-1][0]
+def forecast(rows, frac, how, window=1.0, total=None):
+    """The figure that ranks a candidate whose run has `rows`, for a pilot of
+    the share `frac` of the budget `total` (default: the run's last row, for
+    a run that reached its budget). NaN when the run stopped (diverged)
+    within the pilot, its end included: the pilot never chooses it."""
+    total = rows[-1][0] if total is None else total
     end = total * frac
+    if rows[-1][0] < total - 1e-9 and rows[-1][0] <= end + 1e-9:  # stopped by the pilot's end
+        return math.nan
     mean, area = prefix_mean(rows, end)
     if how == "mean":
         if window >= 1:
@@ -190,6 +212,7 @@ def main():
             curves = {(p, sid): read_rows(os.path.join(cdir, sanitize(p), f"seed-{sid}",
                                                        "metrics.csv"))
                       for p in ks for sid in seed_ids}
+            budgets = {sid: budget(cdir, ks, sid) for sid in seed_ids}
             for held, sid in enumerate(seed_ids):
                 def rest(p):
                     return (sum(x for i, x in enumerate(seeds[p]) if i != held)
@@ -200,7 +223,8 @@ def main():
                         (sum(x for i, x in enumerate(v) if i != held) / (len(seed_ids) - 1)
                          - best_rest) * 100)
                 for frac in FRACTIONS:
-                    score = {p: forecast(curves[(p, sid)], frac, a.forecast, a.window) for p in ks}
+                    score = {p: forecast(curves[(p, sid)], frac, a.forecast, a.window,
+                                         budgets[sid]) for p in ks}
                     pick = choose(ks, score, a.margin)
                     folds[frac].append((rest(pick) - best_rest) * 100)
     print(f"{cells} cells, {len(folds[1.0])} folds (the K chosen on one seed, scored on the "
@@ -278,11 +302,13 @@ def same_seed(a):
             curves = {(p, sid): read_rows(os.path.join(cdir, sanitize(p), f"seed-{sid}",
                                                        "metrics.csv"))
                       for p in ks for sid in seed_ids}
+            budgets = {sid: budget(cdir, ks, sid) for sid in seed_ids}
             picks = {}
             for frac in FRACTIONS:
                 got = []
                 for i, sid in enumerate(seed_ids):
-                    score = {p: forecast(curves[(p, sid)], frac, a.forecast, a.window) for p in ks}
+                    score = {p: forecast(curves[(p, sid)], frac, a.forecast, a.window,
+                                         budgets[sid]) for p in ks}
                     pick = choose(ks, score, a.margin)
                     picks[(frac, i)] = pick
                     got.append(every[pick][i])
