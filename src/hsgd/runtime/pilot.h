@@ -71,10 +71,10 @@ std::optional<int> constant_k(const std::string& candidate, int workers);
 
 // The candidate a pilot chooses: the best `ranked` figure (ties: the
 // earlier candidate); sync when none is finite (every candidate stopped).
-// With a margin (policy.auto_pilot_margin) > 0 and a constant-K candidate
-// ranking best among those with a constant K, the largest K among the
-// constant-K candidates within the margin of that best K's figure; a
-// candidate without a constant K is kept when it ranks best.
+// With a margin (policy.auto_pilot_margin) > 0 and the best figure a
+// constant-K candidate's: the largest K among the constant-K candidates
+// within the margin of it. A candidate without a constant K is kept when
+// its figure is the best.
 std::string pilot_choice(const std::vector<PilotCandidate>& candidates, double margin = 0,
                          int workers = 1);
 
