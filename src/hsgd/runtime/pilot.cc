@@ -76,9 +76,7 @@ constexpr double kMemoryBytesPerS = 5e9;
 // written (no checkpoints).
 Config candidate_config(const Config& run, const std::string& policy) {
   Config c = run;
-  if (policy == kAutoRule) {  // auto's rule, as without a pilot
-    c.policy_name = "auto";
-  } else {
+  if (policy != kAutoRule) {  // the rule is the run's own auto, as without a pilot
     c.policy_name = policy;
     const bool corrected = policy == kAsyncCorrected;
     const PolicyName p = parse_policy_name(corrected ? "async" : policy, "policy.name");
