@@ -359,8 +359,7 @@ def same_seed(a):
               f"behind {p} (worst {min(gaps):+.2f}, mean {sum(gaps) / len(gaps):+.2f}).")
     if product:
         print(f"\nThe product chose the predicted candidate in {chose[0]} of {agree[1]} seeds; "
-              f"its runs score as the predicted ones in {agree[0]} (a run that diverged after "
-              "its pilot is scored by a one-policy sweep over its own, shorter, time grid).")
+              f"its runs score as the predicted ones in {agree[0]}.")
 
 
 if __name__ == "__main__":

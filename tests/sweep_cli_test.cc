@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "cli_helpers.h"
+#include "hsgd/metrics/recorder.h"
 #include "test_helpers.h"
 
 namespace hsgd {
@@ -187,6 +188,54 @@ TEST(SweepCli, BadGridsOneLineExit2) {
 
 // Settings moot in every run are said once; a key some policy reads is not
 // moot (policy.step: hybrid reads it, async does not).
+// A sweep of one policy whose run diverges (exit 3) at its first evaluation:
+// the run is scored over the cell's budget, held at its last value from there
+// on (0, 1 s, then 2..6 s: seven evaluations), not over its own first second.
+TEST(SweepCli, ADivergedRunAloneIsScoredOverTheBudget) {
+  const std::string g = write("grid-diverged.toml",
+                              "policies = [\"async\"]\n"
+                              "seeds = [1]\n"
+                              "[set]\n"
+                              "data.spec = \"synthetic\"\n"
+                              "model.name = \"linear-test\"\n"
+                              "train.workers = 3\n"
+                              "train.budget = 6\n"
+                              "train.eval_every = 1\n"
+                              "train.diverge_factor = 1.5\n"
+                              "sim.compute_time = 0.1\n"
+                              "sim.server_ns_per_param = 1.0\n"
+                              "[axes]\n"
+                              "optim.lr = [1.0e6]\n");
+  const std::string out = tmp("sweep-diverged");
+  const Outcome o = run("sweep " + g + " --out " + out);
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.err.find("(stopped early)"), std::string::npos) << o.err;
+  const auto rows = read_metrics_csv(out + "/cells/optim.lr-1000000.0/async/seed-1/metrics.csv");
+  ASSERT_EQ(rows.size(), 2u);
+  ASSERT_EQ(rows.back().time_s, 1.0);
+  const nlohmann::json j = nlohmann::json::parse(slurp(out + "/sweep.json"));
+  EXPECT_NEAR(j["cells"][0]["policies"]["async"]["interval_mean"]["mean"].get<double>(),
+              (rows[0].test_acc + 6 * rows[1].test_acc) / 7, 1e-12);
+
+  // --rescore writes the tables again from the runs as they are, running
+  // nothing, whatever identity their markers carry; a run without results
+  // is one line and exit 2.
+  const std::string dir = out + "/cells/optim.lr-1000000.0/async/seed-1";
+  const std::string json = slurp(out + "/sweep.json");
+  fs::remove(out + "/sweep.json");
+  std::ofstream(dir + "/sweep-done") << "an older identity\n";
+  Outcome r = run("sweep " + g + " --out " + out + " --rescore");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("1 done, 0 to run"), std::string::npos) << r.err;
+  EXPECT_EQ(slurp(out + "/sweep.json"), json);
+  EXPECT_EQ(slurp(dir + "/sweep-done"), "an older identity\n");
+  fs::remove(dir + "/metrics.csv");
+  r = run("sweep " + g + " --out " + out + " --rescore");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find(dir + ": no finished run to rescore"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir + "/metrics.csv"));
+}
+
 TEST(SweepCli, SettingsMootInEveryRunAreSaidOnce) {
   const std::string g = write("moot.toml",
                               "policies = [\"async\", \"hybrid\"]\n"

@@ -76,6 +76,44 @@ TEST(Sweep, ARunStoppedEarlyDoesNotShortenTheOthersInterval) {
   EXPECT_NEAR(c.cand_minus_best, -0.09, 1e-12);
 }
 
+// A sweep of one policy, or a seed where every policy diverged: the longest
+// run itself stopped early. The seed is measured on the evaluations a whole
+// run makes (to the cell's budget), so the diverged run is scored over the
+// budget (held at its last value), not over its own first seconds.
+TEST(Sweep, ARunStoppedEarlyIsScoredOverTheBudgetWhenNoRunReachedIt) {
+  // Evaluated at 0, 2, 4 and diverged at 5 s; the budget is 10 s, every 2 s.
+  auto diverged = [] {
+    return std::vector<MetricsRow>{row(0, 0.1), row(2, 0.7), row(4, 0.7), row(5, 0.1)};
+  };
+  SweepInput in = one_cell({"auto"}, {diverged()});
+  EXPECT_DOUBLE_EQ(sweep_results(in).cells[0].policies[0].interval_mean.mean,
+                   (0.1 + 0.7 + 0.7 + 0.1) / 4);  // without a budget: its own grid
+  in.ends = {{10, 2}};
+  // A whole run's grid, 0, 2, ..., 10: 6, 8 and 10 held at 0.1 (not 5).
+  EXPECT_DOUBLE_EQ(sweep_results(in).cells[0].policies[0].interval_mean.mean,
+                   (0.1 + 0.7 + 0.7 + 3 * 0.1) / 6);
+  // A budget off the spacing ends the grid at the budget itself: 6, 8, 9.
+  in.ends = {{9, 2}};
+  EXPECT_DOUBLE_EQ(sweep_results(in).cells[0].policies[0].interval_mean.mean,
+                   (0.1 + 0.7 + 0.7 + 3 * 0.1) / 6);
+  // A run that reached its budget keeps its own grid (here every 1 s).
+  in = one_cell({"auto"}, {run(4, [](int t) { return 0.1 * t; })});
+  in.ends = {{4, 2}};
+  EXPECT_DOUBLE_EQ(sweep_results(in).cells[0].policies[0].interval_mean.mean, 0.2);
+  // No time budget (0): nothing to extend to.
+  in = one_cell({"auto"}, {diverged()});
+  in.ends = {{0, 2}};
+  EXPECT_DOUBLE_EQ(sweep_results(in).cells[0].policies[0].interval_mean.mean, 0.4);
+  // Two policies, both diverged: both are measured on the whole run's grid.
+  in = one_cell({"async", "auto"}, {diverged(), {row(0, 0.1), row(2, 0.9), row(3, 0.1)}});
+  in.ends = {{10, 2}};
+  const SweepCell c = sweep_results(in).cells[0];
+  EXPECT_DOUBLE_EQ(c.policies[0].interval_mean.mean, (0.1 + 0.7 + 0.7 + 3 * 0.1) / 6);
+  EXPECT_DOUBLE_EQ(c.policies[1].interval_mean.mean, (0.1 + 0.9 + 4 * 0.1) / 6);
+  in.ends = {{10, 2}, {10, 2}};
+  EXPECT_THROW(sweep_results(in), InputError);
+}
+
 // auto in any variant chooses its K while it runs: it is never the "best
 // fixed" policy, even when it is not the candidate and scores highest.
 TEST(Sweep, AnAutoVariantIsNeverTheBestFixedPolicy) {

@@ -122,8 +122,9 @@ std::string policy_dir(std::string policy);
 struct SweepArgs {
   std::string grid_path;
   std::string out = "runs/sweep";
-  int jobs = 0;        // 0: the grid's `jobs` (default 2)
-  bool check = false;  // --check: validate the grid and every run's config, run nothing
+  int jobs = 0;          // 0: the grid's `jobs` (default 2)
+  bool check = false;    // --check: validate the grid and every run's config, run nothing
+  bool rescore = false;  // --rescore: the tables from the finished runs in `out`, run nothing
 };
 int sweep(const SweepArgs& a);
 // Whether `path` reads as a sweep grid: TOML with a top-level [axes] table or

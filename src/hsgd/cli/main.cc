@@ -118,6 +118,9 @@ int main(int argc, char** argv) {
   sweep->add_option("--jobs", sa.jobs, "runs at a time (default: the grid's jobs, 2)");
   sweep->add_flag("--check", sa.check,
                   "validate the grid and every run's config, print the run count, run nothing");
+  sweep->add_flag("--rescore", sa.rescore,
+                  "write the tables again from the finished runs in --out, run nothing (after "
+                  "the scoring changed; each run's metrics as they are)");
 
   // ---- config
   hsgd::cli::ConfigArgs cfa;

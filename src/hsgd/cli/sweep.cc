@@ -9,6 +9,7 @@
 #include <toml++/toml.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -257,6 +258,10 @@ struct Run {
 
 std::string marker(const std::string& dir) { return dir + "/sweep-done"; }
 
+std::string run_dir(const std::string& cell_dir, const std::string& policy, uint64_t seed) {
+  return (fs::path(cell_dir) / sanitize(policy) / ("seed-" + std::to_string(seed))).string();
+}
+
 bool finished(const Run& r) {
   std::ifstream f(marker(r.dir));
   std::string h;
@@ -413,10 +418,26 @@ int sweep(const SweepArgs& a) {
     return 0;
   }
 
+  std::vector<Run> runs;
+  if (a.rescore) {
+    // --rescore: the tables again from the runs already in `out`, running
+    // nothing, whatever config identity their markers carry (the method
+    // changed, not the runs).
+    for (size_t c = 0; c < cells.size(); ++c) {
+      for (size_t p = 0; p < g.policies.size(); ++p) {
+        for (size_t s = 0; s < g.seeds.size(); ++s) {
+          Run r{c, p, s, run_dir(cell_dirs[c], g.policies[p], g.seeds[s]), {}, {}};
+          if (!fs::exists(marker(r.dir)) || !fs::exists(r.dir + "/metrics.csv"))
+            throw InputError(r.dir + ": no finished run to rescore (run the sweep first)");
+          runs.push_back(std::move(r));
+        }
+      }
+    }
+  }
+
   // 2. The simulator's costs: calibrated once per cell if the grid leaves
   // them open, kept in the cell's costs.txt so a resumed sweep reuses them.
-  std::vector<Run> runs;
-  for (size_t c = 0; c < cells.size(); ++c) {
+  for (size_t c = 0; c < cells.size() && !a.rescore; ++c) {
     const Config& base = configs[c][0];
     std::vector<Override> costs;
     if (base.sim.compute_time == 0 || base.sim.server_ns_per_param < 0 ||
@@ -446,14 +467,7 @@ int sweep(const SweepArgs& a) {
     }
     for (size_t p = 0; p < g.policies.size(); ++p) {
       for (size_t s = 0; s < g.seeds.size(); ++s) {
-        Run r{c,
-              p,
-              s,
-              (fs::path(cell_dirs[c]) / sanitize(g.policies[p]) /
-               ("seed-" + std::to_string(g.seeds[s])))
-                  .string(),
-              {},
-              {}};
+        Run r{c, p, s, run_dir(cell_dirs[c], g.policies[p], g.seeds[s]), {}, {}};
         r.overrides = run_overrides(c, p, s, costs);
         r.overrides.push_back({"train.out", toml_string(r.dir)});
         r.hash = config_digest(load_config(g.config, r.overrides));
@@ -464,7 +478,7 @@ int sweep(const SweepArgs& a) {
 
   // 3. The runs not yet done, `jobs` at a time.
   std::vector<size_t> todo;
-  for (size_t i = 0; i < runs.size(); ++i) {
+  for (size_t i = 0; i < runs.size() && !a.rescore; ++i) {
     if (!finished(runs[i])) todo.push_back(i);
   }
   std::fprintf(stderr,
@@ -538,6 +552,19 @@ int sweep(const SweepArgs& a) {
                      g.policies.size(), std::vector<std::vector<MetricsRow>>(g.seeds.size())));
   for (const Run& r : runs) {
     in.runs[r.cell][r.policy][r.seed] = read_metrics_csv(r.dir + "/metrics.csv");
+  }
+  // Each cell's grid goes on to its budget (the longest of its policies'),
+  // unless an epoch limit may end a whole run before it.
+  for (size_t c = 0; c < cells.size(); ++c) {
+    SweepInput::End end{0, configs[c][0].train.eval_every};
+    for (const Config& cfg : configs[c]) {
+      if (cfg.train.epochs > 0) {
+        end.budget = 0;
+        break;
+      }
+      end.budget = std::max(end.budget, cfg.train.budget);
+    }
+    in.ends.push_back(end);
   }
   const SweepResult res = sweep_results(in);
   const std::string md = sweep_markdown(res);

@@ -48,6 +48,23 @@ double paired_se(const std::vector<double>& a, const std::vector<double>& b) {
   return mean_std(d).std / std::sqrt(static_cast<double>(d.size()));
 }
 
+// A seed whose longest run stopped before the budget (every run of it
+// diverged, or the sweep has one policy) is measured on the evaluations a
+// whole run makes: its first time, every eval_every seconds, the budget.
+void extend_to_budget(std::vector<double>& grid, const SweepInput::End& end) {
+  if (end.budget <= 0 || end.eval_every <= 0 || grid.empty()) return;
+  constexpr double kEps = 1e-9;
+  if (grid.back() >= end.budget - kEps) return;
+  const double first = grid.front();
+  grid.assign(1, first);
+  for (double k = std::floor(first / end.eval_every + kEps) + 1;; ++k) {
+    const double t = k * end.eval_every;
+    if (t >= end.budget - kEps) break;
+    grid.push_back(t);
+  }
+  grid.push_back(end.budget);
+}
+
 }  // namespace
 
 bool is_adaptive_policy(const std::string& policy) {
@@ -62,6 +79,8 @@ SweepResult sweep_results(const SweepInput& in) {
   r.candidate = in.candidate;
   if (in.policies.empty() || in.seeds.empty()) throw InputError("sweep: no policies or no seeds");
   if (in.runs.size() != in.cells.size()) throw InputError("sweep: runs and cells differ in count");
+  if (!in.ends.empty() && in.ends.size() != in.cells.size())
+    throw InputError("sweep: ends and cells differ in count");
   for (size_t c = 0; c < in.cells.size(); ++c) {
     SweepCell cell;
     cell.index = in.cells[c];
@@ -84,6 +103,7 @@ SweepResult sweep_results(const SweepInput& in) {
         if (in.runs[c][p][s].back().time_s > in.runs[c][longest][s].back().time_s) longest = p;
       }
       for (const MetricsRow& row : in.runs[c][longest][s]) grids[s].push_back(row.time_s);
+      if (!in.ends.empty()) extend_to_budget(grids[s], in.ends[c]);
     }
     for (size_t p = 0; p < in.policies.size(); ++p) {
       const auto& runs = in.runs[c][p];

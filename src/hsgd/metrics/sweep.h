@@ -9,7 +9,12 @@
 //    times of the cell's longest run of the same seed (the first policy's on
 //    a tie; interpolated as in metrics/compare.h, a run that stopped early
 //    for divergence held at its last value), so every policy of a seed is
-//    measured on one grid;
+//    measured on one grid; when that longest run too stopped before the
+//    cell's budget (every policy of the seed diverged, or the sweep has one
+//    policy), the grid is the evaluations a whole run makes (its first
+//    time, every eval_every seconds, the budget), so a run that diverged is
+//    scored over the budget, not over its own short life, and on the grid a
+//    sweep with a whole run would give it;
 //  - final = the run's last row's test_acc;
 //  - over seeds: mean and sample standard deviation (compare.h: mean_std);
 //  - best fixed = the fixed policy (not `candidate`, and not `auto` in any
@@ -47,6 +52,14 @@ struct SweepInput {
   // runs[c][p][s] = the metrics rows of policy p with seed s in cell c.
   std::vector<std::vector<size_t>> cells;
   std::vector<std::vector<std::vector<std::vector<MetricsRow>>>> runs;
+  // ends[c]: cell c's budget and evaluation spacing in seconds (train.budget,
+  // train.eval_every), the grid of a seed whose runs all stopped early.
+  // Empty, or a budget of 0 (no time limit, or an epoch limit): the longest
+  // run's evaluations only.
+  struct End {
+    double budget = 0, eval_every = 0;
+  };
+  std::vector<End> ends;
 };
 
 struct SweepPolicy {
