@@ -281,11 +281,15 @@ def _cli():
     return found
 
 
-def sweep(grid, out="runs/sweep", jobs=None):
-    """`hsgd sweep GRID --out OUT`: returns sweep.json as a dict."""
+def sweep(grid, out="runs/sweep", jobs=None, rescore=False):
+    """`hsgd sweep GRID --out OUT`: returns sweep.json as a dict. With
+    rescore=True (`--rescore`), the tables again from the finished runs in
+    OUT, running nothing."""
     cmd = [_cli(), "sweep", os.fspath(grid), "--out", os.fspath(out)]
     if jobs is not None:
         cmd += ["--jobs", str(int(jobs))]
+    if rescore:
+        cmd.append("--rescore")
     p = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
     sys.stderr.write(p.stderr)
     if p.returncode == 2:

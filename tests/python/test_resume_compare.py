@@ -1,6 +1,8 @@
 """resume= continues a run from its checkpoint; compare() is `hsgd compare`."""
 import json
 
+import pytest
+
 import hsgd
 from conftest import SIM
 from netdef import make_net
@@ -51,3 +53,13 @@ optim.lr = [0.01, 0.1]
     tables = hsgd.sweep(grid, out=tmp_path / "sweep")
     assert tables == json.loads((tmp_path / "sweep" / "sweep.json").read_text())
     assert tables["policies"] == ["async", "sync"] and len(tables["cells"]) == 2
+    # rescore: the same tables from the runs as they are, running nothing
+    # (a marker from another config identity is kept, not rerun).
+    done = tmp_path / "sweep" / "cells" / "optim.lr-0.1" / "sync" / "seed-1" / "sweep-done"
+    done.write_text("another identity\n")
+    (tmp_path / "sweep" / "sweep.json").unlink()
+    assert hsgd.sweep(grid, out=tmp_path / "sweep", rescore=True) == tables
+    assert done.read_text() == "another identity\n"
+    (done.parent / "metrics.csv").unlink()
+    with pytest.raises(ValueError, match="no finished run to rescore"):
+        hsgd.sweep(grid, out=tmp_path / "sweep", rescore=True)
