@@ -33,10 +33,15 @@ auto's rule (the sweep's auto+policy.auto_rule=18 runs: a pilot of the rule
 is the beginning of its run, and a choice of it is that run), as "k+rule"
 does; --window W
 ranks by the interval mean over the last share W of the pilot, as
-policy.auto_pilot_window = W does.
+policy.auto_pilot_window = W does; --margin D keeps the largest K within D
+of the best K's figure, as policy.auto_pilot_margin = D does; --keep M runs
+a second round, as policy.auto_pilot_keep = M does: the best M of the first
+continue to twice the share (their runs, cut there) and the choice is among
+them (the cost column counts the second round).
 
 Usage: scripts/pilot-study.py [--forecast mean|last|logfit] [--committed]
                               [--candidates k|k+hybrid|k+rule] [--window W]
+                              [--margin D] [--keep M]
                               [--same-seed [--product DIR]] RUNS/FAMILY ...
   (each an `hsgd sweep ... --out RUNS/FAMILY` output directory, with its
   cells/ and sweep.json)"""
@@ -102,6 +107,33 @@ def choose(ks, score, margin):
         return top
     near = [p for p in with_k if score[p] >= score[top] - margin]
     return max(near, key=lambda p: constant_k(p))
+
+
+def survivors(ks, score, keep):
+    """pilot_survivors (src/hsgd/runtime/pilot.cc): the best `keep` by the
+    first round's figure (ties: the earlier; none that stopped), in
+    candidate order."""
+    fin = [p for p in ks if math.isfinite(score[p])]
+    best = sorted(fin, key=lambda p: (-score[p], ks.index(p)))[:keep]
+    return [p for p in ks if p in best]
+
+
+def pick(ks, rows, frac, a, total):
+    """The candidate the pilot chooses for one seed: `rows[p]` is candidate
+    p's run; with --keep m > 0, the best m of the first round continue to
+    twice the share (at most the whole) and the choice is among them."""
+    score = {p: forecast(rows[p], frac, a.forecast, a.window, total) for p in ks}
+    if a.keep > 0 and frac < 1:
+        ks = survivors(ks, score, a.keep)
+        second = min(1.0, 2 * frac)
+        score = {p: forecast(rows[p], second, a.forecast, a.window, total) for p in ks}
+    return choose(ks, score, a.margin)
+
+
+def pilot_cost(frac, n, keep):
+    """The pilot's extra cost in runs: n candidates to frac, then (with a
+    keep) the best `keep` on to twice frac (at most the whole)."""
+    return frac * n + (min(keep, n) * (min(1.0, 2 * frac) - frac) if keep > 0 else 0)
 
 
 def budget(cdir, policies, sid):
@@ -187,6 +219,9 @@ def main():
     ap.add_argument("--margin", type=float, default=0.0,
                     help="policy.auto_pilot_margin: among the constant-K candidates within "
                     "this (test accuracy) of the best K's figure, the largest K")
+    ap.add_argument("--keep", type=int, default=0,
+                    help="policy.auto_pilot_keep: the best this many of the first round continue "
+                    "to twice the share, and the choice is among them (0: one round)")
     ap.add_argument("--candidates", choices=["k", "k+hybrid", "k+rule"], default="k",
                     help="the pilot's candidate set (policy.auto_candidates)")
     ap.add_argument("--committed", action="store_true",
@@ -226,18 +261,16 @@ def main():
                         (sum(x for i, x in enumerate(v) if i != held) / (len(seed_ids) - 1)
                          - best_rest) * 100)
                 for frac in FRACTIONS:
-                    score = {p: forecast(curves[(p, sid)], frac, a.forecast, a.window,
-                                         budgets[sid]) for p in ks}
-                    pick = choose(ks, score, a.margin)
-                    folds[frac].append((rest(pick) - best_rest) * 100)
+                    chosen = pick(ks, {p: curves[(p, sid)] for p in ks}, frac, a, budgets[sid])
+                    folds[frac].append((rest(chosen) - best_rest) * 100)
     print(f"{cells} cells, {len(folds[1.0])} folds (the K chosen on one seed, scored on the "
           f"other two against their best fixed policy); {min(runs_per_pilot)} to "
           f"{max(runs_per_pilot)} K policies per cell; forecast: {a.forecast}\n")
     print("| pilot (fraction of the budget) | pilot cost (runs) | within 1.5 pp | worst | mean |")
     print("|---:|---:|---:|---:|---:|")
-    mean_k = sum(runs_per_pilot) / len(runs_per_pilot)
     for frac, g in folds.items():
-        print(f"| {frac:g} | {frac * mean_k:.2f} | {sum(x >= -1.5 for x in g)} of {len(g)} "
+        cost = sum(pilot_cost(frac, n, a.keep) for n in runs_per_pilot) / len(runs_per_pilot)
+        print(f"| {frac:g} | {cost:.2f} | {sum(x >= -1.5 for x in g)} of {len(g)} "
               f"({100 * sum(x >= -1.5 for x in g) / len(g):.0f} %) | {min(g):+.2f} | "
               f"{sum(g) / len(g):+.2f} |")
     for p, g in sorted(auto_folds.items()):
@@ -311,11 +344,9 @@ def same_seed(a):
             for frac in FRACTIONS:
                 got = []
                 for i, sid in enumerate(seed_ids):
-                    score = {p: forecast(curves[(p, sid)], frac, a.forecast, a.window,
-                                         budgets[sid]) for p in ks}
-                    pick = choose(ks, score, a.margin)
-                    picks[(frac, i)] = pick
-                    got.append(every[pick][i])
+                    chosen = pick(ks, {p: curves[(p, sid)] for p in ks}, frac, a, budgets[sid])
+                    picks[(frac, i)] = chosen
+                    got.append(every[chosen][i])
                 cells[frac].append((sum(got) / len(got) - best) * 100)
                 over[frac].append((sum(got) / len(got) - asy) * 100)
                 picked_mean[frac].append(sum(got) / len(got))
@@ -338,7 +369,6 @@ def same_seed(a):
                         chosen = json.load(f)["auto_pilot"]["chosen"]
                     chose[0] += RULE.get(chosen, chosen) == predicted
     n = len(cells[1.0])
-    k = sum(mean_k) / len(mean_k)
     print(f"{n} cells, each seed's pilot choosing that seed's run, scored per cell (the mean "
           f"over the seeds) against the best fixed policy; forecast: {a.forecast}\n")
     print(f"candidates: {a.candidates}; ranked over the pilot's last {a.window:g}; "
@@ -347,10 +377,12 @@ def same_seed(a):
           "| worst | mean | ahead of async by 2 pp where a fixed policy is |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for frac, g in cells.items():
-        print(score_line(f"{frac:g}", f"{frac * k:.2f}", g, over[frac], where))
+        cost = sum(pilot_cost(frac, n, a.keep) for n in mean_k) / len(mean_k)
+        print(score_line(f"{frac:g}", f"{cost:.2f}", g, over[frac], where))
     if product:
         print(score_line(f"auto, policy.auto_pilot = {product_frac:g} (the runs)",
-                         f"{product_frac * k:.2f}", product, product_over, where))
+                         f"{sum(pilot_cost(product_frac, n, a.keep) for n in mean_k) / len(mean_k):.2f}",
+                         product, product_over, where))
     for p, g in sorted(autos.items()):
         print(score_line(f"{p} (no pilot)", "0", g, autos_over[p], where))
     for p, means in sorted(autos_mean.items()):  # the committed MLP grid's target

@@ -247,6 +247,55 @@ TEST(AutoCli, APilotsMarginKeepsTheLargestK) {
   EXPECT_NE(slurp(wide + "/config.toml").find("auto_pilot_margin = 0.75"), std::string::npos);
 }
 
+// policy.auto_pilot_keep = 2: the best two of the first round (0.5 s of 2)
+// continue to twice the share, and each second-round figure is that
+// candidate's own run to 1 s; the choice is the best of them (margin 0).
+TEST(AutoCli, APilotsSecondRoundContinuesTheBestTwoToTwiceTheShare) {
+  const std::string out = tmp("pilot_keep");
+  const std::string sim = kPilotSim + "--set train.workers=9 --set policy.auto_candidates=k ";
+  const Outcome o = run(
+      job(out, sim + "--budget 2 --set policy.auto_pilot_keep=2 --set policy.auto_pilot_margin=0"));
+  ASSERT_EQ(o.code, 0) << o.err;
+  const auto s = summary(out);
+  const auto& p = s["auto_pilot"];
+  EXPECT_EQ(p["keep"], 2);
+  EXPECT_DOUBLE_EQ(p["second_fraction"].get<double>(), 0.5);
+  // The survivors: the two best first-round figures (ties: the earlier).
+  std::vector<std::pair<double, size_t>> first;
+  for (size_t i = 0; i < p["candidates"].size(); ++i) {
+    first.push_back({-p["candidates"][i]["ranked"].get<double>(), i});
+  }
+  std::sort(first.begin(), first.end());
+  std::vector<std::string> expected = {
+      p["candidates"][std::min(first[0].second, first[1].second)]["policy"],
+      p["candidates"][std::max(first[0].second, first[1].second)]["policy"]};
+  ASSERT_EQ(p["second"].size(), 2u);
+  std::string best;
+  double best_ranked = -1;
+  for (size_t i = 0; i < 2; ++i) {
+    const auto& c = p["second"][i];
+    EXPECT_EQ(c["policy"], expected[i]);
+    const std::string alone = tmp("pilot_keep_alone_" + std::to_string(i));
+    ASSERT_EQ(
+        run(job(alone, sim + "--budget 1 --set policy.auto_pilot=0 " + as_plain(c["policy"]))).code,
+        0);
+    const std::vector<MetricsRow> rows = read_metrics_csv(alone + "/metrics.csv");
+    EXPECT_NEAR(c["ranked"].get<double>(), late_mean_test_acc(rows, 0.5), 1e-6) << c.dump();
+    EXPECT_NEAR(c["interval_mean"].get<double>(), interval_mean_test_acc(rows), 1e-6);
+    if (c["ranked"].get<double>() > best_ranked) {
+      best_ranked = c["ranked"];
+      best = c["policy"];
+    }
+  }
+  EXPECT_EQ(p["chosen"], best);
+  EXPECT_NE(slurp(out + "/config.toml").find("auto_pilot_keep = 2"), std::string::npos);
+  // One round (the default): no second.
+  const std::string one = tmp("pilot_keep_0");
+  ASSERT_EQ(run(job(one, sim + "--budget 2")).code, 0);
+  EXPECT_TRUE(summary(one)["auto_pilot"]["second"].empty());
+  EXPECT_EQ(slurp(one + "/config.toml").find("auto_pilot_keep"), std::string::npos);
+}
+
 // With the rule among the candidates (policy.auto_candidates = "k+rule"),
 // its pilot is auto's own run without a pilot, cut at the pilot's share.
 TEST(AutoCli, TheRulesPilotIsAutosRunWithoutAPilot) {

@@ -63,6 +63,21 @@ std::vector<std::string> candidates(int workers, const std::string& set, const s
   return pilot_candidates(c);
 }
 
+// The second round's candidates: the best `keep` by the ranked figure
+// (ties: the earlier), never one that stopped, in candidate order.
+TEST(Pilot, TheSecondRoundKeepsTheBestRanked) {
+  const std::vector<PilotCandidate> cs = {cand("sync", 0, 0.70), cand("async", 0, NAN),
+                                          cand("kasync:2", 0, 0.75), cand("kasync:4", 0, 0.72),
+                                          cand("kasync:8", 0, 0.72)};
+  EXPECT_EQ(pilot_survivors(cs, 2), (std::vector<std::string>{"kasync:2", "kasync:4"}));
+  EXPECT_EQ(pilot_survivors(cs, 1), (std::vector<std::string>{"kasync:2"}));
+  EXPECT_EQ(pilot_survivors(cs, 3), (std::vector<std::string>{"kasync:2", "kasync:4", "kasync:8"}));
+  EXPECT_EQ(pilot_survivors(cs, 9),
+            (std::vector<std::string>{"sync", "kasync:2", "kasync:4", "kasync:8"}));
+  EXPECT_TRUE(pilot_survivors(cs, 0).empty());
+  EXPECT_TRUE(pilot_survivors({cand("async", 0, NAN)}, 2).empty());
+}
+
 TEST(Pilot, CandidateSets) {
   using V = std::vector<std::string>;
   EXPECT_EQ(candidates(4, "k", "sgd"), (V{"sync", "async", "kasync:2"}));

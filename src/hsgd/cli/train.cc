@@ -393,21 +393,30 @@ void write_outputs(const TrainArgs& a, const Prepared& p, const RunResult& r, Re
     const auto finite = [](double v) {
       return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json();
     };
-    nlohmann::json cands = nlohmann::json::array();
-    for (const PilotCandidate& k : p.pilot->candidates) {
-      cands.push_back(
-          {{"policy", k.policy},
-           {"interval_mean", finite(k.interval_mean)},
-           {"ranked", finite(k.ranked)},
-           {"final_test_acc", finite(k.final_acc)},
-           {"stopped", k.stopped.empty() ? nlohmann::json() : nlohmann::json(k.stopped)}});
-    }
-    summary["auto_pilot"] = {
-        {"fraction", p.pilot->fraction}, {"window", p.pilot->window},
-        {"margin", p.pilot->margin},     {"budget", p.pilot->budget},
-        {"epochs", p.pilot->epochs},     {"sim_compute_time", p.pilot->compute_time},
-        {"wall_s", p.pilot->wall_s},     {"candidates", cands},
-        {"chosen", p.pilot->chosen}};
+    auto figures = [&](const std::vector<PilotCandidate>& round) {
+      nlohmann::json cands = nlohmann::json::array();
+      for (const PilotCandidate& k : round) {
+        cands.push_back(
+            {{"policy", k.policy},
+             {"interval_mean", finite(k.interval_mean)},
+             {"ranked", finite(k.ranked)},
+             {"final_test_acc", finite(k.final_acc)},
+             {"stopped", k.stopped.empty() ? nlohmann::json() : nlohmann::json(k.stopped)}});
+      }
+      return cands;
+    };
+    summary["auto_pilot"] = {{"fraction", p.pilot->fraction},
+                             {"window", p.pilot->window},
+                             {"margin", p.pilot->margin},
+                             {"keep", p.pilot->keep},
+                             {"budget", p.pilot->budget},
+                             {"epochs", p.pilot->epochs},
+                             {"sim_compute_time", p.pilot->compute_time},
+                             {"wall_s", p.pilot->wall_s},
+                             {"candidates", figures(p.pilot->candidates)},
+                             {"second_fraction", p.pilot->second_fraction},
+                             {"second", figures(p.pilot->second)},
+                             {"chosen", p.pilot->chosen}};
   }
   write_file_atomic(out + "/summary.json", summary.dump(2) + "\n");
   recorder.finish();
@@ -488,19 +497,26 @@ PilotResult pilot_with_lines(const Prepared& p, bool quiet) {
                      ? fmt::format("{:g} s", c.train.budget * c.policy.auto_pilot).c_str()
                      : fmt::format("{:g} epochs", c.train.epochs * c.policy.auto_pilot).c_str());
   }
+  if (!quiet && c.policy.auto_pilot_keep > 0 && c.policy.auto_pilot < 1) {
+    std::fprintf(stderr,
+                 "hsgd: auto pilot: then the best %d continue to %g of the budget "
+                 "(policy.auto_pilot_keep)\n",
+                 c.policy.auto_pilot_keep, std::min(1.0, 2 * c.policy.auto_pilot));
+  }
   PilotResult r = run_pilot(p.job, [&](const PilotCandidate& cand) {
     if (quiet) return;
+    const std::string name = cand.round == 2 ? cand.policy + " (2nd)" : cand.policy;
     if (cand.stopped.empty()) {
       std::fprintf(
           stderr, "hsgd: auto pilot: %-10s interval-mean test_acc %.2f%%%s, final %.2f%%\n",
-          cand.policy.c_str(), 100 * cand.interval_mean,
+          name.c_str(), 100 * cand.interval_mean,
           c.policy.auto_pilot_window < 1
               ? fmt::format(" (last {:g}: {:.2f}%)", c.policy.auto_pilot_window, 100 * cand.ranked)
                     .c_str()
               : "",
           100 * cand.final_acc);
     } else {
-      std::fprintf(stderr, "hsgd: auto pilot: %-10s stopped: %s\n", cand.policy.c_str(),
+      std::fprintf(stderr, "hsgd: auto pilot: %-10s stopped: %s\n", name.c_str(),
                    cand.stopped.c_str());
     }
   });

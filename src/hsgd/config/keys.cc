@@ -509,6 +509,17 @@ std::vector<Key> declare() {
           .moot(policies({"auto"}))
           .moot(no_pilot)
           .written(Written::kNotDefault));
+  add(int_key("policy", "auto_pilot_keep", HSGD_REF(policy.auto_pilot_keep),
+              "auto with a pilot: a second round for the best this many candidates of the first "
+              "(ranked as above): each continues its own pilot to twice policy.auto_pilot (at most "
+              "the whole budget), and the choice is made among them over the last "
+              "policy.auto_pilot_window of that, with the "
+              "margin. Costs this many times policy.auto_pilot of a run more. 0 = one round; a "
+              "value of at least the candidates' count runs every candidate to twice the share.")
+          .check(at_least(0), ">= 0")
+          .moot(policies({"auto"}))
+          .moot(no_pilot)
+          .written(Written::kNotDefault));
   add(str_key("policy", "auto_candidates", HSGD_REF(policy.auto_candidates),
               "auto with a pilot: its candidates. k: sync, async, and kasync:K for K = 2, 4, 8 "
               "below train.workers and 16 from 20 workers up. k+hybrid: those, hybrid (with the "

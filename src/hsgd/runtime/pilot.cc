@@ -1,10 +1,16 @@
 #include "hsgd/runtime/pilot.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <filesystem>
+#include <memory>
 #include <optional>
 #include <thread>
 
+#include "hsgd/checkpoint/checkpoint.h"
 #include "hsgd/core/error.h"
 #include "hsgd/core/stop.h"
 #include "hsgd/metrics/fidelity.h"
@@ -60,6 +66,20 @@ std::string pilot_choice(const std::vector<PilotCandidate>& candidates, double m
   return chosen->policy;
 }
 
+std::vector<std::string> pilot_survivors(const std::vector<PilotCandidate>& first, int keep) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < first.size(); ++i) {
+    if (std::isfinite(first[i].ranked)) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return first[a].ranked > first[b].ranked; });
+  if (order.size() > static_cast<size_t>(std::max(keep, 0))) order.resize(keep);
+  std::sort(order.begin(), order.end());
+  std::vector<std::string> out;
+  for (size_t i : order) out.push_back(first[i].policy);
+  return out;
+}
+
 bool wants_pilot(const Config& c) {
   return c.policy.kind == "auto" && c.policy.auto_pilot > 0 && c.policy.auto_choice.empty();
 }
@@ -74,7 +94,7 @@ constexpr double kMemoryBytesPerS = 5e9;
 // The config of one candidate's pilot: the run's, on the simulator, for the
 // pilot's share of the budget, with the candidate's policy and nothing
 // written (no checkpoints).
-Config candidate_config(const Config& run, const std::string& policy) {
+Config candidate_config(const Config& run, const std::string& policy, double share) {
   Config c = run;
   if (policy != kAutoRule) {  // the rule is the run's own auto, as without a pilot
     c.policy_name = policy;
@@ -86,8 +106,8 @@ Config candidate_config(const Config& run, const std::string& policy) {
   }
   c.policy.auto_pilot = 0;
   c.policy.auto_choice.clear();
-  c.train.budget = run.train.budget * run.policy.auto_pilot;
-  c.train.epochs = run.train.epochs * run.policy.auto_pilot;
+  c.train.budget = run.train.budget * share;
+  c.train.epochs = run.train.epochs * share;
   c.train.checkpoint_every = 0;
   if (run.train.runtime != "sim") {
     // The simulator stands in for the cluster: costs measured on this
@@ -111,6 +131,47 @@ Config candidate_config(const Config& run, const std::string& policy) {
   return c;
 }
 
+// A temporary directory for the second round's checkpoints (under TMPDIR),
+// removed with everything in it when this goes.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    static std::atomic<int> serial{0};
+    std::error_code ec;
+    const std::filesystem::path base = std::filesystem::temp_directory_path(ec);
+    path_ = (ec ? std::filesystem::path("/tmp") : base) /
+            ("hsgd-pilot-" + std::to_string(::getpid()) + "-" + std::to_string(serial++));
+    std::filesystem::remove_all(path_, ec);
+    if (!std::filesystem::create_directories(path_, ec) || ec) {
+      throw InputError("auto pilot: cannot make a temporary directory " + path_.string() +
+                       " for its second round (set TMPDIR): " + ec.message());
+    }
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  std::string sub(size_t i) const { return (path_ / std::to_string(i)).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// A candidate's figures from its rows and how it ended.
+PilotCandidate figures(const std::string& policy, const RunResult& r,
+                       const std::vector<MetricsRow>& rows, double window, int round) {
+  PilotCandidate cand;
+  cand.policy = policy;
+  cand.round = round;
+  cand.stopped = r.stopped;
+  cand.final_acc = r.last.test_acc;
+  cand.interval_mean = r.stopped.empty() ? interval_mean_test_acc(rows) : std::nan("");
+  cand.ranked = r.stopped.empty() ? late_mean_test_acc(rows, window) : std::nan("");
+  return cand;
+}
+
 }  // namespace
 
 PilotResult run_pilot(const Job& job,
@@ -122,9 +183,10 @@ PilotResult run_pilot(const Job& job,
   out.fraction = run.policy.auto_pilot;
   out.window = run.policy.auto_pilot_window;
   out.margin = run.policy.auto_pilot_margin;
+  out.keep = run.policy.auto_pilot_keep;
   const std::vector<std::string> names = pilot_candidates(run);
   std::vector<Config> configs;
-  for (const std::string& n : names) configs.push_back(candidate_config(run, n));
+  for (const std::string& n : names) configs.push_back(candidate_config(run, n, out.fraction));
   out.budget = configs.front().train.budget;
   out.epochs = configs.front().train.epochs;
   // Costs left to calibration are measured once, for every candidate alike.
@@ -135,34 +197,69 @@ PilotResult run_pilot(const Job& job,
   first.open_outputs = nullptr;
   SimRuntime sim;
   const std::vector<std::pair<std::string, std::string>> costs = sim.resolve(first);
-  for (size_t i = 0; i < names.size(); ++i) {
+  // A second round continues each of its candidates from a checkpoint at
+  // the first round's end: the first round writes one for every candidate.
+  const bool two_rounds = out.keep > 0 && out.fraction < 1;
+  std::optional<ScratchDir> scratch;
+  if (two_rounds) scratch.emplace();
+  std::vector<std::optional<Config>> resolved(names.size());
+  std::vector<std::unique_ptr<Recorder>> recorders(names.size());
+  auto stop_requested = [&] {
     if (run.stop && run.stop->requested()) {
       out.stopped = run.stop->reason();
-      break;
+      return true;
     }
-    std::optional<Config> with_costs;
+    return false;
+  };
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (stop_requested()) break;
     Job j = first;
     j.config = &configs[i];
-    j = with_resolved_costs(j, costs, &with_costs);
+    j = with_resolved_costs(j, costs, &resolved[i]);
     out.compute_time = j.config->sim.compute_time;
-    Recorder rows{Recorder::InMemory{}};
-    const RunResult r = sim.run(j, &rows, nullptr);
+    recorders[i] = std::make_unique<Recorder>(Recorder::InMemory{});
+    std::optional<CheckpointStore> store;
+    if (two_rounds) {
+      store.emplace(scratch->sub(i), 1);
+      j.checkpoints = &*store;
+      j.identity = CheckpointIdentity{config_hash(*j.config), "pilot", job_params(j)};
+    }
+    const RunResult r = sim.run(j, recorders[i].get(), nullptr);
     if (StopRequest::is_request(r.stopped)) {
       out.stopped = r.stopped;
       break;
     }
-    PilotCandidate cand;
-    cand.policy = names[i];
-    cand.stopped = r.stopped;
-    cand.final_acc = r.last.test_acc;
-    cand.interval_mean = r.stopped.empty() ? interval_mean_test_acc(rows.rows()) : std::nan("");
-    cand.ranked = r.stopped.empty() ? late_mean_test_acc(rows.rows(), run.policy.auto_pilot_window)
-                                    : std::nan("");
-    out.candidates.push_back(cand);
-    if (on_candidate) on_candidate(cand);
+    out.candidates.push_back(figures(names[i], r, recorders[i]->rows(), out.window, 1));
+    if (on_candidate) on_candidate(out.candidates.back());
+  }
+  std::vector<PilotCandidate> ranked = out.candidates;
+  if (two_rounds && out.stopped.empty()) {
+    // The second round: the best `keep` continue to twice the share.
+    out.second_fraction = std::min(1.0, 2 * out.fraction);
+    for (const std::string& name : pilot_survivors(out.candidates, out.keep)) {
+      if (stop_requested()) break;
+      const size_t i =
+          static_cast<size_t>(std::find(names.begin(), names.end(), name) - names.begin());
+      Config longer = resolved[i] ? *resolved[i] : configs[i];
+      longer.train.budget = run.train.budget * out.second_fraction;
+      longer.train.epochs = run.train.epochs * out.second_fraction;
+      Job j = first;
+      j.config = &longer;
+      j.identity = CheckpointIdentity{config_hash(longer), "pilot", job_params(j)};
+      const Checkpoint ck = CheckpointStore::load_latest(scratch->sub(i), j.identity);
+      j.resume = &ck;
+      const RunResult r = sim.run(j, recorders[i].get(), nullptr);
+      if (StopRequest::is_request(r.stopped)) {
+        out.stopped = r.stopped;
+        break;
+      }
+      out.second.push_back(figures(name, r, recorders[i]->rows(), out.window, 2));
+      if (on_candidate) on_candidate(out.second.back());
+    }
+    ranked = out.second;
   }
   if (out.stopped.empty()) {
-    out.chosen = pilot_choice(out.candidates, out.margin, run.train.workers);
+    out.chosen = pilot_choice(ranked, out.margin, run.train.workers);
   }
   out.wall_s = since(t0);
   return out;

@@ -8,6 +8,12 @@
 // resume, without a pilot. With policy.auto_pilot_window < 1 the candidates
 // are ranked by their interval mean over the last share of their pilot.
 //
+// With policy.auto_pilot_keep = m > 0, a second round (successive halving):
+// the best m candidates of the first round continue their own runs, each
+// resumed from its checkpoint at f (a sim resume is exact), to 2f of the
+// budget (at most the whole), and the choice is made among them the same
+// way on [0, 2f].
+//
 // On the sim runtime a candidate's pilot is the first f of the budget of
 // that candidate's own run (the same events, the rows up to f x budget), so
 // choosing among the pilots is choosing among the runs' beginnings. On
@@ -48,16 +54,20 @@ struct PilotCandidate {
   double ranked = 0;
   double final_acc = 0;  // at its end
   std::string stopped;   // why it ended early ("" = ran its share)
+  int round = 1;         // 2: its continuation to the second round's share
 };
 
 struct PilotResult {
   double fraction = 0;
-  double window = 1;              // policy.auto_pilot_window
-  double margin = 0;              // policy.auto_pilot_margin
-  double budget = 0, epochs = 0;  // each candidate's (train.budget, train.epochs)
-  double compute_time = 0;        // the simulator's sim.compute_time
-  std::vector<PilotCandidate> candidates;
-  std::string chosen;  // "" when a stop request ended the pilot
+  double window = 1;                       // policy.auto_pilot_window
+  double margin = 0;                       // policy.auto_pilot_margin
+  int keep = 0;                            // policy.auto_pilot_keep (0: one round)
+  double second_fraction = 0;              // the second round's share (0: none ran)
+  double budget = 0, epochs = 0;           // each candidate's (train.budget, train.epochs)
+  double compute_time = 0;                 // the simulator's sim.compute_time
+  std::vector<PilotCandidate> candidates;  // the first round, every candidate
+  std::vector<PilotCandidate> second;      // the second round's, in candidate order
+  std::string chosen;                      // "" when a stop request ended the pilot
   // A stop request (Config::stop) made during the pilot: its line. No
   // candidate after it ran, and nothing is chosen.
   std::string stopped;
@@ -78,9 +88,16 @@ std::optional<int> constant_k(const std::string& candidate, int workers);
 std::string pilot_choice(const std::vector<PilotCandidate>& candidates, double margin = 0,
                          int workers = 1);
 
+// The candidates the second round continues: the best `keep` of the first
+// round by their ranked figure (ties: the earlier; none that stopped), in
+// candidate order.
+std::vector<std::string> pilot_survivors(const std::vector<PilotCandidate>& first, int keep);
+
 // Runs the pilot of `job` (wants_pilot(*job.config) must hold) on the
-// simulator, candidate after candidate. `on_candidate` (may be empty) is
-// called after each. Throws InputError for a config the simulator refuses.
+// simulator, candidate after candidate (then the second round's, if any).
+// `on_candidate` (may be empty) is called after each. Throws InputError for
+// a config the simulator refuses, or a temporary directory for the second
+// round's checkpoints that cannot be written.
 PilotResult run_pilot(const Job& job,
                       const std::function<void(const PilotCandidate&)>& on_candidate = {});
 
