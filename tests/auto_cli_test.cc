@@ -362,6 +362,10 @@ TEST(AutoCli, APilotsBadSettingsAreOneLineExit2) {
             "policy.auto_candidates"},
            {"--set policy.auto_pilot=0.1 --set policy.auto_pilot_margin=-0.01",
             "policy.auto_pilot_margin"},
+           {"--set policy.auto_pilot=0.1 --set policy.auto_pilot_keep=-1",
+            "policy.auto_pilot_keep"},
+           {"--set policy.auto_pilot=0.1 --set policy.auto_pilot_keep=1.5",
+            "policy.auto_pilot_keep"},
            {"--set policy.auto_pilot=0.1 --set policy.auto_choice=async+staleness.gap_aware=true",
             "policy.auto_choice"}}) {
     const std::string out = tmp("pilot_bad");
