@@ -125,10 +125,12 @@ const std::string kPilotSim =
 TEST(AutoCli, APilotOnSimChoosesTheBestCandidateAndIsThatCandidatesRun) {
   const std::string out = tmp("pilot_sim");
   // Ranked over the last 0.6 of each pilot (policy.auto_pilot_window).
-  // Margin 0: the best figure is the choice (the margin has its own test).
+  // Margin 0: the best figure is the choice; one round (the margin and the
+  // second round have their own tests).
   const Outcome o =
       run(job(out, kPilotSim + "--budget 2 --set train.workers=9 --set "
-                               "policy.auto_pilot_window=0.6 --set policy.auto_pilot_margin=0"));
+                               "policy.auto_pilot_window=0.6 --set "
+                               "policy.auto_pilot_margin=0 --set policy.auto_pilot_keep=0"));
   ASSERT_EQ(o.code, 0) << o.err;
   const auto s = summary(out);
   ASSERT_TRUE(s.contains("auto_pilot")) << s.dump();
@@ -234,10 +236,11 @@ TEST(AutoCli, EveryChoiceOfThePilotRunsThatCandidate) {
 
 // policy.auto_pilot_margin reaches the choice: with every K within it, the
 // pilot keeps the largest, sync; without it, the best figure, which here is
-// not sync's.
+// not sync's (one round: every candidate is in the choice).
 TEST(AutoCli, APilotsMarginKeepsTheLargestK) {
   const std::string wide = tmp("pilot_margin"), none = tmp("pilot_no_margin");
-  const std::string sim = kPilotSim + "--budget 1 --set policy.auto_candidates=k ";
+  const std::string sim =
+      kPilotSim + "--budget 1 --set policy.auto_candidates=k --set policy.auto_pilot_keep=0 ";
   ASSERT_EQ(run(job(wide, sim + "--set policy.auto_pilot_margin=0.75")).code, 0);
   ASSERT_EQ(run(job(none, sim + "--set policy.auto_pilot_margin=0")).code, 0);
   const auto s = summary(wide);
@@ -247,14 +250,14 @@ TEST(AutoCli, APilotsMarginKeepsTheLargestK) {
   EXPECT_NE(slurp(wide + "/config.toml").find("auto_pilot_margin = 0.75"), std::string::npos);
 }
 
-// policy.auto_pilot_keep = 2: the best two of the first round (0.5 s of 2)
-// continue to twice the share, and each second-round figure is that
-// candidate's own run to 1 s; the choice is the best of them (margin 0).
+// policy.auto_pilot_keep = 2 (the default): the best two of the first round
+// (0.5 s of 2) continue to twice the share, and each second-round figure is
+// that candidate's own run to 1 s; the choice is the best of them (margin
+// 0). With 0, one round.
 TEST(AutoCli, APilotsSecondRoundContinuesTheBestTwoToTwiceTheShare) {
   const std::string out = tmp("pilot_keep");
   const std::string sim = kPilotSim + "--set train.workers=9 --set policy.auto_candidates=k ";
-  const Outcome o = run(
-      job(out, sim + "--budget 2 --set policy.auto_pilot_keep=2 --set policy.auto_pilot_margin=0"));
+  const Outcome o = run(job(out, sim + "--budget 2 --set policy.auto_pilot_margin=0"));
   ASSERT_EQ(o.code, 0) << o.err;
   const auto s = summary(out);
   const auto& p = s["auto_pilot"];
@@ -288,12 +291,13 @@ TEST(AutoCli, APilotsSecondRoundContinuesTheBestTwoToTwiceTheShare) {
     }
   }
   EXPECT_EQ(p["chosen"], best);
-  EXPECT_NE(slurp(out + "/config.toml").find("auto_pilot_keep = 2"), std::string::npos);
-  // One round (the default): no second.
+  EXPECT_EQ(slurp(out + "/config.toml").find("auto_pilot_keep"), std::string::npos);
+  // One round: no second, and the key is written (not the default).
   const std::string one = tmp("pilot_keep_0");
-  ASSERT_EQ(run(job(one, sim + "--budget 2")).code, 0);
+  ASSERT_EQ(run(job(one, sim + "--budget 2 --set policy.auto_pilot_keep=0")).code, 0);
   EXPECT_TRUE(summary(one)["auto_pilot"]["second"].empty());
-  EXPECT_EQ(slurp(one + "/config.toml").find("auto_pilot_keep"), std::string::npos);
+  EXPECT_DOUBLE_EQ(summary(one)["auto_pilot"]["second_fraction"].get<double>(), 0);
+  EXPECT_NE(slurp(one + "/config.toml").find("auto_pilot_keep = 0"), std::string::npos);
 }
 
 // With the rule among the candidates (policy.auto_candidates = "k+rule"),

@@ -514,8 +514,9 @@ std::vector<Key> declare() {
               "(ranked as above): each continues its own pilot to twice policy.auto_pilot (at most "
               "the whole budget), and the choice is made among them over the last "
               "policy.auto_pilot_window of that, with the "
-              "margin. Costs this many times policy.auto_pilot of a run more. 0 = one round; a "
-              "value of at least the candidates' count runs every candidate to twice the share.")
+              "margin (2, the default: the best two). Costs this many times policy.auto_pilot of a "
+              "run more. 0 = one round; a value of at least the candidates' count runs every "
+              "candidate to twice the share.")
           .check(at_least(0), ">= 0")
           .moot(policies({"auto"}))
           .moot(no_pilot)

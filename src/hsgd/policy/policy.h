@@ -80,8 +80,9 @@ struct PolicyOptions {
   double auto_pilot_margin = 0.005;
   // A second round (policy.auto_pilot_keep): the best this many candidates
   // of the first round continue to twice the pilot's share, and the choice
-  // is made among them on that (successive halving); 0 = one round.
-  int auto_pilot_keep = 0;
+  // is made among them on that (successive halving); 0 = one round. Two:
+  // the sixth study's decision (examples/sweep/auto-pilot/README.md).
+  int auto_pilot_keep = 2;
   std::string auto_candidates = "k";
   std::string auto_choice;
 };
