@@ -91,9 +91,10 @@ namespace {
 // GB/s).
 constexpr double kMemoryBytesPerS = 5e9;
 
-// The config of one candidate's pilot: the run's, on the simulator, for the
-// pilot's share of the budget, with the candidate's policy and nothing
-// written (no checkpoints).
+// The config of one candidate's pilot: the run's, on the simulator, for
+// `share` of the budget, with the candidate's policy and no periodic
+// checkpoints (a second round's first-round checkpoint comes from the store
+// run_pilot passes, into its scratch directory, never the run's own).
 Config candidate_config(const Config& run, const std::string& policy, double share) {
   Config c = run;
   if (policy != kAutoRule) {  // the rule is the run's own auto, as without a pilot
