@@ -308,7 +308,8 @@ TEST(Config, NonAsciiOnlyInCommentsAndStringValues) {
   const std::string key = write_file("key.toml", "[train]\n\"caf\xc3\xa9\" = 1\n");
   EXPECT_EQ(error_of(key, {}), key +
                                    ":2:5: expected a TOML config: non-ASCII text is allowed only "
-                                   "in comments and single-line string values");
+                                   "in comments and single-line string values, none after a "
+                                   "multi-line string");
   const std::string bare = write_file("bare.toml", "[train]\nworkers = 2 \xcb\xa2\n");
   EXPECT_NE(error_of(bare, {}).find(bare + ":2:13: expected a TOML config"), std::string::npos);
   // A --set value is taken as a string rather than handed to toml++.
@@ -316,6 +317,19 @@ TEST(Config, NonAsciiOnlyInCommentsAndStringValues) {
             "caf\xc3\xa9 x");
   const std::string multi = write_file("multi.toml", "[train]\nout = \"\"\"\\\n \xc3\xa9\"\"\"\n");
   EXPECT_NE(error_of(multi, {}).find(multi + ":3:2:"), std::string::npos) << error_of(multi, {});
+  // A line starting with # inside a multi-line string is no comment (found by
+  // the fuzz target): nothing non-ASCII after the first triple quote.
+  for (const std::string q : {"\"\"\"", "'''"}) {
+    const std::string in =
+        write_file("in.toml", "[train]\nout = " + q + "\n# \xef\xbb\xbf\n" + q + "\n");
+    EXPECT_NE(error_of(in, {}).find(in + ":3:3: expected a TOML config"), std::string::npos)
+        << error_of(in, {});
+  }
+  const std::string after = write_file("after.toml", "# \"\"\"\n[train]\nout = \"\xc3\xa9\"\n");
+  EXPECT_NE(error_of(after, {}).find(after + ":3:8:"), std::string::npos) << error_of(after, {});
+  const std::string before = write_file(
+      "before.toml", "# caf\xc3\xa9\n[train]\nbudget = 1\nout = \"\xc3\xa9\" # \"\"\"\n");
+  EXPECT_EQ(load_config(before, {}).train.out, "\xc3\xa9");
 }
 
 // gossip.consensus_lr (CHOCO's gamma) is written only when set, so a

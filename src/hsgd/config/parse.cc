@@ -132,8 +132,11 @@ std::string read_config_file(const std::string& path) {
 // `key = "value"` or `key = 'value'` with a bare ASCII key, the string closed
 // on that line and followed only by blanks and an optional comment; the
 // non-ASCII bytes inside the string or the comment. Elsewhere non-ASCII text
-// is invalid TOML or unneeded by hsgd's keys. Returns the offset of the
-// first refused byte, or npos.
+// is invalid TOML or unneeded by hsgd's keys. A line starting with `#` is a
+// comment only outside a multi-line string, so no line after the first
+// `"""` or `'''` of the text (wherever it stands, even in a comment) may
+// hold any (found a fourth way: `"""` on one line, `#\<U+FEFF>` on the
+// next). Returns the offset of the first refused byte, or npos.
 size_t unsafe_non_ascii(std::string_view s) {
   auto high = [](char ch) { return static_cast<unsigned char>(ch) >= 0x80; };
   auto blank = [](char ch) { return ch == ' ' || ch == '\t'; };
@@ -141,6 +144,7 @@ size_t unsafe_non_ascii(std::string_view s) {
     return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
            ch == '_' || ch == '-';
   };
+  const size_t triple = std::min(s.find("\"\"\""), s.find("'''"));
   for (size_t start = 0; start < s.size();) {
     const size_t nl = s.find('\n', start);
     const size_t end = nl == std::string_view::npos ? s.size() : nl;
@@ -149,13 +153,14 @@ size_t unsafe_non_ascii(std::string_view s) {
     if (first_high < line.size()) {
       size_t i = 0;
       while (i < line.size() && blank(line[i])) ++i;
-      bool safe = i < line.size() && line[i] == '#';
+      const bool in_reach = triple == std::string_view::npos || triple >= start;
+      bool safe = in_reach && i < line.size() && line[i] == '#';
       if (!safe) {
         const size_t key = i;
         while (i < line.size() && bare(line[i])) ++i;
         const bool has_key = i > key;
         while (i < line.size() && blank(line[i])) ++i;
-        const bool eq = has_key && i < line.size() && line[i] == '=';
+        const bool eq = in_reach && has_key && i < line.size() && line[i] == '=';
         if (eq) ++i;
         while (i < line.size() && blank(line[i])) ++i;
         const char q = i < line.size() ? line[i] : '\0';
@@ -194,7 +199,7 @@ Config parse_config_unchecked(const std::string& path, std::string_view file_tex
       const size_t column = at - (nl == std::string_view::npos ? 0 : nl + 1) + 1;
       throw InputError(path + ":" + std::to_string(line) + ":" + std::to_string(column) +
                        ": expected a TOML config: non-ASCII text is allowed only in comments and "
-                       "single-line string values");
+                       "single-line string values, none after a multi-line string");
     }
     toml::table t;
     try {
