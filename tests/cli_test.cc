@@ -415,6 +415,35 @@ TEST(Cli, CompareRunsEveryPolicyAndRoundAndWritesTheTable) {
   EXPECT_EQ(summary(out + "/sync/round-1")["seed"], 2);
 }
 
+// Every run of a round diverged: the differences are measured over the
+// budget (the CLI hands train.budget to the table), not over the longest
+// run's first second; the curves go on to the budget.
+TEST(Cli, CompareMeasuresARoundWhoseEveryRunStoppedToTheBudget) {
+  const std::string out = tmp("compare_diverged");
+  fs::remove_all(out);
+  Outcome o = run("compare --policies sync,async --out " + out +
+                  " --set data.spec=synthetic --set model.name=linear-test --set train.workers=3 "
+                  "--set train.runtime=sim --set train.budget=6 --set train.eval_every=1 "
+                  "--set train.diverge_factor=1.5 --set optim.lr=1.0e6 "
+                  "--set sim.compute_time=0.1 --set sim.server_ns_per_param=1.0");
+  ASSERT_EQ(o.code, 0) << o.err;
+  for (const char* p : {"] sync round 0", "] async round 0"}) {
+    const size_t at = o.err.find(p);
+    ASSERT_NE(at, std::string::npos) << p << " in " << o.err;
+    EXPECT_NE(o.err.substr(at, o.err.find('\n', at) - at).find("stopped early"), std::string::npos)
+        << o.err;
+  }
+  std::ifstream dat(out + "/async.curve.dat");
+  std::string line, last;
+  while (std::getline(dat, line)) {
+    if (!line.empty() && line[0] != '#') last = line;
+  }
+  EXPECT_EQ(last.rfind("6 ", 0), 0u) << last;
+  std::ifstream js(out + "/compare.json");
+  const nlohmann::json j = nlohmann::json::parse(js);
+  EXPECT_EQ(j["baseline_stopped_rounds"], nlohmann::json::array({0}));
+}
+
 // bench --sim --model: that model's rates and CPU figures, no memory runs.
 TEST(Cli, BenchSimModelRunsThatModelOnly) {
   Outcome o = run("bench --sim --model softmax --data synthetic --seconds 0.2 --repeats 1");

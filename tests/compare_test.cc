@@ -183,6 +183,35 @@ TEST(CompareRuns, ABaselineThatStoppedEarlyIsHeldToTheEndOfTheRound) {
   EXPECT_NEAR(compare_runs(in).policies[0].acc_avg.mean, 0.2, 1e-12);
 }
 
+// Every run of the round stopped early (diverged): the baseline is held to
+// the budget, at the times a whole run evaluates (every eval_every, and the
+// budget), so the differences cover the round's whole budget, not the
+// longest run's first seconds. The other run is held at its last row too.
+TEST(CompareRuns, ARoundWhoseEveryRunStoppedIsMeasuredToTheBudget) {
+  CompareInput in;
+  in.policies = {"kasync:4", "async"};
+  in.baseline = 1;
+  in.runs = {{{row(0, 0.1, 2.3, kNaN), row(1, 0.7, 1.0, 1.1), row(2, 0.2, kNaN, 1e30)}},
+             {{row(0, 0.1, 2.3, kNaN), row(1, 0.1, kNaN, 1e30)}}};
+  in.stopped = {{true}, {true}};
+  const CompareResult longest = compare_runs(in);  // no budget: to 2 s only
+  EXPECT_EQ(longest.plot_grid, (std::vector<double>{0, 1, 2}));
+  EXPECT_NEAR(longest.policies[0].acc_avg.mean, (0 + 0.6 + 0.1) / 3, 1e-12);
+  in.end = {6, 1};
+  const CompareResult r = compare_runs(in);
+  EXPECT_EQ(r.plot_grid, (std::vector<double>{0, 1, 2, 3, 4, 5, 6}));
+  EXPECT_NEAR(r.policies[0].acc_avg.mean, (0 + 0.6 + 0.1 * 5) / 7, 1e-12);
+  EXPECT_NEAR(r.policies[0].acc_end.mean, 0.1, 1e-12);
+  EXPECT_NEAR(r.policies[1].acc_mean[6], 0.1, 1e-12);
+  // An off-spacing budget: the baseline's own times, then 2, 4 and 5.
+  in.end = {5, 2};
+  EXPECT_EQ(compare_runs(in).plot_grid, (std::vector<double>{0, 1, 2, 4, 5}));
+  EXPECT_NEAR(compare_runs(in).policies[0].acc_avg.mean, (0 + 0.6 + 0.1 * 3) / 5, 1e-12);
+  // A run that reached the budget: nothing is added.
+  in.end = {2, 1};
+  EXPECT_EQ(compare_runs(in).plot_grid, (std::vector<double>{0, 1, 2}));
+}
+
 TEST(CompareRuns, BadShapesAreInputErrors) {
   CompareInput in = example();
   in.runs[0].pop_back();  // sync has one round, async two

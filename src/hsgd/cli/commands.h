@@ -151,6 +151,11 @@ void warn_moot_settings(const Config& c);
 // The same for the runs of a compare or sweep, for the keys moot in every
 // one of `configs` (a key read by some of its policies is not moot).
 void warn_moot_in_every(const std::vector<Config>& configs);
+// The budget a compare's round or a sweep's cell measures on when all its
+// runs stopped early (metrics/compare.h, extend_to_budget): the longest
+// train.budget of `configs`, 0 when any has an epoch limit (a whole run may
+// end before its budget).
+double common_budget(const std::vector<Config>& configs);
 
 // hsgd fidelity: the job of `config_path` + `overrides` run for `rounds`
 // rounds per policy on a real runtime and on the simulator with the same

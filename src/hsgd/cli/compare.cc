@@ -130,6 +130,7 @@ int compare(const CompareArgs& a, const TrainInputs& inputs, const TrainHooks& h
   for (size_t p = 0; p < a.policies.size(); ++p) {
     if (a.policies[p] == a.baseline) in.baseline = p;
   }
+  in.end = {common_budget(configs), configs[in.baseline].train.eval_every};
   const int total = a.rounds * static_cast<int>(a.policies.size());
   int done = 0;
   for (int r = 0; r < a.rounds; ++r) {

@@ -1,6 +1,7 @@
 // hsgd config: the config reference (--reference), or the resolved config
 // of --config and --set as config.toml would hold it, with the moot-setting
 // warnings; nothing is trained or written.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -34,6 +35,15 @@ void warn_moot_in_every(const std::vector<Config>& configs) {
     const auto& [count, line] = seen.at(key);
     if (count == configs.size()) std::fprintf(stderr, "hsgd: warning: %s\n", line.c_str());
   }
+}
+
+double common_budget(const std::vector<Config>& configs) {
+  double budget = 0;
+  for (const Config& c : configs) {
+    if (c.train.epochs > 0) return 0;
+    budget = std::max(budget, c.train.budget);
+  }
+  return budget;
 }
 
 namespace {

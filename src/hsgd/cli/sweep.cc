@@ -556,15 +556,7 @@ int sweep(const SweepArgs& a) {
   // Each cell's grid goes on to its budget (the longest of its policies'),
   // unless an epoch limit may end a whole run before it.
   for (size_t c = 0; c < cells.size(); ++c) {
-    SweepInput::End end{0, configs[c][0].train.eval_every};
-    for (const Config& cfg : configs[c]) {
-      if (cfg.train.epochs > 0) {
-        end.budget = 0;
-        break;
-      }
-      end.budget = std::max(end.budget, cfg.train.budget);
-    }
-    in.ends.push_back(end);
+    in.ends.push_back({common_budget(configs[c]), configs[c][0].train.eval_every});
   }
   const SweepResult res = sweep_results(in);
   const std::string md = sweep_markdown(res);

@@ -80,6 +80,20 @@ double interpolate(const std::vector<double>& times, const std::vector<double>& 
   return values[lo] + w * (values[hi] - values[lo]);
 }
 
+void extend_to_budget(std::vector<double>& grid, const RunEnd& end) {
+  if (end.budget <= 0 || end.eval_every <= 0 || grid.empty()) return;
+  constexpr double kEps = 1e-9;
+  if (grid.back() >= end.budget - kEps) return;
+  const double first = grid.front();
+  grid.assign(1, first);
+  for (double k = std::floor(first / end.eval_every + kEps) + 1;; ++k) {
+    const double t = k * end.eval_every;
+    if (t >= end.budget - kEps) break;
+    grid.push_back(t);
+  }
+  grid.push_back(end.budget);
+}
+
 Curves resample(const std::vector<MetricsRow>& rows, const std::vector<double>& grid) {
   std::vector<double> t, acc, loss, train;
   for (const MetricsRow& r : rows) {
@@ -139,7 +153,8 @@ bool baseline_stopped(const CompareInput& in, size_t r) {
 }
 
 // The baseline's run r, extended when it stopped early: a copy of its last
-// row at every evaluation time of the round's longest run after its end.
+// row at every evaluation time of the round's longest run after its end, and
+// when that run stopped early too, at every time extend_to_budget adds.
 std::vector<MetricsRow> baseline_rows(const CompareInput& in, size_t r) {
   const std::vector<MetricsRow>& base = in.runs[in.baseline][r];
   if (!baseline_stopped(in, r)) return base;
@@ -147,11 +162,14 @@ std::vector<MetricsRow> baseline_rows(const CompareInput& in, size_t r) {
   for (const auto& runs : in.runs) {
     if (runs[r].back().time_s > longest->back().time_s) longest = &runs[r];
   }
+  std::vector<double> grid;
+  for (const MetricsRow& row : *longest) grid.push_back(row.time_s);
+  extend_to_budget(grid, in.end);
   std::vector<MetricsRow> out = base;
-  for (const MetricsRow& row : *longest) {
-    if (row.time_s <= base.back().time_s) continue;
+  for (double t : grid) {
+    if (t <= base.back().time_s) continue;
     out.push_back(base.back());
-    out.back().time_s = row.time_s;
+    out.back().time_s = t;
   }
   return out;
 }

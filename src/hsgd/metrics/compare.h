@@ -29,6 +29,22 @@ namespace hsgd {
 // finite value is held. NaN if there is no finite point.
 double interpolate(const std::vector<double>& times, const std::vector<double>& values, double t);
 
+// How long a whole run goes: train.budget and train.eval_every, in seconds.
+// A budget of 0: no time limit, or an epoch limit that may end a whole run
+// before any budget.
+struct RunEnd {
+  double budget = 0, eval_every = 0;
+};
+
+// The grid a comparison measures on when every run it has stopped early
+// (diverged): if `grid` (the evaluation times of the longest run) ends before
+// end.budget, it becomes the evaluations a whole run makes: grid's first
+// time, every eval_every after it, and the budget. The runs are then held at
+// their last values to the budget, so a run that diverged at 17 s of 100 is
+// measured over 100 s, not 17. Unchanged with a budget of 0. `hsgd sweep`
+// (per seed) and `hsgd compare` (per round) both measure this way.
+void extend_to_budget(std::vector<double>& grid, const RunEnd& end);
+
 // A run's curves on a grid (same length as the grid).
 struct Curves {
   std::vector<double> time, test_acc, test_loss, train_loss;
@@ -65,8 +81,11 @@ struct CompareInput {
   // stopped[p][r]: run r of policy p stopped early (diverged; `hsgd train`'s
   // exit 3). Empty: none did. A baseline run that stopped early is held at
   // its last row up to the end of the round's longest run, so the
-  // differences cover the whole round, not the baseline's first seconds.
+  // differences cover the whole round, not the baseline's first seconds;
+  // when every run of the round stopped early, on to end.budget
+  // (extend_to_budget).
   std::vector<std::vector<bool>> stopped;
+  RunEnd end;
   // For the header line only.
   std::string config, runtime;
 };

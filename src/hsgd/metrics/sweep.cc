@@ -48,23 +48,6 @@ double paired_se(const std::vector<double>& a, const std::vector<double>& b) {
   return mean_std(d).std / std::sqrt(static_cast<double>(d.size()));
 }
 
-// A seed whose longest run stopped before the budget (every run of it
-// diverged, or the sweep has one policy) is measured on the evaluations a
-// whole run makes: its first time, every eval_every seconds, the budget.
-void extend_to_budget(std::vector<double>& grid, const SweepInput::End& end) {
-  if (end.budget <= 0 || end.eval_every <= 0 || grid.empty()) return;
-  constexpr double kEps = 1e-9;
-  if (grid.back() >= end.budget - kEps) return;
-  const double first = grid.front();
-  grid.assign(1, first);
-  for (double k = std::floor(first / end.eval_every + kEps) + 1;; ++k) {
-    const double t = k * end.eval_every;
-    if (t >= end.budget - kEps) break;
-    grid.push_back(t);
-  }
-  grid.push_back(end.budget);
-}
-
 }  // namespace
 
 bool is_adaptive_policy(const std::string& policy) {

@@ -52,14 +52,10 @@ struct SweepInput {
   // runs[c][p][s] = the metrics rows of policy p with seed s in cell c.
   std::vector<std::vector<size_t>> cells;
   std::vector<std::vector<std::vector<std::vector<MetricsRow>>>> runs;
-  // ends[c]: cell c's budget and evaluation spacing in seconds (train.budget,
-  // train.eval_every), the grid of a seed whose runs all stopped early.
-  // Empty, or a budget of 0 (no time limit, or an epoch limit): the longest
-  // run's evaluations only.
-  struct End {
-    double budget = 0, eval_every = 0;
-  };
-  std::vector<End> ends;
+  // ends[c]: cell c's budget and evaluation spacing, the grid of a seed whose
+  // runs all stopped early (extend_to_budget). Empty, or a budget of 0: the
+  // longest run's evaluations only.
+  std::vector<RunEnd> ends;
 };
 
 struct SweepPolicy {
