@@ -51,7 +51,17 @@ bool as_bool(const Where& w, const toml::node& n) {
   bad(w, n, "true or false");
 }
 std::string as_string(const Where& w, const toml::node& n) {
-  if (auto v = n.value_exact<std::string>()) return *v;
+  if (auto v = n.value_exact<std::string>()) {
+    // A control character (a newline, say, from "\n") is in no name or path
+    // hsgd reads, and would make config.toml write a multi-line string.
+    for (char ch : *v) {
+      const auto u = static_cast<unsigned char>(ch);
+      if ((u < 0x20 && ch != '\t') || u == 0x7f) {
+        bad(w, n, "text without control characters (a newline, a carriage return, ...)");
+      }
+    }
+    return *v;
+  }
   if (auto i = n.value_exact<int64_t>()) return std::to_string(*i);
   bad(w, n, "a string");
 }
