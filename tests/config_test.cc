@@ -306,6 +306,15 @@ TEST(Config, FilesThatAreNotConfigs) {
   EXPECT_NE(error_of("", {{"train.budget", "1"}, {"data.spec", "x\ry"}}).find("data.spec = "),
             std::string::npos);
   EXPECT_EQ(load_config("", {{"train.budget", "1"}, {"train.out", "a\tb"}}).train.out, "a\tb");
+  // Nor three quotes in a row, which would keep config.toml's later non-ASCII
+  // text from reading back (found by the fuzz target's round trip).
+  EXPECT_EQ(error_of("", {{"train.budget", "1"}, {"data.spec", "a'''b"}}),
+            "--set: data.spec = 'a'''b': expected text without three quotes in a row");
+  EXPECT_NE(error_of("", {{"train.budget", "1"}, {"train.out", "a\"\"\"b"}})
+                .find("expected text without three quotes in a row"),
+            std::string::npos);
+  EXPECT_EQ(load_config("", {{"train.budget", "1"}, {"train.out", "a''b\"\""}}).train.out,
+            "a''b\"\"");
 }
 
 // toml++ 3.3 has undefined behaviour on some non-ASCII text outside strings

@@ -53,12 +53,17 @@ bool as_bool(const Where& w, const toml::node& n) {
 std::string as_string(const Where& w, const toml::node& n) {
   if (auto v = n.value_exact<std::string>()) {
     // A control character (a newline, say, from "\n") is in no name or path
-    // hsgd reads, and would make config.toml write a multi-line string.
+    // hsgd reads, and would make config.toml write a multi-line string; three
+    // quotes in a row in config.toml would keep its later non-ASCII text
+    // from being read back (parse.cc, unsafe_non_ascii).
     for (char ch : *v) {
       const auto u = static_cast<unsigned char>(ch);
       if ((u < 0x20 && ch != '\t') || u == 0x7f) {
         bad(w, n, "text without control characters (a newline, a carriage return, ...)");
       }
+    }
+    if (v->find("\"\"\"") != std::string::npos || v->find("'''") != std::string::npos) {
+      bad(w, n, "text without three quotes in a row");
     }
     return *v;
   }
