@@ -11,6 +11,11 @@
    --gb GB float32 NumPy array held in memory (softmax, 1x28x28 samples,
    threads, 2 workers) against `hsgd train` on the same data from .npy files;
    and of a process that only loads the array. Growth = Python - file.
+3. Ctrl-C: the time from SIGINT to the KeyboardInterrupt in a child training
+   a long simulation (softmax on Gaussian blobs, sim, 4 workers, a budget of
+   1e6 s, a final checkpoint written on the way out), --rounds times; median
+   and largest. tests/python/test_callbacks.py checks that the stop happens
+   and what it writes; the time is this figure's.
 
 Usage: PYTHONPATH=build/release/python bench/python/figures.py --hsgd build/release/hsgd
 """
@@ -38,6 +43,30 @@ CHILD_LOAD = r"""
 import resource, numpy as np
 x = np.load({x!r}); y = np.load({y!r}); xt = np.load({xt!r}); yt = np.load({yt!r})
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+CHILD_SIGINT = r"""
+import sys, time
+import numpy as np
+import hsgd
+rng = np.random.default_rng(1)
+centres = rng.normal(0, 1.5, size=(5, 20)).astype(np.float32)
+y = rng.integers(0, 5, size=1500)
+x = (centres[y] + rng.normal(0, 1, size=(1500, 20))).astype(np.float32)
+said = []
+def callback(row):
+    if row["time_s"] >= 1.0 and not said:
+        said.append(1)
+        print("started", flush=True)
+try:
+    hsgd.train("softmax", data=(x[:1200], y[:1200]), test=(x[1200:], y[1200:]), runtime="sim",
+               workers=4, batch=32, lr=0.05, budget=1e6, out={out!r}, callback=callback,
+               progress=False, set={{"sim.compute_time": 0.01, "sim.server_ns_per_param": 1.0,
+                                     "train.eval_every": 0.5, "train.checkpoint_every": 1000.0}})
+    print("finished", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", time.monotonic(), flush=True)
 """
 
 
@@ -119,6 +148,30 @@ def zero_copy(args, tmp):
           f"over the array alone {py - load:+.0f} MiB")
 
 
+def ctrl_c(args, tmp):
+    import signal
+    import time
+    waits = []
+    for r in range(args.rounds):
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD_SIGINT.format(out=os.path.join(tmp, f"sigint-{r}"))],
+            stdout=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout.readline().strip() == "started"
+            time.sleep(0.3)
+            sent = time.monotonic()
+            child.send_signal(signal.SIGINT)
+            line = child.stdout.readline().split()
+            child.wait(timeout=60)
+        finally:
+            child.kill()
+        assert line and line[0] == "interrupted", line
+        waits.append(float(line[1]) - sent)
+        print(f"round {r}: SIGINT to KeyboardInterrupt {waits[-1]:.3f} s", flush=True)
+    print(f"ctrl-c: softmax, sim, 4 workers, {args.rounds} rounds: SIGINT to KeyboardInterrupt "
+          f"median {statistics.median(waits):.3f} s, largest {max(waits):.3f} s")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hsgd", default="build/release/hsgd")
@@ -126,13 +179,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--gb", type=float, default=1.0)
     ap.add_argument("--rss-seconds", type=float, default=3.0)
-    ap.add_argument("--only", choices=["overhead", "zero-copy"])
+    ap.add_argument("--only", choices=["overhead", "zero-copy", "ctrl-c"])
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="hsgd-bench-python-") as tmp:
         if args.only in (None, "overhead"):
             overhead(args, tmp)
         if args.only in (None, "zero-copy"):
             zero_copy(args, tmp)
+        if args.only in (None, "ctrl-c"):
+            ctrl_c(args, tmp)
 
 
 if __name__ == "__main__":
