@@ -722,7 +722,9 @@ TEST(MpiAdpsgd, PairwiseAveragingKeepsTheSumAndReachesConsensus) {
 
 // Two stragglers of four (ranks 0 and 1: an active and a passive one,
 // 40 ms per gradient) do not hold the other two to their pace: ranks 2 and
-// 3 take many times their steps. Rank 1 answers rank 2's requests while
+// 3 take at least three times their steps (about 10x on a quiet machine;
+// 4.9x once, with a sweep and the whole suite on two cores, when this said
+// 5x; lockstep gives 1x). Rank 1 answers rank 2's requests while
 // it sleeps through its delay (else rank 2 would wait up to 40 ms on half
 // of its exchanges). dpsgd on mpi, in lockstep, gives every rank the same
 // count.
@@ -746,7 +748,7 @@ TEST(MpiAdpsgd, StragglersDoNotSlowTheOthers) {
               static_cast<long long>(s[0]), static_cast<long long>(s[1]),
               static_cast<long long>(s[2]), static_cast<long long>(s[3]));
   EXPECT_LE(std::max(s[0], s[1]), 30) << "a straggler takes at most 1 s / 40 ms steps";
-  EXPECT_GE(std::min(s[2], s[3]), 5 * std::max(s[0], s[1]));
+  EXPECT_GE(std::min(s[2], s[3]), 3 * std::max(s[0], s[1]));
   EXPECT_EQ(rd->worker_pushes[0], rd->worker_pushes[3]) << "dpsgd on mpi is in lockstep";
 }
 
