@@ -22,10 +22,12 @@ Usage: PYTHONPATH=build/release/python bench/python/figures.py --hsgd build/rele
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -149,8 +151,6 @@ def zero_copy(args, tmp):
 
 
 def ctrl_c(args, tmp):
-    import signal
-    import time
     waits = []
     for r in range(args.rounds):
         child = subprocess.Popen(
@@ -161,11 +161,13 @@ def ctrl_c(args, tmp):
             time.sleep(0.3)
             sent = time.monotonic()
             child.send_signal(signal.SIGINT)
-            line = child.stdout.readline().split()
-            child.wait(timeout=60)
+            # Its output up to its exit, 60 s at most (a child that ignored
+            # the signal would run for hours).
+            rest, _ = child.communicate(timeout=60)
         finally:
             child.kill()
-        assert line and line[0] == "interrupted", line
+        line = rest.split()
+        assert line[:1] == ["interrupted"], rest
         waits.append(float(line[1]) - sent)
         print(f"round {r}: SIGINT to KeyboardInterrupt {waits[-1]:.3f} s", flush=True)
     print(f"ctrl-c: softmax, sim, 4 workers, {args.rounds} rounds: SIGINT to KeyboardInterrupt "
