@@ -31,8 +31,22 @@ correction, and the auto rules --rules names (the first the sweep's
 candidate; default the sixteenth). 3 seeds, 100
 virtual s.
 
+--shift draws families outside that distribution (issue 32's eighth study):
+the same draw, then three features none of the families above has, each
+drawn independently:
+- data split over the workers: iid 0.25, dirichlet with alpha
+  log-uniform in [0.1, 1] 0.5, shards of 2 classes per worker 0.25;
+- network: 0.25 as above (independent links of 1.25e9 B/s, 0.1 ms);
+  0.75 shared links whose bandwidth puts the server's link under a load
+  L log-uniform in [0.1, 4] (L = 2 x 4 P n / (bandwidth x compute_time):
+  the share of the link one round trip of every worker per compute time
+  needs, P the model's parameters), latency log-uniform in [0.1, 2] ms;
+- push compression: none 0.5, fp16 0.2, topk:0.1 0.15, qsgd:16 0.15,
+  priced at 1 ns per parameter (fixed, so runs agree).
+Names: shift-SEED-NN.
+
 Usage: scripts/random-families.py --seed 2026 --count 12 --out examples/sweep/random
-       [--rules 16,18]"""
+       [--rules 16,18] [--shift]"""
 import argparse
 import math
 import os
@@ -62,10 +76,50 @@ def sig(x, digits=2):
     return f"{float(f'{x:.{digits}g}'):g}"
 
 
-def family(rng, index, seed, rules=(16,)):
+def parameters(model, hidden, features, classes):
+    """The model's parameter count, as hsgd's model zoo builds it."""
+    if model == "lenet5":
+        return 6 * 25 + 6 + 16 * 6 * 25 + 16 + 400 * 120 + 120 + 120 * 84 + 84 + 84 * classes + classes
+    widths = [features, *hidden, classes]
+    return sum(a * b + b for a, b in zip(widths, widths[1:]))
+
+
+def shift(rng, s, desc, size, n):
+    """The --shift features: a non-IID split, a slow shared network, push compression."""
+    split = pick(rng, [("iid", 0.25), ("dirichlet", 0.5), ("shards", 0.25)])
+    if split == "dirichlet":
+        s["data.partition"] = '"dirichlet"'
+        s["data.alpha"] = sig(loguniform(rng, 0.1, 1))
+        desc.append(f"split by Dirichlet({s['data.alpha']})")
+    elif split == "shards":
+        s["data.partition"] = '"shards"'
+        s["data.classes_per_worker"] = 2
+        desc.append("split in shards of 2 classes per worker")
+    else:
+        desc.append("split iid")
+    if rng.random() < 0.75:
+        load = loguniform(rng, 0.1, 4)
+        s["sim.network"] = '"shared"'
+        s["sim.bandwidth"] = sig(2 * 4 * size * n / (load * 0.1))
+        s["sim.latency"] = sig(loguniform(rng, 1e-4, 2e-3))
+        desc.append(f"shared links of {s['sim.bandwidth']} B/s (server link load {load:.2g}), "
+                    f"latency {s['sim.latency']} s")
+    else:
+        desc.append("fast independent links")
+    push = pick(rng, [("none", 0.5), ("fp16", 0.2), ("topk:0.1", 0.15), ("qsgd:16", 0.15)])
+    if push != "none":
+        s["compress.push"] = f'"{push}"'
+        s["compress.sim_ns_per_param"] = 1.0
+        desc.append(f"pushes compressed with {push}")
+    else:
+        desc.append("no compression")
+
+
+def family(rng, index, seed, rules=(16,), shifted=False):
     model = pick(rng, [("softmax", 0.25), ("mlp1", 0.3), ("mlp2", 0.2), ("lenet5", 0.25)])
     s = {"sim.threads": 1}
     desc = []
+    hidden, features, classes = [], 784, 10
     if model == "lenet5":
         data = "fashion-mnist"
         base = "../../paper/fashion-mnist-lenet5.toml"
@@ -79,11 +133,13 @@ def family(rng, index, seed, rules=(16,)):
         width = rng.choice([32, 64, 128])
         s["model.name"] = '"mlp"'
         s["model.hidden"] = f'"{width}"'
+        hidden = [width]
         desc.append(f"an MLP ({width} hidden)")
     elif model == "mlp2":
         widths = sorted((rng.choice([32, 64, 128, 256]) for _ in range(rng.choice([2, 3]))), reverse=True)
         s["model.name"] = '"mlp"'
         s["model.hidden"] = '"' + ",".join(map(str, widths)) + '"'
+        hidden = widths
         desc.append(f"an MLP ({', '.join(map(str, widths))} hidden)")
     else:
         desc.append("LeNet-5")
@@ -92,6 +148,7 @@ def family(rng, index, seed, rules=(16,)):
         s["data.synthetic_features"] = rng.randint(10, 60)
         s["data.synthetic_classes"] = rng.randint(2, 12)
         s["data.synthetic_noise"] = sig(rng.uniform(0.5, 1.5))
+        features, classes = s["data.synthetic_features"], s["data.synthetic_classes"]
         desc.append(f"on a synthetic draw (seed {s['data.synthetic_seed']}: "
                     f"{s['data.synthetic_features']} features, {s['data.synthetic_classes']} classes, "
                     f"noise {s['data.synthetic_noise']})")
@@ -137,16 +194,21 @@ def family(rng, index, seed, rules=(16,)):
         desc.append("plain SGD")
     qs = [loguniform(rng, 0.1, 0.6), loguniform(rng, 0.6, 12)]
     lrs = [float(sig(q * (1 - mu) / n)) for q in qs]
+    if shifted:
+        shift(rng, s, desc, parameters(model, hidden, features, classes), n)
     policies = ["sync", "async"]
     if mu:
         policies.append("async+staleness.momentum_correction=true")
     policies += [f"kasync:{k}" for k in (2, 4, 8, 16) if k < n and (k < 16 or n >= 20)]
     policies += ["hybrid", "ssp:3"] + [f"auto+policy.auto_rule={r}" for r in rules]
-    name = f"random-{seed}-{index:02d}"
+    name = f"{'shift' if shifted else 'random'}-{seed}-{index:02d}"
     text = "\n".join([
         f'# Random held-out family {name} for auto (issue 32), drawn by',
-        f'# scripts/random-families.py --seed {seed}{rules_flag(rules)} and committed before any',
-        '# policy ran on it; no rule or constant is chosen from its results.',
+        *([f'# scripts/random-families.py --seed {seed}{rules_flag(rules)} --shift and committed',
+           '# before any policy ran on it; no rule or constant is chosen from its results.']
+          if shifted else
+          [f'# scripts/random-families.py --seed {seed}{rules_flag(rules)} and committed before any',
+           '# policy ran on it; no rule or constant is chosen from its results.']),
         *wrap(" ".join(desc[:2]) + ", " + "; ".join(desc[2:]) + "."),
         "# q = lr / (1 - mu) x n: " + ", ".join(f"{lr / (1 - mu) * n:.3g}" for lr in lrs) + ".",
         f"#   hsgd sweep examples/sweep/random/{name}.toml --out runs/random/{name} --jobs 2",
@@ -176,6 +238,9 @@ def main():
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--count", type=int, required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--shift", action="store_true",
+                    help="draw outside the distribution: non-IID splits, slow shared links, "
+                         "push compression (names shift-SEED-NN)")
     ap.add_argument("--rules", default="16",
                     help="the auto rules each family runs, comma-separated (the first is the "
                          "sweep's candidate); default 16")
@@ -183,7 +248,7 @@ def main():
     rng = random.Random(a.seed)
     os.makedirs(a.out, exist_ok=True)
     for i in range(1, a.count + 1):
-        name, text = family(rng, i, a.seed, tuple(int(r) for r in a.rules.split(",")))
+        name, text = family(rng, i, a.seed, tuple(int(r) for r in a.rules.split(",")), a.shift)
         with open(os.path.join(a.out, name + ".toml"), "w") as f:
             f.write(text)
         print(name)
