@@ -105,7 +105,8 @@ def choose(ks, score, margin):
     with_k = [p for p in ks if constant_k(p) is not None]
     if margin <= 0 or not with_k or top != max(with_k, key=lambda p: score[p]):
         return top
-    near = [p for p in with_k if score[p] >= score[top] - margin]
+    # exactly the margin below the best counts as within, as in hsgd (kTie)
+    near = [p for p in with_k if score[p] >= score[top] - margin - 1e-9]
     return max(near, key=lambda p: constant_k(p))
 
 

@@ -43,6 +43,16 @@ TEST(Pilot, AMarginKeepsTheLargestKWithinIt) {
   EXPECT_EQ(pilot_choice(cs, 0.006, 9), "kasync:8");
   EXPECT_EQ(pilot_choice(cs, 0.07, 9), "sync");  // sync is K = 9 here
   EXPECT_EQ(pilot_choice(cs, 0.001, 9), "async");
+  // A figure exactly the margin below the best is within it, whichever way
+  // the figures' last bit was rounded (seed 3 of random-2035-08: 0.80175
+  // and 0.79675 at a margin of 0.005).
+  const double tie = 0.79675;
+  for (double below : {std::nextafter(tie, 0.0), tie, std::nextafter(tie, 1.0)}) {
+    EXPECT_EQ(pilot_choice({cand("kasync:2", 0, 0.80175), cand("kasync:4", 0, below)}, 0.005, 9),
+              "kasync:4");
+  }
+  EXPECT_EQ(pilot_choice({cand("kasync:2", 0, 0.80175), cand("kasync:4", 0, tie - 1e-6)}, 0.005, 9),
+            "kasync:2");
   std::vector<PilotCandidate> rule = cs;
   rule.push_back(cand("rule", 0, 0.761));
   EXPECT_EQ(pilot_choice(rule, 0.005, 9), "rule");

@@ -7,15 +7,17 @@ set -euo pipefail
 src=$1
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-seeds=$(ls "$src/examples/sweep/random" | sed -n 's/^random-\([0-9]*\)-[0-9]*\.toml$/\1/p' | sort -u)
-[[ -n $seeds ]] || { echo "no random families in $src/examples/sweep/random"; exit 1; }
-for seed in $seeds; do
-  count=$(ls "$src/examples/sweep/random" | grep -c "^random-$seed-")
-  # the draw's other flags (--rules), as its first file's header names them
+# random-SEED-NN: the declared distribution; shift-SEED-NN: drawn with --shift
+draws=$(ls "$src/examples/sweep/random" | sed -n 's/^\(random\|shift\)-\([0-9]*\)-[0-9]*\.toml$/\1-\2/p' | sort -u)
+[[ -n $draws ]] || { echo "no random families in $src/examples/sweep/random"; exit 1; }
+for draw in $draws; do
+  seed=${draw#*-}
+  count=$(ls "$src/examples/sweep/random" | grep -c "^$draw-")
+  # the draw's other flags (--rules, --shift), as its first file's header names them
   flags=$(sed -n "s/^# scripts\/random-families.py --seed $seed\(.*\) and committed.*/\1/p" \
-    "$src/examples/sweep/random/random-$seed-01.toml")
+    "$src/examples/sweep/random/$draw-01.toml")
   # shellcheck disable=SC2086
   /usr/bin/python3 "$src/scripts/random-families.py" --seed "$seed" --count "$count" --out "$out" $flags >/dev/null
 done
 diff -r "$out" "$src/examples/sweep/random"
-echo "the random families of seeds $(echo $seeds) are their draws"
+echo "the random families $(echo $draws) are their draws"

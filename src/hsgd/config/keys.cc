@@ -502,7 +502,8 @@ std::vector<Key> declare() {
           "policy", "auto_pilot_margin", HSGD_REF(policy.auto_pilot_margin),
           "auto with a pilot: test accuracy within which the pilot does not tell its "
           "constant-K candidates (sync, async, kasync:K) apart: among those within this of "
-          "the best of them, it keeps the largest K, whose less noisy steps tend to overtake "
+          "the best of them (exactly this below included), it keeps the largest K, whose less "
+          "noisy steps tend to overtake "
           "later (0.005, the default: half a point). A candidate without a constant K (hybrid, the "
           "corrected async, rule) is kept when it ranks best. 0 = the best figure.")
           .check([](double v) { return v >= 0 && v < 1; }, "in [0, 1)")

@@ -55,10 +55,15 @@ std::string pilot_choice(const std::vector<PilotCandidate>& candidates, double m
   if (!top) return "sync";  // no finite figure: the safest
   if (margin <= 0 || top != top_k) return top->policy;
   // Figures within the margin are not told apart: the largest K among them.
+  // "Within" includes a figure exactly the margin below the best: test
+  // accuracies sit on a grid of 1 / eval_samples, so such ties happen, and
+  // the last bits of rounding in the figures must not decide them (as
+  // scripts/pilot-study.py, which recomputes them from metrics.csv, agrees).
+  constexpr double kTie = 1e-9;
   const PilotCandidate* chosen = top;
   for (const PilotCandidate& c : candidates) {
     const std::optional<int> k = constant_k(c.policy, workers);
-    if (k && std::isfinite(c.ranked) && c.ranked >= top->ranked - margin &&
+    if (k && std::isfinite(c.ranked) && c.ranked >= top->ranked - margin - kTie &&
         *k > *constant_k(chosen->policy, workers)) {
       chosen = &c;
     }

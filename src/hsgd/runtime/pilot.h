@@ -83,7 +83,8 @@ std::optional<int> constant_k(const std::string& candidate, int workers);
 // earlier candidate); sync when none is finite (every candidate stopped).
 // With a margin (policy.auto_pilot_margin) > 0 and the best figure a
 // constant-K candidate's: the largest K among the constant-K candidates
-// within the margin of it. A candidate without a constant K is kept when
+// within the margin of it (one exactly the margin below counts, whatever
+// the rounding: 1e-9 of tolerance). A candidate without a constant K is kept when
 // its figure is the best.
 std::string pilot_choice(const std::vector<PilotCandidate>& candidates, double margin = 0,
                          int workers = 1);
