@@ -114,8 +114,8 @@ std::string as_plain(const std::string& candidate) {
 const std::string kPilotSim =
     "--runtime sim --set sim.compute_time=0.002 --set sim.server_ns_per_param=50 "
     "--set stragglers.fraction=0.5 --set stragglers.sigma=0.004 --set optim.kind=momentum "
-    "--set policy.auto_pilot=0.25 --set policy.auto_candidates=k+hybrid "
-    "--set policy.step=40 ";  // hybrid's step: the run's
+    "--set policy.auto_pilot=0.25 "  // the candidates: the default set, k+hybrid
+    "--set policy.step=40 ";         // hybrid's step: the run's
 
 // On the simulator, a candidate's pilot is its own run cut at the pilot's
 // share: each figure the pilot reports is the interval mean of that
@@ -218,10 +218,10 @@ TEST(AutoCli, EveryChoiceOfThePilotRunsThatCandidate) {
   const std::string k = tmp("choice_k"), sgd = tmp("choice_sgd");
   ASSERT_EQ(run(job(k, kPilotSim + "--budget 1 --set policy.auto_candidates=k")).code, 0);
   EXPECT_EQ(summary(k)["auto_pilot"]["candidates"].size(), 3u);  // sync, async, kasync:2
-  // "k" is the default (not written); the other set is part of the run's identity.
-  EXPECT_EQ(slurp(k + "/config.toml").find("auto_candidates"), std::string::npos);
+  // "k+hybrid" is the default (not written); another set is part of the run's identity.
+  EXPECT_NE(slurp(k + "/config.toml").find("auto_candidates = 'k'"), std::string::npos);
   ASSERT_EQ(run(job(sgd, kPilotSim + "--budget 1 --set optim.kind=sgd")).code, 0);
-  EXPECT_NE(slurp(sgd + "/config.toml").find("auto_candidates = 'k+hybrid'"), std::string::npos);
+  EXPECT_EQ(slurp(sgd + "/config.toml").find("auto_candidates"), std::string::npos);
   std::vector<std::string> names;
   const auto sgd_summary = summary(sgd);
   for (const auto& c : sgd_summary["auto_pilot"]["candidates"]) names.push_back(c["policy"]);
@@ -343,7 +343,8 @@ TEST(AutoCli, APilotOnThreadsCalibratesTheSimulatorAndTrainsWithTheChoice) {
   const auto s = summary(out);
   ASSERT_TRUE(s.contains("auto_pilot")) << s.dump();
   const auto& p = s["auto_pilot"];
-  EXPECT_EQ(p["candidates"].size(), 3u);  // sync, async, kasync:2 on 4 workers (the default set)
+  // sync, async, kasync:2 and hybrid on 4 workers with plain SGD (the default set, k+hybrid)
+  EXPECT_EQ(p["candidates"].size(), 4u);
   EXPECT_LT(p["sim_compute_time"].get<double>(), 0.05);
   EXPECT_GT(p["sim_compute_time"].get<double>(), 0);
   const std::string chosen = p["chosen"];

@@ -524,7 +524,8 @@ std::vector<Key> declare() {
           .written(Written::kNotDefault));
   add(str_key("policy", "auto_candidates", HSGD_REF(policy.auto_candidates),
               "auto with a pilot: its candidates. k: sync, async, and kasync:K for K = 2, 4, 8 "
-              "below train.workers and 16 from 20 workers up. k+hybrid: those, hybrid (with the "
+              "below train.workers and 16 from 20 workers up. k+hybrid (the default since issue "
+              "32's ninth study; k before): those, hybrid (with the "
               "run's policy.schedule keys) and, with optim.kind momentum or nesterov, async with "
               "the momentum correction (async+staleness.momentum_correction=true). k+rule: the K "
               "policies and rule, auto's own rule (policy.auto_rule), as it runs without a "

@@ -83,7 +83,9 @@ struct PolicyOptions {
   // is made among them on that (successive halving); 0 = one round. Two:
   // the sixth study's decision (examples/sweep/auto-pilot/README.md).
   int auto_pilot_keep = 2;
-  std::string auto_candidates = "k";
+  // k+hybrid: the ninth study's decision 12 (examples/sweep/auto-pilot/
+  // README.md); "k" before it.
+  std::string auto_candidates = "k+hybrid";
   std::string auto_choice;
 };
 
