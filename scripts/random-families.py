@@ -219,6 +219,9 @@ def family(rng, index, seed, rules=(16,), shifted=False):
         f'candidate = "auto+policy.auto_rule={rules[0]}"',
         "",
         "[set]",
+        # auto's rules alone, as the draws were made (the pilot is auto's
+        # default since issue 32's ninth study)
+        "policy.auto_pilot = 0  # auto without its pilot, as these runs were made (see docs/auto.md)",
         *(f"{k} = {v}" for k, v in s.items()),
         "",
         "[axes]",

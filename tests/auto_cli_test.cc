@@ -2,6 +2,7 @@
 // deterministic and exactly resumable on the simulator; auto with a pilot
 // (issue 32, runtime/pilot.h) on sim and threads (mpi: mpi_cli_test.cc).
 #include <cmath>
+#include <fstream>
 #include <sstream>
 
 #include "cli_helpers.h"
@@ -20,13 +21,18 @@ std::string job(const std::string& out, const std::string& more) {
          out + " " + more;
 }
 
+// auto's rule, without its pilot (policy.auto_pilot = 0; the pilot is the
+// default, below).
 const std::string kSim =
     "--runtime sim --set sim.compute_time=0.002 --set sim.server_ns_per_param=50 "
-    "--set stragglers.fraction=0.5 --set stragglers.sigma=0.01 --set optim.kind=momentum ";
+    "--set stragglers.fraction=0.5 --set stragglers.sigma=0.01 --set optim.kind=momentum "
+    "--set policy.auto_pilot=0 ";
 
 TEST(AutoCli, RunsOnThreads) {
   const std::string out = tmp("threads");
-  const Outcome o = run(job(out, "--runtime threads --budget 1 --set optim.kind=momentum"));
+  const Outcome o = run(job(out,
+                            "--runtime threads --budget 1 --set optim.kind=momentum "
+                            "--set policy.auto_pilot=0"));
   ASSERT_EQ(o.code, 0) << o.err;
   const auto s = summary(out);
   EXPECT_EQ(s["policy"], "auto");
@@ -62,7 +68,8 @@ TEST(AutoCli, TheNineteenthRuleReadsTheBatchOnSimAndThreads) {
       const std::string out = tmp("r19_" + runtime + std::to_string(batch));
       const Outcome o =
           run("train --quiet --data synthetic --model linear-test --workers 4 --lr 0.1 "
-              "--policy auto --set policy.auto_rule=19 --eval-every 0.25 "
+              "--policy auto --set policy.auto_rule=19 --set policy.auto_pilot=0 "
+              "--eval-every 0.25 "
               "--set data.synthetic_samples=3000 --budget 0.5 --runtime " +
               runtime + " --batch " + std::to_string(batch) + " --out " + out);
       ASSERT_EQ(o.code, 0) << o.err;
@@ -357,10 +364,48 @@ TEST(AutoCli, APilotOnThreadsCalibratesTheSimulatorAndTrainsWithTheChoice) {
   }
 }
 
+// The pilot is auto's default (issue 32's ninth study): a plain --policy auto
+// run pilots the default candidates (k+hybrid) and writes policy.auto_pilot,
+// so its config.toml says whether it had a pilot. A run made without one
+// before the default changed has no such key in its config.toml; resumed, it
+// keeps its identity and trains on with the rule, never a pilot, as if it
+// had not stopped.
+TEST(AutoCli, ThePilotIsTheDefaultAndAResumeNeverRunsOne) {
+  const std::string sim =
+      "--runtime sim --set sim.compute_time=0.002 --set sim.server_ns_per_param=50 "
+      "--set stragglers.fraction=0.5 --set stragglers.sigma=0.01 ";
+  const std::string piloted = tmp("default_pilot");
+  ASSERT_EQ(run(job(piloted, sim + "--budget 1")).code, 0);
+  std::vector<std::string> names;
+  const auto s = summary(piloted);
+  for (const auto& c : s["auto_pilot"]["candidates"]) names.push_back(c["policy"]);
+  EXPECT_EQ(names, (std::vector<std::string>{"sync", "async", "kasync:2", "hybrid"}));
+  const std::string toml = slurp(piloted + "/config.toml");
+  EXPECT_NE(toml.find("auto_pilot = 0.1"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("auto_choice = "), std::string::npos) << toml;
+
+  const std::string whole = tmp("rule_whole"), old = tmp("rule_old");
+  ASSERT_EQ(run(job(whole, sim + "--budget 2 --set policy.auto_pilot=0")).code, 0);
+  EXPECT_NE(slurp(whole + "/config.toml").find("auto_pilot = 0.0"), std::string::npos);
+  ASSERT_EQ(run(job(old, sim + "--budget 1 --set policy.auto_pilot=0 --checkpoint-every 0.5")).code,
+            0);
+  // As the run was written before the default changed: no auto_pilot key.
+  std::string before = slurp(old + "/config.toml");
+  const size_t at = before.find("auto_pilot = 0.0\n");
+  ASSERT_NE(at, std::string::npos) << before;
+  before.erase(at, std::string("auto_pilot = 0.0\n").size());
+  std::ofstream(old + "/config.toml") << before;
+  const Outcome o = run("train --resume " + old + " --budget 2");
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.err.find("auto pilot"), std::string::npos) << o.err;
+  EXPECT_EQ(slurp(old + "/metrics.csv"), slurp(whole + "/metrics.csv"));
+  EXPECT_NE(slurp(old + "/config.toml").find("auto_pilot = 0.0"), std::string::npos);
+}
+
 TEST(AutoCli, APilotsBadSettingsAreOneLineExit2) {
   for (const auto& [set, key] : std::vector<std::pair<std::string, std::string>>{
            {"--set policy.auto_pilot=1.5", "policy.auto_pilot"},
-           {"--set policy.auto_choice=async", "policy.auto_choice"},
+           {"--set policy.auto_pilot=0 --set policy.auto_choice=async", "policy.auto_choice"},
            {"--set policy.auto_pilot=0.1 --set policy.auto_choice=kasync:9", "policy.auto_choice"},
            {"--set policy.auto_pilot=0.1 --set policy.auto_choice=ssp:3", "policy.auto_choice"},
            {"--set policy.auto_pilot=0.1 --set policy.auto_candidates=all",

@@ -432,6 +432,33 @@ TEST(Config, AutoRuleIsWrittenForAutoExceptTheFifth) {
   EXPECT_THROW(load_config(ex, {{"policy.name", "auto"}, {"policy.auto_rule", "20"}}), InputError);
 }
 
+// auto's pilot became the default (policy.auto_pilot = 0.1; 0 before, and
+// then not written). Every auto run now writes the key, so its config.toml
+// says whether it had a pilot; the identity of runs made before is kept: a
+// run without a pilot hashes as it did (with 0, or read from an old
+// config.toml without the key), and one with a pilot and its choice too.
+// The hashes are those of checkpoints the binary before the change wrote.
+TEST(Config, ThePilotsDefaultKeepsTheIdentityOfRunsMadeBefore) {
+  const std::string ex = std::string(HSGD_SOURCE_DIR) + "/examples/paper/synthetic.toml";
+  const std::vector<Override> base = {{"policy.name", "auto"}, {"train.workers", "8"}};
+  auto with = [&](std::vector<Override> more) {
+    more.insert(more.begin(), base.begin(), base.end());
+    return load_config(ex, more);
+  };
+  const Config now = with({});
+  EXPECT_EQ(now.policy.auto_pilot, 0.1);
+  EXPECT_EQ(now.policy.auto_candidates, "k+hybrid");
+  const Config none = with({{"policy.auto_pilot", "0"}});
+  EXPECT_NE(to_toml(none).find("auto_pilot = 0.0"), std::string::npos) << to_toml(none);
+  EXPECT_EQ(config_hash(none), "8319bb6b");
+  EXPECT_EQ(config_hash(now), "8319bb6b");  // an old run's config.toml, read now
+  const Config chose = with({{"policy.auto_pilot", "0.2"}, {"policy.auto_choice", "async"}});
+  EXPECT_EQ(config_hash(chose), "3fc774a6");
+  EXPECT_NE(config_hash(chose), config_hash(with({{"policy.auto_choice", "async"}})));
+  const Config sync = load_config(ex, {{"policy.name", "sync"}});
+  EXPECT_EQ(to_toml(sync).find("auto_pilot"), std::string::npos);
+}
+
 TEST(Config, CompressKeys) {
   // Off (the default): no [compress] section, so config.toml and the hash
   // are what they were before compression existed.

@@ -80,13 +80,15 @@ INSTANTIATE_TEST_SUITE_P(Mpi, Layout, ::testing::Values(1, 2), [](const auto& in
 const std::string kTiny =
     "train --quiet --data synthetic --model linear-test --epochs 1 --eval-every 1000 ";
 
-// auto (#17) on two server shards: both replicas see the same events and
-// take the same K decisions (a divergence would stop the run with an error).
+// auto's rule (#17; without its pilot) on two server shards: both replicas
+// see the same events and take the same K decisions (a divergence would stop
+// the run with an error).
 TEST(MpiCli, AutoRunsOnShardedServers) {
   const std::string out = tmp("auto");
   Outcome o = run(kMpirun + "-np 4 ", kTiny +
                                           "--runtime mpi --servers 2 --policy auto --batch 8 "
-                                          "--lr 0.1 --set optim.kind=momentum --out " +
+                                          "--lr 0.1 --set optim.kind=momentum "
+                                          "--set policy.auto_pilot=0 --out " +
                                           out);
   ASSERT_EQ(o.code, 0) << o.err;
   const auto s = summary(out);

@@ -90,6 +90,14 @@ TrainArgs effective_args(const TrainArgs& a) {
   e.config_path = cfg;
   e.overrides = a.overrides;
   e.overrides.push_back({"train.out", toml_string(a.resume_dir)});
+  // A resume never runs a pilot: a run's config.toml holds its pilot's
+  // choice, and a run without one trained with the rule (one made without a
+  // pilot, as every auto run was before the pilot became auto's default),
+  // and resumes so.
+  const Config c = load_config(cfg, e.overrides);
+  if (c.policy.kind == "auto" && c.policy.auto_pilot > 0 && c.policy.auto_choice.empty()) {
+    e.overrides.push_back({"policy.auto_pilot", "0"});
+  }
   return e;
 }
 

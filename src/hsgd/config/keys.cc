@@ -481,10 +481,19 @@ std::vector<Key> declare() {
               "trains with the candidate whose interval-mean test accuracy was best over the last "
               "policy.auto_pilot_window of its pilot (policy.auto_choice). Costs about this share "
               "times the candidates' count of a run "
-              "more. 0 = no pilot: the rule (policy.auto_rule) steers K.")
+              "more (0.1, the default since issue 32's ninth study: about 0.8 of a run). 0 = no "
+              "pilot: the rule (policy.auto_rule) steers K, as every auto run did before. A "
+              "resume never runs a pilot.")
           .check([](double v) { return v >= 0 && v <= 1; }, "in [0, 1]")
           .moot(policies({"auto"}))
-          .written_when([](const Config& c) { return c.policy.auto_pilot != 0; }));
+          // Written for every auto run, so that its config.toml says whether it
+          // had a pilot; part of the identity only with a choice, as before the
+          // default changed (a run without a pilot, 0 then and unwritten, keeps
+          // its identity).
+          .written_when([](const Config& c) { return c.policy.kind == "auto"; })
+          .hashed_when([](const Config& c) {
+            return c.policy.auto_pilot != 0 && !c.policy.auto_choice.empty();
+          }));
   // auto's pilot's settings: read only when it runs one.
   const Moot no_pilot{"policy.auto_pilot = 0", [](const Config& c) {
                         return c.policy.auto_pilot == 0 ? "policy.auto_pilot = 0" : "";

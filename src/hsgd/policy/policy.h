@@ -68,8 +68,9 @@ struct PolicyOptions {
   // and the rule above), and the candidate the pilot chose
   // (policy.auto_choice; "" = not chosen yet). With a choice, auto is that
   // fixed policy, push for push, under the name auto; with the choice
-  // kAutoRule, it is the rule, as without a pilot.
-  double auto_pilot = 0;
+  // kAutoRule, it is the rule, as without a pilot. 0.1 since issue 32's
+  // ninth study (decision 13, examples/sweep/auto-pilot/README.md); 0 before.
+  double auto_pilot = 0.1;
   // The share of each candidate's pilot, at its end, whose interval-mean
   // test accuracy ranks it (policy.auto_pilot_window; 1 = the whole pilot).
   double auto_pilot_window = 0.5;
